@@ -1,0 +1,552 @@
+package wire
+
+import (
+	"time"
+
+	"github.com/mrmarket/mrmarket/internal/money"
+)
+
+func checkAmount(what string, m money.Micro) error {
+	if err := m.CheckPositive(); err != nil {
+		return Errorf(ErrBadRequest, "%s %d micro-credits: %v", what, int64(m), err)
+	}
+	return nil
+}
+
+// ---- bank ----
+
+// GrantRequest mints Amount into User's account (creating it). ID makes the
+// grant idempotent: a repeated ID applies once and replies as the first did.
+type GrantRequest struct {
+	Versioned
+	ID     string      `json:"id"`
+	User   string      `json:"user"`
+	Amount money.Micro `json:"amount"`
+	Memo   string      `json:"memo,omitempty"`
+}
+
+func (r *GrantRequest) Validate() error {
+	if err := CheckID("grant id", r.ID); err != nil {
+		return err
+	}
+	if err := CheckName("user", r.User); err != nil {
+		return err
+	}
+	return checkAmount("grant amount", r.Amount)
+}
+
+// GrantReply answers a GrantRequest.
+type GrantReply struct {
+	Transfer string      `json:"transfer"`
+	User     string      `json:"user"`
+	Amount   money.Micro `json:"amount"`
+	Balance  money.Micro `json:"balance"`
+	Replayed bool        `json:"replayed,omitempty"`
+}
+
+// HoldRequest moves Amount of User's money into escrow under hold ID until
+// Expires. ID makes it idempotent.
+type HoldRequest struct {
+	Versioned
+	ID      string      `json:"id"`
+	User    string      `json:"user"`
+	Amount  money.Micro `json:"amount"`
+	Expires time.Time   `json:"expires"`
+	Memo    string      `json:"memo,omitempty"`
+}
+
+func (r *HoldRequest) Validate() error {
+	if err := CheckID("hold id", r.ID); err != nil {
+		return err
+	}
+	if err := CheckName("user", r.User); err != nil {
+		return err
+	}
+	if r.Expires.IsZero() {
+		return Errorf(ErrBadRequest, "hold needs an expiry time")
+	}
+	return checkAmount("hold amount", r.Amount)
+}
+
+// Hold states.
+const (
+	HoldOpen   = "open"
+	HoldClosed = "closed"
+)
+
+// HoldInfo describes a hold. Remaining = Amount − Captured − Released.
+type HoldInfo struct {
+	ID       string      `json:"id"`
+	User     string      `json:"user"`
+	Amount   money.Micro `json:"amount"`
+	Captured money.Micro `json:"captured"`
+	Released money.Micro `json:"released"`
+	Expires  time.Time   `json:"expires"`
+	Status   string      `json:"status"`
+}
+
+// Remaining is what the hold can still capture or release.
+func (h HoldInfo) Remaining() money.Micro { return h.Amount - h.Captured - h.Released }
+
+// HoldReply answers a HoldRequest.
+type HoldReply struct {
+	Hold     HoldInfo    `json:"hold"`
+	Balance  money.Micro `json:"balance"`
+	Replayed bool        `json:"replayed,omitempty"`
+}
+
+// CaptureLeg asks to bring the total captured from Hold for VM on the batch's
+// host up to Cumulative. Cumulative, not a delta: a replayed or re-issued leg
+// can only ever move money once, and a leg whose Cumulative is at or below
+// what was already captured moves nothing. ID is the leg's idempotency id,
+// "hold/host/vm/tick".
+type CaptureLeg struct {
+	ID         string      `json:"id"`
+	Hold       string      `json:"hold"`
+	VM         string      `json:"vm"`
+	Cumulative money.Micro `json:"cumulative"`
+}
+
+// CaptureBatch is one agent tick's captures: every bid the host charged.
+type CaptureBatch struct {
+	Versioned
+	Host string       `json:"host"`
+	Tick int64        `json:"tick"`
+	Legs []CaptureLeg `json:"legs"`
+}
+
+// MaxLegs bounds a capture batch.
+const MaxLegs = 100_000
+
+func (b *CaptureBatch) Validate() error {
+	if err := CheckName("host", b.Host); err != nil {
+		return err
+	}
+	if b.Tick < 0 {
+		return Errorf(ErrBadRequest, "negative tick %d", b.Tick)
+	}
+	if len(b.Legs) == 0 || len(b.Legs) > MaxLegs {
+		return Errorf(ErrBadRequest, "a capture batch needs 1 to %d legs, got %d", MaxLegs, len(b.Legs))
+	}
+	seen := make(map[string]bool, len(b.Legs))
+	for _, l := range b.Legs {
+		if err := CheckID("leg id", l.ID); err != nil {
+			return err
+		}
+		if err := CheckID("hold id", l.Hold); err != nil {
+			return err
+		}
+		if err := CheckName("vm", l.VM); err != nil {
+			return err
+		}
+		if err := checkAmount("cumulative capture", l.Cumulative); err != nil {
+			return err
+		}
+		key := l.Hold + "\x00" + l.VM
+		if seen[l.ID] || seen[key] {
+			return Errorf(ErrBadRequest, "duplicate leg %q (one leg per hold and VM per batch)", l.ID)
+		}
+		seen[l.ID], seen[key] = true, true
+	}
+	return nil
+}
+
+// LegResult is the outcome of one leg. Applied is what this leg moved now;
+// Captured is the total captured for (hold, host, vm) after it. Exhausted
+// says the hold has nothing left: the agent must zero its bids on it. Error
+// is set when the leg was refused (unknown, closed or expired hold); the other
+// legs of the batch still apply.
+type LegResult struct {
+	ID        string      `json:"id"`
+	Hold      string      `json:"hold"`
+	VM        string      `json:"vm"`
+	Applied   money.Micro `json:"applied"`
+	Captured  money.Micro `json:"captured"`
+	Exhausted bool        `json:"exhausted,omitempty"`
+	Error     *Error      `json:"error,omitempty"`
+}
+
+// CaptureReply answers a CaptureBatch, one result per leg in order.
+type CaptureReply struct {
+	Legs    []LegResult `json:"legs"`
+	Applied money.Micro `json:"applied"`
+}
+
+// ReleaseRequest closes hold Hold of User and returns its remainder.
+// Releasing a closed hold is a no-op that replies with the hold.
+type ReleaseRequest struct {
+	Versioned
+	Hold string `json:"hold"`
+	User string `json:"user"`
+}
+
+func (r *ReleaseRequest) Validate() error {
+	if err := CheckID("hold id", r.Hold); err != nil {
+		return err
+	}
+	return CheckName("user", r.User)
+}
+
+// ReleaseReply answers a ReleaseRequest.
+type ReleaseReply struct {
+	Hold     HoldInfo    `json:"hold"`
+	Released money.Micro `json:"released"`
+	Balance  money.Micro `json:"balance"`
+}
+
+// BalanceRequest asks for User's account.
+type BalanceRequest struct {
+	Versioned
+	User string `json:"user"`
+}
+
+func (r *BalanceRequest) Validate() error { return CheckName("user", r.User) }
+
+// BalanceReply is a user's account: spendable balance, money held in open
+// holds, total granted and total spent (captured from the user's holds).
+type BalanceReply struct {
+	User    string      `json:"user"`
+	Balance money.Micro `json:"balance"`
+	Held    money.Micro `json:"held"`
+	Granted money.Micro `json:"granted"`
+	Spent   money.Micro `json:"spent"`
+	Holds   []HoldInfo  `json:"holds"`
+}
+
+// LedgerRequest asks for the whole ledger and its invariant.
+type LedgerRequest struct {
+	Versioned
+}
+
+func (r *LedgerRequest) Validate() error { return nil }
+
+// Account kinds.
+const (
+	AccountUser     = "user"
+	AccountProvider = "provider"
+	AccountEscrow   = "escrow"
+	AccountMint     = "mint"
+)
+
+// Account is one ledger account.
+type Account struct {
+	ID      string      `json:"id"`
+	Kind    string      `json:"kind"`
+	Balance money.Micro `json:"balance"`
+}
+
+// LedgerReply is the ledger and the check of its invariant:
+// Σ balances (users, providers) + Σ open holds = Σ granted, no balance below
+// zero. Violations lists what is wrong; empty means the invariant holds.
+type LedgerReply struct {
+	Accounts   []Account   `json:"accounts"`
+	Granted    money.Micro `json:"granted"`
+	Balances   money.Micro `json:"balances"`
+	OpenHolds  money.Micro `json:"open_holds"`
+	Violations []string    `json:"violations"`
+}
+
+// ---- agent ----
+
+// Bid is a spending rate on one VM: Budget over Duration, funded by Hold of
+// Owner's plan. The agent starts charging when it accepts the bid.
+type Bid struct {
+	VM       string      `json:"vm"`
+	Owner    string      `json:"owner"`
+	Plan     string      `json:"plan"`
+	Hold     string      `json:"hold"`
+	Budget   money.Micro `json:"budget"`
+	Duration Duration    `json:"duration"`
+}
+
+// Validate checks one bid's fields.
+func (b *Bid) Validate() error {
+	if err := CheckName("vm", b.VM); err != nil {
+		return err
+	}
+	if err := CheckName("owner", b.Owner); err != nil {
+		return err
+	}
+	if err := CheckID("plan id", b.Plan); err != nil {
+		return err
+	}
+	if err := CheckID("hold id", b.Hold); err != nil {
+		return err
+	}
+	if err := checkAmount("bid budget", b.Budget); err != nil {
+		return err
+	}
+	return CheckDuration(b.Duration)
+}
+
+// BidRequest changes bids on one host: Set places or replaces the bid on
+// each named VM, Cancel removes the bids of Plan on the named VMs. Either
+// both apply or, if any part is invalid, nothing does.
+type BidRequest struct {
+	Versioned
+	Set    []Bid    `json:"set,omitempty"`
+	Cancel []string `json:"cancel,omitempty"`
+	Plan   string   `json:"plan,omitempty"` // whose bids Cancel removes
+}
+
+func (r *BidRequest) Validate() error {
+	if len(r.Set) == 0 && len(r.Cancel) == 0 {
+		return Errorf(ErrBadRequest, "bid request sets and cancels nothing")
+	}
+	seen := map[string]bool{}
+	for i := range r.Set {
+		if err := r.Set[i].Validate(); err != nil {
+			return err
+		}
+		if seen[r.Set[i].VM] {
+			return Errorf(ErrBadRequest, "vm %q appears twice", r.Set[i].VM)
+		}
+		seen[r.Set[i].VM] = true
+	}
+	if len(r.Cancel) > 0 {
+		if err := CheckID("plan id", r.Plan); err != nil {
+			return err
+		}
+	}
+	for _, vm := range r.Cancel {
+		if err := CheckName("vm", vm); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// VMState is one VM as its host sees it. Rate is micro-credits per second;
+// Share is the fraction of the host the VM is entitled to; Util is the
+// fraction of one host's capacity it used over the last tick. Charged is
+// what the current bid has charged so far.
+type VMState struct {
+	VM      string      `json:"vm"`
+	Owner   string      `json:"owner"`
+	Plan    string      `json:"plan,omitempty"`
+	Hold    string      `json:"hold,omitempty"`
+	Rate    float64     `json:"rate"`
+	Share   float64     `json:"share"`
+	Util    float64     `json:"util"`
+	Budget  money.Micro `json:"budget,omitempty"`
+	Charged money.Micro `json:"charged,omitempty"`
+	Ends    time.Time   `json:"ends,omitzero"`
+}
+
+// HostState is a host's published state: Price is the sum of the rates of
+// its funded bids (micro-credits per second), the y of seed 003 Eq. 1.
+type HostState struct {
+	Versioned
+	Host  string    `json:"host"`
+	Time  time.Time `json:"time"`
+	Tick  int64     `json:"tick"`
+	Price float64   `json:"price"`
+	VMs   []VMState `json:"vms"`
+}
+
+// Validate checks a state message received from the network.
+func (s *HostState) Validate() error {
+	if err := CheckName("host", s.Host); err != nil {
+		return err
+	}
+	for i := range s.VMs {
+		if err := CheckName("vm", s.VMs[i].VM); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// StateRequest asks an agent for its current state.
+type StateRequest struct {
+	Versioned
+}
+
+func (r *StateRequest) Validate() error { return nil }
+
+// ---- broker ----
+
+// Strategy names.
+const (
+	StrategyFair = "fair"
+)
+
+// SpendRequest asks the broker to spend Budget of User's money over Duration
+// on VMs with Strategy. ID, when given, makes the request idempotent.
+type SpendRequest struct {
+	Versioned
+	ID       string      `json:"id,omitempty"`
+	User     string      `json:"user"`
+	Budget   money.Micro `json:"budget"`
+	Duration Duration    `json:"duration"`
+	VMs      []string    `json:"vms"`
+	Strategy string      `json:"strategy"`
+}
+
+// MaxPlanVMs bounds the VMs of one plan.
+const MaxPlanVMs = 100_000
+
+func (r *SpendRequest) Validate() error {
+	if r.ID != "" {
+		if err := CheckID("plan id", r.ID); err != nil {
+			return err
+		}
+	}
+	if err := CheckName("user", r.User); err != nil {
+		return err
+	}
+	if err := checkAmount("budget", r.Budget); err != nil {
+		return err
+	}
+	if err := CheckDuration(r.Duration); err != nil {
+		return err
+	}
+	if len(r.VMs) == 0 || len(r.VMs) > MaxPlanVMs {
+		return Errorf(ErrBadRequest, "a plan needs 1 to %d VMs, got %d", MaxPlanVMs, len(r.VMs))
+	}
+	seen := map[string]bool{}
+	for _, vm := range r.VMs {
+		if err := CheckName("vm", vm); err != nil {
+			return err
+		}
+		if seen[vm] {
+			return Errorf(ErrBadRequest, "vm %q listed twice", vm)
+		}
+		seen[vm] = true
+	}
+	if r.Budget < money.Micro(len(r.VMs)) {
+		return Errorf(ErrBadRequest, "budget %s cannot fund %d VMs (at least 0.000001 each)", r.Budget, len(r.VMs))
+	}
+	switch r.Strategy {
+	case StrategyFair:
+	default:
+		return Errorf(ErrBadRequest, "unknown strategy %q (known: %s)", r.Strategy, StrategyFair)
+	}
+	return nil
+}
+
+// Plan states.
+const (
+	PlanRunning   = "running"
+	PlanDone      = "done"
+	PlanCancelled = "cancelled"
+	PlanFailed    = "failed"
+)
+
+// PlanVM is one VM of a plan with its part of the budget.
+type PlanVM struct {
+	VM     string      `json:"vm"`
+	Host   string      `json:"host"`
+	Budget money.Micro `json:"budget"`
+	Rate   float64     `json:"rate"`
+}
+
+// Plan is a running or finished spend plan.
+type Plan struct {
+	ID       string      `json:"id"`
+	User     string      `json:"user"`
+	Strategy string      `json:"strategy"`
+	Budget   money.Micro `json:"budget"`
+	Duration Duration    `json:"duration"`
+	Start    time.Time   `json:"start"`
+	End      time.Time   `json:"end"`
+	Hold     string      `json:"hold"`
+	Status   string      `json:"status"`
+	VMs      []PlanVM    `json:"vms"`
+	// Released is what went back to the user when the plan ended.
+	Released money.Micro `json:"released,omitempty"`
+}
+
+// SpendReply answers a SpendRequest.
+type SpendReply struct {
+	Plan Plan `json:"plan"`
+}
+
+// CancelRequest ends User's plan now and releases what it has not spent.
+type CancelRequest struct {
+	Versioned
+	Plan string `json:"plan"`
+	User string `json:"user"`
+}
+
+func (r *CancelRequest) Validate() error {
+	if err := CheckID("plan id", r.Plan); err != nil {
+		return err
+	}
+	return CheckName("user", r.User)
+}
+
+// PlansRequest lists plans, of one user when User is set.
+type PlansRequest struct {
+	Versioned
+	User string `json:"user,omitempty"`
+}
+
+func (r *PlansRequest) Validate() error {
+	if r.User == "" {
+		return nil
+	}
+	return CheckName("user", r.User)
+}
+
+// PlansReply answers a PlansRequest.
+type PlansReply struct {
+	Plans []Plan `json:"plans"`
+}
+
+// PriceRequest asks for host prices, of one host when Host is set.
+type PriceRequest struct {
+	Versioned
+	Host string `json:"host,omitempty"`
+}
+
+func (r *PriceRequest) Validate() error {
+	if r.Host == "" {
+		return nil
+	}
+	return CheckName("host", r.Host)
+}
+
+// HostPrice is one host's price as the broker last heard it.
+type HostPrice struct {
+	Host    string    `json:"host"`
+	Price   float64   `json:"price"`
+	VMs     int       `json:"vms"`
+	Funded  int       `json:"funded"`
+	Updated time.Time `json:"updated"`
+}
+
+// PriceReply answers a PriceRequest, hosts sorted by id.
+type PriceReply struct {
+	Hosts []HostPrice `json:"hosts"`
+}
+
+// VMsRequest lists VMs, filtered by owner and host when set.
+type VMsRequest struct {
+	Versioned
+	Owner string `json:"owner,omitempty"`
+	Host  string `json:"host,omitempty"`
+}
+
+func (r *VMsRequest) Validate() error {
+	if r.Owner != "" {
+		if err := CheckName("owner", r.Owner); err != nil {
+			return err
+		}
+	}
+	if r.Host != "" {
+		return CheckName("host", r.Host)
+	}
+	return nil
+}
+
+// HostVM is a VM with the host it runs on.
+type HostVM struct {
+	Host string `json:"host"`
+	VMState
+}
+
+// VMsReply answers a VMsRequest, sorted by host then VM.
+type VMsReply struct {
+	VMs []HostVM `json:"vms"`
+}

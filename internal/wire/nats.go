@@ -1,0 +1,95 @@
+package wire
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// DefaultTimeout bounds a request when the caller's context has no deadline.
+const DefaultTimeout = 5 * time.Second
+
+// Call sends req (its version is set to Version) to subject and decodes the
+// reply's result into res. A refusal comes back as a *Error (match it with
+// errors.Is against the Err sentinels); no responder or a time-out is
+// ErrUnavailable.
+func Call(ctx context.Context, nc *nats.Conn, subject string, req any, res any) error {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return Errorf(ErrBadRequest, "encoding request for %s: %v", subject, err)
+	}
+	return CallRaw(ctx, nc, subject, body, res)
+}
+
+// CallRaw is Call with a request body that is already encoded.
+func CallRaw(ctx context.Context, nc *nats.Conn, subject string, body []byte, res any) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)
+		defer cancel()
+	}
+	msg, err := nc.RequestWithContext(ctx, subject, body)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return Errorf(ErrUnavailable, "nothing answers on %s (is the market running? try `mrmarket up`)", subject)
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+		return Errorf(ErrUnavailable, "no answer on %s in time", subject)
+	case err != nil:
+		return Errorf(ErrUnavailable, "request on %s: %v", subject, err)
+	}
+	return DecodeReply(msg.Data, res)
+}
+
+// Request is the constraint Serve needs of a request type: a pointer to a
+// struct that validates itself.
+type Request[T any] interface {
+	*T
+	Validator
+}
+
+// Serve subscribes handle to subject in queue group queue (none if empty).
+// Each message is decoded strictly into a fresh request; a bad one is
+// answered with a bad_request error and never reaches handle. handle's
+// result or error is sent back as a reply envelope. A panic in handle is
+// answered as an internal error instead of killing the process.
+func Serve[T any, PT Request[T]](nc *nats.Conn, subject, queue string, handle func(context.Context, PT) (any, error)) (*nats.Subscription, error) {
+	cb := func(m *nats.Msg) {
+		res, err := serveOne(m.Data, handle)
+		if m.Reply == "" {
+			return
+		}
+		_ = m.Respond(EncodeReply(res, err)) // the requester may be gone: nothing to do
+	}
+	var (
+		sub *nats.Subscription
+		err error
+	)
+	if queue == "" {
+		sub, err = nc.Subscribe(subject, cb)
+	} else {
+		sub, err = nc.QueueSubscribe(subject, queue, cb)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("subscribing to %s: %w", subject, err)
+	}
+	return sub, nil
+}
+
+func serveOne[T any, PT Request[T]](data []byte, handle func(context.Context, PT) (any, error)) (res any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			res, err = nil, Errorf(ErrInternal, "handler panic: %v", p)
+		}
+	}()
+	req := PT(new(T))
+	if err := Decode(data, req); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), DefaultTimeout)
+	defer cancel()
+	return handle(ctx, req)
+}
