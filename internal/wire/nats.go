@@ -57,8 +57,22 @@ type Request[T any] interface {
 // result or error is sent back as a reply envelope. A panic in handle is
 // answered as an internal error instead of killing the process.
 func Serve[T any, PT Request[T]](nc *nats.Conn, subject, queue string, handle func(context.Context, PT) (any, error)) (*nats.Subscription, error) {
+	return ServeObserved(nc, subject, queue, nil, handle)
+}
+
+// ServeObserved is Serve that also reports the outcome of every request,
+// refused ones included, to observe with the reply code ("ok" or an error
+// code), so metrics count what handlers never see.
+func ServeObserved[T any, PT Request[T]](nc *nats.Conn, subject, queue string, observe func(code string), handle func(context.Context, PT) (any, error)) (*nats.Subscription, error) {
 	cb := func(m *nats.Msg) {
 		res, err := serveOne(m.Data, handle)
+		if observe != nil {
+			code := "ok"
+			if err != nil {
+				code = ToError(err).Code
+			}
+			observe(code)
+		}
 		if m.Reply == "" {
 			return
 		}

@@ -1,0 +1,135 @@
+package wire_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mrmarket/mrmarket/internal/natsutil"
+	"github.com/mrmarket/mrmarket/internal/wire"
+)
+
+func TestDecodeIsStrict(t *testing.T) {
+	good := `{"v":1,"id":"g1","user":"alice","amount":5}`
+	var req wire.GrantRequest
+	if err := wire.Decode([]byte(good), &req); err != nil {
+		t.Fatalf("good request refused: %v", err)
+	}
+	bad := map[string]string{
+		"garbage":        `{not json`,
+		"empty":          ``,
+		"array":          `[1,2]`,
+		"unknown field":  `{"v":1,"id":"g1","user":"alice","amount":5,"admin":true}`,
+		"trailing":       `{"v":1,"id":"g1","user":"alice","amount":5} {}`,
+		"version 0":      `{"id":"g1","user":"alice","amount":5}`,
+		"version 2":      `{"v":2,"id":"g1","user":"alice","amount":5}`,
+		"float amount":   `{"v":1,"id":"g1","user":"alice","amount":5.5}`,
+		"string amount":  `{"v":1,"id":"g1","user":"alice","amount":"5"}`,
+		"negative":       `{"v":1,"id":"g1","user":"alice","amount":-5}`,
+		"zero":           `{"v":1,"id":"g1","user":"alice","amount":0}`,
+		"absurd":         `{"v":1,"id":"g1","user":"alice","amount":9223372036854775807}`,
+		"overflowing":    `{"v":1,"id":"g1","user":"alice","amount":99999999999999999999}`,
+		"dotted user":    `{"v":1,"id":"g1","user":"a.b","amount":5}`,
+		"wildcard user":  `{"v":1,"id":"g1","user":"*","amount":5}`,
+		"no id":          `{"v":1,"user":"alice","amount":5}`,
+		"spaces in id":   `{"v":1,"id":"g 1","user":"alice","amount":5}`,
+		"duplicate keys": `{"v":1,"id":"g1","user":"alice","amount":5,"amount":-1}`,
+	}
+	for name, body := range bad {
+		var req wire.GrantRequest
+		err := wire.Decode([]byte(body), &req)
+		if !errors.Is(err, wire.ErrBadRequest) {
+			t.Errorf("%s: err = %v, want bad_request", name, err)
+		}
+	}
+}
+
+func TestDurationTravelsAsString(t *testing.T) {
+	var req wire.SpendRequest
+	body := `{"v":1,"user":"alice","budget":10,"duration":"1h30m","vms":["a1"],"strategy":"fair"}`
+	if err := wire.Decode([]byte(body), &req); err != nil {
+		t.Fatal(err)
+	}
+	if req.Duration.D() != 90*time.Minute {
+		t.Fatalf("duration %v", req.Duration.D())
+	}
+	for _, d := range []string{`"0s"`, `"-1m"`, `"9000h"`, `"soon"`, `5`} {
+		body := strings.Replace(`{"v":1,"user":"alice","budget":10,"duration":D,"vms":["a1"],"strategy":"fair"}`, "D", d, 1)
+		if err := wire.Decode([]byte(body), &req); !errors.Is(err, wire.ErrBadRequest) {
+			t.Errorf("duration %s: %v", d, err)
+		}
+	}
+}
+
+func TestToErrorKeepsCategory(t *testing.T) {
+	myErr := fmt.Errorf("%w: unknown account", wire.ErrNotFound)
+	wrapped := fmt.Errorf("grant: %w", myErr)
+	e := wire.ToError(wrapped)
+	if e.Code != wire.CodeNotFound || e.Message != "grant: not found: unknown account" {
+		t.Fatalf("got %+v", e)
+	}
+	if got := wire.ToError(errors.New("disk on fire")); got.Code != wire.CodeInternal {
+		t.Fatalf("plain error → %+v", got)
+	}
+	// A reply error decoded on the client side matches the sentinel.
+	var res wire.GrantReply
+	err := wire.DecodeReply(wire.EncodeReply(nil, myErr), &res)
+	if !errors.Is(err, wire.ErrNotFound) || errors.Is(err, wire.ErrForbidden) {
+		t.Fatalf("decoded reply error %v does not match its category", err)
+	}
+}
+
+func TestServeAndCallOverNATS(t *testing.T) {
+	ns, err := natsutil.StartServer(natsutil.ServerOptions{Dir: t.TempDir(), Port: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Shutdown()
+	nc, err := natsutil.Connect(ns.ClientURL(), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+
+	calls := 0
+	sub, err := wire.Serve(nc, "test.grant", "q", func(_ context.Context, req *wire.GrantRequest) (any, error) {
+		calls++
+		if req.User == "panic" {
+			panic("boom")
+		}
+		if req.User == "nobody" {
+			return nil, wire.Errorf(wire.ErrNotFound, "unknown user %q", req.User)
+		}
+		return wire.GrantReply{User: req.User, Amount: req.Amount}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	ctx := context.Background()
+
+	var rep wire.GrantReply
+	if err := wire.Call(ctx, nc, "test.grant", &wire.GrantRequest{Versioned: wire.Versioned{V: 1}, ID: "g", User: "alice", Amount: 3}, &rep); err != nil || rep.Amount != 3 {
+		t.Fatalf("call: %+v %v", rep, err)
+	}
+	err = wire.Call(ctx, nc, "test.grant", &wire.GrantRequest{Versioned: wire.Versioned{V: 1}, ID: "g", User: "nobody", Amount: 3}, &rep)
+	if !errors.Is(err, wire.ErrNotFound) || !strings.Contains(err.Error(), "nobody") {
+		t.Fatalf("not found: %v", err)
+	}
+	err = wire.Call(ctx, nc, "test.grant", &wire.GrantRequest{Versioned: wire.Versioned{V: 1}, ID: "g", User: "panic", Amount: 3}, &rep)
+	if !errors.Is(err, wire.ErrInternal) {
+		t.Fatalf("panic: %v", err)
+	}
+	before := calls
+	err = wire.CallRaw(ctx, nc, "test.grant", []byte(`{"v":1,"id":"g","user":"alice","amount":-3}`), &rep)
+	if !errors.Is(err, wire.ErrBadRequest) || calls != before {
+		t.Fatalf("bad request reached the handler or was accepted: %v", err)
+	}
+	err = wire.Call(ctx, nc, "test.nobody", &wire.GrantRequest{}, &rep)
+	if !errors.Is(err, wire.ErrUnavailable) {
+		t.Fatalf("no responders: %v", err)
+	}
+}
