@@ -1,0 +1,403 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/mrmarket/mrmarket/internal/money"
+	"github.com/mrmarket/mrmarket/internal/obs"
+	"github.com/mrmarket/mrmarket/internal/wire"
+)
+
+// Sentinel errors of the agent, each wrapping its reply code.
+var (
+	ErrUnknownVM = fmt.Errorf("%w: no such VM on this host", wire.ErrNotFound)
+	ErrNotOwner  = fmt.Errorf("%w: the bid's owner does not own the VM", wire.ErrForbidden)
+)
+
+// Config configures an agent.
+type Config struct {
+	// Host is the host's id. Required.
+	Host string
+	// Enforcer governs the host's VMs. Required.
+	Enforcer Enforcer
+	// Capturer charges bids to the bank. Required.
+	Capturer Capturer
+	// Publisher publishes the host's state each tick; nil publishes nothing.
+	Publisher Publisher
+	// Metrics, when set, exports price, shares, captures and errors.
+	Metrics *obs.Metrics
+	// Now is the clock; nil means the wall clock.
+	Now func() time.Time
+	// Capacity is the host's CPUs, to turn CPU time into utilisation; default 1.
+	Capacity float64
+}
+
+// legKey is what a capture's cumulative total is kept for.
+type legKey struct{ hold, vm string }
+
+// bid is a bid in the book.
+type bid struct {
+	wire.Bid
+	start time.Time
+	// base is what (hold, vm) had been charged before this bid started.
+	base money.Micro
+}
+
+func (b *bid) end() time.Time { return b.start.Add(b.Duration.D()) }
+
+// charged is the bid's own cumulative charge at now.
+func (b *bid) charged(now time.Time) money.Micro {
+	c, _ := money.Charge(b.Budget, now.Sub(b.start), b.Duration.D()) // validated: cannot fail
+	return c
+}
+
+func (b *bid) key() legKey { return legKey{b.Hold, b.VM} }
+
+// Agent is one host's market agent. Its methods are safe for concurrent use.
+type Agent struct {
+	cfg Config
+
+	mu       sync.Mutex
+	vms      map[string]VM
+	bids     map[string]*bid // by VM
+	total    map[legKey]money.Micro
+	captured map[legKey]money.Micro
+	round    int64
+	ticks    int64
+	desired  map[string]float64
+	lastTick time.Time
+	lastUse  map[string]time.Duration
+	util     map[string]float64
+	state    wire.HostState
+}
+
+// New makes an agent and enforces the initial shares.
+func New(cfg Config) (*Agent, error) {
+	if err := wire.CheckName("host", cfg.Host); err != nil {
+		return nil, err
+	}
+	if cfg.Enforcer == nil || cfg.Capturer == nil {
+		return nil, errors.New("agent: an Enforcer and a Capturer are required")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Capacity <= 0 {
+		cfg.Capacity = 1
+	}
+	a := &Agent{cfg: cfg, vms: map[string]VM{}, bids: map[string]*bid{}, total: map[legKey]money.Micro{},
+		captured: map[legKey]money.Micro{}, util: map[string]float64{}}
+	ctx := context.Background()
+	if err := a.refreshVMs(ctx, cfg.Now()); err != nil {
+		return nil, err
+	}
+	a.lastTick = cfg.Now()
+	a.lastUse, _ = cfg.Enforcer.Usage(ctx)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.enforce(ctx, a.lastTick)
+	a.snapshot()
+	return a, nil
+}
+
+// Host is the agent's host id.
+func (a *Agent) Host() string { return a.cfg.Host }
+
+// Now is the agent's clock.
+func (a *Agent) Now() time.Time { return a.cfg.Now() }
+
+// refreshVMs reloads the VM list; bids on VMs that are gone are settled and dropped.
+func (a *Agent) refreshVMs(ctx context.Context, now time.Time) error {
+	list, err := a.cfg.Enforcer.VMs(ctx)
+	if err != nil {
+		return fmt.Errorf("agent %s: listing VMs: %w", a.cfg.Host, err)
+	}
+	vms := make(map[string]VM, len(list))
+	for _, vm := range list {
+		vms[vm.ID] = vm
+	}
+	a.vms = vms
+	for id, b := range a.bids {
+		if _, ok := vms[id]; !ok {
+			a.settle(b, now)
+			delete(a.bids, id)
+		}
+	}
+	return nil
+}
+
+// settle charges b up to now into its key's total, to be captured.
+func (a *Agent) settle(b *bid, now time.Time) {
+	k := b.key()
+	a.total[k] = max(a.total[k], b.base+b.charged(now))
+}
+
+// SetBids applies a bid change: all of it or, if any part is invalid, none.
+// Replaced and cancelled bids are settled and captured at once; the new
+// shares are enforced before it returns.
+func (a *Agent) SetBids(ctx context.Context, req *wire.BidRequest) (wire.HostState, error) {
+	if err := req.Validate(); err != nil {
+		return wire.HostState{}, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, b := range req.Set {
+		vm, ok := a.vms[b.VM]
+		if !ok {
+			return wire.HostState{}, fmt.Errorf("%w: %q on %s", ErrUnknownVM, b.VM, a.cfg.Host)
+		}
+		if vm.Owner != b.Owner {
+			return wire.HostState{}, fmt.Errorf("%w: %q is not %s's", ErrNotOwner, b.VM, b.Owner)
+		}
+	}
+	for _, id := range req.Cancel {
+		if _, ok := a.vms[id]; !ok {
+			return wire.HostState{}, fmt.Errorf("%w: %q on %s", ErrUnknownVM, id, a.cfg.Host)
+		}
+	}
+	now := a.cfg.Now()
+	for _, id := range req.Cancel {
+		if b := a.bids[id]; b != nil && b.Plan == req.Plan {
+			a.settle(b, now)
+			delete(a.bids, id)
+		}
+	}
+	for _, nb := range req.Set {
+		if old := a.bids[nb.VM]; old != nil {
+			a.settle(old, now)
+		}
+		b := &bid{Bid: nb, start: now}
+		b.base = a.total[b.key()]
+		a.bids[nb.VM] = b
+	}
+	// Settled charges go to the bank now, so a plan's hold can be released
+	// right after; if the bank is away, later rounds retry them.
+	if err := a.capture(ctx, now); err != nil {
+		a.cfg.Metrics.Error("agent", "capture")
+	}
+	a.enforce(ctx, now)
+	return a.snapshot(), nil
+}
+
+// Tick runs one round at now: charge every bid and capture in one batch,
+// drop finished bids, reconcile the enforced shares, measure utilisation and
+// publish the host's state. Errors of the bank or the publisher are
+// returned after the round completed; the next round retries.
+func (a *Agent) Tick(ctx context.Context, now time.Time) (wire.HostState, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var errs []error
+	a.ticks++
+	if err := a.refreshVMs(ctx, now); err != nil {
+		a.cfg.Metrics.Error("agent", "vms")
+		errs = append(errs, err)
+	}
+	for _, b := range a.bids {
+		a.settle(b, now)
+	}
+	if err := a.capture(ctx, now); err != nil {
+		a.cfg.Metrics.Error("agent", "capture")
+		errs = append(errs, err)
+	}
+	for id, b := range a.bids {
+		if !now.Before(b.end()) && a.captured[b.key()] >= a.total[b.key()] {
+			delete(a.bids, id) // ran its course and is paid for
+		}
+	}
+	a.reconcile(ctx, now)
+	a.measure(ctx, now)
+	if m := a.cfg.Metrics; m != nil {
+		m.Ticks.WithLabelValues(a.cfg.Host).Inc()
+	}
+	st := a.snapshot()
+	if a.cfg.Publisher != nil {
+		if err := a.cfg.Publisher.Publish(ctx, st); err != nil {
+			a.cfg.Metrics.Error("agent", "publish")
+			errs = append(errs, fmt.Errorf("agent %s: publishing state: %w", a.cfg.Host, err))
+		}
+	}
+	return st, errors.Join(errs...)
+}
+
+// capture sends one batch with a leg for every (hold, vm) charged beyond
+// what the bank confirmed, and takes in the bank's answer.
+func (a *Agent) capture(ctx context.Context, now time.Time) error {
+	var keys []legKey
+	for k, t := range a.total {
+		if t > a.captured[k] {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].hold != keys[j].hold {
+			return keys[i].hold < keys[j].hold
+		}
+		return keys[i].vm < keys[j].vm
+	})
+	a.round = max(a.round+1, now.UnixMilli())
+	batch := &wire.CaptureBatch{Host: a.cfg.Host, Tick: a.round, Legs: make([]wire.CaptureLeg, len(keys))}
+	for i, k := range keys {
+		batch.Legs[i] = wire.CaptureLeg{
+			ID:   fmt.Sprintf("%s/%s/%s/%d", k.hold, a.cfg.Host, k.vm, a.round),
+			Hold: k.hold, VM: k.vm, Cumulative: a.total[k],
+		}
+	}
+	rep, err := a.cfg.Capturer.Capture(ctx, batch)
+	if err != nil {
+		return fmt.Errorf("agent %s: capture: %w", a.cfg.Host, err)
+	}
+	if len(rep.Legs) != len(keys) {
+		return fmt.Errorf("agent %s: capture reply has %d legs for %d sent", a.cfg.Host, len(rep.Legs), len(keys))
+	}
+	dead := map[string]bool{}
+	for i, res := range rep.Legs {
+		k := keys[i]
+		if res.Error != nil {
+			// Unknown, closed or expired hold, or a leg id clash: nothing
+			// more can be charged to this hold from here.
+			a.cfg.Metrics.Error("agent", "capture_"+res.Error.Code)
+			dead[k.hold] = true
+			continue
+		}
+		a.captured[k] = max(a.captured[k], res.Captured)
+		if res.Exhausted {
+			dead[k.hold] = true
+		}
+	}
+	if m := a.cfg.Metrics; m != nil {
+		m.Captures.WithLabelValues(a.cfg.Host).Inc()
+		m.CapturedMicro.WithLabelValues(a.cfg.Host).Add(float64(rep.Applied))
+	}
+	if len(dead) > 0 {
+		for id, b := range a.bids {
+			if dead[b.Hold] {
+				delete(a.bids, id)
+			}
+		}
+		for k := range a.total {
+			if dead[k.hold] {
+				delete(a.total, k)
+				delete(a.captured, k)
+			}
+		}
+		a.enforce(ctx, now)
+	}
+	return nil
+}
+
+// rates are the funded rates at now, micro-credits per second.
+func (a *Agent) rates(now time.Time) map[string]float64 {
+	r := make(map[string]float64, len(a.bids))
+	for id, b := range a.bids {
+		if now.Before(b.end()) {
+			r[id] = money.Rate(b.Budget, b.Duration.D())
+		}
+	}
+	return r
+}
+
+func (a *Agent) vmIDs() []string {
+	ids := make([]string, 0, len(a.vms))
+	for id := range a.vms {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// enforce computes the shares from the book and applies them.
+func (a *Agent) enforce(ctx context.Context, now time.Time) {
+	a.desired = Shares(a.vmIDs(), a.rates(now))
+	if err := a.cfg.Enforcer.Apply(ctx, a.desired); err != nil {
+		a.cfg.Metrics.Error("agent", "apply")
+	}
+}
+
+// reconcile re-derives the shares (bids may have ended) and re-applies them
+// if what is in force differs from them.
+func (a *Agent) reconcile(ctx context.Context, now time.Time) {
+	want := Shares(a.vmIDs(), a.rates(now))
+	got, err := a.cfg.Enforcer.Applied(ctx)
+	if err == nil && sameShares(want, got) && sameShares(want, a.desired) {
+		return
+	}
+	if err == nil && sameShares(want, a.desired) {
+		a.cfg.Metrics.Error("agent", "drift") // changed behind our back
+	}
+	a.enforce(ctx, now)
+}
+
+func sameShares(a, b map[string]float64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for vm, q := range a {
+		p, ok := b[vm]
+		if !ok || math.Abs(p-q) > 1e-9 {
+			return false
+		}
+	}
+	return true
+}
+
+// measure turns the CPU time used since the last tick into utilisation.
+func (a *Agent) measure(ctx context.Context, now time.Time) {
+	use, err := a.cfg.Enforcer.Usage(ctx)
+	if err != nil {
+		a.cfg.Metrics.Error("agent", "usage")
+		return
+	}
+	if dt := now.Sub(a.lastTick).Seconds(); dt > 0 {
+		for vm, u := range use {
+			a.util[vm] = (u - a.lastUse[vm]).Seconds() / (dt * a.cfg.Capacity)
+		}
+	}
+	a.lastTick, a.lastUse = now, use
+}
+
+// snapshot builds the host's state from the book and records it.
+func (a *Agent) snapshot() wire.HostState {
+	now := a.cfg.Now()
+	rates := a.rates(now)
+	st := wire.HostState{Versioned: wire.Versioned{V: wire.Version}, Host: a.cfg.Host, Time: now, Tick: a.ticks,
+		VMs: make([]wire.VMState, 0, len(a.vms))}
+	m := a.cfg.Metrics
+	for _, id := range a.vmIDs() {
+		vs := wire.VMState{VM: id, Owner: a.vms[id].Owner, Rate: rates[id], Share: a.desired[id], Util: a.util[id]}
+		if b := a.bids[id]; b != nil {
+			vs.Plan, vs.Hold, vs.Budget, vs.Charged, vs.Ends = b.Plan, b.Hold, b.Budget, b.charged(now), b.end()
+		}
+		st.Price += vs.Rate
+		st.VMs = append(st.VMs, vs)
+		if m != nil {
+			m.VMShare.WithLabelValues(a.cfg.Host, id).Set(vs.Share)
+			m.VMRate.WithLabelValues(a.cfg.Host, id).Set(vs.Rate)
+		}
+	}
+	if m != nil {
+		m.HostPrice.WithLabelValues(a.cfg.Host).Set(st.Price)
+	}
+	a.state = st
+	return copyState(st)
+}
+
+// State is the host's state as of the last tick or bid change.
+func (a *Agent) State() wire.HostState {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return copyState(a.state)
+}
+
+func copyState(st wire.HostState) wire.HostState {
+	st.VMs = append([]wire.VMState(nil), st.VMs...)
+	return st
+}

@@ -1,0 +1,326 @@
+package agent_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mrmarket/mrmarket/agent"
+	"github.com/mrmarket/mrmarket/bank"
+	"github.com/mrmarket/mrmarket/internal/money"
+	"github.com/mrmarket/mrmarket/internal/wire"
+)
+
+var t0 = time.Date(2026, 4, 1, 0, 0, 0, 0, time.UTC)
+
+// replayingBank is the real bank behind a link that delivers every batch
+// twice, as a retry after a lost reply would.
+type replayingBank struct {
+	*bank.Bank
+	mu      sync.Mutex
+	batches int
+}
+
+func (r *replayingBank) Capture(ctx context.Context, b *wire.CaptureBatch) (wire.CaptureReply, error) {
+	r.mu.Lock()
+	r.batches++
+	r.mu.Unlock()
+	if _, err := r.Bank.Capture(ctx, b); err != nil {
+		return wire.CaptureReply{}, err
+	}
+	return r.Bank.Capture(ctx, b)
+}
+
+type host struct {
+	a     *agent.Agent
+	sim   *agent.SimEnforcer
+	bank  *replayingBank
+	clock *time.Time
+}
+
+func newHost(t testing.TB, vms ...agent.VM) *host {
+	t.Helper()
+	clock := t0
+	now := func() time.Time { return clock }
+	b, err := bank.Open(filepath.Join(t.TempDir(), "bank.db"), bank.Options{Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	h := &host{sim: agent.NewSimEnforcer(now, 1, vms...), bank: &replayingBank{Bank: b}, clock: &clock}
+	h.a, err = agent.New(agent.Config{Host: "host-1", Enforcer: h.sim, Capturer: h.bank, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// fund grants user the amount and holds all of it under hold id.
+func (h *host) fund(t testing.TB, user, id string, amount money.Micro) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := h.bank.Grant(ctx, &wire.GrantRequest{ID: "g-" + id, User: user, Amount: amount}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.bank.Hold(ctx, &wire.HoldRequest{ID: id, User: user, Amount: amount, Expires: t0.Add(400 * 24 * time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (h *host) tick(t testing.TB) wire.HostState {
+	t.Helper()
+	st, err := h.a.Tick(context.Background(), *h.clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func (h *host) captured(t testing.TB, hold string) money.Micro {
+	t.Helper()
+	l, err := h.bank.Ledger(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Violations) > 0 {
+		t.Fatalf("ledger: %v", l.Violations)
+	}
+	var sum money.Micro
+	for _, a := range l.Accounts {
+		if a.Kind == wire.AccountProvider {
+			sum += a.Balance
+		}
+	}
+	return sum
+}
+
+func bidReq(bids ...wire.Bid) *wire.BidRequest { return &wire.BidRequest{Set: bids} }
+
+// TestChargingIsExact: for random budgets, durations and jittered ticks the
+// captures follow floor(B·t/D) at every tick, never exceed the hold, and sum
+// to exactly B at the end of D, even though every batch is delivered twice.
+func TestChargingIsExact(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 13))
+	for trial := range 40 {
+		h := newHost(t, agent.VM{ID: "vm1", Owner: "alice"}, agent.VM{ID: "vm2", Owner: "alice"})
+		budget := money.Micro(1 + rng.Int64N(int64(money.Max)))
+		if trial%2 == 0 {
+			budget = money.Micro(1 + rng.Int64N(10_000)) // small budgets: rounding matters
+		}
+		d := time.Duration(1+rng.Int64N(int64(48*time.Hour))) + time.Second
+		h.fund(t, "alice", "hold", budget)
+		if _, err := h.a.SetBids(context.Background(), bidReq(wire.Bid{VM: "vm1", Owner: "alice", Plan: "p", Hold: "hold", Budget: budget, Duration: wire.Duration(d)})); err != nil {
+			t.Fatal(err)
+		}
+		for elapsed := time.Duration(0); elapsed < d+time.Minute; {
+			elapsed += time.Duration(rng.Int64N(int64(d/7) + 1))
+			*h.clock = t0.Add(elapsed)
+			h.tick(t)
+			want, _ := money.Charge(budget, elapsed, d)
+			if got := h.captured(t, "hold"); got != want {
+				t.Fatalf("trial %d: B=%d D=%s at %s: captured %d, want floor(B·t/D) = %d", trial, budget, d, elapsed, got, want)
+			}
+		}
+		if got := h.captured(t, "hold"); got != budget {
+			t.Fatalf("trial %d: captured %d of %d at the end", trial, got, budget)
+		}
+		if st := h.a.State(); st.Price != 0 || st.VMs[0].Plan != "" {
+			t.Fatalf("finished bid still in the book: %+v", st)
+		}
+	}
+}
+
+// TestOneBatchPerTick: many bids, one capture per tick.
+func TestOneBatchPerTick(t *testing.T) {
+	var vms []agent.VM
+	var bids []wire.Bid
+	for i := range 50 {
+		vms = append(vms, agent.VM{ID: fmt.Sprintf("vm%d", i), Owner: "alice"})
+		bids = append(bids, wire.Bid{VM: vms[i].ID, Owner: "alice", Plan: "p", Hold: "hold", Budget: 1000, Duration: wire.Duration(time.Hour)})
+	}
+	h := newHost(t, vms...)
+	h.fund(t, "alice", "hold", 50_000)
+	if _, err := h.a.SetBids(context.Background(), bidReq(bids...)); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 8; i++ { // the bids run 60 minutes: 8 ticks of 7
+		*h.clock = t0.Add(time.Duration(i) * 7 * time.Minute)
+		h.tick(t)
+		if h.bank.batches != i {
+			t.Fatalf("after %d ticks: %d batches", i, h.bank.batches)
+		}
+	}
+}
+
+// TestBidChangesSettleAndReenforce: a replaced bid is charged up to the
+// change and the new rate applies at once; a cancelled one is charged up to
+// the cancel immediately; an exhausted hold zeroes its bids.
+func TestBidChangesSettleAndReenforce(t *testing.T) {
+	ctx := context.Background()
+	h := newHost(t, agent.VM{ID: "a", Owner: "alice"}, agent.VM{ID: "b", Owner: "bob"})
+	h.fund(t, "alice", "ha", 10_000)
+	h.fund(t, "bob", "hb", 3_000)
+	st, err := h.a.SetBids(ctx, bidReq(
+		wire.Bid{VM: "a", Owner: "alice", Plan: "pa", Hold: "ha", Budget: 3600, Duration: wire.Duration(time.Hour)},
+	))
+	if err != nil {
+		t.Fatal(err)
+	}
+	applied, _ := h.sim.Applied(ctx)
+	if math.Abs(applied["a"]-(1-agent.FloorShare)) > 1e-12 || applied["b"] != agent.FloorShare || st.Price != 1 {
+		t.Fatalf("one funded bid: applied %v, price %v", applied, st.Price)
+	}
+	if _, err := h.a.SetBids(ctx, bidReq(wire.Bid{VM: "b", Owner: "bob", Plan: "pb", Hold: "hb", Budget: 7200, Duration: wire.Duration(time.Hour)})); err != nil {
+		t.Fatal(err)
+	}
+	applied, _ = h.sim.Applied(ctx)
+	if math.Abs(applied["b"]/applied["a"]-2) > 1e-9 {
+		t.Fatalf("bob bids twice alice's rate: applied %v", applied)
+	}
+
+	// Alice doubles her rate after 10 minutes: 600 charged so far, and the
+	// new bid continues the same hold's total.
+	*h.clock = t0.Add(10 * time.Minute)
+	if _, err := h.a.SetBids(ctx, bidReq(wire.Bid{VM: "a", Owner: "alice", Plan: "pa", Hold: "ha", Budget: 7200, Duration: wire.Duration(time.Hour)})); err != nil {
+		t.Fatal(err)
+	}
+	applied, _ = h.sim.Applied(ctx)
+	if math.Abs(applied["a"]/applied["b"]-1) > 1e-9 {
+		t.Fatalf("equal rates now: applied %v", applied)
+	}
+	*h.clock = t0.Add(20 * time.Minute)
+	h.tick(t)
+	bal, _ := h.bank.Balance(ctx, &wire.BalanceRequest{User: "alice"})
+	if bal.Spent != 600+1200 {
+		t.Fatalf("alice spent %s, want 600 + 1200 micro", bal.Spent)
+	}
+	// Bob's hold (3000) runs out before his bid (7200/h) ends: at 25 min he
+	// has been charged 3000 and his bid is dropped.
+	*h.clock = t0.Add(26 * time.Minute)
+	st = h.tick(t)
+	bob, _ := h.bank.Balance(ctx, &wire.BalanceRequest{User: "bob"})
+	if bob.Spent != 3000 {
+		t.Fatalf("bob spent %s of a 3000 hold", bob.Spent)
+	}
+	for _, v := range st.VMs {
+		if v.VM == "b" && (v.Rate != 0 || v.Share != agent.FloorShare) {
+			t.Fatalf("bob's exhausted bid still funded: %+v", v)
+		}
+	}
+	// Alice cancels at 30 min: charged to the cancel at once.
+	*h.clock = t0.Add(30 * time.Minute)
+	if _, err := h.a.SetBids(ctx, &wire.BidRequest{Cancel: []string{"a"}, Plan: "pa"}); err != nil {
+		t.Fatal(err)
+	}
+	bal, _ = h.bank.Balance(ctx, &wire.BalanceRequest{User: "alice"})
+	if bal.Spent != 600+2400 {
+		t.Fatalf("alice spent %s at cancel, want 3000 micro", bal.Spent)
+	}
+	applied, _ = h.sim.Applied(ctx)
+	if applied["a"] != 0.5 || applied["b"] != 0.5 {
+		t.Fatalf("no bids: applied %v", applied)
+	}
+}
+
+// TestReconcileRepairsDrift: a share changed behind the agent's back is put
+// right by the next tick.
+func TestReconcileRepairsDrift(t *testing.T) {
+	ctx := context.Background()
+	h := newHost(t, agent.VM{ID: "a", Owner: "alice"}, agent.VM{ID: "b", Owner: "bob"})
+	h.fund(t, "alice", "ha", 10_000)
+	if _, err := h.a.SetBids(ctx, bidReq(wire.Bid{VM: "a", Owner: "alice", Plan: "pa", Hold: "ha", Budget: 3600, Duration: wire.Duration(time.Hour)})); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := h.sim.Applied(ctx)
+	h.sim.Tamper("a", 0.01)
+	h.sim.Tamper("b", 0.99)
+	*h.clock = t0.Add(time.Second)
+	h.tick(t)
+	if got, _ := h.sim.Applied(ctx); got["a"] != want["a"] || got["b"] != want["b"] {
+		t.Fatalf("after reconcile: %v, want %v", got, want)
+	}
+}
+
+// TestBadBidsChangeNothing: refused bid requests leave the book, the shares
+// and the bank as they were.
+func TestBadBidsChangeNothing(t *testing.T) {
+	ctx := context.Background()
+	h := newHost(t, agent.VM{ID: "a", Owner: "alice"}, agent.VM{ID: "b", Owner: "bob"})
+	h.fund(t, "alice", "ha", 10_000)
+	good := wire.Bid{VM: "a", Owner: "alice", Plan: "pa", Hold: "ha", Budget: 3600, Duration: wire.Duration(time.Hour)}
+	if _, err := h.a.SetBids(ctx, bidReq(good)); err != nil {
+		t.Fatal(err)
+	}
+	before, applied0 := h.a.State(), must(h.sim.Applied(ctx))
+	with := func(f func(*wire.Bid)) *wire.BidRequest {
+		b := good
+		b.VM = "b"
+		b.Owner = "bob"
+		f(&b)
+		return bidReq(b)
+	}
+	cases := []struct {
+		name string
+		req  *wire.BidRequest
+		want error
+	}{
+		{"unknown VM", with(func(b *wire.Bid) { b.VM = "zz" }), wire.ErrNotFound},
+		{"another's VM", with(func(b *wire.Bid) { b.Owner = "alice" }), wire.ErrForbidden},
+		{"zero budget", with(func(b *wire.Bid) { b.Budget = 0 }), wire.ErrBadRequest},
+		{"negative budget", with(func(b *wire.Bid) { b.Budget = -1 }), wire.ErrBadRequest},
+		{"absurd budget", with(func(b *wire.Bid) { b.Budget = money.Max + 1 }), wire.ErrBadRequest},
+		{"zero duration", with(func(b *wire.Bid) { b.Duration = 0 }), wire.ErrBadRequest},
+		{"bad hold id", with(func(b *wire.Bid) { b.Hold = "" }), wire.ErrBadRequest},
+		{"empty", &wire.BidRequest{}, wire.ErrBadRequest},
+		{"one good one bad", bidReq(good, wire.Bid{VM: "zz", Owner: "bob", Plan: "p", Hold: "h", Budget: 1, Duration: wire.Duration(time.Hour)}), wire.ErrNotFound},
+		{"cancel unknown VM", &wire.BidRequest{Cancel: []string{"zz"}, Plan: "pa"}, wire.ErrNotFound},
+		{"cancel without plan", &wire.BidRequest{Cancel: []string{"a"}}, wire.ErrBadRequest},
+	}
+	for _, c := range cases {
+		if _, err := h.a.SetBids(ctx, c.req); !errors.Is(err, c.want) {
+			t.Errorf("%s: got %v, want %v", c.name, err, c.want)
+		}
+	}
+	// Cancelling another plan's bid is not an error but touches nothing.
+	if _, err := h.a.SetBids(ctx, &wire.BidRequest{Cancel: []string{"a"}, Plan: "other"}); err != nil {
+		t.Fatal(err)
+	}
+	after := h.a.State()
+	if fmt.Sprint(before.VMs) != fmt.Sprint(after.VMs) || fmt.Sprint(applied0) != fmt.Sprint(must(h.sim.Applied(ctx))) {
+		t.Fatalf("bad bids changed the host:\n%+v\n%+v", before.VMs, after.VMs)
+	}
+}
+
+// TestSimHostIsWorkConserving: CPU follows the shares among busy VMs and an
+// idle VM's share goes to the others.
+func TestSimHostIsWorkConserving(t *testing.T) {
+	ctx := context.Background()
+	clock := t0
+	sim := agent.NewSimEnforcer(func() time.Time { return clock }, 2, agent.VM{ID: "a"}, agent.VM{ID: "b"}, agent.VM{ID: "c"})
+	if err := sim.Apply(ctx, map[string]float64{"a": 0.5, "b": 0.25, "c": 0.25}); err != nil {
+		t.Fatal(err)
+	}
+	sim.SetDemand("c", 0.1)
+	clock = clock.Add(100 * time.Second)
+	u := must(sim.Usage(ctx))
+	// c uses 0.1 CPU; a and b split the other 1.9 CPUs 2:1.
+	if math.Abs(u["c"].Seconds()-10) > 1e-6 || math.Abs(u["a"].Seconds()-190.0*2/3) > 1e-6 || math.Abs(u["b"].Seconds()-190.0/3) > 1e-6 {
+		t.Fatalf("usage %v", u)
+	}
+	if err := sim.Apply(ctx, map[string]float64{"zz": 1}); err == nil {
+		t.Fatal("applying a share to an unknown VM succeeded")
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}

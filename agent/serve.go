@@ -1,0 +1,83 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mrmarket/mrmarket/internal/wire"
+)
+
+// Serve answers the agent's subjects on nc: bid changes and state requests
+// for its host. stop unsubscribes.
+func Serve(nc *nats.Conn, a *Agent) (stop func(), err error) {
+	host := a.Host()
+	observe := func(op string) func(string) {
+		return func(code string) { a.cfg.Metrics.Request("agent", op, code) }
+	}
+	bids, err := wire.ServeObserved(nc, wire.AgentBidSubject(host), "", observe("bid"),
+		func(ctx context.Context, r *wire.BidRequest) (any, error) { return a.SetBids(ctx, r) })
+	if err != nil {
+		return nil, err
+	}
+	state, err := wire.ServeObserved(nc, wire.AgentStateSubject(host), "", observe("state"),
+		func(context.Context, *wire.StateRequest) (any, error) { return a.State(), nil })
+	if err != nil {
+		_ = bids.Unsubscribe()
+		return nil, err
+	}
+	stop = func() {
+		_ = bids.Unsubscribe()
+		_ = state.Unsubscribe()
+	}
+	if err := nc.Flush(); err != nil {
+		stop()
+		return nil, err
+	}
+	return stop, nil
+}
+
+// Run ticks a on its clock every period until ctx ends. Errors are counted
+// in the metrics; the next tick retries.
+func Run(ctx context.Context, a *Agent, period time.Duration) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			_, _ = a.Tick(ctx, a.Now()) // counted in the metrics by Tick
+		}
+	}
+}
+
+// NATSPublisher publishes a host's state on its subject and keeps the last
+// one in the MRM_HOSTS bucket (KV may be nil), so a broker that starts later
+// catches up.
+type NATSPublisher struct {
+	NC *nats.Conn
+	KV jetstream.KeyValue
+}
+
+// Publish sends st.
+func (p NATSPublisher) Publish(ctx context.Context, st wire.HostState) error {
+	st.V = wire.Version
+	data, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	if err := p.NC.Publish(wire.HostStateSubject(st.Host), data); err != nil {
+		return fmt.Errorf("publishing %s: %w", wire.HostStateSubject(st.Host), err)
+	}
+	if p.KV != nil {
+		if _, err := p.KV.Put(ctx, st.Host, data); err != nil {
+			return fmt.Errorf("storing state in %s: %w", wire.BucketHosts, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,48 @@
+package agent
+
+// FloorShare is the share of the host a VM without a funded bid keeps, so
+// that it can still boot and answer; all floors together never exceed
+// maxFloorTotal of the host.
+const FloorShare = 0.0002
+
+// maxFloorTotal caps the host fraction the floors of unfunded VMs take.
+const maxFloorTotal = 0.1
+
+// Shares divides a host among vms by the share rule: a VM with a positive
+// rate gets q_i = r_i / Σ_j r_j of what the floors leave, a VM without one
+// gets only the floor, and with no positive rate at all every VM gets an
+// equal share. The shares sum to 1 (for a non-empty vms).
+func Shares(vms []string, rates map[string]float64) map[string]float64 {
+	shares := make(map[string]float64, len(vms))
+	if len(vms) == 0 {
+		return shares
+	}
+	var total float64
+	unfunded := 0
+	for _, vm := range vms {
+		if r := rates[vm]; r > 0 {
+			total += r
+		} else {
+			unfunded++
+		}
+	}
+	if total <= 0 {
+		for _, vm := range vms {
+			shares[vm] = 1 / float64(len(vms))
+		}
+		return shares
+	}
+	floor := 0.0
+	if unfunded > 0 {
+		floor = min(FloorShare, maxFloorTotal/float64(unfunded))
+	}
+	rest := 1 - floor*float64(unfunded)
+	for _, vm := range vms {
+		if r := rates[vm]; r > 0 {
+			shares[vm] = rest * r / total
+		} else {
+			shares[vm] = floor
+		}
+	}
+	return shares
+}
