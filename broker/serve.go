@@ -1,0 +1,135 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mrmarket/mrmarket/internal/wire"
+)
+
+// Serve feeds b with every host's state (the live subject, after catching
+// up from the MRM_HOSTS bucket when it exists) and answers the broker's
+// subjects in the broker's queue group. stop unsubscribes.
+func Serve(nc *nats.Conn, b *Broker) (stop func(), err error) {
+	var subs []*nats.Subscription
+	stop = func() {
+		for _, s := range subs {
+			_ = s.Unsubscribe()
+		}
+	}
+	states, err := nc.Subscribe(wire.AllHostStates, func(m *nats.Msg) {
+		var st wire.HostState
+		if err := wire.Decode(m.Data, &st); err != nil {
+			b.cfg.Metrics.Error("broker", "bad_state")
+			return
+		}
+		b.Observe(st)
+	})
+	if err != nil {
+		return nil, err
+	}
+	subs = append(subs, states)
+	if err := catchUp(nc, b); err != nil {
+		stop()
+		return nil, err
+	}
+	observe := func(op string) func(string) {
+		return func(code string) { b.cfg.Metrics.Request("broker", op, code) }
+	}
+	add := func(s *nats.Subscription, err error) error {
+		if err == nil {
+			subs = append(subs, s)
+		}
+		return err
+	}
+	q := wire.QueueBroker
+	for _, err := range []error{
+		add(wire.ServeObserved(nc, wire.BrokerSpend, q, observe("spend"), func(ctx context.Context, r *wire.SpendRequest) (any, error) { return b.Spend(ctx, r) })),
+		add(wire.ServeObserved(nc, wire.BrokerCancel, q, observe("cancel"), func(ctx context.Context, r *wire.CancelRequest) (any, error) { return b.Cancel(ctx, r) })),
+		add(wire.ServeObserved(nc, wire.BrokerPlans, q, observe("plans"), func(_ context.Context, r *wire.PlansRequest) (any, error) { return b.Plans(r), nil })),
+		add(wire.ServeObserved(nc, wire.BrokerPrice, q, observe("price"), func(_ context.Context, r *wire.PriceRequest) (any, error) { return b.Price(r) })),
+		add(wire.ServeObserved(nc, wire.BrokerVMs, q, observe("vms"), func(_ context.Context, r *wire.VMsRequest) (any, error) { return b.VMs(r), nil })),
+	} {
+		if err != nil {
+			stop()
+			return nil, err
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		stop()
+		return nil, err
+	}
+	return stop, nil
+}
+
+// catchUp reads the last state of every host from the MRM_HOSTS bucket.
+// No JetStream or no bucket yet is not an error: states will come live.
+func catchUp(nc *nats.Conn, b *Broker) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil
+	}
+	kv, err := js.KeyValue(ctx, wire.BucketHosts)
+	if err != nil {
+		return nil
+	}
+	keys, err := kv.ListKeys(ctx)
+	if err != nil {
+		return nil
+	}
+	for key := range keys.Keys() {
+		e, err := kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		var st wire.HostState
+		if err := wire.Decode(e.Value(), &st); err != nil {
+			b.cfg.Metrics.Error("broker", "bad_state")
+			continue
+		}
+		b.Observe(st)
+	}
+	return nil
+}
+
+// Client is the broker over NATS. Its methods set each request's version.
+type Client struct{ NC *nats.Conn }
+
+// Spend starts a plan.
+func (c Client) Spend(ctx context.Context, req *wire.SpendRequest) (rep wire.SpendReply, err error) {
+	req.V = wire.Version
+	return rep, wire.Call(ctx, c.NC, wire.BrokerSpend, req, &rep)
+}
+
+// Cancel ends a plan now.
+func (c Client) Cancel(ctx context.Context, req *wire.CancelRequest) (rep wire.Plan, err error) {
+	req.V = wire.Version
+	return rep, wire.Call(ctx, c.NC, wire.BrokerCancel, req, &rep)
+}
+
+// Plans lists plans.
+func (c Client) Plans(ctx context.Context, req *wire.PlansRequest) (rep wire.PlansReply, err error) {
+	req.V = wire.Version
+	return rep, wire.Call(ctx, c.NC, wire.BrokerPlans, req, &rep)
+}
+
+// Price reports host prices.
+func (c Client) Price(ctx context.Context, req *wire.PriceRequest) (rep wire.PriceReply, err error) {
+	req.V = wire.Version
+	return rep, wire.Call(ctx, c.NC, wire.BrokerPrice, req, &rep)
+}
+
+// VMs lists VMs.
+func (c Client) VMs(ctx context.Context, req *wire.VMsRequest) (rep wire.VMsReply, err error) {
+	req.V = wire.Version
+	return rep, wire.Call(ctx, c.NC, wire.BrokerVMs, req, &rep)
+}
