@@ -1,0 +1,66 @@
+package market_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mrmarket/mrmarket/internal/obs"
+	"github.com/mrmarket/mrmarket/internal/wire"
+)
+
+// TestMetricsAndHealth: the daemon endpoints report price, shares, captures
+// and errors, and /healthz reflects the components.
+func TestMetricsAndHealth(t *testing.T) {
+	ctx := context.Background()
+	m, clock, bc, brc := testMarket(t)
+	srv, err := obs.Serve("127.0.0.1:0", m.Registry, m.Health())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if _, err := bc.Grant(ctx, &wire.GrantRequest{ID: "g", User: "alice", Amount: 50_000_000}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := brc.Spend(ctx, &wire.SpendRequest{User: "alice", Budget: 10_000_000, Duration: wire.Duration(time.Minute), VMs: []string{"a1"}, Strategy: wire.StrategyFair}); err != nil {
+		t.Fatal(err)
+	}
+	*clock = clock.Add(10 * time.Second)
+	if err := m.Tick(ctx, *clock); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := m.NC("metrics-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = wire.CallRaw(ctx, nc, wire.BankGrant, []byte("garbage"), nil) // one refused request
+
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + srv.Addr().String() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	code, body := get("/healthz")
+	if code != 200 || strings.TrimSpace(body) != "ok" {
+		t.Fatalf("/healthz: %d %q", code, body)
+	}
+	_, body = get("/metrics")
+	for _, want := range []string{
+		`mrm_host_price_micro_per_second{host="host-1"}`,
+		`mrm_vm_share{host="host-1",vm="a1"}`,
+		`mrm_captures_total{host="host-1"}`,
+		`mrm_captured_micro_total{host="host-1"}`,
+		`mrm_requests_total{code="bad_request",component="bank",op="grant"}`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
