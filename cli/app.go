@@ -1,0 +1,144 @@
+// Package cli is the mrmarket command tree (urfave/cli/v2). It parses flags,
+// calls the market's components over NATS, and prints tables for people or
+// JSON (--json) for machines. It holds no business logic: every rule lives in
+// agent, bank, broker and strategies.
+//
+// Exit codes mean something:
+//
+//	0  success
+//	1  internal error
+//	2  bad input (flags, amounts, ids) — nothing was changed
+//	3  refused by the market (unknown user or VM, not yours, not enough money, conflict, expired)
+//	4  the market is unreachable (nothing answers on NATS)
+//
+// Connection and identity come from flags or the environment: MRM_NATS_URL
+// (default nats://127.0.0.1:4222) and MRM_USER.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/mrmarket/mrmarket/internal/wire"
+)
+
+// Exit codes.
+const (
+	ExitOK          = 0
+	ExitInternal    = 1
+	ExitBadInput    = 2
+	ExitRefused     = 3
+	ExitUnavailable = 4
+)
+
+// DefaultNATSURL is where a local `mrmarket up` listens.
+const DefaultNATSURL = "nats://127.0.0.1:4222"
+
+var (
+	flagJSON = &ucli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"}
+	flagNATS = &ucli.StringFlag{Name: "nats", Usage: "NATS URL of the market", Value: DefaultNATSURL, EnvVars: []string{"MRM_NATS_URL"}}
+	flagUser = &ucli.StringFlag{Name: "user", Usage: "the user acting", EnvVars: []string{"MRM_USER"}}
+)
+
+// App returns the mrmarket command tree writing to stdout and stderr.
+func App(stdout, stderr io.Writer) *ucli.App {
+	return &ucli.App{
+		Name:  "mrmarket",
+		Usage: "a proportional-share market for shared clusters",
+		Description: "Users get budgets and spend them as rates on the VMs that host their Hadoop nodes;\n" +
+			"every host divides itself among its VMs in proportion to those rates.\n\n" +
+			"Start here:  mrmarket demo        (the whole market in one process, simulated time)\n" +
+			"             mrmarket up --data ./.data   (a persistent local market)",
+		Writer:         stdout,
+		ErrWriter:      stderr,
+		HideHelpCommand: true,
+		Commands: []*ucli.Command{
+			demoCommand(),
+			upCommand(),
+			bankCommand(),
+			balanceCommand(),
+			spendCommand(),
+			cancelCommand(),
+			plansCommand(),
+			priceCommand(),
+			vmsCommand(),
+			ledgerCommand(),
+		},
+		ExitErrHandler: func(*ucli.Context, error) {}, // Main maps errors to exit codes
+	}
+}
+
+// Main runs the command line and returns the process exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := App(stdout, stderr).RunContext(ctx, args)
+	if err == nil {
+		return ExitOK
+	}
+	fmt.Fprintln(stderr, "mrmarket:", err)
+	return ExitCode(err)
+}
+
+// usageError marks an error in the command line itself.
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+func badInput(format string, args ...any) error {
+	return usageError{fmt.Errorf(format, args...)}
+}
+
+// ExitCode maps an error to the documented exit code.
+func ExitCode(err error) int {
+	var ue usageError
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.As(err, &ue), errors.Is(err, wire.ErrBadRequest):
+		return ExitBadInput
+	case errors.Is(err, wire.ErrUnavailable):
+		return ExitUnavailable
+	case errors.Is(err, wire.ErrNotFound), errors.Is(err, wire.ErrForbidden), errors.Is(err, wire.ErrConflict),
+		errors.Is(err, wire.ErrInsufficient), errors.Is(err, wire.ErrExpired):
+		return ExitRefused
+	}
+	var we *wire.Error
+	if errors.As(err, &we) && we.Code == wire.CodeInternal {
+		return ExitInternal
+	}
+	// urfave/cli reports unknown flags and missing arguments as plain errors.
+	return ExitBadInput
+}
+
+// connect opens a client connection to the market named by --nats, failing
+// fast (not retrying forever) when nothing is there.
+func connect(c *ucli.Context) (*nats.Conn, error) {
+	url := c.String("nats")
+	nc, err := nats.Connect(url, nats.Name("mrmarket-cli"), nats.Timeout(3*time.Second))
+	if err != nil {
+		return nil, wire.Errorf(wire.ErrUnavailable, "cannot reach the market at %s: %v (start one with `mrmarket up`, or set MRM_NATS_URL)", url, err)
+	}
+	return nc, nil
+}
+
+// requireUser returns --user or a usage error.
+func requireUser(c *ucli.Context) (string, error) {
+	u := c.String("user")
+	if u == "" {
+		return "", badInput("--user (or MRM_USER) is required")
+	}
+	if err := wire.CheckName("user", u); err != nil {
+		return "", usageError{err}
+	}
+	return u, nil
+}

@@ -1,0 +1,180 @@
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mrmarket/mrmarket/agent"
+	"github.com/mrmarket/mrmarket/cli"
+	"github.com/mrmarket/mrmarket/internal/market"
+	"github.com/mrmarket/mrmarket/internal/wire"
+)
+
+type run struct {
+	code           int
+	stdout, stderr string
+}
+
+func mrmarket(args ...string) run {
+	var out, errb bytes.Buffer
+	code := cli.Main(append([]string{"mrmarket"}, args...), &out, &errb)
+	return run{code, out.String(), errb.String()}
+}
+
+func startMarket(t *testing.T) (*market.Market, *time.Time) {
+	t.Helper()
+	clock := time.Date(2026, 5, 1, 8, 0, 0, 0, time.UTC)
+	m, err := market.Start(context.Background(), market.Config{
+		Dir: t.TempDir(), NATSPort: -1, Now: func() time.Time { return clock },
+		Hosts: []market.HostSpec{{ID: "host-1", CPUs: 1, VMs: []agent.VM{{ID: "a1", Owner: "alice"}, {ID: "b1", Owner: "bob"}}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	return m, &clock
+}
+
+func TestCommandsAgainstARunningMarket(t *testing.T) {
+	m, clock := startMarket(t)
+	n := "--nats=" + m.URL
+
+	r := mrmarket("bank", "grant", n, "--user", "alice", "--amount", "100", "--id", "g1")
+	if r.code != 0 || !strings.Contains(r.stdout, "granted 100 to alice") {
+		t.Fatalf("grant: %+v", r)
+	}
+	r = mrmarket("bank", "grant", n, "--user", "alice", "--amount", "100", "--id", "g1")
+	if r.code != 0 || !strings.Contains(r.stdout, "already applied") {
+		t.Fatalf("repeated grant: %+v", r)
+	}
+	r = mrmarket("spend", n, "--user", "alice", "--budget", "12", "--duration", "1h", "--vm", "a1", "--json")
+	if r.code != 0 {
+		t.Fatalf("spend: %+v", r)
+	}
+	var sp wire.SpendReply
+	if err := json.Unmarshal([]byte(r.stdout), &sp); err != nil || sp.Plan.Status != wire.PlanRunning {
+		t.Fatalf("spend --json: %v %+v", err, r)
+	}
+	*clock = clock.Add(30 * time.Minute)
+	if err := m.Tick(context.Background(), *clock); err != nil {
+		t.Fatal(err)
+	}
+	r = mrmarket("vms", n)
+	if r.code != 0 || !strings.Contains(r.stdout, "a1") || !strings.Contains(r.stdout, sp.Plan.ID) {
+		t.Fatalf("vms: %+v", r)
+	}
+	r = mrmarket("price", n, "--json")
+	var pr wire.PriceReply
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &pr) != nil || len(pr.Hosts) != 1 || pr.Hosts[0].Price <= 0 {
+		t.Fatalf("price: %+v", r)
+	}
+	r = mrmarket("balance", n, "--user", "alice", "--json")
+	var bal wire.BalanceReply
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &bal) != nil || bal.Spent.String() != "6" || bal.Balance.String() != "88" {
+		t.Fatalf("balance after half the plan: %+v (%+v)", bal, r)
+	}
+	r = mrmarket("plans", n, "--user", "alice")
+	if r.code != 0 || !strings.Contains(r.stdout, "running") {
+		t.Fatalf("plans: %+v", r)
+	}
+	r = mrmarket("cancel", n, "--user", "bob", "--plan", sp.Plan.ID)
+	if r.code != cli.ExitRefused {
+		t.Fatalf("bob cancels alice's plan: %+v", r)
+	}
+	r = mrmarket("cancel", n, "--user", "alice", "--plan", sp.Plan.ID)
+	if r.code != 0 || !strings.Contains(r.stdout, "released") {
+		t.Fatalf("cancel: %+v", r)
+	}
+	r = mrmarket("ledger", n)
+	if r.code != 0 || !strings.Contains(r.stdout, "holds") {
+		t.Fatalf("ledger: %+v", r)
+	}
+}
+
+// TestBadInputToEveryCommand: every bad command line exits non-zero with a
+// clear message and changes nothing in the bank.
+func TestBadInputToEveryCommand(t *testing.T) {
+	m, _ := startMarket(t)
+	n := "--nats=" + m.URL
+	if r := mrmarket("bank", "grant", n, "--user", "alice", "--amount", "10"); r.code != 0 {
+		t.Fatalf("grant: %+v", r)
+	}
+	ledger := func() string {
+		l, err := m.Bank.Ledger(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := json.Marshal(l)
+		return string(b)
+	}
+	before := ledger()
+	cases := []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"bank", "grant", n, "--user", "alice", "--amount", "-5"}, cli.ExitBadInput, "greater than zero"},
+		{[]string{"bank", "grant", n, "--user", "alice", "--amount", "0"}, cli.ExitBadInput, "greater than zero"},
+		{[]string{"bank", "grant", n, "--user", "alice", "--amount", "1e9"}, cli.ExitBadInput, "not a decimal"},
+		{[]string{"bank", "grant", n, "--user", "alice", "--amount", "abc"}, cli.ExitBadInput, "not a decimal"},
+		{[]string{"bank", "grant", n, "--user", "alice", "--amount", "0.0000001"}, cli.ExitBadInput, "6 decimal"},
+		{[]string{"bank", "grant", n, "--user", "alice", "--amount", "99999999999999"}, cli.ExitBadInput, "maximum"},
+		{[]string{"bank", "grant", n, "--user", "alice"}, cli.ExitBadInput, "--amount is required"},
+		{[]string{"bank", "grant", n, "--amount", "5"}, cli.ExitBadInput, "--user"},
+		{[]string{"bank", "grant", n, "--user", "a.b", "--amount", "5"}, cli.ExitBadInput, "invalid user"},
+		{[]string{"balance", n, "--user", "nobody"}, cli.ExitRefused, "nobody"},
+		{[]string{"spend", n, "--user", "alice", "--budget", "5", "--duration", "0s", "--vm", "a1"}, cli.ExitBadInput, "duration"},
+		{[]string{"spend", n, "--user", "alice", "--budget", "5", "--duration", "soon", "--vm", "a1"}, cli.ExitBadInput, "duration"},
+		{[]string{"spend", n, "--user", "alice", "--budget", "-1", "--duration", "1h", "--vm", "a1"}, cli.ExitBadInput, "greater than zero"},
+		{[]string{"spend", n, "--user", "alice", "--budget", "5", "--duration", "1h"}, cli.ExitBadInput, "--vm"},
+		{[]string{"spend", n, "--user", "alice", "--budget", "5", "--duration", "1h", "--vm", "nope"}, cli.ExitRefused, "nope"},
+		{[]string{"spend", n, "--user", "alice", "--budget", "5", "--duration", "1h", "--vm", "b1"}, cli.ExitRefused, "b1"},
+		{[]string{"spend", n, "--user", "alice", "--budget", "50", "--duration", "1h", "--vm", "a1"}, cli.ExitRefused, "insufficient"},
+		{[]string{"spend", n, "--user", "alice", "--budget", "5", "--duration", "1h", "--vm", "a1", "--strategy", "greedy"}, cli.ExitBadInput, "unknown strategy"},
+		{[]string{"cancel", n, "--user", "alice"}, cli.ExitBadInput, "--plan"},
+		{[]string{"cancel", n, "--user", "alice", "--plan", "no-such-plan"}, cli.ExitRefused, "no-such-plan"},
+		{[]string{"price", n, "--host", "host-9"}, cli.ExitRefused, "host-9"},
+		{[]string{"vms", n, "--owner", "a b"}, cli.ExitBadInput, "invalid owner"},
+		{[]string{"up", "--hosts", "0"}, cli.ExitBadInput, "hosts"},
+		{[]string{"up", "--tick", "1ns"}, cli.ExitBadInput, "--tick"},
+		{[]string{"frobnicate"}, cli.ExitBadInput, ""},
+		{[]string{"balance", "--nats=nats://127.0.0.1:1", "--user", "alice"}, cli.ExitUnavailable, "cannot reach the market"},
+	}
+	for _, c := range cases {
+		r := mrmarket(c.args...)
+		if r.code != c.code || !strings.Contains(r.stderr, c.msg) {
+			t.Errorf("mrmarket %s: exit %d, stderr %q; want exit %d mentioning %q", strings.Join(c.args, " "), r.code, r.stderr, c.code, c.msg)
+		}
+	}
+	if after := ledger(); after != before {
+		t.Fatalf("bad input changed the ledger:\n%s\n→\n%s", before, after)
+	}
+}
+
+func TestDemo(t *testing.T) {
+	r := mrmarket("demo", "--json")
+	if r.code != 0 {
+		t.Fatalf("demo: %+v", r)
+	}
+	var rep market.DemoReport
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Ledger.Violations) != 0 || rep.Ratio < 2-1e-9 || rep.Ratio > 2+1e-9 {
+		t.Fatalf("demo report: ratio %v, violations %v", rep.Ratio, rep.Ledger.Violations)
+	}
+	want := map[string]string{"alice": "24", "bob": "12", "batch": "6"}
+	for _, u := range rep.Users {
+		if u.Spent.String() != want[u.User] || u.Held != 0 || u.Balance+u.Spent != u.Granted {
+			t.Errorf("%s: %+v, want spent %s", u.User, u, want[u.User])
+		}
+	}
+	human := mrmarket("demo")
+	if human.code != 0 || !strings.Contains(human.stdout, "invariant") || !strings.Contains(human.stdout, "holds") {
+		t.Fatalf("demo table: %+v", human)
+	}
+}

@@ -1,0 +1,160 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/mrmarket/mrmarket/internal/market"
+	"github.com/mrmarket/mrmarket/internal/obs"
+	"github.com/mrmarket/mrmarket/internal/wire"
+)
+
+func demoCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "demo",
+		Usage: "run the whole market in one process on a scripted scenario in simulated time",
+		Description: "Starts an embedded NATS server, the bank on SQLite, the broker and two simulated\n" +
+			"hosts in a temporary directory. alice spends twice bob's rate on VMs that share both\n" +
+			"hosts; a background VM of user batch also pays on host-1. One simulated hour runs in\n" +
+			"10-second ticks; then it prints prices, shares, spending and the ledger invariant.",
+		Flags: []ucli.Flag{flagJSON},
+		Action: func(c *ucli.Context) error {
+			rep, err := market.RunDemo(c.Context)
+			if err != nil {
+				return err
+			}
+			if err := output(c, rep, func(w io.Writer) error { return printDemo(w, rep) }); err != nil {
+				return err
+			}
+			if len(rep.Ledger.Violations) > 0 {
+				return wire.Errorf(wire.ErrInternal, "ledger invariant violated: %s", strings.Join(rep.Ledger.Violations, "; "))
+			}
+			return nil
+		},
+	}
+}
+
+func printDemo(w io.Writer, rep *market.DemoReport) error {
+	fmt.Fprintf(w, "mrmarket demo: %d ticks of simulated time (%s), %s of wall time\n\n",
+		rep.Ticks, durationOf(rep.EndAt), durationOf(rep.Elapsed))
+	fmt.Fprintln(w, "Spending:")
+	t := newTable(w, "  USER", "BUDGET", "DURATION", "VMS")
+	for _, u := range []string{"alice", "bob", "batch"} {
+		s := rep.Spends[u]
+		t.row("  "+u, s.Budget.String(), s.Duration.String(), strings.Join(s.VMs, ","))
+	}
+	t.flush()
+
+	fmt.Fprintf(w, "\nAt t=%s — hosts (price = Σ rates):\n", durationOf(rep.SnapshotAt))
+	t = newTable(w, "  HOST", "PRICE")
+	for _, h := range rep.Hosts {
+		t.row("  "+h.Host, perHour(h.Price))
+	}
+	t.flush()
+	fmt.Fprintf(w, "\nAt t=%s — VMs (share = rate / price; CPU = what the simulated host gave it):\n", durationOf(rep.SnapshotAt))
+	t = newTable(w, "  HOST", "VM", "OWNER", "RATE", "SHARE", "CPU")
+	for _, v := range rep.VMs {
+		t.row("  "+v.Host, v.VM, v.Owner, perHour(v.Rate), pct(v.Share), pct(v.CPU))
+	}
+	t.flush()
+	fmt.Fprintf(w, "  alice's share / bob's share on host-2: %.4f (bids 2:1)\n", rep.Ratio)
+
+	fmt.Fprintf(w, "\nAt t=%s — plans ended, remainders released:\n", durationOf(rep.EndAt))
+	t = newTable(w, "  USER", "GRANTED", "SPENT", "BALANCE", "HELD")
+	for _, u := range rep.Users {
+		t.row("  "+u.User, u.Granted.String(), u.Spent.String(), u.Balance.String(), u.Held.String())
+	}
+	t.flush()
+	fmt.Fprintln(w, "\nLedger:")
+	t = newTable(w, "  ACCOUNT", "KIND", "BALANCE")
+	for _, a := range rep.Ledger.Accounts {
+		t.row("  "+a.ID, a.Kind, a.Balance.String())
+	}
+	t.flush()
+	return printInvariant(w, rep.Ledger)
+}
+
+func upCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "up",
+		Usage: "run a persistent local market: embedded NATS, bank, broker and simulated hosts",
+		UsageText: "mrmarket up --data ./.data [--hosts 2] [--vms-per-host 2] [--users alice,bob]\n" +
+			"   then, in another shell:  mrmarket vms; mrmarket bank grant --user alice --amount 100",
+		Flags: []ucli.Flag{
+			&ucli.StringFlag{Name: "data", Usage: "data directory (bank.db, nats/)", Value: ".data"},
+			&ucli.IntFlag{Name: "hosts", Usage: "simulated hosts", Value: 2},
+			&ucli.IntFlag{Name: "vms-per-host", Usage: "simulated VMs per host, owned round-robin by --users", Value: 2},
+			&ucli.StringFlag{Name: "users", Usage: "comma-separated owners of the simulated VMs", Value: "alice,bob"},
+			&ucli.StringFlag{Name: "listen", Usage: "NATS listen address", Value: "127.0.0.1:4222"},
+			&ucli.StringFlag{Name: "http", Usage: "address for /metrics and /healthz", Value: "127.0.0.1:9464"},
+			&ucli.DurationFlag{Name: "tick", Usage: "agent tick period", Value: defaultTick},
+		},
+		Action: func(c *ucli.Context) error {
+			var users []string
+			for _, u := range strings.Split(c.String("users"), ",") {
+				if u = strings.TrimSpace(u); u != "" {
+					users = append(users, u)
+				}
+			}
+			hosts, err := market.Layout(c.Int("hosts"), c.Int("vms-per-host"), users)
+			if err != nil {
+				return usageError{err}
+			}
+			if c.Duration("tick") < tickMin || c.Duration("tick") > tickMax {
+				return badInput("--tick must be between %s and %s", tickMin, tickMax)
+			}
+			host, port, err := splitHostPort(c.String("listen"))
+			if err != nil {
+				return err
+			}
+			m, err := market.Start(c.Context, market.Config{
+				Dir: c.String("data"), NATSHost: host, NATSPort: port, Hosts: hosts, TickPeriod: c.Duration("tick"),
+			})
+			if err != nil {
+				return err
+			}
+			defer m.Close()
+			srv, err := obs.Serve(c.String("http"), m.Registry, m.Health())
+			if err != nil {
+				return err
+			}
+			defer srv.Close()
+			w := c.App.Writer
+			fmt.Fprintf(w, "mrmarket is up: %d hosts, %d VMs each, data in %s\n", len(hosts), c.Int("vms-per-host"), c.String("data"))
+			fmt.Fprintf(w, "  NATS     %s   (export MRM_NATS_URL=%s)\n", m.URL, m.URL)
+			fmt.Fprintf(w, "  metrics  http://%s/metrics   health  http://%s/healthz\n", srv.Addr(), srv.Addr())
+			fmt.Fprintf(w, "try:\n  mrmarket vms\n  mrmarket bank grant --user %s --amount 100\n", users[0])
+			if len(hosts) > 0 && len(hosts[0].VMs) > 0 {
+				fmt.Fprintf(w, "  mrmarket spend --user %s --budget 10 --duration 10m --vm %s\n", hosts[0].VMs[0].Owner, hosts[0].VMs[0].ID)
+			}
+			fmt.Fprintf(w, "  mrmarket price; mrmarket balance --user %s; mrmarket ledger\nCtrl-C stops it.\n", users[0])
+			m.Run(c.Context)
+			fmt.Fprintln(w, "mrmarket: stopping")
+			return nil
+		},
+	}
+}
+
+const (
+	defaultTick = time.Second
+	tickMin     = 10 * time.Millisecond
+	tickMax     = 10 * time.Minute
+)
+
+func splitHostPort(addr string) (string, int, error) {
+	h, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, badInput("--listen %q: %v (want host:port)", addr, err)
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 1 || port > 65535 {
+		return "", 0, badInput("--listen %q: port must be 1-65535", addr)
+	}
+	return h, port, nil
+}
