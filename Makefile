@@ -1,0 +1,40 @@
+# mrmarket — every target builds with the libvirt_dlopen tag, so no libvirt
+# headers are needed: libvirt.so.0 is loaded at run time (ENVIRONMENT.md).
+GO          ?= go
+TAGS        := libvirt_dlopen
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+BIN         := bin/mrmarket
+
+.PHONY: all build demo up test vet staticcheck unit bench clean
+
+all: build
+
+build:
+	$(GO) build -tags $(TAGS) -o $(BIN) ./cli/mrmarket
+
+## demo: the whole market in one process, a scripted scenario in simulated time
+demo: build
+	./$(BIN) demo
+
+## up: a persistent local market in ./.data (Ctrl-C to stop)
+up: build
+	./$(BIN) up --data .data
+
+## test: vet, staticcheck, then every test with the race detector
+test: vet staticcheck unit
+
+vet:
+	$(GO) vet -tags $(TAGS) ./...
+
+staticcheck:
+	$(GO) run $(STATICCHECK) -tags $(TAGS) ./...
+
+unit:
+	$(GO) test -tags $(TAGS) -race -count=1 ./...
+
+## bench: benchmarks (agent tick for 1, 100 and 1,000 VMs, …)
+bench:
+	$(GO) test -tags $(TAGS) -run '^$$' -bench . -benchmem ./...
+
+clean:
+	rm -rf bin
