@@ -102,7 +102,7 @@ func New(cfg Config) (*Agent, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.enforce(ctx, a.lastTick)
-	a.snapshot()
+	a.snapshot(a.lastTick)
 	return a, nil
 }
 
@@ -182,7 +182,7 @@ func (a *Agent) SetBids(ctx context.Context, req *wire.BidRequest) (wire.HostSta
 		a.cfg.Metrics.Error("agent", "capture")
 	}
 	a.enforce(ctx, now)
-	return a.snapshot(), nil
+	return a.snapshot(now), nil
 }
 
 // Tick runs one round at now: charge every bid and capture in one batch,
@@ -215,7 +215,7 @@ func (a *Agent) Tick(ctx context.Context, now time.Time) (wire.HostState, error)
 	if m := a.cfg.Metrics; m != nil {
 		m.Ticks.WithLabelValues(a.cfg.Host).Inc()
 	}
-	st := a.snapshot()
+	st := a.snapshot(now)
 	if a.cfg.Publisher != nil {
 		if err := a.cfg.Publisher.Publish(ctx, st); err != nil {
 			a.cfg.Metrics.Error("agent", "publish")
@@ -364,9 +364,8 @@ func (a *Agent) measure(ctx context.Context, now time.Time) {
 	a.lastTick, a.lastUse = now, use
 }
 
-// snapshot builds the host's state from the book and records it.
-func (a *Agent) snapshot() wire.HostState {
-	now := a.cfg.Now()
+// snapshot builds the host's state at now from the book and records it.
+func (a *Agent) snapshot(now time.Time) wire.HostState {
 	rates := a.rates(now)
 	st := wire.HostState{Versioned: wire.Versioned{V: wire.Version}, Host: a.cfg.Host, Time: now, Tick: a.ticks,
 		VMs: make([]wire.VMState, 0, len(a.vms))}

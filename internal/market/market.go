@@ -126,10 +126,10 @@ func Start(ctx context.Context, cfg Config) (m *Market, err error) {
 	}
 	reg := prometheus.NewRegistry()
 	m = &Market{cfg: cfg, Sims: map[string]*agent.SimEnforcer{}, Registry: reg, Metrics: obs.NewMetrics(reg)}
+	started := m // every `return nil, err` below clears m before this runs
 	defer func() {
 		if err != nil {
-			m.Close()
-			m = nil
+			started.Close()
 		}
 	}()
 
@@ -164,7 +164,8 @@ func Start(ctx context.Context, cfg Config) (m *Market, err error) {
 	if err != nil {
 		return nil, err
 	}
-	m.stops = append(m.stops, func() { _ = m.Bank.Close() })
+	bk := m.Bank
+	m.stops = append(m.stops, func() { _ = bk.Close() })
 	stop, err := bank.Serve(bankNC, m.Bank)
 	if err != nil {
 		return nil, err
@@ -218,10 +219,11 @@ func Start(ctx context.Context, cfg Config) (m *Market, err error) {
 	m.stops = append(m.stops, stop)
 
 	// Every agent publishes its first state so the broker knows the VMs.
-	if err := m.tickAgents(ctx, now()); err != nil {
+	t0 := now()
+	if err := m.tickAgents(ctx, t0); err != nil {
 		return nil, err
 	}
-	if err := m.awaitBroker(ctx, now()); err != nil {
+	if err := m.awaitBroker(ctx, t0); err != nil {
 		return nil, err
 	}
 	return m, nil
