@@ -5,7 +5,7 @@ TAGS        := libvirt_dlopen
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BIN         := bin/mrmarket
 
-.PHONY: all build demo up test vet staticcheck unit bench clean
+.PHONY: all build demo up test fmt vet staticcheck unit bench clean
 
 all: build
 
@@ -20,8 +20,11 @@ demo: build
 up: build
 	./$(BIN) up --data .data
 
-## test: vet, staticcheck, then every test with the race detector
-test: vet staticcheck unit
+## test: gofmt, vet, staticcheck, then every test with the race detector
+test: fmt vet staticcheck unit
+
+fmt:
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 vet:
 	$(GO) vet -tags $(TAGS) ./...

@@ -58,8 +58,8 @@ func App(stdout, stderr io.Writer) *ucli.App {
 			"every host divides itself among its VMs in proportion to those rates.\n\n" +
 			"Start here:  mrmarket demo        (the whole market in one process, simulated time)\n" +
 			"             mrmarket up --data ./.data   (a persistent local market)",
-		Writer:         stdout,
-		ErrWriter:      stderr,
+		Writer:          stdout,
+		ErrWriter:       stderr,
 		HideHelpCommand: true,
 		Commands: []*ucli.Command{
 			demoCommand(),

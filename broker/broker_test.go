@@ -1,0 +1,194 @@
+package broker_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/mrmarket/mrmarket/agent"
+	"github.com/mrmarket/mrmarket/bank"
+	"github.com/mrmarket/mrmarket/broker"
+	"github.com/mrmarket/mrmarket/internal/money"
+	"github.com/mrmarket/mrmarket/internal/natsutil"
+	"github.com/mrmarket/mrmarket/internal/wire"
+)
+
+var t0 = time.Date(2026, 6, 1, 9, 0, 0, 0, time.UTC)
+
+type fixture struct {
+	b      *broker.Broker
+	bank   *bank.Bank
+	agents map[string]*agent.Agent
+	clock  *time.Time
+}
+
+// newFixture runs a broker against the real bank and agents over an
+// embedded NATS server. Hosts in served answer bids; the others are known
+// to the broker (it saw their state) but their agent is down.
+func newFixture(t *testing.T, served []string, down []string) *fixture {
+	t.Helper()
+	clock := t0
+	now := func() time.Time { return clock }
+	ns, err := natsutil.StartServer(natsutil.ServerOptions{Dir: t.TempDir(), Port: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Shutdown)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	bk, err := bank.Open(filepath.Join(t.TempDir(), "bank.db"), bank.Options{Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bk.Close() })
+	f := &fixture{bank: bk, agents: map[string]*agent.Agent{}, clock: &clock}
+	f.b, err = broker.New(broker.Config{NC: nc, Bank: bk, Now: now, Settle: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, h := range append(append([]string(nil), served...), down...) {
+		sim := agent.NewSimEnforcer(now, 1, agent.VM{ID: "a-" + h, Owner: "alice"}, agent.VM{ID: "b-" + h, Owner: "bob"})
+		a, err := agent.New(agent.Config{Host: h, Enforcer: sim, Capturer: bk, Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i < len(served) {
+			stop, err := agent.Serve(nc, a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(stop)
+		}
+		f.agents[h] = a
+		f.b.Observe(a.State())
+	}
+	if _, err := bk.Grant(context.Background(), &wire.GrantRequest{ID: "g", User: "alice", Amount: 1_000_000}); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func (f *fixture) spend(id string, budget int64, vms ...string) (wire.SpendReply, error) {
+	return f.b.Spend(context.Background(), &wire.SpendRequest{ID: id, User: "alice", Budget: money.Micro(budget),
+		Duration: wire.Duration(time.Hour), VMs: vms, Strategy: wire.StrategyFair})
+}
+
+func (f *fixture) balance(t *testing.T) wire.BalanceReply {
+	t.Helper()
+	bal, err := f.bank.Balance(context.Background(), &wire.BalanceRequest{User: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bal
+}
+
+// TestSpendRollsBackWhenAHostIsDown: a plan runs whole or not at all.
+func TestSpendRollsBackWhenAHostIsDown(t *testing.T) {
+	f := newFixture(t, []string{"host-1"}, []string{"host-2"})
+	_, err := f.spend("p1", 1000, "a-host-1", "a-host-2")
+	if !errors.Is(err, wire.ErrUnavailable) {
+		t.Fatalf("spend across a down host: %v", err)
+	}
+	if bal := f.balance(t); bal.Balance != 1_000_000 || bal.Held != 0 {
+		t.Fatalf("money not returned: %+v", bal)
+	}
+	for _, v := range f.agents["host-1"].State().VMs {
+		if v.Plan != "" || v.Rate != 0 {
+			t.Fatalf("bid left on host-1: %+v", v)
+		}
+	}
+	if n := len(f.b.Plans(&wire.PlansRequest{}).Plans); n != 0 {
+		t.Fatalf("%d plans after a failed spend", n)
+	}
+	// The same id works once the plan can run.
+	if _, err := f.spend("p1", 1000, "a-host-1"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSpendIsIdempotentByID(t *testing.T) {
+	f := newFixture(t, []string{"host-1"}, nil)
+	r1, err := f.spend("p1", 1000, "a-host-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := f.spend("p1", 1000, "a-host-1")
+	if err != nil || r2.Plan.ID != r1.Plan.ID || r2.Plan.Start != r1.Plan.Start {
+		t.Fatalf("repeated spend: %+v %v", r2, err)
+	}
+	if _, err := f.spend("p1", 2000, "a-host-1"); !errors.Is(err, wire.ErrConflict) {
+		t.Fatalf("plan id reused with another budget: %v", err)
+	}
+	if bal := f.balance(t); bal.Held != 1000 {
+		t.Fatalf("held %s after one plan spent twice", bal.Held)
+	}
+}
+
+func TestCancelAndEnd(t *testing.T) {
+	f := newFixture(t, []string{"host-1"}, nil)
+	ctx := context.Background()
+	if _, err := f.spend("p1", 3600, "a-host-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.spend("p2", 3600, "a-host-1"); err != nil { // replaces p1's bid on the VM
+		t.Fatal(err)
+	}
+	if _, err := f.b.Cancel(ctx, &wire.CancelRequest{Plan: "p1", User: "bob"}); !errors.Is(err, wire.ErrForbidden) {
+		t.Fatalf("bob cancelling alice's plan: %v", err)
+	}
+	if _, err := f.b.Cancel(ctx, &wire.CancelRequest{Plan: "nope", User: "alice"}); !errors.Is(err, wire.ErrNotFound) {
+		t.Fatalf("cancel unknown plan: %v", err)
+	}
+	*f.clock = t0.Add(10 * time.Minute)
+	p, err := f.b.Cancel(ctx, &wire.CancelRequest{Plan: "p2", User: "alice"})
+	if err != nil || p.Status != wire.PlanCancelled || p.Released != 3600-600 {
+		t.Fatalf("cancel p2 after 10 of 60 minutes: %+v %v", p, err)
+	}
+	if again, err := f.b.Cancel(ctx, &wire.CancelRequest{Plan: "p2", User: "alice"}); err != nil || again.Released != p.Released {
+		t.Fatalf("second cancel: %+v %v", again, err)
+	}
+	// p1 lost its VM to p2 at t0 and spent nothing; it ends Settle after its end.
+	*f.clock = t0.Add(time.Hour + 29*time.Second)
+	if err := f.b.Tick(ctx, *f.clock); err != nil {
+		t.Fatal(err)
+	}
+	if p := f.b.Plans(&wire.PlansRequest{User: "alice"}).Plans[0]; p.Status != wire.PlanRunning {
+		t.Fatalf("p1 ended before Settle: %+v", p)
+	}
+	*f.clock = t0.Add(time.Hour + 30*time.Second)
+	if err := f.b.Tick(ctx, *f.clock); err != nil {
+		t.Fatal(err)
+	}
+	if p := f.b.Plans(&wire.PlansRequest{User: "alice"}).Plans[0]; p.Status != wire.PlanDone || p.Released != 3600 {
+		t.Fatalf("p1 after its end: %+v", p)
+	}
+	if bal := f.balance(t); bal.Held != 0 || bal.Spent != 600 || bal.Balance != 1_000_000-600 {
+		t.Fatalf("alice at the end: %+v", bal)
+	}
+}
+
+func TestObserveKeepsTheNewestState(t *testing.T) {
+	f := newFixture(t, []string{"host-1"}, nil)
+	st := f.agents["host-1"].State()
+	newer := st
+	newer.Time, newer.Price = st.Time.Add(time.Second), 42
+	f.b.Observe(newer)
+	f.b.Observe(st) // late delivery of an older state
+	p, err := f.b.Price(&wire.PriceRequest{Host: "host-1"})
+	if err != nil || p.Hosts[0].Price != 42 {
+		t.Fatalf("price after an old state arrived late: %+v %v", p, err)
+	}
+	if _, err := f.b.Price(&wire.PriceRequest{Host: "host-9"}); !errors.Is(err, wire.ErrNotFound) {
+		t.Fatalf("unknown host: %v", err)
+	}
+	if vms := f.b.VMs(&wire.VMsRequest{Owner: "bob"}).VMs; len(vms) != 1 || vms[0].VM != "b-host-1" {
+		t.Fatalf("bob's VMs: %+v", vms)
+	}
+}
