@@ -64,6 +64,7 @@ func App(stdout, stderr io.Writer) *ucli.App {
 		Commands: []*ucli.Command{
 			demoCommand(),
 			upCommand(),
+			agentCommand(),
 			bankCommand(),
 			balanceCommand(),
 			spendCommand(),
