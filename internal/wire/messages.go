@@ -25,7 +25,20 @@ type GrantRequest struct {
 	Memo   string      `json:"memo,omitempty"`
 }
 
+// MaxMemo bounds a memo's length.
+const MaxMemo = 200
+
+func checkMemo(m string) error {
+	if len(m) > MaxMemo {
+		return Errorf(ErrBadRequest, "memo longer than %d bytes", MaxMemo)
+	}
+	return nil
+}
+
 func (r *GrantRequest) Validate() error {
+	if err := checkMemo(r.Memo); err != nil {
+		return err
+	}
 	if err := CheckID("grant id", r.ID); err != nil {
 		return err
 	}
@@ -52,10 +65,27 @@ type HoldRequest struct {
 	User    string      `json:"user"`
 	Amount  money.Micro `json:"amount"`
 	Expires time.Time   `json:"expires"`
-	Memo    string      `json:"memo,omitempty"`
+	// Hosts are the hosts whose providers may capture from the hold; empty
+	// means any host.
+	Hosts []string `json:"hosts,omitempty"`
+	Memo  string   `json:"memo,omitempty"`
 }
 
+// MaxHoldHosts bounds a hold's beneficiaries.
+const MaxHoldHosts = 10_000
+
 func (r *HoldRequest) Validate() error {
+	if len(r.Hosts) > MaxHoldHosts {
+		return Errorf(ErrBadRequest, "a hold names at most %d hosts, got %d", MaxHoldHosts, len(r.Hosts))
+	}
+	for _, h := range r.Hosts {
+		if err := CheckName("host", h); err != nil {
+			return err
+		}
+	}
+	if err := checkMemo(r.Memo); err != nil {
+		return err
+	}
 	if err := CheckID("hold id", r.ID); err != nil {
 		return err
 	}
@@ -83,6 +113,7 @@ type HoldInfo struct {
 	Released money.Micro `json:"released"`
 	Expires  time.Time   `json:"expires"`
 	Status   string      `json:"status"`
+	Hosts    []string    `json:"hosts,omitempty"`
 }
 
 // Remaining is what the hold can still capture or release.
@@ -245,6 +276,185 @@ type LedgerReply struct {
 	OpenHolds  money.Micro `json:"open_holds"`
 	Violations []string    `json:"violations"`
 }
+
+// TransferRequest moves Amount from user From to user To. ID makes it
+// idempotent.
+type TransferRequest struct {
+	Versioned
+	ID     string      `json:"id"`
+	From   string      `json:"from"`
+	To     string      `json:"to"`
+	Amount money.Micro `json:"amount"`
+	Memo   string      `json:"memo,omitempty"`
+}
+
+func (r *TransferRequest) Validate() error {
+	if err := CheckID("transfer id", r.ID); err != nil {
+		return err
+	}
+	if err := CheckName("from user", r.From); err != nil {
+		return err
+	}
+	if err := CheckName("to user", r.To); err != nil {
+		return err
+	}
+	if r.From == r.To {
+		return Errorf(ErrBadRequest, "a transfer from %q to itself", r.From)
+	}
+	if err := checkMemo(r.Memo); err != nil {
+		return err
+	}
+	return checkAmount("transfer amount", r.Amount)
+}
+
+// TransferReply answers a TransferRequest with the payer's new balance.
+type TransferReply struct {
+	Transfer string      `json:"transfer"`
+	Balance  money.Micro `json:"balance"`
+	Replayed bool        `json:"replayed,omitempty"`
+}
+
+// FairShareUser is the income schedule user meaning "every user": the
+// amount is split evenly among all user accounts each period.
+const FairShareUser = "*"
+
+// IncomeSetRequest sets (or, with Amount 0, removes) the income schedule of
+// User: Amount granted every Every, exactly once per period. User "*"
+// splits Amount evenly among all users each period (fair share).
+type IncomeSetRequest struct {
+	Versioned
+	User   string      `json:"user"`
+	Amount money.Micro `json:"amount"`
+	Every  Duration    `json:"every"`
+}
+
+// MinIncomePeriod bounds how often income is granted.
+const MinIncomePeriod = time.Minute
+
+func (r *IncomeSetRequest) Validate() error {
+	if r.User != FairShareUser {
+		if err := CheckName("user", r.User); err != nil {
+			return err
+		}
+	}
+	if r.Amount == 0 {
+		return nil
+	}
+	if err := checkAmount("income amount", r.Amount); err != nil {
+		return err
+	}
+	if r.Every.D() < MinIncomePeriod || r.Every.D() > MaxDuration {
+		return Errorf(ErrBadRequest, "income period must be between %s and %s, got %s", MinIncomePeriod, MaxDuration, r.Every.D())
+	}
+	return nil
+}
+
+// IncomeSchedule is one income schedule.
+type IncomeSchedule struct {
+	User       string      `json:"user"`
+	Amount     money.Micro `json:"amount"`
+	Every      Duration    `json:"every"`
+	Anchor     time.Time   `json:"anchor"`
+	LastPeriod int64       `json:"last_period"`
+}
+
+// IncomeSetReply lists the schedules after the change.
+type IncomeSetReply struct {
+	Schedules []IncomeSchedule `json:"schedules"`
+}
+
+// StatementRequest asks for the transfers of one account: a user's (User)
+// or any account by id (Account, e.g. "provider:host-1"), newest first.
+type StatementRequest struct {
+	Versioned
+	User    string `json:"user,omitempty"`
+	Account string `json:"account,omitempty"`
+	Limit   int    `json:"limit,omitempty"`
+}
+
+// MaxStatement bounds a statement's entries.
+const MaxStatement = 10_000
+
+func (r *StatementRequest) Validate() error {
+	if (r.User == "") == (r.Account == "") {
+		return Errorf(ErrBadRequest, "a statement needs exactly one of user or account")
+	}
+	if r.User != "" {
+		if err := CheckName("user", r.User); err != nil {
+			return err
+		}
+	} else if err := CheckID("account", r.Account); err != nil {
+		return err
+	}
+	if r.Limit < 0 || r.Limit > MaxStatement {
+		return Errorf(ErrBadRequest, "limit must be 0 (default 100) to %d", MaxStatement)
+	}
+	return nil
+}
+
+// StatementEntry is one transfer as seen from the account: Amount is
+// positive for money in, negative for money out.
+type StatementEntry struct {
+	Transfer     string      `json:"transfer"`
+	Kind         string      `json:"kind"`
+	Counterparty string      `json:"counterparty"`
+	Amount       money.Micro `json:"amount"`
+	At           time.Time   `json:"at"`
+	Memo         string      `json:"memo,omitempty"`
+}
+
+// StatementReply is an account's balance and recent transfers.
+type StatementReply struct {
+	Account string           `json:"account"`
+	Balance money.Micro      `json:"balance"`
+	Entries []StatementEntry `json:"entries"`
+}
+
+// Roles of principals.
+const (
+	RoleAdmin  = "admin"
+	RoleUser   = "user"
+	RoleAgent  = "agent"
+	RoleBroker = "broker"
+)
+
+// PrincipalRequest registers (or re-registers) the NKey public key Key as
+// principal Name with Role. For an agent, Name is its host id.
+type PrincipalRequest struct {
+	Versioned
+	Key  string `json:"key"`
+	Name string `json:"name"`
+	Role string `json:"role"`
+}
+
+func (r *PrincipalRequest) Validate() error {
+	if err := CheckPublicKey(r.Key); err != nil {
+		return err
+	}
+	if err := CheckName("principal name", r.Name); err != nil {
+		return err
+	}
+	switch r.Role {
+	case RoleAdmin, RoleUser, RoleAgent, RoleBroker:
+		return nil
+	}
+	return Errorf(ErrBadRequest, "unknown role %q (admin, user, agent, broker)", r.Role)
+}
+
+// Principal is a registered identity.
+type Principal struct {
+	Key  string `json:"key"`
+	Name string `json:"name"`
+	Role string `json:"role"`
+}
+
+// WhoisRequest asks who the NKey public key Key is.
+type WhoisRequest struct {
+	Versioned
+	Key string `json:"key"`
+}
+
+func (r *WhoisRequest) Validate() error { return CheckPublicKey(r.Key) }
 
 // ---- agent ----
 

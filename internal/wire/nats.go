@@ -27,12 +27,21 @@ func Call(ctx context.Context, nc *nats.Conn, subject string, req any, res any) 
 
 // CallRaw is Call with a request body that is already encoded.
 func CallRaw(ctx context.Context, nc *nats.Conn, subject string, body []byte, res any) error {
+	msg := nats.NewMsg(subject)
+	msg.Data = body
+	return CallMsg(ctx, nc, msg, res)
+}
+
+// CallMsg sends a prepared request message (a signed one, say) and decodes
+// the reply like Call.
+func CallMsg(ctx context.Context, nc *nats.Conn, req *nats.Msg, res any) error {
+	subject := req.Subject
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)
 		defer cancel()
 	}
-	msg, err := nc.RequestWithContext(ctx, subject, body)
+	msg, err := nc.RequestMsgWithContext(ctx, req)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return Errorf(ErrUnavailable, "nothing answers on %s (is the market running? try `mrmarket up`)", subject)
@@ -64,8 +73,16 @@ func Serve[T any, PT Request[T]](nc *nats.Conn, subject, queue string, handle fu
 // refused ones included, to observe with the reply code ("ok" or an error
 // code), so metrics count what handlers never see.
 func ServeObserved[T any, PT Request[T]](nc *nats.Conn, subject, queue string, observe func(code string), handle func(context.Context, PT) (any, error)) (*nats.Subscription, error) {
+	return ServeSigned(nc, subject, queue, observe, func(ctx context.Context, req PT, _ Caller) (any, error) { return handle(ctx, req) })
+}
+
+// ServeSigned is ServeObserved for requests that may be signed: the
+// signature is checked (a bad or stale one is refused before decoding) and
+// the handler gets the Caller, zero for an unsigned request. Replays and
+// roles are the handler's to check.
+func ServeSigned[T any, PT Request[T]](nc *nats.Conn, subject, queue string, observe func(code string), handle func(context.Context, PT, Caller) (any, error)) (*nats.Subscription, error) {
 	cb := func(m *nats.Msg) {
-		res, err := serveOne(m.Data, handle)
+		res, err := serveOne(m, handle)
 		if observe != nil {
 			code := "ok"
 			if err != nil {
@@ -93,17 +110,21 @@ func ServeObserved[T any, PT Request[T]](nc *nats.Conn, subject, queue string, o
 	return sub, nil
 }
 
-func serveOne[T any, PT Request[T]](data []byte, handle func(context.Context, PT) (any, error)) (res any, err error) {
+func serveOne[T any, PT Request[T]](m *nats.Msg, handle func(context.Context, PT, Caller) (any, error)) (res any, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			res, err = nil, Errorf(ErrInternal, "handler panic: %v", p)
 		}
 	}()
+	caller, err := VerifyMsg(m, time.Now())
+	if err != nil {
+		return nil, err
+	}
 	req := PT(new(T))
-	if err := Decode(data, req); err != nil {
+	if err := Decode(m.Data, req); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), DefaultTimeout)
 	defer cancel()
-	return handle(ctx, req)
+	return handle(ctx, req, caller)
 }

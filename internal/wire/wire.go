@@ -30,12 +30,17 @@ const Version = 1
 
 // Subjects and stream names (DESIGN.md, "Wire").
 const (
-	BankGrant   = "mrm.v1.bank.grant"
-	BankHold    = "mrm.v1.bank.hold"
-	BankCapture = "mrm.v1.bank.capture"
-	BankRelease = "mrm.v1.bank.release"
-	BankBalance = "mrm.v1.bank.balance"
-	BankLedger  = "mrm.v1.bank.ledger"
+	BankGrant     = "mrm.v1.bank.grant"
+	BankHold      = "mrm.v1.bank.hold"
+	BankCapture   = "mrm.v1.bank.capture"
+	BankRelease   = "mrm.v1.bank.release"
+	BankBalance   = "mrm.v1.bank.balance"
+	BankLedger    = "mrm.v1.bank.ledger"
+	BankTransfer  = "mrm.v1.bank.transfer"
+	BankIncome    = "mrm.v1.bank.income"
+	BankStatement = "mrm.v1.bank.statement"
+	BankPrincipal = "mrm.v1.bank.principal"
+	BankWhois     = "mrm.v1.bank.whois"
 
 	BrokerSpend  = "mrm.v1.broker.spend"
 	BrokerCancel = "mrm.v1.broker.cancel"

@@ -1,0 +1,70 @@
+package wire
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+)
+
+// Keyring finds the signer of a principal by role and name.
+type Keyring interface {
+	Signer(role, name string) (*Signer, error)
+}
+
+// CredsDir is a Keyring over a credentials directory, as `mrmarket up`
+// writes it: admin.nk, broker.nk, agents/<host>.nk and users/<name>.nk, each
+// an NKey seed readable by its owner only.
+type CredsDir string
+
+// Path is where the credentials of (role, name) live.
+func (d CredsDir) Path(role, name string) string {
+	switch role {
+	case RoleAdmin, RoleBroker:
+		return filepath.Join(string(d), role+".nk")
+	case RoleAgent:
+		return filepath.Join(string(d), "agents", name+".nk")
+	default:
+		return filepath.Join(string(d), "users", name+".nk")
+	}
+}
+
+// Signer loads the credentials of (role, name).
+func (d CredsDir) Signer(role, name string) (*Signer, error) {
+	p := d.Path(role, name)
+	s, err := LoadSigner(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: no credentials for %s %s (%s); `mrmarket up` writes them, `mrmarket bank principal add` adds one", ErrForbidden, role, name, p)
+	}
+	return s, err
+}
+
+// Ensure loads the credentials of (role, name), creating them if missing.
+func (d CredsDir) Ensure(role, name string) (*Signer, error) {
+	s, err := d.Signer(role, name)
+	if err == nil {
+		return s, nil
+	}
+	if !errors.Is(err, ErrForbidden) {
+		return nil, err
+	}
+	if s, err = NewUserSigner(); err != nil {
+		return nil, err
+	}
+	if err := SaveSigner(d.Path(role, name), s); err != nil {
+		return nil, fmt.Errorf("writing credentials: %w", err)
+	}
+	return s, nil
+}
+
+// SignerFor picks the signer for a request: fixed when set, else the one
+// keys hold for (role, name), else none (an unsigned request).
+func SignerFor(fixed *Signer, keys Keyring, role, name string) (*Signer, error) {
+	if fixed != nil {
+		return fixed, nil
+	}
+	if keys == nil {
+		return nil, nil
+	}
+	return keys.Signer(role, name)
+}
