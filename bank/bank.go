@@ -2,33 +2,35 @@ package bank
 
 import (
 	"context"
-	"database/sql"
 	"embed"
 	"errors"
 	"fmt"
 	"io/fs"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
-	_ "modernc.org/sqlite" // the embedded store's driver
-
 	"github.com/mrmarket/mrmarket/internal/obs"
+	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
 // Sentinel errors of the bank. Each wraps the wire error of its reply code,
 // so handlers and clients match them with errors.Is.
 var (
-	ErrUnknownAccount = fmt.Errorf("%w: unknown account", errNotFound)
-	ErrUnknownHold    = fmt.Errorf("%w: unknown hold", errNotFound)
-	ErrInsufficient   = fmt.Errorf("%w", errInsufficient)
-	ErrNotOwner       = fmt.Errorf("%w: not the hold's owner", errForbidden)
-	ErrIDReused       = fmt.Errorf("%w: id already used for a different request", errConflict)
-	ErrHoldClosed     = fmt.Errorf("%w: hold is closed", errConflict)
-	ErrHoldExpired    = fmt.Errorf("%w: hold has expired", errExpired)
-	ErrPastExpiry     = fmt.Errorf("%w: hold expiry is not in the future", errBadRequest)
-	ErrOverflow       = fmt.Errorf("%w: amount would overflow the account", errBadRequest)
+	ErrUnknownAccount = fmt.Errorf("%w: unknown account", wire.ErrNotFound)
+	ErrUnknownHold    = fmt.Errorf("%w: unknown hold", wire.ErrNotFound)
+	ErrInsufficient   = fmt.Errorf("%w", wire.ErrInsufficient)
+	ErrNotOwner       = fmt.Errorf("%w: not the owner", wire.ErrForbidden)
+	ErrNotBeneficiary = fmt.Errorf("%w: host may not capture from this hold", wire.ErrForbidden)
+	ErrIDReused       = fmt.Errorf("%w: id already used for a different request", wire.ErrConflict)
+	ErrHoldClosed     = fmt.Errorf("%w: hold is closed", wire.ErrConflict)
+	ErrHoldExpired    = fmt.Errorf("%w: hold has expired", wire.ErrExpired)
+	ErrPastExpiry     = fmt.Errorf("%w: hold expiry is not in the future", wire.ErrBadRequest)
+	ErrOverflow       = fmt.Errorf("%w: amount would overflow the account", wire.ErrBadRequest)
 )
+
+var errUnavailable = wire.ErrUnavailable
 
 // System account ids.
 const (
@@ -47,7 +49,8 @@ var migrations embed.FS
 
 // Options configures a bank.
 type Options struct {
-	// Now is the clock; nil means the wall clock.
+	// Now is the ledger's clock (hold expiry, income periods); nil means the
+	// wall clock. Signature freshness always uses the wall clock.
 	Now func() time.Time
 	// Metrics, when set, counts the bank's requests and errors.
 	Metrics *obs.Metrics
@@ -55,37 +58,41 @@ type Options struct {
 
 // Bank is the ledger on its store.
 type Bank struct {
-	db      *sql.DB
+	st      *store
 	now     func() time.Time
 	metrics *obs.Metrics
+
+	mu         sync.Mutex
+	principals map[string]wire.Principal // cache by key
 }
 
-// Open opens (creating and migrating) the SQLite ledger at path.
-func Open(path string, opts Options) (*Bank, error) {
-	dsn := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)" +
-		"&_pragma=foreign_keys(1)&_pragma=synchronous(FULL)&_txlock=immediate"
-	db, err := sql.Open("sqlite", dsn)
+// Open opens (creating and migrating) the ledger at target: a SQLite path
+// ("sqlite:PATH" or a bare path) or a PostgreSQL/CockroachDB URL
+// ("postgres://…").
+func Open(target string, opts Options) (*Bank, error) {
+	st, err := openStore(target)
 	if err != nil {
-		return nil, fmt.Errorf("bank: opening %s: %w", path, err)
+		return nil, err
 	}
-	// One connection: every transaction is serialised, and SQLite never
-	// reports a busy database to a caller.
-	db.SetMaxOpenConns(1)
-	b := &Bank{db: db, now: opts.Now, metrics: opts.Metrics}
+	b := &Bank{st: st, now: opts.Now, metrics: opts.Metrics, principals: map[string]wire.Principal{}}
 	if b.now == nil {
 		b.now = time.Now
 	}
-	if err := b.migrate(context.Background()); err != nil {
-		db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := b.migrate(ctx); err != nil {
+		st.db.Close()
 		return nil, err
 	}
 	return b, nil
 }
 
 // migrate applies the embedded migrations not yet applied, in name order.
+// Concurrent bank processes may race here: the migration table's primary
+// key lets one win and the others see it applied.
 func (b *Bank) migrate(ctx context.Context) error {
-	if _, err := b.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, at INTEGER NOT NULL)`); err != nil {
-		return fmt.Errorf("bank: migrations table: %w", err)
+	if _, err := b.st.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, at BIGINT NOT NULL)`); err != nil {
+		return fmt.Errorf("bank: migrations table on %s: %w", b.st.name, err)
 	}
 	names, err := fs.Glob(migrations, "migrations/*.sql")
 	if err != nil {
@@ -93,9 +100,9 @@ func (b *Bank) migrate(ctx context.Context) error {
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		err := b.tx(ctx, func(tx *sql.Tx) error {
+		err := b.st.run(ctx, func(t tx) error {
 			var n int
-			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE name = ?`, name).Scan(&n); err != nil || n > 0 {
+			if err := t.queryRow(ctx, `SELECT count(*) FROM schema_migrations WHERE name = ?`, name).Scan(&n); err != nil || n > 0 {
 				return err
 			}
 			body, err := migrations.ReadFile(name)
@@ -106,18 +113,20 @@ func (b *Bank) migrate(ctx context.Context) error {
 				if strings.TrimSpace(stmt) == "" {
 					continue
 				}
-				if _, err := tx.ExecContext(ctx, stmt); err != nil {
+				if _, err := t.exec(ctx, stmt); err != nil {
 					return fmt.Errorf("%s: %w", name, err)
 				}
 			}
-			if _, err := tx.ExecContext(ctx, `INSERT INTO accounts (id, kind, balance) VALUES (?, 'mint', 0), (?, 'escrow', 0) ON CONFLICT DO NOTHING`, MintAccount, EscrowAccount); err != nil {
+			now := b.now().UnixNano()
+			if _, err := t.exec(ctx, `INSERT INTO accounts (id, kind, balance, created) VALUES (?, 'mint', 0, ?), (?, 'escrow', 0, ?) ON CONFLICT DO NOTHING`,
+				MintAccount, now, EscrowAccount, now); err != nil {
 				return err
 			}
-			_, err = tx.ExecContext(ctx, `INSERT INTO schema_migrations (name, at) VALUES (?, ?)`, name, b.now().UnixNano())
+			_, err = t.exec(ctx, `INSERT INTO schema_migrations (name, at) VALUES (?, ?)`, name, now)
 			return err
 		})
 		if err != nil {
-			return fmt.Errorf("bank: migrating: %w", err)
+			return fmt.Errorf("bank: migrating %s: %w", b.st.name, err)
 		}
 	}
 	return nil
@@ -134,31 +143,18 @@ func stripComments(s string) string {
 }
 
 // Close closes the store.
-func (b *Bank) Close() error { return b.db.Close() }
+func (b *Bank) Close() error { return b.st.db.Close() }
+
+// Store names the store, without credentials.
+func (b *Bank) Store() string { return b.st.name }
 
 // Healthy reports whether the store answers.
 func (b *Bank) Healthy() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	var one int
-	if err := b.db.QueryRowContext(ctx, `SELECT 1`).Scan(&one); err != nil {
-		return fmt.Errorf("bank store: %w", err)
-	}
-	return nil
-}
-
-// tx runs fn in one transaction, committed only if fn returns nil.
-func (b *Bank) tx(ctx context.Context, fn func(*sql.Tx) error) error {
-	tx, err := b.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("%w: bank store: %v", errUnavailable, err)
-	}
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("%w: bank store commit: %v", errUnavailable, err)
+	if err := b.st.db.QueryRowContext(ctx, `SELECT 1`).Scan(&one); err != nil {
+		return fmt.Errorf("bank store %s: %w", b.st.name, err)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package bank
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/nats-io/nats.go"
 
@@ -9,7 +10,10 @@ import (
 )
 
 // Serve answers the bank's subjects on nc in the bank's queue group, so
-// replicas share the load. stop unsubscribes.
+// replicas share the load. Every mutating request must be signed by a
+// registered principal whose role allows it, and each signature is usable
+// once (see authorize); reads (balance, statement, ledger, whois) are open
+// to any client of the NATS account. stop unsubscribes.
 func Serve(nc *nats.Conn, b *Bank) (stop func(), err error) {
 	var subs []*nats.Subscription
 	stop = func() {
@@ -28,12 +32,52 @@ func Serve(nc *nats.Conn, b *Bank) (stop func(), err error) {
 	}
 	q := wire.QueueBank
 	for _, err := range []error{
-		add(wire.ServeObserved(nc, wire.BankGrant, q, observe("grant"), func(ctx context.Context, r *wire.GrantRequest) (any, error) { return b.Grant(ctx, r) })),
-		add(wire.ServeObserved(nc, wire.BankHold, q, observe("hold"), func(ctx context.Context, r *wire.HoldRequest) (any, error) { return b.Hold(ctx, r) })),
-		add(wire.ServeObserved(nc, wire.BankCapture, q, observe("capture"), func(ctx context.Context, r *wire.CaptureBatch) (any, error) { return b.Capture(ctx, r) })),
-		add(wire.ServeObserved(nc, wire.BankRelease, q, observe("release"), func(ctx context.Context, r *wire.ReleaseRequest) (any, error) { return b.Release(ctx, r) })),
+		add(wire.ServeSigned(nc, wire.BankGrant, q, observe("grant"), func(ctx context.Context, r *wire.GrantRequest, c wire.Caller) (any, error) {
+			if err := b.authorize(ctx, c, "grant", adminOnly); err != nil {
+				return nil, err
+			}
+			return b.Grant(ctx, r)
+		})),
+		add(wire.ServeSigned(nc, wire.BankIncome, q, observe("income"), func(ctx context.Context, r *wire.IncomeSetRequest, c wire.Caller) (any, error) {
+			if err := b.authorize(ctx, c, "set income", adminOnly); err != nil {
+				return nil, err
+			}
+			return b.SetIncome(ctx, r)
+		})),
+		add(wire.ServeSigned(nc, wire.BankPrincipal, q, observe("principal"), func(ctx context.Context, r *wire.PrincipalRequest, c wire.Caller) (any, error) {
+			if err := b.authorize(ctx, c, "register principals", adminOnly); err != nil {
+				return nil, err
+			}
+			return b.AddPrincipal(ctx, r)
+		})),
+		add(wire.ServeSigned(nc, wire.BankHold, q, observe("hold"), func(ctx context.Context, r *wire.HoldRequest, c wire.Caller) (any, error) {
+			if err := b.authorize(ctx, c, "hold money of "+r.User, userOrBroker(r.User)); err != nil {
+				return nil, err
+			}
+			return b.Hold(ctx, r)
+		})),
+		add(wire.ServeSigned(nc, wire.BankRelease, q, observe("release"), func(ctx context.Context, r *wire.ReleaseRequest, c wire.Caller) (any, error) {
+			if err := b.authorize(ctx, c, "release holds of "+r.User, userOrBroker(r.User)); err != nil {
+				return nil, err
+			}
+			return b.Release(ctx, r)
+		})),
+		add(wire.ServeSigned(nc, wire.BankTransfer, q, observe("transfer"), func(ctx context.Context, r *wire.TransferRequest, c wire.Caller) (any, error) {
+			if err := b.authorize(ctx, c, "move money of "+r.From, user(r.From)); err != nil {
+				return nil, err
+			}
+			return b.Transfer(ctx, r)
+		})),
+		add(wire.ServeSigned(nc, wire.BankCapture, q, observe("capture"), func(ctx context.Context, r *wire.CaptureBatch, c wire.Caller) (any, error) {
+			if err := b.authorize(ctx, c, "capture for host "+r.Host, agentOf(r.Host)); err != nil {
+				return nil, err
+			}
+			return b.Capture(ctx, r)
+		})),
 		add(wire.ServeObserved(nc, wire.BankBalance, q, observe("balance"), func(ctx context.Context, r *wire.BalanceRequest) (any, error) { return b.Balance(ctx, r) })),
+		add(wire.ServeObserved(nc, wire.BankStatement, q, observe("statement"), func(ctx context.Context, r *wire.StatementRequest) (any, error) { return b.Statement(ctx, r) })),
 		add(wire.ServeObserved(nc, wire.BankLedger, q, observe("ledger"), func(ctx context.Context, _ *wire.LedgerRequest) (any, error) { return b.Ledger(ctx) })),
+		add(wire.ServeObserved(nc, wire.BankWhois, q, observe("whois"), func(ctx context.Context, r *wire.WhoisRequest) (any, error) { return b.Whois(ctx, r.Key) })),
 	} {
 		if err != nil {
 			stop()
@@ -47,40 +91,42 @@ func Serve(nc *nats.Conn, b *Bank) (stop func(), err error) {
 	return stop, nil
 }
 
-// Client is the bank over NATS. Its methods set each request's version.
-type Client struct{ NC *nats.Conn }
+// A policy says whether a principal may do something.
+type policy func(p wire.Principal) bool
 
-// Grant mints money into a user's account.
-func (c Client) Grant(ctx context.Context, req *wire.GrantRequest) (rep wire.GrantReply, err error) {
-	req.V = wire.Version
-	return rep, wire.Call(ctx, c.NC, wire.BankGrant, req, &rep)
+func adminOnly(p wire.Principal) bool { return p.Role == wire.RoleAdmin }
+
+// user allows the user named and admins.
+func user(name string) policy {
+	return func(p wire.Principal) bool {
+		return p.Role == wire.RoleAdmin || p.Role == wire.RoleUser && p.Name == name
+	}
 }
 
-// Hold moves a user's money into escrow.
-func (c Client) Hold(ctx context.Context, req *wire.HoldRequest) (rep wire.HoldReply, err error) {
-	req.V = wire.Version
-	return rep, wire.Call(ctx, c.NC, wire.BankHold, req, &rep)
+// userOrBroker allows the user named, the broker (which acts on users'
+// signed spend requests) and admins.
+func userOrBroker(name string) policy {
+	return func(p wire.Principal) bool { return p.Role == wire.RoleBroker || user(name)(p) }
 }
 
-// Capture sends one tick's capture batch.
-func (c Client) Capture(ctx context.Context, req *wire.CaptureBatch) (rep wire.CaptureReply, err error) {
-	req.V = wire.Version
-	return rep, wire.Call(ctx, c.NC, wire.BankCapture, req, &rep)
+// agentOf allows only the agent of host: a host's provider account is
+// credited by its own agent and nobody else.
+func agentOf(host string) policy {
+	return func(p wire.Principal) bool { return p.Role == wire.RoleAgent && p.Name == host }
 }
 
-// Release closes a hold and returns its remainder.
-func (c Client) Release(ctx context.Context, req *wire.ReleaseRequest) (rep wire.ReleaseReply, err error) {
-	req.V = wire.Version
-	return rep, wire.Call(ctx, c.NC, wire.BankRelease, req, &rep)
-}
-
-// Balance reports a user's account.
-func (c Client) Balance(ctx context.Context, req *wire.BalanceRequest) (rep wire.BalanceReply, err error) {
-	req.V = wire.Version
-	return rep, wire.Call(ctx, c.NC, wire.BankBalance, req, &rep)
-}
-
-// Ledger returns the ledger and its invariant check.
-func (c Client) Ledger(ctx context.Context) (rep wire.LedgerReply, err error) {
-	return rep, wire.Call(ctx, c.NC, wire.BankLedger, &wire.LedgerRequest{Versioned: wire.Versioned{V: wire.Version}}, &rep)
+// authorize checks that c signed the request, is a registered principal
+// allowed by may, and has not used this signature before.
+func (b *Bank) authorize(ctx context.Context, c wire.Caller, what string, may policy) error {
+	if !c.Signed() {
+		return wire.ErrUnsigned
+	}
+	p, err := b.Whois(ctx, c.Key)
+	if err != nil {
+		return err
+	}
+	if !may(p) {
+		return fmt.Errorf("%w: %s (%s) may not %s", wire.ErrRole, p.Name, p.Role, what)
+	}
+	return b.useNonce(ctx, c)
 }

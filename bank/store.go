@@ -1,0 +1,182 @@
+package bank
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	_ "github.com/jackc/pgx/v5/stdlib" // the PostgreSQL/CockroachDB driver
+	_ "modernc.org/sqlite"             // the embedded store's driver
+)
+
+// dialect is the SQL flavour of a store.
+type dialect int
+
+const (
+	sqliteDialect dialect = iota
+	postgresDialect
+)
+
+// store is the bank's SQL database: one code path for SQLite and
+// PostgreSQL/CockroachDB. Statements are written with ? placeholders and
+// rebound to $n for PostgreSQL.
+type store struct {
+	db      *sql.DB
+	dialect dialect
+	name    string // for messages: "sqlite:/path" or the PostgreSQL host/db
+}
+
+// maxTxAttempts bounds the retries of a transaction that lost a
+// serialization race (SQLSTATE 40001) or a deadlock (40P01).
+const maxTxAttempts = 50
+
+// openStore opens target: "postgres://…" or "postgresql://…" (PostgreSQL or
+// CockroachDB through pgx), "sqlite:PATH", or a bare SQLite path.
+func openStore(target string) (*store, error) {
+	switch {
+	case strings.HasPrefix(target, "postgres://"), strings.HasPrefix(target, "postgresql://"):
+		db, err := sql.Open("pgx", target)
+		if err != nil {
+			return nil, fmt.Errorf("bank: opening PostgreSQL: %w", err)
+		}
+		db.SetMaxOpenConns(16)
+		db.SetMaxIdleConns(16)
+		db.SetConnMaxIdleTime(time.Minute)
+		return &store{db: db, dialect: postgresDialect, name: redact(target)}, nil
+	default:
+		path := strings.TrimPrefix(target, "sqlite:")
+		if path == "" {
+			return nil, errors.New("bank: empty SQLite path")
+		}
+		dsn := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)" +
+			"&_pragma=foreign_keys(1)&_pragma=synchronous(FULL)&_txlock=immediate"
+		db, err := sql.Open("sqlite", dsn)
+		if err != nil {
+			return nil, fmt.Errorf("bank: opening %s: %w", path, err)
+		}
+		// One connection: every transaction is serialised in the process, and
+		// SQLite's file lock serialises bank processes sharing the file.
+		db.SetMaxOpenConns(1)
+		return &store{db: db, dialect: sqliteDialect, name: "sqlite:" + path}, nil
+	}
+}
+
+// redact drops a password from a connection URL.
+func redact(url string) string {
+	if at := strings.LastIndex(url, "@"); at > 0 {
+		if scheme := strings.Index(url, "://"); scheme > 0 && scheme < at {
+			return url[:scheme+3] + "…" + url[at:]
+		}
+	}
+	return url
+}
+
+// rebind turns ? placeholders into $1, $2, … for PostgreSQL.
+func (s *store) rebind(q string) string {
+	if s.dialect != postgresDialect {
+		return q
+	}
+	var b strings.Builder
+	n := 0
+	for _, c := range q {
+		if c == '?' {
+			n++
+			b.WriteByte('$')
+			b.WriteString(strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// tx is a transaction with placeholder rebinding.
+type tx struct {
+	*sql.Tx
+	s *store
+}
+
+func (t tx) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	return t.ExecContext(ctx, t.s.rebind(q), args...)
+}
+
+func (t tx) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	return t.QueryContext(ctx, t.s.rebind(q), args...)
+}
+
+func (t tx) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
+	return t.QueryRowContext(ctx, t.s.rebind(q), args...)
+}
+
+// inList returns "?, ?, …" for n values.
+func inList(n int) string { return strings.TrimSuffix(strings.Repeat("?, ", n), ", ") }
+
+// run runs fn in one SERIALIZABLE transaction, committed only if fn returns
+// nil. A serialization failure or deadlock, whether raised by a statement or
+// by COMMIT itself, retries the whole transaction from BEGIN: on PostgreSQL
+// a failed transaction cannot be resumed, and a COMMIT error must never be
+// mistaken for success (the crdb.ExecuteTx pitfall, ENVIRONMENT.md). fn must
+// therefore have no effects outside the transaction.
+func (s *store) run(ctx context.Context, fn func(tx) error) error {
+	var err error
+	for attempt := range maxTxAttempts {
+		if attempt > 0 {
+			// Jittered backoff so that the racers do not collide again.
+			d := time.Duration(rand.Int64N(int64(time.Millisecond) << min(attempt, 6)))
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%w: bank store: %v (after %d attempts: %v)", errUnavailable, ctx.Err(), attempt, err)
+			case <-time.After(d):
+			}
+		}
+		err = s.runOnce(ctx, fn)
+		if err == nil || !retryable(err) {
+			return err
+		}
+	}
+	return fmt.Errorf("%w: bank store: gave up after %d serialization failures: %v", errUnavailable, maxTxAttempts, err)
+}
+
+func (s *store) runOnce(ctx context.Context, fn func(tx) error) error {
+	opts := &sql.TxOptions{}
+	if s.dialect == postgresDialect {
+		opts.Isolation = sql.LevelSerializable
+	}
+	t, err := s.db.BeginTx(ctx, opts)
+	if err != nil {
+		return storeErr("begin", err)
+	}
+	if err := fn(tx{t, s}); err != nil {
+		_ = t.Rollback()
+		var we interface{ Is(error) bool }
+		if errors.As(err, &we) || retryable(err) {
+			return err // a refusal for the caller, or a race to retry
+		}
+		return storeErr("transaction", err)
+	}
+	if err := t.Commit(); err != nil {
+		return storeErr("commit", err)
+	}
+	return nil
+}
+
+// storeErr marks a store failure as unavailable, keeping the driver error
+// (and so its SQLSTATE) in the chain for retryable.
+func storeErr(what string, err error) error {
+	return fmt.Errorf("%w: bank store %s: %w", errUnavailable, what, err)
+}
+
+// retryable reports a serialization failure or deadlock.
+func retryable(err error) bool {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		return pg.Code == "40001" || pg.Code == "40P01"
+	}
+	return false
+}
