@@ -50,6 +50,16 @@ type Config struct {
 	HoldGrace time.Duration
 	// Metrics, when set, counts requests and running plans.
 	Metrics *obs.Metrics
+	// Signer signs the broker's bid requests to agents.
+	Signer *wire.Signer
+	// Identities, when set, makes Serve require spend and cancel requests
+	// signed by the user they act for (or an admin); bank.Client has it.
+	Identities Identities
+}
+
+// Identities resolves a signing key to its principal.
+type Identities interface {
+	Whois(ctx context.Context, key string) (wire.Principal, error)
 }
 
 // plan is a plan and the fingerprint of the spend that made it.
@@ -68,6 +78,14 @@ type Broker struct {
 	vmAt  map[string]string // VM → host
 	plans map[string]*plan
 	order []string // plan ids, oldest first
+
+	nonces wire.NonceCache
+	whois  map[string]whoisEntry
+}
+
+type whoisEntry struct {
+	p  wire.Principal
+	at time.Time
 }
 
 // New makes a broker.
@@ -84,7 +102,8 @@ func New(cfg Config) (*Broker, error) {
 	if cfg.HoldGrace <= 0 {
 		cfg.HoldGrace = 10 * time.Minute
 	}
-	return &Broker{cfg: cfg, hosts: map[string]wire.HostState{}, vmAt: map[string]string{}, plans: map[string]*plan{}}, nil
+	return &Broker{cfg: cfg, hosts: map[string]wire.HostState{}, vmAt: map[string]string{}, plans: map[string]*plan{},
+		whois: map[string]whoisEntry{}}, nil
 }
 
 // Observe takes in a host's state; an older state than the one known is ignored.
@@ -212,7 +231,7 @@ func (b *Broker) start(ctx context.Context, p *plan, strategy strategies.Strateg
 	var placed []string
 	for _, h := range hosts {
 		req := &wire.BidRequest{Versioned: wire.Versioned{V: wire.Version}, Set: byHost[h]}
-		if err := wire.Call(ctx, b.cfg.NC, wire.AgentBidSubject(h), req, nil); err != nil {
+		if err := wire.CallAs(ctx, b.cfg.NC, b.cfg.Signer, wire.AgentBidSubject(h), req, nil); err != nil {
 			b.cancelBids(ctx, p.ID, placed, byHost)
 			if _, rerr := b.cfg.Bank.Release(ctx, &wire.ReleaseRequest{Hold: p.Hold, User: p.User}); rerr != nil {
 				b.cfg.Metrics.Error("broker", "release")
@@ -234,7 +253,7 @@ func (b *Broker) cancelBids(ctx context.Context, planID string, hosts []string, 
 		for _, bid := range byHost[h] {
 			req.Cancel = append(req.Cancel, bid.VM)
 		}
-		if err := wire.Call(ctx, b.cfg.NC, wire.AgentBidSubject(h), req, nil); err != nil {
+		if err := wire.CallAs(ctx, b.cfg.NC, b.cfg.Signer, wire.AgentBidSubject(h), req, nil); err != nil {
 			b.cfg.Metrics.Error("broker", "cancel_bids")
 			errs = append(errs, fmt.Errorf("cancelling bids on %s: %w", h, err))
 		}
@@ -405,4 +424,35 @@ func (b *Broker) Healthy() error {
 		return fmt.Errorf("broker NATS connection is %s", b.cfg.NC.Status())
 	}
 	return nil
+}
+
+// whoisTTL is how long the broker trusts a cached identity.
+const whoisTTL = time.Minute
+
+// authorize checks that a spend or cancel for user was signed by that user
+// (or an admin) and is not a replay. Without Identities it allows anything.
+func (b *Broker) authorize(ctx context.Context, c wire.Caller, user string) error {
+	if b.cfg.Identities == nil {
+		return nil
+	}
+	if !c.Signed() {
+		return wire.ErrUnsigned
+	}
+	b.mu.Lock()
+	e, ok := b.whois[c.Key]
+	b.mu.Unlock()
+	if !ok || time.Since(e.at) > whoisTTL {
+		p, err := b.cfg.Identities.Whois(ctx, c.Key)
+		if err != nil {
+			return err
+		}
+		e = whoisEntry{p, time.Now()}
+		b.mu.Lock()
+		b.whois[c.Key] = e
+		b.mu.Unlock()
+	}
+	if !(e.p.Role == wire.RoleAdmin || e.p.Role == wire.RoleUser && e.p.Name == user) {
+		return fmt.Errorf("%w: %s (%s) may not spend for %s", wire.ErrRole, e.p.Name, e.p.Role, user)
+	}
+	return b.nonces.Use(c, time.Now())
 }

@@ -48,8 +48,18 @@ func Serve(nc *nats.Conn, b *Broker) (stop func(), err error) {
 	}
 	q := wire.QueueBroker
 	for _, err := range []error{
-		add(wire.ServeObserved(nc, wire.BrokerSpend, q, observe("spend"), func(ctx context.Context, r *wire.SpendRequest) (any, error) { return b.Spend(ctx, r) })),
-		add(wire.ServeObserved(nc, wire.BrokerCancel, q, observe("cancel"), func(ctx context.Context, r *wire.CancelRequest) (any, error) { return b.Cancel(ctx, r) })),
+		add(wire.ServeSigned(nc, wire.BrokerSpend, q, observe("spend"), func(ctx context.Context, r *wire.SpendRequest, c wire.Caller) (any, error) {
+			if err := b.authorize(ctx, c, r.User); err != nil {
+				return nil, err
+			}
+			return b.Spend(ctx, r)
+		})),
+		add(wire.ServeSigned(nc, wire.BrokerCancel, q, observe("cancel"), func(ctx context.Context, r *wire.CancelRequest, c wire.Caller) (any, error) {
+			if err := b.authorize(ctx, c, r.User); err != nil {
+				return nil, err
+			}
+			return b.Cancel(ctx, r)
+		})),
 		add(wire.ServeObserved(nc, wire.BrokerPlans, q, observe("plans"), func(_ context.Context, r *wire.PlansRequest) (any, error) { return b.Plans(r), nil })),
 		add(wire.ServeObserved(nc, wire.BrokerPrice, q, observe("price"), func(_ context.Context, r *wire.PriceRequest) (any, error) { return b.Price(r) })),
 		add(wire.ServeObserved(nc, wire.BrokerVMs, q, observe("vms"), func(_ context.Context, r *wire.VMsRequest) (any, error) { return b.VMs(r), nil })),
@@ -101,19 +111,33 @@ func catchUp(nc *nats.Conn, b *Broker) error {
 	return nil
 }
 
-// Client is the broker over NATS. Its methods set each request's version.
-type Client struct{ NC *nats.Conn }
+// Client is the broker over NATS. Its methods set each request's version
+// and sign spends and cancels with Signer, or else with the credentials Keys
+// holds for the request's user.
+type Client struct {
+	NC     *nats.Conn
+	Signer *wire.Signer
+	Keys   wire.Keyring
+}
+
+func (c Client) callAs(ctx context.Context, user, subject string, req, res any) error {
+	s, err := wire.SignerFor(c.Signer, c.Keys, wire.RoleUser, user)
+	if err != nil {
+		return err
+	}
+	return wire.CallAs(ctx, c.NC, s, subject, req, res)
+}
 
 // Spend starts a plan.
 func (c Client) Spend(ctx context.Context, req *wire.SpendRequest) (rep wire.SpendReply, err error) {
 	req.V = wire.Version
-	return rep, wire.Call(ctx, c.NC, wire.BrokerSpend, req, &rep)
+	return rep, c.callAs(ctx, req.User, wire.BrokerSpend, req, &rep)
 }
 
 // Cancel ends a plan now.
 func (c Client) Cancel(ctx context.Context, req *wire.CancelRequest) (rep wire.Plan, err error) {
 	req.V = wire.Version
-	return rep, wire.Call(ctx, c.NC, wire.BrokerCancel, req, &rep)
+	return rep, c.callAs(ctx, req.User, wire.BrokerCancel, req, &rep)
 }
 
 // Plans lists plans.

@@ -12,7 +12,9 @@
 //	4  the market is unreachable (nothing answers on NATS)
 //
 // Connection and identity come from flags or the environment: MRM_NATS_URL
-// (default nats://127.0.0.1:4222) and MRM_USER.
+// (default nats://127.0.0.1:4222), MRM_USER, and MRM_CREDS, the credentials
+// directory whose NKeys sign every request that moves money (default
+// .data/creds, where `mrmarket up --data .data` writes them).
 package cli
 
 import (
@@ -28,6 +30,8 @@ import (
 	"github.com/nats-io/nats.go"
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/mrmarket/mrmarket/bank"
+	"github.com/mrmarket/mrmarket/broker"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -44,10 +48,24 @@ const (
 const DefaultNATSURL = "nats://127.0.0.1:4222"
 
 var (
-	flagJSON = &ucli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"}
-	flagNATS = &ucli.StringFlag{Name: "nats", Usage: "NATS URL of the market", Value: DefaultNATSURL, EnvVars: []string{"MRM_NATS_URL"}}
-	flagUser = &ucli.StringFlag{Name: "user", Usage: "the user acting", EnvVars: []string{"MRM_USER"}}
+	flagJSON  = &ucli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"}
+	flagNATS  = &ucli.StringFlag{Name: "nats", Usage: "NATS URL of the market", Value: DefaultNATSURL, EnvVars: []string{"MRM_NATS_URL"}}
+	flagUser  = &ucli.StringFlag{Name: "user", Usage: "the user acting", EnvVars: []string{"MRM_USER"}}
+	flagCreds = &ucli.StringFlag{Name: "creds", Usage: "credentials directory (admin.nk, users/<name>.nk) that signs requests", Value: DefaultCreds, EnvVars: []string{"MRM_CREDS"}}
 )
+
+// DefaultCreds is where `mrmarket up --data .data` writes the credentials.
+const DefaultCreds = ".data/creds"
+
+// bankClient signs with the credentials of --creds.
+func bankClient(c *ucli.Context, nc *nats.Conn) bank.Client {
+	return bank.Client{NC: nc, Keys: wire.CredsDir(c.String("creds"))}
+}
+
+// brokerClient signs with the credentials of --creds.
+func brokerClient(c *ucli.Context, nc *nats.Conn) broker.Client {
+	return broker.Client{NC: nc, Keys: wire.CredsDir(c.String("creds"))}
+}
 
 // App returns the mrmarket command tree writing to stdout and stderr.
 func App(stdout, stderr io.Writer) *ucli.App {
@@ -67,6 +85,8 @@ func App(stdout, stderr io.Writer) *ucli.App {
 			agentCommand(),
 			bankCommand(),
 			balanceCommand(),
+			transferCommand(),
+			statementCommand(),
 			spendCommand(),
 			cancelCommand(),
 			plansCommand(),

@@ -36,6 +36,7 @@ func startMarket(t *testing.T) (*market.Market, *time.Time) {
 		t.Fatal(err)
 	}
 	t.Cleanup(m.Close)
+	t.Setenv("MRM_CREDS", string(m.Keys())) // the credentials `up` wrote sign the commands
 	return m, &clock
 }
 

@@ -9,8 +9,6 @@ import (
 	"github.com/nats-io/nuid"
 	ucli "github.com/urfave/cli/v2"
 
-	"github.com/mrmarket/mrmarket/bank"
-	"github.com/mrmarket/mrmarket/broker"
 	"github.com/mrmarket/mrmarket/internal/money"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
@@ -34,7 +32,7 @@ func bankCommand() *ucli.Command {
 			Name:      "grant",
 			Usage:     "grant a budget to a user (creates the account)",
 			UsageText: "mrmarket bank grant --user alice --amount 100",
-			Flags: []ucli.Flag{flagNATS, flagJSON, flagUser,
+			Flags: []ucli.Flag{flagNATS, flagCreds, flagJSON, flagUser,
 				&ucli.StringFlag{Name: "amount", Usage: "credits to grant, e.g. 100 or 0.5"},
 				&ucli.StringFlag{Name: "id", Usage: "idempotency id: repeating a grant with the same id applies it once (default: a new id)"},
 				&ucli.StringFlag{Name: "memo", Usage: "note kept with the transfer"},
@@ -57,7 +55,7 @@ func bankCommand() *ucli.Command {
 					return err
 				}
 				defer nc.Close()
-				rep, err := bank.Client{NC: nc}.Grant(c.Context, &wire.GrantRequest{ID: id, User: user, Amount: amount, Memo: c.String("memo")})
+				rep, err := bankClient(c, nc).Grant(c.Context, &wire.GrantRequest{ID: id, User: user, Amount: amount, Memo: c.String("memo")})
 				if err != nil {
 					return err
 				}
@@ -70,7 +68,7 @@ func bankCommand() *ucli.Command {
 					return err
 				})
 			},
-		}},
+		}, bankServeCommand(), incomeCommand(), principalCommand()},
 	}
 }
 
@@ -79,7 +77,7 @@ func balanceCommand() *ucli.Command {
 		Name:      "balance",
 		Usage:     "show a user's balance, money held by running plans, and spending",
 		UsageText: "mrmarket balance --user alice",
-		Flags:     []ucli.Flag{flagNATS, flagJSON, flagUser},
+		Flags:     []ucli.Flag{flagNATS, flagCreds, flagJSON, flagUser},
 		Action: func(c *ucli.Context) error {
 			user, err := requireUser(c)
 			if err != nil {
@@ -90,7 +88,7 @@ func balanceCommand() *ucli.Command {
 				return err
 			}
 			defer nc.Close()
-			rep, err := bank.Client{NC: nc}.Balance(c.Context, &wire.BalanceRequest{User: user})
+			rep, err := bankClient(c, nc).Balance(c.Context, &wire.BalanceRequest{User: user})
 			if err != nil {
 				return err
 			}
@@ -123,7 +121,7 @@ func spendCommand() *ucli.Command {
 		Description: "Holds the budget in the bank, then bids budget/duration per VM (strategy \"fair\":\n" +
 			"a constant rate, budget split evenly over the VMs). Agents charge per tick; what is\n" +
 			"not spent when the plan ends goes back to you.",
-		Flags: []ucli.Flag{flagNATS, flagJSON, flagUser,
+		Flags: []ucli.Flag{flagNATS, flagCreds, flagJSON, flagUser,
 			&ucli.StringFlag{Name: "budget", Usage: "credits to spend over the duration"},
 			&ucli.DurationFlag{Name: "duration", Usage: "how long to spend it, e.g. 30m or 2h"},
 			&ucli.StringSliceFlag{Name: "vm", Usage: "a VM to spend on (repeat, or comma-separate)"},
@@ -164,7 +162,7 @@ func spendCommand() *ucli.Command {
 				return err
 			}
 			defer nc.Close()
-			rep, err := broker.Client{NC: nc}.Spend(c.Context, req)
+			rep, err := brokerClient(c, nc).Spend(c.Context, req)
 			if err != nil {
 				return err
 			}
@@ -191,7 +189,7 @@ func cancelCommand() *ucli.Command {
 		Name:      "cancel",
 		Usage:     "end one of your plans now and get back what it has not spent",
 		UsageText: "mrmarket cancel --user alice --plan plan-…",
-		Flags:     []ucli.Flag{flagNATS, flagJSON, flagUser, &ucli.StringFlag{Name: "plan", Usage: "plan id"}},
+		Flags:     []ucli.Flag{flagNATS, flagCreds, flagJSON, flagUser, &ucli.StringFlag{Name: "plan", Usage: "plan id"}},
 		Action: func(c *ucli.Context) error {
 			user, err := requireUser(c)
 			if err != nil {
@@ -205,7 +203,7 @@ func cancelCommand() *ucli.Command {
 				return err
 			}
 			defer nc.Close()
-			p, err := broker.Client{NC: nc}.Cancel(c.Context, &wire.CancelRequest{Plan: c.String("plan"), User: user})
+			p, err := brokerClient(c, nc).Cancel(c.Context, &wire.CancelRequest{Plan: c.String("plan"), User: user})
 			if err != nil {
 				return err
 			}
@@ -222,14 +220,14 @@ func plansCommand() *ucli.Command {
 		Name:      "plans",
 		Usage:     "list spend plans",
 		UsageText: "mrmarket plans [--user alice]",
-		Flags:     []ucli.Flag{flagNATS, flagJSON, flagUser},
+		Flags:     []ucli.Flag{flagNATS, flagCreds, flagJSON, flagUser},
 		Action: func(c *ucli.Context) error {
 			nc, err := connect(c)
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
-			rep, err := broker.Client{NC: nc}.Plans(c.Context, &wire.PlansRequest{User: c.String("user")})
+			rep, err := brokerClient(c, nc).Plans(c.Context, &wire.PlansRequest{User: c.String("user")})
 			if err != nil {
 				return err
 			}
@@ -250,14 +248,14 @@ func priceCommand() *ucli.Command {
 		Name:      "price",
 		Usage:     "show host prices (the sum of the spending rates on each host)",
 		UsageText: "mrmarket price [--host host-1]",
-		Flags:     []ucli.Flag{flagNATS, flagJSON, &ucli.StringFlag{Name: "host", Usage: "one host only"}},
+		Flags:     []ucli.Flag{flagNATS, flagCreds, flagJSON, &ucli.StringFlag{Name: "host", Usage: "one host only"}},
 		Action: func(c *ucli.Context) error {
 			nc, err := connect(c)
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
-			rep, err := broker.Client{NC: nc}.Price(c.Context, &wire.PriceRequest{Host: c.String("host")})
+			rep, err := brokerClient(c, nc).Price(c.Context, &wire.PriceRequest{Host: c.String("host")})
 			if err != nil {
 				return err
 			}
@@ -277,7 +275,7 @@ func vmsCommand() *ucli.Command {
 		Name:      "vms",
 		Usage:     "list VMs with their owner, rate, share and utilisation",
 		UsageText: "mrmarket vms [--owner alice] [--host host-1]",
-		Flags: []ucli.Flag{flagNATS, flagJSON,
+		Flags: []ucli.Flag{flagNATS, flagCreds, flagJSON,
 			&ucli.StringFlag{Name: "owner", Usage: "only this user's VMs"},
 			&ucli.StringFlag{Name: "host", Usage: "only this host's VMs"},
 		},
@@ -287,7 +285,7 @@ func vmsCommand() *ucli.Command {
 				return err
 			}
 			defer nc.Close()
-			rep, err := broker.Client{NC: nc}.VMs(c.Context, &wire.VMsRequest{Owner: c.String("owner"), Host: c.String("host")})
+			rep, err := brokerClient(c, nc).VMs(c.Context, &wire.VMsRequest{Owner: c.String("owner"), Host: c.String("host")})
 			if err != nil {
 				return err
 			}
@@ -311,14 +309,14 @@ func ledgerCommand() *ucli.Command {
 		Name:      "ledger",
 		Usage:     "show every account and check the ledger invariant",
 		UsageText: "mrmarket ledger",
-		Flags:     []ucli.Flag{flagNATS, flagJSON},
+		Flags:     []ucli.Flag{flagNATS, flagCreds, flagJSON},
 		Action: func(c *ucli.Context) error {
 			nc, err := connect(c)
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
-			rep, err := bank.Client{NC: nc}.Ledger(c.Context)
+			rep, err := bankClient(c, nc).Ledger(c.Context)
 			if err != nil {
 				return err
 			}

@@ -99,7 +99,7 @@ func RunDemo(ctx context.Context) (rep *DemoReport, err error) {
 	if err != nil {
 		return nil, err
 	}
-	bankc, brokerc := bank.Client{NC: nc}, broker.Client{NC: nc}
+	bankc, brokerc := bank.Client{NC: nc, Keys: m.Keys()}, broker.Client{NC: nc, Keys: m.Keys()}
 
 	credits := func(s string) money.Micro { v, _ := money.Parse(s); return v }
 	grants := map[string]money.Micro{"alice": credits("100"), "bob": credits("100"), "batch": credits("50")}

@@ -104,7 +104,12 @@ type Market struct {
 	Metrics  *obs.Metrics
 	conns    []*nats.Conn
 	stops    []func()
+	keys     wire.CredsDir
 }
+
+// Keys are the market's credentials (admin, broker, agents, the VM owners),
+// in the data directory's creds/.
+func (m *Market) Keys() wire.CredsDir { return m.keys }
 
 // Start starts the market. On error everything started so far is stopped.
 func Start(ctx context.Context, cfg Config) (m *Market, err error) {
@@ -172,9 +177,38 @@ func Start(ctx context.Context, cfg Config) (m *Market, err error) {
 	}
 	m.stops = append(m.stops, stop)
 
+	// Identities: kept in the data directory, registered with the bank.
+	m.keys = wire.CredsDir(filepath.Join(cfg.Dir, "creds"))
+	register := func(role, name string) (*wire.Signer, error) {
+		s, err := m.keys.Ensure(role, name)
+		if err != nil {
+			return nil, err
+		}
+		_, err = m.Bank.AddPrincipal(ctx, &wire.PrincipalRequest{Key: s.Public(), Name: name, Role: role})
+		return s, err
+	}
+	if _, err := register(wire.RoleAdmin, "admin"); err != nil {
+		return nil, err
+	}
+	brokerSigner, err := register(wire.RoleBroker, "broker")
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range cfg.Hosts {
+		for _, vm := range h.VMs {
+			if _, err := register(wire.RoleUser, vm.Owner); err != nil {
+				return nil, err
+			}
+		}
+	}
+
 	// Agents, one connection each, capturing through the bank over NATS.
 	for _, h := range cfg.Hosts {
 		nc, err := connect("mrmarket-agent-" + h.ID)
+		if err != nil {
+			return nil, err
+		}
+		agentSigner, err := register(wire.RoleAgent, h.ID)
 		if err != nil {
 			return nil, err
 		}
@@ -182,7 +216,7 @@ func Start(ctx context.Context, cfg Config) (m *Market, err error) {
 		a, err := agent.New(agent.Config{
 			Host:      h.ID,
 			Enforcer:  sim,
-			Capturer:  bank.Client{NC: nc},
+			Capturer:  bank.Client{NC: nc, Signer: agentSigner},
 			Publisher: agent.NATSPublisher{NC: nc, KV: assets.Hosts},
 			Metrics:   m.Metrics,
 			Now:       now,
@@ -206,8 +240,8 @@ func Start(ctx context.Context, cfg Config) (m *Market, err error) {
 		return nil, err
 	}
 	m.Broker, err = broker.New(broker.Config{
-		NC: brokerNC, Bank: bank.Client{NC: brokerNC}, Now: now,
-		Settle: cfg.Settle, Metrics: m.Metrics,
+		NC: brokerNC, Bank: bank.Client{NC: brokerNC, Signer: brokerSigner}, Now: now,
+		Settle: cfg.Settle, Metrics: m.Metrics, Signer: brokerSigner, Identities: bank.Client{NC: brokerNC},
 	})
 	if err != nil {
 		return nil, err

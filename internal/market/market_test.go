@@ -46,7 +46,7 @@ func testMarket(t *testing.T) (*market.Market, *time.Time, bank.Client, broker.C
 	if err != nil {
 		t.Fatal(err)
 	}
-	return m, &clock, bank.Client{NC: nc}, broker.Client{NC: nc}
+	return m, &clock, bank.Client{NC: nc, Keys: m.Keys()}, broker.Client{NC: nc, Keys: m.Keys()}
 }
 
 func checkLedger(t *testing.T, bc bank.Client) wire.LedgerReply {

@@ -34,7 +34,7 @@ func TestRunOnTheWallClock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bc, brc := bank.Client{NC: nc}, broker.Client{NC: nc}
+	bc, brc := bank.Client{NC: nc, Keys: m.Keys()}, broker.Client{NC: nc, Keys: m.Keys()}
 	if _, err := bc.Grant(ctx, &wire.GrantRequest{ID: "g", User: "alice", Amount: 100_000_000}); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,266 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nuid"
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/mrmarket/mrmarket/bank"
+	"github.com/mrmarket/mrmarket/internal/money"
+	"github.com/mrmarket/mrmarket/internal/natsutil"
+	"github.com/mrmarket/mrmarket/internal/obs"
+	"github.com/mrmarket/mrmarket/internal/wire"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// bankServeCommand is `mrmarket bank serve`: the bank daemon.
+func bankServeCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "serve",
+		Usage: "run the bank daemon on a store (SQLite file or PostgreSQL/CockroachDB)",
+		UsageText: "mrmarket bank serve --store sqlite:/var/lib/mrmarket/bank.db --nats nats://nats-1:4222 --creds /etc/mrmarket/creds\n" +
+			"   mrmarket bank serve --store postgres://mrmarket@db:5432/bank --nats …   (run several: they share the load)",
+		Flags: []ucli.Flag{flagNATS, flagCreds,
+			&ucli.StringFlag{Name: "store", Usage: "sqlite:PATH or postgres://…", Value: "sqlite:.data/bank.db", EnvVars: []string{"MRM_BANK_STORE"}},
+			&ucli.StringFlag{Name: "http", Usage: "address for /metrics and /healthz (empty: none)", Value: "127.0.0.1:9465"},
+			&ucli.DurationFlag{Name: "tick", Usage: "how often to expire holds and pay income", Value: 5 * time.Second},
+		},
+		Action: func(c *ucli.Context) error {
+			if c.Duration("tick") < tickMin || c.Duration("tick") > tickMax {
+				return badInput("--tick must be between %s and %s", tickMin, tickMax)
+			}
+			reg := prometheus.NewRegistry()
+			metrics := obs.NewMetrics(reg)
+			b, err := bank.Open(c.String("store"), bank.Options{Metrics: metrics})
+			if err != nil {
+				return wire.Errorf(wire.ErrUnavailable, "%v", err)
+			}
+			defer b.Close()
+			// The admin identity is the root of trust: its key is registered
+			// from the credentials directory (created on first start).
+			keys := wire.CredsDir(c.String("creds"))
+			admin, err := keys.Ensure(wire.RoleAdmin, "admin")
+			if err != nil {
+				return err
+			}
+			if _, err := b.AddPrincipal(c.Context, &wire.PrincipalRequest{Key: admin.Public(), Name: "admin", Role: wire.RoleAdmin}); err != nil {
+				return err
+			}
+			nc, err := natsutil.Connect(c.String("nats"), "mrmarket-bank")
+			if err != nil {
+				return wire.Errorf(wire.ErrUnavailable, "%v", err)
+			}
+			defer nc.Close()
+			stop, err := bank.Serve(nc, b)
+			if err != nil {
+				return err
+			}
+			defer stop()
+			if addr := c.String("http"); addr != "" {
+				srv, err := obs.Serve(addr, reg, map[string]obs.HealthFunc{"store": b.Healthy})
+				if err != nil {
+					return err
+				}
+				defer srv.Close()
+				fmt.Fprintf(c.App.Writer, "  metrics  http://%s/metrics   health  http://%s/healthz\n", srv.Addr(), srv.Addr())
+			}
+			fmt.Fprintf(c.App.Writer, "mrmarket bank serving %s on %s (admin key %s)\n", b.Store(), c.String("nats"), admin.Public())
+			t := time.NewTicker(c.Duration("tick"))
+			defer t.Stop()
+			for {
+				select {
+				case <-c.Context.Done():
+					fmt.Fprintln(c.App.Writer, "mrmarket bank: stopping")
+					return nil
+				case now := <-t.C:
+					if _, err := b.Tick(c.Context, now); err != nil {
+						metrics.Error("bank", "tick")
+					}
+				}
+			}
+		},
+	}
+}
+
+func incomeCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "income",
+		Usage: "budgets granted on a schedule, once per period",
+		Subcommands: []*ucli.Command{{
+			Name:  "set",
+			Usage: "set a user's income (or --fair: split an amount among all users) every period; --amount 0 removes it",
+			UsageText: "mrmarket bank income set --user alice --amount 100 --every 24h\n" +
+				"   mrmarket bank income set --fair --amount 1000 --every 24h",
+			Flags: []ucli.Flag{flagNATS, flagCreds, flagJSON, flagUser,
+				&ucli.BoolFlag{Name: "fair", Usage: "split --amount evenly among all users each period"},
+				&ucli.StringFlag{Name: "amount", Usage: "credits per period (0 removes the schedule)"},
+				&ucli.DurationFlag{Name: "every", Usage: "period", Value: 24 * time.Hour},
+			},
+			Action: func(c *ucli.Context) error {
+				user := wire.FairShareUser
+				if !c.Bool("fair") {
+					var err error
+					if user, err = requireUser(c); err != nil {
+						return err
+					}
+				}
+				var amount money.Micro
+				if c.String("amount") != "0" {
+					var err error
+					if amount, err = parseAmount("amount", c.String("amount")); err != nil {
+						return err
+					}
+				}
+				nc, err := connect(c)
+				if err != nil {
+					return err
+				}
+				defer nc.Close()
+				rep, err := bankClient(c, nc).SetIncome(c.Context, &wire.IncomeSetRequest{User: user, Amount: amount, Every: wire.Duration(c.Duration("every"))})
+				if err != nil {
+					return err
+				}
+				return output(c, rep, func(w io.Writer) error {
+					t := newTable(w, "USER", "AMOUNT", "EVERY", "SINCE", "LAST PERIOD")
+					for _, s := range rep.Schedules {
+						t.row(s.User, s.Amount.String(), s.Every.D().String(), stamp(s.Anchor), fmt.Sprint(s.LastPeriod))
+					}
+					return t.flush()
+				})
+			},
+		}},
+	}
+}
+
+func principalCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "principal",
+		Usage: "identities that sign requests",
+		Subcommands: []*ucli.Command{{
+			Name:      "add",
+			Usage:     "create (if missing) the credentials of a principal in --creds and register its key (admin)",
+			UsageText: "mrmarket bank principal add --name carol --role user",
+			Flags: []ucli.Flag{flagNATS, flagCreds, flagJSON,
+				&ucli.StringFlag{Name: "name", Usage: "user name, host id (agent), or admin/broker"},
+				&ucli.StringFlag{Name: "role", Usage: "user, agent, broker or admin", Value: wire.RoleUser},
+			},
+			Action: func(c *ucli.Context) error {
+				req := &wire.PrincipalRequest{Name: c.String("name"), Role: c.String("role")}
+				if err := wire.CheckName("--name", req.Name); err != nil {
+					return usageError{err}
+				}
+				keys := wire.CredsDir(c.String("creds"))
+				s, err := keys.Ensure(req.Role, req.Name)
+				if err != nil {
+					return err
+				}
+				req.Key = s.Public()
+				if err := req.Validate(); err != nil {
+					return usageError{err}
+				}
+				nc, err := connect(c)
+				if err != nil {
+					return err
+				}
+				defer nc.Close()
+				p, err := bankClient(c, nc).AddPrincipal(c.Context, req)
+				if err != nil {
+					return err
+				}
+				return output(c, p, func(w io.Writer) error {
+					_, err := fmt.Fprintf(w, "%s %s registered: key %s, credentials %s\n", p.Role, p.Name, p.Key, keys.Path(p.Role, p.Name))
+					return err
+				})
+			},
+		}},
+	}
+}
+
+func transferCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "transfer",
+		Usage:     "give some of your credits to another user",
+		UsageText: "mrmarket transfer --user alice --to bob --amount 5",
+		Flags: []ucli.Flag{flagNATS, flagCreds, flagJSON, flagUser,
+			&ucli.StringFlag{Name: "to", Usage: "the receiving user"},
+			&ucli.StringFlag{Name: "amount", Usage: "credits"},
+			&ucli.StringFlag{Name: "id", Usage: "idempotency id (default: a new id)"},
+			&ucli.StringFlag{Name: "memo", Usage: "note kept with the transfer"},
+		},
+		Action: func(c *ucli.Context) error {
+			from, err := requireUser(c)
+			if err != nil {
+				return err
+			}
+			amount, err := parseAmount("amount", c.String("amount"))
+			if err != nil {
+				return err
+			}
+			id := c.String("id")
+			if id == "" {
+				id = "transfer-" + nuid.Next()
+			}
+			req := &wire.TransferRequest{ID: id, From: from, To: c.String("to"), Amount: amount, Memo: c.String("memo")}
+			if err := req.Validate(); err != nil {
+				return usageError{err}
+			}
+			nc, err := connect(c)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			rep, err := bankClient(c, nc).Transfer(c.Context, req)
+			if err != nil {
+				return err
+			}
+			return output(c, rep, func(w io.Writer) error {
+				_, err := fmt.Fprintf(w, "moved %s from %s to %s; %s's balance %s (transfer %s)\n", amount, from, req.To, from, rep.Balance, rep.Transfer)
+				return err
+			})
+		},
+	}
+}
+
+func statementCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "statement",
+		Usage:     "an account's transfers, newest first",
+		UsageText: "mrmarket statement --user alice\n   mrmarket statement --account provider:host-1 --limit 20",
+		Flags: []ucli.Flag{flagNATS, flagJSON, flagUser,
+			&ucli.StringFlag{Name: "account", Usage: "any account id instead of a user (provider:<host>, escrow, mint)"},
+			&ucli.IntFlag{Name: "limit", Usage: "entries", Value: 50},
+		},
+		Action: func(c *ucli.Context) error {
+			req := &wire.StatementRequest{User: c.String("user"), Account: c.String("account"), Limit: c.Int("limit")}
+			if err := req.Validate(); err != nil {
+				return usageError{err}
+			}
+			nc, err := connect(c)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			rep, err := bankClient(c, nc).Statement(c.Context, req)
+			if err != nil {
+				return err
+			}
+			return output(c, rep, func(w io.Writer) error {
+				fmt.Fprintf(w, "%s: balance %s\n", rep.Account, rep.Balance)
+				t := newTable(w, "AT", "KIND", "AMOUNT", "COUNTERPARTY", "TRANSFER", "MEMO")
+				for _, e := range rep.Entries {
+					amt := e.Amount.String()
+					if e.Amount > 0 {
+						amt = "+" + amt
+					}
+					t.row(stamp(e.At), e.Kind, amt, e.Counterparty, e.Transfer, strings.TrimSpace(e.Memo))
+				}
+				return t.flush()
+			})
+		},
+	}
+}
