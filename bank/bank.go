@@ -26,6 +26,7 @@ var (
 	ErrIDReused       = fmt.Errorf("%w: id already used for a different request", wire.ErrConflict)
 	ErrHoldClosed     = fmt.Errorf("%w: hold is closed", wire.ErrConflict)
 	ErrHoldExpired    = fmt.Errorf("%w: hold has expired", wire.ErrExpired)
+	ErrHoldExhausted  = fmt.Errorf("%w: capture beyond the hold", wire.ErrInsufficient)
 	ErrPastExpiry     = fmt.Errorf("%w: hold expiry is not in the future", wire.ErrBadRequest)
 	ErrOverflow       = fmt.Errorf("%w: amount would overflow the account", wire.ErrBadRequest)
 )

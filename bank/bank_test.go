@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -16,10 +15,10 @@ import (
 
 var t0 = time.Date(2026, 2, 1, 10, 0, 0, 0, time.UTC)
 
-func openBank(t *testing.T) (*bank.Bank, *time.Time) {
+func openBank(t testing.TB, target string) (*bank.Bank, *time.Time) {
 	t.Helper()
 	clock := t0
-	b, err := bank.Open(filepath.Join(t.TempDir(), "bank.db"), bank.Options{Now: func() time.Time { return clock }})
+	b, err := bank.Open(target, bank.Options{Now: func() time.Time { return clock }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,8 +56,10 @@ func hold(t *testing.T, b *bank.Bank, id, user string, amount money.Micro, expir
 	return r
 }
 
-func TestGrantIsIdempotent(t *testing.T) {
-	b, _ := openBank(t)
+func TestGrantIsIdempotent(t *testing.T) { eachStore(t, testGrantIsIdempotent) }
+
+func testGrantIsIdempotent(t *testing.T, target string) {
+	b, _ := openBank(t, target)
 	ctx := context.Background()
 	if r := grant(t, b, "g1", "alice", 100); r.Balance != 100 || r.Replayed {
 		t.Fatalf("first grant: %+v", r)
@@ -74,8 +75,10 @@ func TestGrantIsIdempotent(t *testing.T) {
 	}
 }
 
-func TestHoldCaptureRelease(t *testing.T) {
-	b, clock := openBank(t)
+func TestHoldCaptureRelease(t *testing.T) { eachStore(t, testHoldCaptureRelease) }
+
+func testHoldCaptureRelease(t *testing.T, target string) {
+	b, clock := openBank(t, target)
 	ctx := context.Background()
 	grant(t, b, "g", "alice", 1000)
 	h := hold(t, b, "h1", "alice", 600, t0.Add(time.Hour))
@@ -155,7 +158,11 @@ func TestHoldCaptureRelease(t *testing.T) {
 }
 
 func TestExpiredHoldsAreReleasedAndCaptureNothing(t *testing.T) {
-	b, clock := openBank(t)
+	eachStore(t, testExpiredHoldsAreReleasedAndCaptureNothing)
+}
+
+func testExpiredHoldsAreReleasedAndCaptureNothing(t *testing.T, target string) {
+	b, clock := openBank(t, target)
 	ctx := context.Background()
 	grant(t, b, "g", "bob", 500)
 	hold(t, b, "h", "bob", 300, t0.Add(time.Minute))
@@ -178,8 +185,10 @@ func TestExpiredHoldsAreReleasedAndCaptureNothing(t *testing.T) {
 }
 
 // TestBadInputChangesNothing: every refused request leaves the ledger as it was.
-func TestBadInputChangesNothing(t *testing.T) {
-	b, _ := openBank(t)
+func TestBadInputChangesNothing(t *testing.T) { eachStore(t, testBadInputChangesNothing) }
+
+func testBadInputChangesNothing(t *testing.T, target string) {
+	b, _ := openBank(t, target)
 	ctx := context.Background()
 	grant(t, b, "g", "alice", 1000)
 	grant(t, b, "g2", "bob", 1000)
@@ -239,8 +248,9 @@ func TestBadInputChangesNothing(t *testing.T) {
 	}
 }
 
-func TestReopenKeepsTheLedger(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "bank.db")
+func TestReopenKeepsTheLedger(t *testing.T) { eachStore(t, testReopenKeepsTheLedger) }
+
+func testReopenKeepsTheLedger(t *testing.T, path string) {
 	now := func() time.Time { return t0 }
 	b, err := bank.Open(path, bank.Options{Now: now})
 	if err != nil {

@@ -45,9 +45,6 @@ func (b *Bank) capture(ctx context.Context, t tx, batch *wire.CaptureBatch) (wir
 	rep := wire.CaptureReply{Legs: make([]wire.LegResult, len(batch.Legs))}
 	now := b.now()
 	provider := ProviderAccount(batch.Host)
-	if err := ensureAccount(ctx, t, provider, wire.AccountProvider, now); err != nil {
-		return rep, err
-	}
 
 	// Read everything the batch touches.
 	var holdIDs, legIDs []string
@@ -150,6 +147,8 @@ func (b *Bank) capture(ctx context.Context, t tx, batch *wire.CaptureBatch) (wir
 			refusal = fmt.Errorf("%w: %q at %s", ErrHoldExpired, leg.Hold, h.Expires.Format(time.RFC3339))
 		case len(h.Hosts) > 0 && !slices.Contains(h.Hosts, batch.Host):
 			refusal = fmt.Errorf("%w: %s on hold %q", ErrNotBeneficiary, batch.Host, leg.Hold)
+		case h.Remaining() == 0 && leg.Cumulative > totals[k]:
+			refusal = fmt.Errorf("%w: hold %q is exhausted (%s captured of %s)", ErrHoldExhausted, leg.Hold, h.Captured, h.Amount)
 		}
 		if refusal != nil {
 			res.Error = wire.ToError(refusal)
@@ -174,6 +173,9 @@ func (b *Bank) capture(ctx context.Context, t tx, batch *wire.CaptureBatch) (wir
 
 	// Write: one transfer, the holds, the totals, the legs.
 	if rep.Applied > 0 {
+		if err := ensureAccount(ctx, t, provider, wire.AccountProvider, now); err != nil {
+			return rep, err
+		}
 		fp := fingerprint("capture", batch.Host, batch.Tick, len(fresh))
 		memo := fmt.Sprintf("%d legs, round %d", len(fresh), batch.Tick)
 		if err := transfer(ctx, t, "capture:"+firstID, "capture", EscrowAccount, provider, rep.Applied, fp, memo, now); err != nil {
