@@ -302,3 +302,48 @@ func spendErr(brc broker.Client, user string, budget money.Micro, d time.Duratio
 	_, err := brc.Spend(context.Background(), &wire.SpendRequest{User: user, Budget: budget, Duration: wire.Duration(d), VMs: vms, Strategy: wire.StrategyFair})
 	return err
 }
+
+// TestSpendingNeedsTheSpendersSignature: the broker acts on a user's money
+// only for a spend that user signed, once.
+func TestSpendingNeedsTheSpendersSignature(t *testing.T) {
+	ctx := context.Background()
+	m, _, bc, _ := testMarket(t)
+	if _, err := bc.Grant(ctx, &wire.GrantRequest{ID: "g", User: "bob", Amount: credits(t, "10")}); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := m.NC("spoofer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice, err := m.Keys().Signer(wire.RoleUser, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bobsSpend := &wire.SpendRequest{User: "bob", Budget: credits(t, "5"), Duration: wire.Duration(time.Minute), VMs: []string{"b1"}, Strategy: wire.StrategyFair}
+	if _, err := (broker.Client{NC: nc}).Spend(ctx, bobsSpend); !errors.Is(err, wire.ErrForbidden) {
+		t.Fatalf("unsigned spend: %v", err)
+	}
+	if _, err := (broker.Client{NC: nc, Signer: alice}).Spend(ctx, bobsSpend); !errors.Is(err, wire.ErrForbidden) {
+		t.Fatalf("alice spending bob's money: %v", err)
+	}
+	bob, err := m.Keys().Signer(wire.RoleUser, "bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bobsSpend.V = wire.Version
+	body, _ := json.Marshal(bobsSpend)
+	msg, err := bob.Sign(wire.BrokerSpend, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wire.CallMsg(ctx, nc, msg, nil); err != nil {
+		t.Fatalf("bob's own spend: %v", err)
+	}
+	if err := wire.CallMsg(ctx, nc, msg, nil); !errors.Is(err, wire.ErrForbidden) {
+		t.Fatalf("replayed spend: %v", err)
+	}
+	bal, err := bc.Balance(ctx, &wire.BalanceRequest{User: "bob"})
+	if err != nil || bal.Held != credits(t, "5") {
+		t.Fatalf("bob after one spend and a replay: %+v %v", bal, err)
+	}
+}
