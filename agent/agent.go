@@ -36,6 +36,15 @@ type Config struct {
 	Now func() time.Time
 	// Capacity is the host's CPUs, to turn CPU time into utilisation; default 1.
 	Capacity float64
+	// Identities, when set, makes Serve take bid changes only signed by the
+	// broker (or an admin): a bid names the hold it charges, so a bid from
+	// anyone else could spend another user's money. bank.Client has it.
+	Identities Identities
+}
+
+// Identities resolves a signing key to its principal.
+type Identities interface {
+	Whois(ctx context.Context, key string) (wire.Principal, error)
 }
 
 // legKey is what a capture's cumulative total is kept for.
@@ -75,6 +84,8 @@ type Agent struct {
 	lastUse  map[string]time.Duration
 	util     map[string]float64
 	state    wire.HostState
+
+	nonces wire.NonceCache
 }
 
 // New makes an agent and enforces the initial shares.

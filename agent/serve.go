@@ -19,8 +19,13 @@ func Serve(nc *nats.Conn, a *Agent) (stop func(), err error) {
 	observe := func(op string) func(string) {
 		return func(code string) { a.cfg.Metrics.Request("agent", op, code) }
 	}
-	bids, err := wire.ServeObserved(nc, wire.AgentBidSubject(host), "", observe("bid"),
-		func(ctx context.Context, r *wire.BidRequest) (any, error) { return a.SetBids(ctx, r) })
+	bids, err := wire.ServeSigned(nc, wire.AgentBidSubject(host), "", observe("bid"),
+		func(ctx context.Context, r *wire.BidRequest, c wire.Caller) (any, error) {
+			if err := a.authorizeBid(ctx, c); err != nil {
+				return nil, err
+			}
+			return a.SetBids(ctx, r)
+		})
 	if err != nil {
 		return nil, err
 	}
@@ -39,6 +44,24 @@ func Serve(nc *nats.Conn, a *Agent) (stop func(), err error) {
 		return nil, err
 	}
 	return stop, nil
+}
+
+// authorizeBid admits bid changes signed by the broker or an admin, once.
+func (a *Agent) authorizeBid(ctx context.Context, c wire.Caller) error {
+	if a.cfg.Identities == nil {
+		return nil
+	}
+	if !c.Signed() {
+		return wire.ErrUnsigned
+	}
+	p, err := a.cfg.Identities.Whois(ctx, c.Key)
+	if err != nil {
+		return err
+	}
+	if p.Role != wire.RoleBroker && p.Role != wire.RoleAdmin {
+		return fmt.Errorf("%w: %s (%s) may not place bids", wire.ErrRole, p.Name, p.Role)
+	}
+	return a.nonces.Use(c, time.Now())
 }
 
 // Run ticks a on its clock every period until ctx ends. Errors are counted

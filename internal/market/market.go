@@ -214,13 +214,14 @@ func Start(ctx context.Context, cfg Config) (m *Market, err error) {
 		}
 		sim := agent.NewSimEnforcer(now, h.CPUs, h.VMs...)
 		a, err := agent.New(agent.Config{
-			Host:      h.ID,
-			Enforcer:  sim,
-			Capturer:  bank.Client{NC: nc, Signer: agentSigner},
-			Publisher: agent.NATSPublisher{NC: nc, KV: assets.Hosts},
-			Metrics:   m.Metrics,
-			Now:       now,
-			Capacity:  h.CPUs,
+			Host:       h.ID,
+			Enforcer:   sim,
+			Capturer:   bank.Client{NC: nc, Signer: agentSigner},
+			Publisher:  agent.NATSPublisher{NC: nc, KV: assets.Hosts},
+			Metrics:    m.Metrics,
+			Now:        now,
+			Capacity:   h.CPUs,
+			Identities: bank.Client{NC: nc},
 		})
 		if err != nil {
 			return nil, err

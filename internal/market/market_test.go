@@ -220,6 +220,17 @@ func TestBadInputChangesNothing(t *testing.T) {
 		return l, hs
 	}
 	l0, h0 := snapshot()
+	brokerKey, err := m.Keys().Signer(wire.RoleBroker, "broker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	aliceKey, err := m.Keys().Signer(wire.RoleUser, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bid := func(signer *wire.Signer, b wire.Bid) error {
+		return wire.CallAs(ctx, nc, signer, wire.AgentBidSubject("host-1"), &wire.BidRequest{Versioned: wire.Versioned{V: 1}, Set: []wire.Bid{b}}, nil)
+	}
 
 	cases := []struct {
 		name string
@@ -251,12 +262,16 @@ func TestBadInputChangesNothing(t *testing.T) {
 			return err
 		}, wire.ErrNotFound},
 		{"bid on unknown VM", func() error {
-			return wire.Call(ctx, nc, wire.AgentBidSubject("host-1"), &wire.BidRequest{Versioned: wire.Versioned{V: 1},
-				Set: []wire.Bid{{VM: "zz", Owner: "alice", Plan: "p", Hold: "h", Budget: 5, Duration: wire.Duration(time.Minute)}}}, nil)
+			return bid(brokerKey, wire.Bid{VM: "zz", Owner: "alice", Plan: "p", Hold: "h", Budget: 5, Duration: wire.Duration(time.Minute)})
 		}, wire.ErrNotFound},
 		{"bid as another owner", func() error {
-			return wire.Call(ctx, nc, wire.AgentBidSubject("host-1"), &wire.BidRequest{Versioned: wire.Versioned{V: 1},
-				Set: []wire.Bid{{VM: "b1", Owner: "alice", Plan: "p", Hold: "h", Budget: 5, Duration: wire.Duration(time.Minute)}}}, nil)
+			return bid(brokerKey, wire.Bid{VM: "b1", Owner: "alice", Plan: "p", Hold: "h", Budget: 5, Duration: wire.Duration(time.Minute)})
+		}, wire.ErrForbidden},
+		{"unsigned bid", func() error {
+			return bid(nil, wire.Bid{VM: "a1", Owner: "alice", Plan: "p", Hold: "h", Budget: 5, Duration: wire.Duration(time.Minute)})
+		}, wire.ErrForbidden},
+		{"bid signed by a user, on another's hold", func() error {
+			return bid(aliceKey, wire.Bid{VM: "a1", Owner: "alice", Plan: "p", Hold: "hold-of-bob", Budget: 5, Duration: wire.Duration(time.Minute)})
 		}, wire.ErrForbidden},
 		{"price unknown host", func() error {
 			_, err := brc.Price(ctx, &wire.PriceRequest{Host: "host-9"})
