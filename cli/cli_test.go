@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/mrmarket/mrmarket/agent"
 	"github.com/mrmarket/mrmarket/cli"
 	"github.com/mrmarket/mrmarket/internal/market"
+	"github.com/mrmarket/mrmarket/internal/natsutil"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -140,6 +142,16 @@ func TestBadInputToEveryCommand(t *testing.T) {
 		{[]string{"cancel", n, "--user", "alice", "--plan", "no-such-plan"}, cli.ExitRefused, "no-such-plan"},
 		{[]string{"price", n, "--host", "host-9"}, cli.ExitRefused, "host-9"},
 		{[]string{"vms", n, "--owner", "a b"}, cli.ExitBadInput, "invalid owner"},
+		{[]string{"transfer", n, "--user", "alice", "--to", "alice", "--amount", "1"}, cli.ExitBadInput, "to itself"},
+		{[]string{"transfer", n, "--user", "alice", "--to", "bob", "--amount", "1000"}, cli.ExitRefused, "insufficient"},
+		{[]string{"transfer", n, "--user", "alice", "--to", "nobody", "--amount", "1"}, cli.ExitRefused, "nobody"},
+		{[]string{"transfer", n, "--user", "mallory", "--to", "alice", "--amount", "1"}, cli.ExitRefused, "no credentials"},
+		{[]string{"statement", n}, cli.ExitBadInput, "exactly one of user or account"},
+		{[]string{"statement", n, "--account", "provider:none"}, cli.ExitRefused, "unknown account"},
+		{[]string{"bank", "income", "set", n, "--user", "alice", "--amount", "5", "--every", "1s"}, cli.ExitBadInput, "income period"},
+		{[]string{"bank", "income", "set", n, "--user", "alice", "--amount", "-5"}, cli.ExitBadInput, "greater than zero"},
+		{[]string{"bank", "principal", "add", n, "--name", "eve", "--role", "king"}, cli.ExitBadInput, "unknown role"},
+		{[]string{"bank", "grant", n, "--creds", "/nonexistent", "--user", "alice", "--amount", "5"}, cli.ExitRefused, "no credentials for admin"},
 		{[]string{"up", "--hosts", "0"}, cli.ExitBadInput, "hosts"},
 		{[]string{"up", "--tick", "1ns"}, cli.ExitBadInput, "--tick"},
 		{[]string{"frobnicate"}, cli.ExitBadInput, ""},
@@ -153,6 +165,74 @@ func TestBadInputToEveryCommand(t *testing.T) {
 	}
 	if after := ledger(); after != before {
 		t.Fatalf("bad input changed the ledger:\n%s\n→\n%s", before, after)
+	}
+}
+
+func TestBankCommands(t *testing.T) {
+	m, clock := startMarket(t)
+	n := "--nats=" + m.URL
+	for _, args := range [][]string{
+		{"bank", "grant", n, "--user", "alice", "--amount", "100"},
+		{"bank", "grant", n, "--user", "bob", "--amount", "1"},
+		{"transfer", n, "--user", "alice", "--to", "bob", "--amount", "2.5", "--id", "t1", "--memo", "thanks"},
+		{"bank", "principal", "add", n, "--name", "carol"},
+		{"bank", "grant", n, "--user", "carol", "--amount", "7"},
+		{"transfer", n, "--user", "carol", "--to", "bob", "--amount", "1"},
+		{"bank", "income", "set", n, "--user", "alice", "--amount", "10", "--every", "1h"},
+		{"bank", "income", "set", n, "--fair", "--amount", "3", "--every", "24h"},
+	} {
+		if r := mrmarket(args...); r.code != 0 {
+			t.Fatalf("mrmarket %s: %+v", strings.Join(args, " "), r)
+		}
+	}
+	*clock = clock.Add(time.Minute)
+	if err := m.Tick(context.Background(), *clock); err != nil {
+		t.Fatal(err)
+	}
+	r := mrmarket("statement", n, "--user", "bob", "--json")
+	var st wire.StatementReply
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &st) != nil {
+		t.Fatalf("statement: %+v", r)
+	}
+	// bob: 1 granted, 2.5 from alice, 1 from carol, 1 of the fair 3 (alice, bob, carol).
+	if st.Balance.String() != "5.5" || len(st.Entries) != 4 {
+		t.Fatalf("bob's statement: %+v", st)
+	}
+	r = mrmarket("statement", n, "--user", "alice")
+	if r.code != 0 || !strings.Contains(r.stdout, "thanks") || !strings.Contains(r.stdout, "-2.5") || !strings.Contains(r.stdout, "income") {
+		t.Fatalf("alice's statement: %+v", r)
+	}
+}
+
+// TestBankServe runs the bank daemon on its own against a NATS server and
+// uses it with the credentials it created.
+func TestBankServe(t *testing.T) {
+	dir := t.TempDir()
+	ns, err := natsutil.StartServer(natsutil.ServerOptions{Dir: filepath.Join(dir, "nats"), Port: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Shutdown()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int)
+	var out bytes.Buffer
+	go func() {
+		err := cli.App(&out, &out).RunContext(ctx, []string{"mrmarket", "bank", "serve", "--store", "sqlite:" + filepath.Join(dir, "bank.db"),
+			"--nats", ns.ClientURL(), "--creds", filepath.Join(dir, "creds"), "--http", "127.0.0.1:0", "--tick", "50ms"})
+		done <- cli.ExitCode(err)
+	}()
+	defer func() { cancel(); <-done }()
+	var r run
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r = mrmarket("bank", "grant", "--nats", ns.ClientURL(), "--creds", filepath.Join(dir, "creds"), "--user", "dora", "--amount", "3")
+		if r.code == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if r.code != 0 || !strings.Contains(r.stdout, "granted 3 to dora") {
+		t.Fatalf("grant through bank serve: %+v", r)
 	}
 }
 
