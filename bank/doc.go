@@ -1,43 +1,66 @@
-// Package bank is mrmarket's ledger: accounts, grants, holds, batched
-// idempotent captures and releases, kept by double entry in SQL.
+// Package bank is mrmarket's ledger: accounts, grants, transfers, holds,
+// batched idempotent captures, releases, income schedules and statements,
+// kept by double entry in SQL, served on NATS to signed principals.
 //
 // # Accounts
 //
-// Every user has an account ("user:<name>", created by its first grant),
-// every host a provider account ("provider:<host>", created by its first
-// capture). Two system accounts close the books: "mint", whose balance is
-// minus everything ever granted, and "escrow", which holds the money of open
-// holds. Every movement is one transfer from a debit to a credit account, so
-// the sum of all accounts is always zero, and the market's invariant
+// Every user has an account ("user:<name>", created by its first grant or
+// income), every host a provider account ("provider:<host>", created by its
+// first capture). Two system accounts close the books: "mint", whose balance
+// is minus everything ever granted, and "escrow", which holds the money of
+// open holds. Every movement is one immutable transfer from a debit to a
+// credit account, so the sum of all accounts is always zero, and
 //
 //	Σ user and provider balances + Σ open holds = Σ granted
 //
-// holds after every transaction. Ledger checks it (and more) on demand.
+// holds after every transaction, with no account but the mint below zero.
+// Ledger checks these invariants (and that every hold's captures add up).
 //
 // # Money flow
 //
-// Grant mints into a user's account. Hold moves a user's money into escrow
-// for a plan, with an expiry. Capture moves money from a hold to a host's
-// provider account; each leg names the cumulative total it wants captured for
-// (hold, host, vm), so a retried, replayed or reordered batch moves each
-// micro-credit at most once, and no leg can capture beyond the hold: the last
-// leg is cut to what remains and reports the hold exhausted. Release returns
-// a hold's remainder to its owner; Tick releases holds whose expiry passed.
+// Grant and income mint into a user's account; Transfer moves money between
+// users. Hold moves a user's money into escrow for a plan, with an expiry and
+// optionally the hosts allowed to capture from it. Capture moves money from
+// holds to a host's provider account: each leg names the cumulative total it
+// wants for (hold, host, vm), so a retried, replayed or reordered batch moves
+// each micro-credit at most once; the leg that would pass the hold's amount is
+// cut to what remains and reports the hold exhausted, and a leg on an
+// exhausted, closed, expired or foreign hold is refused on its own while the
+// rest of the batch applies. A batch is a handful of statements whatever its
+// size and one transfer. Release returns a hold's remainder to its owner;
+// Tick releases expired holds, pays income and forgets old nonces.
 //
 // # Idempotency
 //
-// Grants and holds carry ids. A repeated id with the same content replies as
-// the first did (Replayed); with other content it is a conflict and changes
-// nothing. Capture legs carry ids "hold/host/vm/tick"; a repeated leg id moves
-// nothing.
+// Grants, transfers and holds carry client ids. A repeated id with the same
+// content replies as the first did (Replayed); with other content it is a
+// conflict and changes nothing. Capture legs carry ids "hold/host/vm/round";
+// a repeated leg id moves nothing. Income is granted under ids
+// "income:<user>:<period>", so each period pays once whatever the number of
+// ticks or bank replicas.
 //
-// # Decisions for this version
+// # Principals and signatures
 //
-//   - The store is SQLite (modernc.org/sqlite, WAL) in the data directory,
-//     behind one connection, so every transaction is serialised. PostgreSQL
-//     and CockroachDB come with the [bank] issue.
-//   - Requests are not signed yet: any client on the NATS account can act.
-//     Ownership is still checked where the request names it (only a hold's
-//     owner may release it).
-//   - Balance lists only the user's open holds.
+// Identities are NKey (ed25519) public keys registered with a name and a
+// role: admin, user, agent (named by its host) or broker. On NATS every
+// mutating request must be signed (package wire: subject, body, time, nonce);
+// a bad signature, a time more than wire.MaxSkew from the bank's clock, a
+// nonce seen before (nonces are stored, so this holds across restarts and
+// replicas) or an unknown key is refused. Roles: grants, income schedules
+// and principals are the admin's; a user holds, releases and transfers only
+// its own money; the broker holds and releases for users (it acts only on
+// spends those users signed); only host H's agent captures, and only to H's
+// provider account. Reads (balance, statement, ledger, whois) are open to
+// any client of the NATS account. The in-process methods trust their caller.
+//
+// # Stores
+//
+// One SQL code path serves SQLite (modernc.org/sqlite, WAL, one connection
+// per process: the default, in the data directory) and PostgreSQL or
+// CockroachDB through pgx. PostgreSQL runs every transaction SERIALIZABLE
+// and retries the whole transaction from BEGIN on SQLSTATE 40001, 40P01 and
+// 23505, including a failure raised by COMMIT itself (crdb.ExecuteTx would
+// report such a transaction as done: see TestWriteSkewAtCommit). Statements
+// are planned with their real parameters (plan_cache_mode=force_custom_plan).
+// Migrations are embedded and run on Open.
 package bank

@@ -32,8 +32,8 @@ type store struct {
 	name    string // for messages: "sqlite:/path" or the PostgreSQL host/db
 }
 
-// maxTxAttempts bounds the retries of a transaction that lost a
-// serialization race (SQLSTATE 40001) or a deadlock (40P01).
+// maxTxAttempts bounds the retries of a transaction that lost a race
+// (see retryable).
 const maxTxAttempts = 50
 
 // openStore opens target: "postgres://…" or "postgresql://…" (PostgreSQL or
@@ -189,11 +189,14 @@ func storeErr(what string, err error) error {
 	return fmt.Errorf("%w: bank store %s: %w", errUnavailable, what, err)
 }
 
-// retryable reports a serialization failure or deadlock.
+// retryable reports a serialization failure, a deadlock, or a unique
+// violation: every insert is preceded by a read of the same key, so a unique
+// violation means a concurrent transaction inserted it first, which under
+// SERIALIZABLE PostgreSQL may report as 23505 rather than 40001.
 func retryable(err error) bool {
 	var pg *pgconn.PgError
 	if errors.As(err, &pg) {
-		return pg.Code == "40001" || pg.Code == "40P01"
+		return pg.Code == "40001" || pg.Code == "40P01" || pg.Code == "23505"
 	}
 	return false
 }
