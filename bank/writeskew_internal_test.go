@@ -19,7 +19,14 @@ import (
 // refuse the second at COMMIT (SQLSTATE 40001). exec runs one transaction
 // with a retry policy; body is the transaction's work given a way to run
 // statements. It returns both transactions' errors and the final rows.
-func skew(t *testing.T, db *sql.DB, exec func(ctx context.Context, name string, body func(q func(string, ...any) (*sql.Rows, error), e func(string, ...any) error) error) error) (errA, errB error, a, b int, attempts int64) {
+// skewResult is what happened to the two transactions.
+type skewResult struct {
+	errA, errB error
+	a, b       int   // the rows' final values
+	attempts   int64 // transaction attempts, retries included
+}
+
+func skew(t *testing.T, db *sql.DB, exec func(ctx context.Context, name string, body func(q func(string, ...any) (*sql.Rows, error), e func(string, ...any) error) error) error) skewResult {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := db.Exec(`DROP TABLE IF EXISTS pair; CREATE TABLE pair (name text PRIMARY KEY, n int NOT NULL); INSERT INTO pair VALUES ('a', 0), ('b', 0)`); err != nil {
@@ -59,14 +66,16 @@ func skew(t *testing.T, db *sql.DB, exec func(ctx context.Context, name string, 
 			return nil
 		})
 	}
+	var r skewResult
 	var wg sync.WaitGroup
-	wg.Go(func() { errA = run(0, "a"); close(firstEnd) })
-	wg.Go(func() { errB = run(1, "b") })
+	wg.Go(func() { r.errA = run(0, "a"); close(firstEnd) })
+	wg.Go(func() { r.errB = run(1, "b") })
 	wg.Wait()
-	if err := db.QueryRow(`SELECT (SELECT n FROM pair WHERE name = 'a'), (SELECT n FROM pair WHERE name = 'b')`).Scan(&a, &b); err != nil {
+	if err := db.QueryRow(`SELECT (SELECT n FROM pair WHERE name = 'a'), (SELECT n FROM pair WHERE name = 'b')`).Scan(&r.a, &r.b); err != nil {
 		t.Fatal(err)
 	}
-	return errA, errB, a, b, tries.Load()
+	r.attempts = tries.Load()
+	return r
 }
 
 // TestWriteSkewAtCommit reproduces the crdb.ExecuteTx pitfall on
@@ -82,31 +91,31 @@ func TestWriteSkewAtCommit(t *testing.T) {
 	defer s.db.Close()
 
 	t.Run("crdb.ExecuteTx loses a write", func(t *testing.T) {
-		errA, errB, a, b, tries := skew(t, s.db, func(ctx context.Context, _ string, body func(q func(string, ...any) (*sql.Rows, error), e func(string, ...any) error) error) error {
+		r := skew(t, s.db, func(ctx context.Context, _ string, body func(q func(string, ...any) (*sql.Rows, error), e func(string, ...any) error) error) error {
 			return crdb.ExecuteTx(ctx, s.db, &sql.TxOptions{Isolation: sql.LevelSerializable}, func(tx *sql.Tx) error {
 				return body(tx.Query, func(q string, args ...any) error { _, err := tx.Exec(q, args...); return err })
 			})
 		})
-		t.Logf("crdb.ExecuteTx: errors %v / %v, rows a=%d b=%d, %d attempts", errA, errB, a, b, tries)
-		if errA == nil && errB == nil && a+b != 2 {
-			t.Logf("reproduced: both transactions reported success, yet %d of the 2 increments are in the table", a+b)
+		t.Logf("crdb.ExecuteTx: errors %v / %v, rows a=%d b=%d, %d attempts", r.errA, r.errB, r.a, r.b, r.attempts)
+		if r.errA == nil && r.errB == nil && r.a+r.b != 2 {
+			t.Logf("reproduced: both transactions reported success, yet %d of the 2 increments are in the table", r.a+r.b)
 			return
 		}
-		t.Fatalf("the pitfall did not reproduce (errors %v / %v, a=%d b=%d): re-check ENVIRONMENT.md's claim on this PostgreSQL", errA, errB, a, b)
+		t.Fatalf("the pitfall did not reproduce (errors %v / %v, a=%d b=%d): re-check ENVIRONMENT.md's claim on this PostgreSQL", r.errA, r.errB, r.a, r.b)
 	})
 
 	t.Run("the bank's runner retries the whole transaction", func(t *testing.T) {
-		errA, errB, a, b, tries := skew(t, s.db, func(ctx context.Context, _ string, body func(q func(string, ...any) (*sql.Rows, error), e func(string, ...any) error) error) error {
+		r := skew(t, s.db, func(ctx context.Context, _ string, body func(q func(string, ...any) (*sql.Rows, error), e func(string, ...any) error) error) error {
 			return s.run(ctx, func(t tx) error {
 				return body(t.Query, func(q string, args ...any) error { _, err := t.Exec(q, args...); return err })
 			})
 		})
-		if errA != nil || errB != nil || a != 1 || b != 1 {
-			t.Fatalf("errors %v / %v, rows a=%d b=%d: a write was lost or refused", errA, errB, a, b)
+		if r.errA != nil || r.errB != nil || r.a != 1 || r.b != 1 {
+			t.Fatalf("errors %v / %v, rows a=%d b=%d: a write was lost or refused", r.errA, r.errB, r.a, r.b)
 		}
-		if tries < 3 {
-			t.Fatalf("%d attempts: the COMMIT failure never happened, the test proves nothing", tries)
+		if r.attempts < 3 {
+			t.Fatalf("%d attempts: the COMMIT failure never happened, the test proves nothing", r.attempts)
 		}
-		t.Logf("bank runner: both increments applied after %d attempts (one retried from BEGIN after its COMMIT failed)", tries)
+		t.Logf("bank runner: both increments applied after %d attempts (one retried from BEGIN after its COMMIT failed)", r.attempts)
 	})
 }

@@ -47,12 +47,24 @@ const (
 // DefaultNATSURL is where a local `mrmarket up` listens.
 const DefaultNATSURL = "nats://127.0.0.1:4222"
 
-var (
-	flagJSON  = &ucli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"}
-	flagNATS  = &ucli.StringFlag{Name: "nats", Usage: "NATS URL of the market", Value: DefaultNATSURL, EnvVars: []string{"MRM_NATS_URL"}}
-	flagUser  = &ucli.StringFlag{Name: "user", Usage: "the user acting", EnvVars: []string{"MRM_USER"}}
-	flagCreds = &ucli.StringFlag{Name: "creds", Usage: "credentials directory (admin.nk, users/<name>.nk) that signs requests", Value: DefaultCreds, EnvVars: []string{"MRM_CREDS"}}
-)
+// Flags shared by many commands. They are made afresh for every App:
+// urfave/cli writes into a flag when it parses, so two command lines running
+// at once (a daemon and a client in one test process) must not share them.
+func flagJSON() *ucli.BoolFlag {
+	return &ucli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"}
+}
+
+func flagNATS() *ucli.StringFlag {
+	return &ucli.StringFlag{Name: "nats", Usage: "NATS URL of the market", Value: DefaultNATSURL, EnvVars: []string{"MRM_NATS_URL"}}
+}
+
+func flagUser() *ucli.StringFlag {
+	return &ucli.StringFlag{Name: "user", Usage: "the user acting", EnvVars: []string{"MRM_USER"}}
+}
+
+func flagCreds() *ucli.StringFlag {
+	return &ucli.StringFlag{Name: "creds", Usage: "credentials directory (admin.nk, users/<name>.nk) that signs requests", Value: DefaultCreds, EnvVars: []string{"MRM_CREDS"}}
+}
 
 // DefaultCreds is where `mrmarket up --data .data` writes the credentials.
 const DefaultCreds = ".data/creds"

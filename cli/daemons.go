@@ -23,7 +23,7 @@ func demoCommand() *ucli.Command {
 			"hosts in a temporary directory. alice spends twice bob's rate on VMs that share both\n" +
 			"hosts; a background VM of user batch also pays on host-1. One simulated hour runs in\n" +
 			"10-second ticks; then it prints prices, shares, spending and the ledger invariant.",
-		Flags: []ucli.Flag{flagJSON},
+		Flags: []ucli.Flag{flagJSON()},
 		Action: func(c *ucli.Context) error {
 			rep, err := market.RunDemo(c.Context)
 			if err != nil {

@@ -32,7 +32,7 @@ func bankCommand() *ucli.Command {
 			Name:      "grant",
 			Usage:     "grant a budget to a user (creates the account)",
 			UsageText: "mrmarket bank grant --user alice --amount 100",
-			Flags: []ucli.Flag{flagNATS, flagCreds, flagJSON, flagUser,
+			Flags: []ucli.Flag{flagNATS(), flagCreds(), flagJSON(), flagUser(),
 				&ucli.StringFlag{Name: "amount", Usage: "credits to grant, e.g. 100 or 0.5"},
 				&ucli.StringFlag{Name: "id", Usage: "idempotency id: repeating a grant with the same id applies it once (default: a new id)"},
 				&ucli.StringFlag{Name: "memo", Usage: "note kept with the transfer"},
@@ -77,7 +77,7 @@ func balanceCommand() *ucli.Command {
 		Name:      "balance",
 		Usage:     "show a user's balance, money held by running plans, and spending",
 		UsageText: "mrmarket balance --user alice",
-		Flags:     []ucli.Flag{flagNATS, flagCreds, flagJSON, flagUser},
+		Flags:     []ucli.Flag{flagNATS(), flagCreds(), flagJSON(), flagUser()},
 		Action: func(c *ucli.Context) error {
 			user, err := requireUser(c)
 			if err != nil {
@@ -121,7 +121,7 @@ func spendCommand() *ucli.Command {
 		Description: "Holds the budget in the bank, then bids budget/duration per VM (strategy \"fair\":\n" +
 			"a constant rate, budget split evenly over the VMs). Agents charge per tick; what is\n" +
 			"not spent when the plan ends goes back to you.",
-		Flags: []ucli.Flag{flagNATS, flagCreds, flagJSON, flagUser,
+		Flags: []ucli.Flag{flagNATS(), flagCreds(), flagJSON(), flagUser(),
 			&ucli.StringFlag{Name: "budget", Usage: "credits to spend over the duration"},
 			&ucli.DurationFlag{Name: "duration", Usage: "how long to spend it, e.g. 30m or 2h"},
 			&ucli.StringSliceFlag{Name: "vm", Usage: "a VM to spend on (repeat, or comma-separate)"},
@@ -189,7 +189,7 @@ func cancelCommand() *ucli.Command {
 		Name:      "cancel",
 		Usage:     "end one of your plans now and get back what it has not spent",
 		UsageText: "mrmarket cancel --user alice --plan plan-…",
-		Flags:     []ucli.Flag{flagNATS, flagCreds, flagJSON, flagUser, &ucli.StringFlag{Name: "plan", Usage: "plan id"}},
+		Flags:     []ucli.Flag{flagNATS(), flagCreds(), flagJSON(), flagUser(), &ucli.StringFlag{Name: "plan", Usage: "plan id"}},
 		Action: func(c *ucli.Context) error {
 			user, err := requireUser(c)
 			if err != nil {
@@ -220,7 +220,7 @@ func plansCommand() *ucli.Command {
 		Name:      "plans",
 		Usage:     "list spend plans",
 		UsageText: "mrmarket plans [--user alice]",
-		Flags:     []ucli.Flag{flagNATS, flagCreds, flagJSON, flagUser},
+		Flags:     []ucli.Flag{flagNATS(), flagCreds(), flagJSON(), flagUser()},
 		Action: func(c *ucli.Context) error {
 			nc, err := connect(c)
 			if err != nil {
@@ -248,7 +248,7 @@ func priceCommand() *ucli.Command {
 		Name:      "price",
 		Usage:     "show host prices (the sum of the spending rates on each host)",
 		UsageText: "mrmarket price [--host host-1]",
-		Flags:     []ucli.Flag{flagNATS, flagCreds, flagJSON, &ucli.StringFlag{Name: "host", Usage: "one host only"}},
+		Flags:     []ucli.Flag{flagNATS(), flagCreds(), flagJSON(), &ucli.StringFlag{Name: "host", Usage: "one host only"}},
 		Action: func(c *ucli.Context) error {
 			nc, err := connect(c)
 			if err != nil {
@@ -275,7 +275,7 @@ func vmsCommand() *ucli.Command {
 		Name:      "vms",
 		Usage:     "list VMs with their owner, rate, share and utilisation",
 		UsageText: "mrmarket vms [--owner alice] [--host host-1]",
-		Flags: []ucli.Flag{flagNATS, flagCreds, flagJSON,
+		Flags: []ucli.Flag{flagNATS(), flagCreds(), flagJSON(),
 			&ucli.StringFlag{Name: "owner", Usage: "only this user's VMs"},
 			&ucli.StringFlag{Name: "host", Usage: "only this host's VMs"},
 		},
@@ -309,7 +309,7 @@ func ledgerCommand() *ucli.Command {
 		Name:      "ledger",
 		Usage:     "show every account and check the ledger invariant",
 		UsageText: "mrmarket ledger",
-		Flags:     []ucli.Flag{flagNATS, flagCreds, flagJSON},
+		Flags:     []ucli.Flag{flagNATS(), flagCreds(), flagJSON()},
 		Action: func(c *ucli.Context) error {
 			nc, err := connect(c)
 			if err != nil {
