@@ -1,0 +1,48 @@
+// Package virt is the agent's libvirt Enforcer: it governs the QEMU/KVM
+// domains of one host through libvirt (libvirt.org/go/libvirt, built with
+// the libvirt_dlopen tag so only libvirt.so.0 is needed at run time).
+//
+// # Which domains
+//
+// A domain is managed when it is running and carries mrmarket's metadata
+// element (namespace Namespace), which names its owner:
+//
+//	<metadata><mrm:vm xmlns:mrm="https://mrmarket.dev/xmlns/vm/1" owner="alice"/></metadata>
+//
+// The domain's name is the VM id. Other domains are left alone.
+//
+// # Mappings and their distortion
+//
+// CPU (always): cpu_shares = clamp(round(q·10000), 2, 10000). The range is
+// valid both for cgroup v1 (cpu.shares, 2…262144) and cgroup v2, where
+// libvirt maps cpu_shares to cpu.weight (1…10000). Rounding moves a share by
+// at most 0.5/10000 = 0.00005 of the host, so a 2:1 pair is enforced as
+// 6667:3333 (ratio 2.0003); a share below 0.0002 (the agent's floor) is
+// raised to 2/10000. Shares are weights: they divide the CPU only among VMs
+// that want it (work-conserving), as the share rule intends.
+//
+// CPU hard cap (optional, HardCap): additionally vcpu_period = 100 ms and
+// vcpu_quota = q·host CPUs·period / the domain's vCPUs, at least 1 ms, so a
+// VM never uses more than its share even on an idle host. Rounding to whole
+// microseconds distorts by at most 1 µs per 100 ms (0.001%); the 1 ms
+// minimum raises shares below 1% of a CPU.
+//
+// Disk (Disk): blkio weight = clamp(round(q·1000), 100, 1000), libvirt's
+// blkio range. Ten steps per 1% and a floor of 10% of the top weight: every
+// share below 0.1 is enforced as 0.1, so disk shares are coarse for small
+// bids. Applied where the host's blkio controller exists.
+//
+// Network (LinkKiBps > 0): on every interface of the domain, inbound and
+// outbound average = max(1, round(q·LinkKiBps)) KiB/s. This is a cap, not a
+// weight: bandwidth a VM does not use is not lent to others.
+//
+// CPU time for utilisation comes from virDomainGetInfo (all vCPUs and the
+// emulator).
+//
+// # Reconciling
+//
+// Applied reports, for each VM, the share the enforcer last applied if the
+// cpu_shares libvirt reports now still match it, and otherwise the share the
+// reported cpu_shares stand for (shares/10000), which the agent's reconcile
+// pass sees as drift and repairs.
+package virt

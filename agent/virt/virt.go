@@ -1,0 +1,287 @@
+package virt
+
+import (
+	"context"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"sync"
+	"time"
+
+	"libvirt.org/go/libvirt"
+	"libvirt.org/go/libvirtxml"
+
+	"github.com/mrmarket/mrmarket/agent"
+	"github.com/mrmarket/mrmarket/internal/wire"
+)
+
+// Namespace is the XML namespace of mrmarket's domain metadata.
+const Namespace = "https://mrmarket.dev/xmlns/vm/1"
+
+// Limits of the mappings (see the package doc).
+const (
+	MinCPUShares   = 2
+	MaxCPUShares   = 10000
+	MinBlkioWeight = 100
+	MaxBlkioWeight = 1000
+	vcpuPeriod     = 100_000 // µs
+	minVcpuQuota   = 1_000   // µs
+)
+
+// Errors of the enforcer.
+var (
+	ErrUnknownDomain = errors.New("virt: no such managed domain")
+)
+
+// Config configures an Enforcer.
+type Config struct {
+	// URI is the libvirt connection URI, e.g. qemu:///system.
+	URI string
+	// HostCPUs is the host's CPUs, for the hard cap; default 1.
+	HostCPUs float64
+	// HardCap adds vcpu_quota caps to the cpu_shares weights.
+	HardCap bool
+	// Disk governs blkio weights.
+	Disk bool
+	// LinkKiBps, when positive, caps each VM's interfaces at its share of
+	// this link capacity (KiB/s).
+	LinkKiBps uint
+}
+
+// Enforcer governs a host's domains through libvirt. Safe for concurrent use.
+type Enforcer struct {
+	cfg  Config
+	conn *libvirt.Connect
+
+	mu      sync.Mutex
+	applied map[string]float64
+}
+
+var _ agent.Enforcer = (*Enforcer)(nil)
+
+// New connects to libvirt.
+func New(cfg Config) (*Enforcer, error) {
+	if cfg.HostCPUs <= 0 {
+		cfg.HostCPUs = 1
+	}
+	conn, err := libvirt.NewConnect(cfg.URI)
+	if err != nil {
+		return nil, fmt.Errorf("virt: connecting to %s: %w", cfg.URI, err)
+	}
+	return &Enforcer{cfg: cfg, conn: conn, applied: map[string]float64{}}, nil
+}
+
+// Close closes the libvirt connection.
+func (e *Enforcer) Close() error {
+	_, err := e.conn.Close()
+	return err
+}
+
+// CPUShares maps a share q to cpu_shares.
+func CPUShares(q float64) uint64 {
+	return uint64(min(max(math.Round(q*MaxCPUShares), MinCPUShares), MaxCPUShares))
+}
+
+// BlkioWeight maps a share q to a blkio weight.
+func BlkioWeight(q float64) uint {
+	return uint(min(max(math.Round(q*MaxBlkioWeight), MinBlkioWeight), MaxBlkioWeight))
+}
+
+// VcpuQuota is the per-vCPU quota (µs per vcpuPeriod) that caps a domain
+// with vcpus vCPUs at q of hostCPUs.
+func VcpuQuota(q, hostCPUs float64, vcpus uint) int64 {
+	if vcpus == 0 {
+		vcpus = 1
+	}
+	return max(int64(math.Round(q*hostCPUs*vcpuPeriod/float64(vcpus))), minVcpuQuota)
+}
+
+// BandwidthKiBps maps a share q to an interface average.
+func BandwidthKiBps(q float64, link uint) uint {
+	return uint(max(math.Round(q*float64(link)), 1))
+}
+
+type vmMeta struct {
+	XMLName xml.Name `xml:"vm"`
+	Owner   string   `xml:"owner,attr"`
+}
+
+// managed lists the running domains with mrmarket metadata. The caller frees them.
+func (e *Enforcer) managed() (map[string]*libvirt.Domain, map[string]string, error) {
+	doms, err := e.conn.ListAllDomains(libvirt.CONNECT_LIST_DOMAINS_ACTIVE)
+	if err != nil {
+		return nil, nil, fmt.Errorf("virt: listing domains: %w", err)
+	}
+	byName, owners := map[string]*libvirt.Domain{}, map[string]string{}
+	for i := range doms {
+		d := &doms[i]
+		name, err := d.GetName()
+		if err != nil || wire.CheckName("vm", name) != nil {
+			_ = d.Free()
+			continue
+		}
+		meta, err := d.GetMetadata(libvirt.DOMAIN_METADATA_ELEMENT, Namespace, libvirt.DOMAIN_AFFECT_LIVE)
+		var m vmMeta
+		if err != nil || xml.Unmarshal([]byte(meta), &m) != nil || wire.CheckName("owner", m.Owner) != nil {
+			_ = d.Free()
+			continue
+		}
+		byName[name], owners[name] = d, m.Owner
+	}
+	return byName, owners, nil
+}
+
+func freeAll(doms map[string]*libvirt.Domain) {
+	for _, d := range doms {
+		_ = d.Free()
+	}
+}
+
+// VMs lists the managed domains.
+func (e *Enforcer) VMs(context.Context) ([]agent.VM, error) {
+	doms, owners, err := e.managed()
+	if err != nil {
+		return nil, err
+	}
+	defer freeAll(doms)
+	vms := make([]agent.VM, 0, len(doms))
+	for name := range doms {
+		vms = append(vms, agent.VM{ID: name, Owner: owners[name]})
+	}
+	sort.Slice(vms, func(i, j int) bool { return vms[i].ID < vms[j].ID })
+	return vms, nil
+}
+
+// Apply enforces shares on every named domain, all resources at once.
+func (e *Enforcer) Apply(_ context.Context, shares map[string]float64) error {
+	doms, _, err := e.managed()
+	if err != nil {
+		return err
+	}
+	defer freeAll(doms)
+	var errs []error
+	for vm, q := range shares {
+		d, ok := doms[vm]
+		if !ok {
+			errs = append(errs, fmt.Errorf("%w: %q", ErrUnknownDomain, vm))
+			continue
+		}
+		if err := e.applyCPU(d, q); err != nil {
+			errs = append(errs, fmt.Errorf("virt: %s cpu: %w", vm, err))
+			continue
+		}
+		e.mu.Lock()
+		e.applied[vm] = q
+		e.mu.Unlock()
+		if e.cfg.Disk {
+			if err := ApplyDisk(d, q); err != nil {
+				errs = append(errs, fmt.Errorf("virt: %s blkio: %w", vm, err))
+			}
+		}
+		if e.cfg.LinkKiBps > 0 {
+			if err := ApplyNet(d, q, e.cfg.LinkKiBps); err != nil {
+				errs = append(errs, fmt.Errorf("virt: %s bandwidth: %w", vm, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (e *Enforcer) applyCPU(d *libvirt.Domain, q float64) error {
+	p := &libvirt.DomainSchedulerParameters{CpuSharesSet: true, CpuShares: CPUShares(q)}
+	if e.cfg.HardCap {
+		info, err := d.GetInfo()
+		if err != nil {
+			return err
+		}
+		p.VcpuPeriodSet, p.VcpuPeriod = true, vcpuPeriod
+		p.VcpuQuotaSet, p.VcpuQuota = true, VcpuQuota(q, e.cfg.HostCPUs, info.NrVirtCpu)
+	}
+	return d.SetSchedulerParametersFlags(p, libvirt.DOMAIN_AFFECT_LIVE)
+}
+
+// ApplyDisk sets d's blkio weight for share q.
+func ApplyDisk(d *libvirt.Domain, q float64) error {
+	return d.SetBlkioParameters(&libvirt.DomainBlkioParameters{WeightSet: true, Weight: BlkioWeight(q)}, libvirt.DOMAIN_AFFECT_LIVE)
+}
+
+// ApplyNet caps every interface of d at share q of link KiB/s, both ways.
+func ApplyNet(d *libvirt.Domain, q float64, link uint) error {
+	desc, err := d.GetXMLDesc(0)
+	if err != nil {
+		return err
+	}
+	var dx libvirtxml.Domain
+	if err := dx.Unmarshal(desc); err != nil {
+		return err
+	}
+	if dx.Devices == nil {
+		return nil
+	}
+	avg := BandwidthKiBps(q, link)
+	var errs []error
+	for _, nic := range dx.Devices.Interfaces {
+		dev := ""
+		if nic.Target != nil {
+			dev = nic.Target.Dev
+		}
+		if dev == "" && nic.MAC != nil {
+			dev = nic.MAC.Address
+		}
+		if dev == "" {
+			continue
+		}
+		p := &libvirt.DomainInterfaceParameters{
+			BandwidthInAverageSet: true, BandwidthInAverage: avg,
+			BandwidthOutAverageSet: true, BandwidthOutAverage: avg,
+		}
+		if err := d.SetInterfaceParameters(dev, p, libvirt.DOMAIN_AFFECT_LIVE); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", dev, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Applied reads back the CPU weights in force (see the package doc).
+func (e *Enforcer) Applied(context.Context) (map[string]float64, error) {
+	doms, _, err := e.managed()
+	if err != nil {
+		return nil, err
+	}
+	defer freeAll(doms)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make(map[string]float64, len(doms))
+	for vm, d := range doms {
+		p, err := d.GetSchedulerParametersFlags(libvirt.DOMAIN_AFFECT_LIVE)
+		if err != nil || !p.CpuSharesSet {
+			continue
+		}
+		if q, ok := e.applied[vm]; ok && CPUShares(q) == p.CpuShares {
+			out[vm] = q
+		} else {
+			out[vm] = float64(p.CpuShares) / MaxCPUShares
+		}
+	}
+	return out, nil
+}
+
+// Usage is each managed domain's CPU time.
+func (e *Enforcer) Usage(context.Context) (map[string]time.Duration, error) {
+	doms, _, err := e.managed()
+	if err != nil {
+		return nil, err
+	}
+	defer freeAll(doms)
+	out := make(map[string]time.Duration, len(doms))
+	for vm, d := range doms {
+		info, err := d.GetInfo()
+		if err != nil {
+			continue
+		}
+		out[vm] = time.Duration(info.CpuTime)
+	}
+	return out, nil
+}

@@ -1,0 +1,106 @@
+package virt
+
+import (
+	"context"
+	"math"
+	"os"
+	"testing"
+
+	"libvirt.org/go/libvirt"
+)
+
+// testDriver connects to libvirt's built-in test driver (no daemon needed,
+// but libvirt.so.0 must be installed). Its state lives in the connection.
+func testDriver(t *testing.T) *Enforcer {
+	t.Helper()
+	e, err := New(Config{URI: "test:///default", Disk: true, LinkKiBps: 10_000})
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("libvirt is required in CI: %v", err)
+		}
+		t.Skipf("libvirt not available (apt-get install libvirt0): %v", err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+func TestMappings(t *testing.T) {
+	cases := []struct {
+		q      float64
+		shares uint64
+		blkio  uint
+	}{
+		{0, 2, 100}, {0.0002, 2, 100}, {1.0 / 3, 3333, 333}, {2.0 / 3, 6667, 667}, {0.5, 5000, 500}, {1, 10000, 1000}, {1.5, 10000, 1000},
+	}
+	for _, c := range cases {
+		if got := CPUShares(c.q); got != c.shares {
+			t.Errorf("CPUShares(%v) = %d, want %d", c.q, got, c.shares)
+		}
+		if got := BlkioWeight(c.q); got != c.blkio {
+			t.Errorf("BlkioWeight(%v) = %d, want %d", c.q, got, c.blkio)
+		}
+	}
+	// The worst distortion of the CPU mapping over a fine sweep.
+	worst := 0.0
+	for q := 0.0002; q <= 1; q += 0.00001 {
+		worst = max(worst, math.Abs(float64(CPUShares(q))/MaxCPUShares-q))
+	}
+	if worst > 0.00005+1e-12 {
+		t.Fatalf("cpu_shares distort a share by up to %v", worst)
+	}
+	if VcpuQuota(0.25, 2, 1) != 50_000 || VcpuQuota(0.25, 2, 2) != 25_000 || VcpuQuota(0.00001, 1, 1) != minVcpuQuota {
+		t.Fatalf("vcpu quotas: %d %d %d", VcpuQuota(0.25, 2, 1), VcpuQuota(0.25, 2, 2), VcpuQuota(0.00001, 1, 1))
+	}
+	if BandwidthKiBps(0.25, 10_000) != 2500 || BandwidthKiBps(0, 10_000) != 1 {
+		t.Fatal("bandwidth mapping")
+	}
+}
+
+// TestDiscoveryDiskAndNetOnTheTestDriver: what the test driver supports —
+// domain metadata, blkio weights and interface bandwidth.
+func TestDiscoveryDiskAndNetOnTheTestDriver(t *testing.T) {
+	e := testDriver(t)
+	ctx := context.Background()
+	vms, err := e.VMs(ctx)
+	if err != nil || len(vms) != 0 {
+		t.Fatalf("before metadata: %v %v (the test domain is not managed)", vms, err)
+	}
+	d, err := e.conn.LookupDomainByName("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Free()
+	if err := d.SetMetadata(libvirt.DOMAIN_METADATA_ELEMENT, `<vm owner="alice"/>`, "mrm", Namespace, libvirt.DOMAIN_AFFECT_LIVE); err != nil {
+		t.Fatal(err)
+	}
+	vms, err = e.VMs(ctx)
+	if err != nil || len(vms) != 1 || vms[0].ID != "test" || vms[0].Owner != "alice" {
+		t.Fatalf("discovered %+v %v", vms, err)
+	}
+	if err := ApplyDisk(d, 0.42); err != nil {
+		t.Fatal(err)
+	}
+	bp, err := d.GetBlkioParameters(libvirt.DOMAIN_AFFECT_LIVE)
+	if err != nil || bp.Weight != 420 {
+		t.Fatalf("blkio weight %+v %v", bp, err)
+	}
+	if err := ApplyNet(d, 0.25, 10_000); err != nil {
+		t.Fatal(err)
+	}
+	ip, err := d.GetInterfaceParameters("testnet0", libvirt.DOMAIN_AFFECT_LIVE)
+	if err != nil || ip.BandwidthInAverage != 2500 || ip.BandwidthOutAverage != 2500 {
+		t.Fatalf("interface bandwidth %+v %v", ip, err)
+	}
+	// CPU scheduler parameters are not supported by the test driver: the
+	// error surfaces (the QEMU end-to-end test covers CPU).
+	if err := e.Apply(ctx, map[string]float64{"test": 0.5}); err == nil {
+		t.Log("the test driver accepted cpu_shares")
+	}
+	if err := e.Apply(ctx, map[string]float64{"nope": 1}); err == nil {
+		t.Fatal("applying a share to an unknown domain succeeded")
+	}
+	u, err := e.Usage(ctx)
+	if err != nil || len(u) != 1 {
+		t.Fatalf("usage %v %v", u, err)
+	}
+}
