@@ -36,6 +36,9 @@ type Config struct {
 	Now func() time.Time
 	// Capacity is the host's CPUs, to turn CPU time into utilisation; default 1.
 	Capacity float64
+	// StateFile, when set, keeps the bid book and capture totals across
+	// restarts (see state.go).
+	StateFile string
 	// Identities, when set, makes Serve take bid changes only signed by the
 	// broker (or an admin): a bid names the hold it charges, so a bid from
 	// anyone else could spend another user's money. bank.Client has it.
@@ -105,6 +108,9 @@ func New(cfg Config) (*Agent, error) {
 	a := &Agent{cfg: cfg, vms: map[string]VM{}, bids: map[string]*bid{}, total: map[legKey]money.Micro{},
 		captured: map[legKey]money.Micro{}, util: map[string]float64{}}
 	ctx := context.Background()
+	if err := a.load(); err != nil {
+		return nil, err
+	}
 	if err := a.refreshVMs(ctx, cfg.Now()); err != nil {
 		return nil, err
 	}
@@ -192,6 +198,11 @@ func (a *Agent) SetBids(ctx context.Context, req *wire.BidRequest) (wire.HostSta
 	if err := a.capture(ctx, now); err != nil {
 		a.cfg.Metrics.Error("agent", "capture")
 	}
+	if err := a.save(); err != nil {
+		// Without the file a restart forgets this change: it can only
+		// under-charge, never charge twice, but it must be seen.
+		a.cfg.Metrics.Error("agent", "save_state")
+	}
 	a.enforce(ctx, now)
 	return a.snapshot(now), nil
 }
@@ -220,6 +231,10 @@ func (a *Agent) Tick(ctx context.Context, now time.Time) (wire.HostState, error)
 		if !now.Before(b.end()) && a.captured[b.key()] >= a.total[b.key()] {
 			delete(a.bids, id) // ran its course and is paid for
 		}
+	}
+	if err := a.save(); err != nil {
+		a.cfg.Metrics.Error("agent", "save_state")
+		errs = append(errs, err)
 	}
 	a.reconcile(ctx, now)
 	a.measure(ctx, now)

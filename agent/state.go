@@ -1,0 +1,121 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/mrmarket/mrmarket/internal/money"
+	"github.com/mrmarket/mrmarket/internal/wire"
+)
+
+// Restart safety. With Config.StateFile set, the agent writes its bid book
+// and capture totals to the file (atomically: a temporary file, fsync,
+// rename) before it answers a bid change and after every capture, and New
+// reads it back and enforces the shares at once. Captures are cumulative, so
+// an agent restarted from a state older than its last capture re-sends
+// totals the bank already has and nothing is charged twice; a bid change
+// acknowledged to the broker is always in the file.
+
+// savedState is the state file's content.
+type savedState struct {
+	Version int          `json:"version"`
+	Host    string       `json:"host"`
+	Bids    []savedBid   `json:"bids"`
+	Totals  []savedTotal `json:"totals"`
+	Round   int64        `json:"round"`
+	Ticks   int64        `json:"ticks"`
+}
+
+type savedBid struct {
+	wire.Bid
+	Start time.Time   `json:"start"`
+	Base  money.Micro `json:"base"`
+}
+
+type savedTotal struct {
+	Hold     string      `json:"hold"`
+	VM       string      `json:"vm"`
+	Total    money.Micro `json:"total"`
+	Captured money.Micro `json:"captured"`
+}
+
+// save writes the state file; a no-op without one.
+func (a *Agent) save() error {
+	if a.cfg.StateFile == "" {
+		return nil
+	}
+	s := savedState{Version: 1, Host: a.cfg.Host, Round: a.round, Ticks: a.ticks}
+	for _, b := range a.bids {
+		s.Bids = append(s.Bids, savedBid{Bid: b.Bid, Start: b.start, Base: b.base})
+	}
+	sort.Slice(s.Bids, func(i, j int) bool { return s.Bids[i].VM < s.Bids[j].VM })
+	for k, t := range a.total {
+		s.Totals = append(s.Totals, savedTotal{Hold: k.hold, VM: k.vm, Total: t, Captured: a.captured[k]})
+	}
+	sort.Slice(s.Totals, func(i, j int) bool {
+		if s.Totals[i].Hold != s.Totals[j].Hold {
+			return s.Totals[i].Hold < s.Totals[j].Hold
+		}
+		return s.Totals[i].VM < s.Totals[j].VM
+	})
+	data, err := json.MarshalIndent(s, "", " ")
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(a.cfg.StateFile), ".agent-state-*")
+	if err != nil {
+		return fmt.Errorf("agent %s: state file: %w", a.cfg.Host, err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), a.cfg.StateFile)
+}
+
+// load reads the state file, if there is one.
+func (a *Agent) load() error {
+	if a.cfg.StateFile == "" {
+		return nil
+	}
+	data, err := os.ReadFile(a.cfg.StateFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("agent %s: reading state: %w", a.cfg.Host, err)
+	}
+	var s savedState
+	if err := json.Unmarshal(data, &s); err != nil {
+		return fmt.Errorf("agent %s: state file %s is corrupt: %w", a.cfg.Host, a.cfg.StateFile, err)
+	}
+	if s.Version != 1 || s.Host != a.cfg.Host {
+		return fmt.Errorf("agent %s: state file %s is for host %q (version %d)", a.cfg.Host, a.cfg.StateFile, s.Host, s.Version)
+	}
+	for _, b := range s.Bids {
+		if err := b.Bid.Validate(); err != nil {
+			return fmt.Errorf("agent %s: state file: %w", a.cfg.Host, err)
+		}
+		a.bids[b.VM] = &bid{Bid: b.Bid, start: b.Start, base: b.Base}
+	}
+	for _, t := range s.Totals {
+		k := legKey{t.Hold, t.VM}
+		a.total[k], a.captured[k] = t.Total, t.Captured
+	}
+	a.round, a.ticks = s.Round, s.Ticks
+	return nil
+}
