@@ -1,0 +1,368 @@
+package virt_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"libvirt.org/go/libvirt"
+
+	"github.com/mrmarket/mrmarket/agent"
+	"github.com/mrmarket/mrmarket/agent/virt"
+	"github.com/mrmarket/mrmarket/bank"
+	"github.com/mrmarket/mrmarket/internal/money"
+	"github.com/mrmarket/mrmarket/internal/natsutil"
+	"github.com/mrmarket/mrmarket/internal/wire"
+)
+
+const (
+	qemuURI     = "qemu:///system"
+	imagesDir   = "/var/lib/libvirt/images"
+	guestKernel = imagesDir + "/mrm-vmlinuz" // installed by .ci/libvirt.sh
+)
+
+// needQEMU fails in CI and skips elsewhere when real guests cannot run.
+func needQEMU(t testing.TB) *libvirt.Connect {
+	t.Helper()
+	missing := func(why string, args ...any) {
+		msg := fmt.Sprintf(why, args...) + " (run .ci/libvirt.sh: libvirtd, QEMU and the guest kernel)"
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	if _, err := os.Stat(guestKernel); err != nil {
+		missing("no guest kernel at %s", guestKernel)
+	}
+	if _, err := exec.LookPath("gcc"); err != nil {
+		missing("no gcc for the guest's init")
+	}
+	conn, err := libvirt.NewConnect(qemuURI)
+	if err != nil {
+		missing("libvirtd not reachable at %s: %v", qemuURI, err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// initSource is the guests' init: burn CPU forever. The guest's CPU time is
+// read from libvirt, so it needs to report nothing.
+const initSource = `int main(void) { volatile unsigned long x = 0; for (;;) x++; }`
+
+// buildInitramfs compiles init statically and packs it as a newc cpio
+// archive, readable by libvirt's QEMU user.
+func buildInitramfs(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	src := filepath.Join(dir, "init.c")
+	if err := os.WriteFile(src, []byte(initSource), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "init")
+	if out, err := exec.Command("gcc", "-static", "-O2", "-o", bin, src).CombinedOutput(); err != nil {
+		t.Fatalf("building the guest init (needs libc6-dev): %v\n%s", err, out)
+	}
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cpio bytes.Buffer
+	entry := func(name string, mode uint32, body []byte) {
+		fmt.Fprintf(&cpio, "070701%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X",
+			1, mode, 0, 0, 1, 0, len(body), 0, 0, 0, 0, len(name)+1, 0)
+		cpio.WriteString(name)
+		cpio.WriteByte(0)
+		for cpio.Len()%4 != 0 {
+			cpio.WriteByte(0)
+		}
+		cpio.Write(body)
+		for cpio.Len()%4 != 0 {
+			cpio.WriteByte(0)
+		}
+	}
+	entry("init", 0o100755, data)
+	entry("TRAILER!!!", 0, nil)
+	img := filepath.Join(imagesDir, fmt.Sprintf("mrm-e2e-%d.img", os.Getpid()))
+	if err := os.WriteFile(img, cpio.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(img) })
+	return img
+}
+
+// startGuest boots a transient TCG guest pinned to host CPU 0, owned by owner.
+func startGuest(t testing.TB, conn *libvirt.Connect, name, owner, initrd string, paused bool) *libvirt.Domain {
+	t.Helper()
+	xml := fmt.Sprintf(`<domain type='qemu'>
+  <name>%s</name>
+  <memory unit='MiB'>160</memory>
+  <vcpu placement='static' cpuset='0'>1</vcpu>
+  <cputune><vcpupin vcpu='0' cpuset='0'/><emulatorpin cpuset='0'/></cputune>
+  <metadata><mrm:vm xmlns:mrm='%s' owner='%s'/></metadata>
+  <os><type arch='x86_64' machine='pc'>hvm</type><kernel>%s</kernel><initrd>%s</initrd><cmdline>console=ttyS0 quiet panic=-1</cmdline></os>
+  <on_poweroff>destroy</on_poweroff><on_crash>destroy</on_crash>
+  <devices><memballoon model='none'/></devices>
+</domain>`, name, virt.Namespace, owner, guestKernel, initrd)
+	flags := libvirt.DOMAIN_NONE
+	if paused {
+		flags = libvirt.DOMAIN_START_PAUSED
+	}
+	d, err := conn.DomainCreateXML(xml, flags)
+	if err != nil {
+		t.Fatalf("starting guest %s: %v", name, err)
+	}
+	t.Cleanup(func() { _ = d.Destroy(); _ = d.Free() })
+	return d
+}
+
+// cpuTimes reads the guests' CPU time.
+func cpuTimes(t testing.TB, doms map[string]*libvirt.Domain) map[string]time.Duration {
+	t.Helper()
+	out := map[string]time.Duration{}
+	for name, d := range doms {
+		info, err := d.GetInfo()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[name] = time.Duration(info.CpuTime)
+	}
+	return out
+}
+
+// fractions measures each guest's share of the CPU the guests used over window.
+func fractions(t testing.TB, doms map[string]*libvirt.Domain, window time.Duration) map[string]float64 {
+	t.Helper()
+	a := cpuTimes(t, doms)
+	time.Sleep(window)
+	b := cpuTimes(t, doms)
+	var sum float64
+	for n := range doms {
+		sum += (b[n] - a[n]).Seconds()
+	}
+	out := map[string]float64{}
+	for n := range doms {
+		out[n] = (b[n] - a[n]).Seconds() / sum
+	}
+	return out
+}
+
+// e2e is the world of the end-to-end test: guests, NATS, the bank, the agent.
+type e2e struct {
+	t      *testing.T
+	conn   *libvirt.Connect
+	nc     *nats.Conn
+	keys   wire.CredsDir
+	bank   *bank.Bank
+	state  string
+	a      *agent.Agent
+	stopA  func()
+	prefix string
+}
+
+func (w *e2e) startAgent() {
+	t := w.t
+	enf, err := virt.New(virt.Config{URI: qemuURI})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentKey, err := w.keys.Signer(wire.RoleAgent, "host-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := agent.New(agent.Config{Host: "host-1", Enforcer: enf, Capturer: bank.Client{NC: w.nc, Signer: agentKey},
+		Publisher: agent.NATSPublisher{NC: w.nc}, Identities: bank.Client{NC: w.nc}, StateFile: w.state, Capacity: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopServe, err := agent.Serve(w.nc, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { agent.Run(ctx, a, 500*time.Millisecond); close(done) }()
+	w.a = a
+	w.stopA = func() { cancel(); <-done; stopServe(); enf.Close() }
+}
+
+// bid sets budgets (micro-credits per hour) on guests, signed by the broker.
+func (w *e2e) bid(rates map[string]int64) time.Time {
+	w.t.Helper()
+	brokerKey, err := w.keys.Signer(wire.RoleBroker, "broker")
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	req := &wire.BidRequest{Versioned: wire.Versioned{V: 1}}
+	for g, r := range rates {
+		req.Set = append(req.Set, wire.Bid{VM: w.prefix + g, Owner: "alice", Plan: "p", Hold: "h", Budget: money.Micro(r), Duration: wire.Duration(time.Hour)})
+	}
+	if err := wire.CallAs(context.Background(), w.nc, brokerKey, wire.AgentBidSubject("host-1"), req, nil); err != nil {
+		w.t.Fatalf("bids %v: %v", rates, err)
+	}
+	return time.Now()
+}
+
+// check asserts each guest's measured fraction is within ±0.03 of target.
+func check(t *testing.T, what string, got map[string]float64, target map[string]float64) {
+	t.Helper()
+	var parts []string
+	for g, want := range target {
+		parts = append(parts, fmt.Sprintf("%s target %.3f got %.3f", g, want, got[g]))
+		if math.Abs(got[g]-want) > 0.03 {
+			t.Errorf("%s: %s: measured %.3f, target %.3f", what, g, got[g], want)
+		}
+	}
+	t.Logf("%s: %s", what, strings.Join(parts, ", "))
+}
+
+// TestSharesOnRealGuests drives the real agent through NATS against real
+// QEMU guests pinned to one host CPU: each guest's measured CPU fraction
+// follows the bids within ±0.03, a bid change shows within 2 s, and an agent
+// killed and restarted restores the shares at once without charging twice.
+func TestSharesOnRealGuests(t *testing.T) {
+	conn := needQEMU(t)
+	initrd := buildInitramfs(t)
+	w := &e2e{t: t, conn: conn, prefix: fmt.Sprintf("mrm-e2e-%d-", os.Getpid()), state: filepath.Join(t.TempDir(), "agent.json")}
+	doms := map[string]*libvirt.Domain{}
+	for _, g := range []string{"g1", "g2"} {
+		doms[g] = startGuest(t, conn, w.prefix+g, "alice", initrd, false)
+	}
+
+	// NATS, the bank, identities.
+	ns, err := natsutil.StartServer(natsutil.ServerOptions{Dir: t.TempDir(), Port: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Shutdown()
+	if w.nc, err = nats.Connect(ns.ClientURL()); err != nil {
+		t.Fatal(err)
+	}
+	defer w.nc.Close()
+	if w.bank, err = bank.Open(filepath.Join(t.TempDir(), "bank.db"), bank.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	defer w.bank.Close()
+	stopBank, err := bank.Serve(w.nc, w.bank)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopBank()
+	w.keys = wire.CredsDir(filepath.Join(t.TempDir(), "creds"))
+	ctx := context.Background()
+	for _, p := range []struct{ role, name string }{{wire.RoleBroker, "broker"}, {wire.RoleAgent, "host-1"}} {
+		k, err := w.keys.Ensure(p.role, p.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.bank.AddPrincipal(ctx, &wire.PrincipalRequest{Key: k.Public(), Name: p.name, Role: p.role}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := w.bank.Grant(ctx, &wire.GrantRequest{ID: "g", User: "alice", Amount: 1_000_000_000}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.bank.Hold(ctx, &wire.HoldRequest{ID: "h", User: "alice", Amount: 1_000_000_000, Expires: time.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+
+	w.startAgent()
+	defer func() { w.stopA() }()
+	// Let the guests boot to their busy loop (TCG: a few seconds).
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		f := fractions(t, doms, 500*time.Millisecond)
+		if math.Abs(f["g1"]-0.5) < 0.1 || time.Now().After(deadline) {
+			break
+		}
+	}
+	time.Sleep(3 * time.Second)
+
+	for _, ratio := range [][2]int64{{1, 1}, {2, 1}, {3, 1}} {
+		w.bid(map[string]int64{"g1": ratio[0] * 3_600_000, "g2": ratio[1] * 3_600_000})
+		target := map[string]float64{"g1": float64(ratio[0]) / float64(ratio[0]+ratio[1]), "g2": float64(ratio[1]) / float64(ratio[0]+ratio[1])}
+		check(t, fmt.Sprintf("%d:%d, the first 2 s after the bid", ratio[0], ratio[1]), fractions(t, doms, 2*time.Second), target)
+		check(t, fmt.Sprintf("%d:%d, the next 3 s", ratio[0], ratio[1]), fractions(t, doms, 3*time.Second), target)
+	}
+
+	// A third guest: the agent discovers it at its next tick.
+	doms["g3"] = startGuest(t, conn, w.prefix+"g3", "alice", initrd, false)
+	deadline = time.Now().Add(10 * time.Second)
+	for !hasVM(w.a.State(), w.prefix+"g3") {
+		if time.Now().After(deadline) {
+			t.Fatal("the agent did not discover the third guest")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(4 * time.Second) // its boot
+	target := map[string]float64{"g1": 1.0 / 8, "g2": 2.0 / 8, "g3": 5.0 / 8}
+	w.bid(map[string]int64{"g1": 1 * 3_600_000, "g2": 2 * 3_600_000, "g3": 5 * 3_600_000})
+	check(t, "1:2:5, the first 2 s after the bid", fractions(t, doms, 2*time.Second), target)
+	check(t, "1:2:5, the next 3 s", fractions(t, doms, 3*time.Second), target)
+
+	// Kill the agent; the hypervisor's weights are reset behind its back.
+	w.stopA()
+	for _, d := range doms {
+		if err := d.SetSchedulerParametersFlags(&libvirt.DomainSchedulerParameters{CpuSharesSet: true, CpuShares: 1024}, libvirt.DOMAIN_AFFECT_LIVE); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check(t, "agent down, weights reset", fractions(t, doms, 2*time.Second), map[string]float64{"g1": 1.0 / 3, "g2": 1.0 / 3, "g3": 1.0 / 3})
+	restarted := time.Now()
+	w.startAgent() // New enforces the saved book before its first tick
+	t.Logf("restarted agent enforcing after %s", time.Since(restarted))
+	check(t, "1:2:5 right after the restart", fractions(t, doms, 2*time.Second), target)
+
+	// No double capture: after a tick the bank holds exactly what the
+	// agent's book says it charged, and never more than the bids allow.
+	time.Sleep(1200 * time.Millisecond)
+	w.stopA()
+	w.stopA = func() {}
+	var saved struct {
+		Totals []struct {
+			Total, Captured int64
+		} `json:"totals"`
+	}
+	data, err := os.ReadFile(w.state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &saved); err != nil {
+		t.Fatal(err)
+	}
+	var charged int64
+	for _, s := range saved.Totals {
+		charged += s.Captured
+	}
+	l, err := w.bank.Ledger(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var provider int64
+	for _, a := range l.Accounts {
+		if a.ID == bank.ProviderAccount("host-1") {
+			provider = int64(a.Balance)
+		}
+	}
+	if len(l.Violations) > 0 || provider != charged || provider <= 0 {
+		t.Fatalf("bank: provider earned %d, the agent's book says %d (violations %v)", provider, charged, l.Violations)
+	}
+	t.Logf("bank: %d micro-credits captured, exactly the agent's book across the restart", provider)
+}
+
+func hasVM(st wire.HostState, vm string) bool {
+	for _, v := range st.VMs {
+		if v.VM == vm {
+			return true
+		}
+	}
+	return false
+}
