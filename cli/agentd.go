@@ -1,16 +1,162 @@
 package cli
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 	ucli "github.com/urfave/cli/v2"
+
+	"github.com/mrmarket/mrmarket/agent"
+	"github.com/mrmarket/mrmarket/agent/virt"
+	"github.com/mrmarket/mrmarket/bank"
+	"github.com/mrmarket/mrmarket/broker"
+	"github.com/mrmarket/mrmarket/internal/natsutil"
+	"github.com/mrmarket/mrmarket/internal/obs"
+	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
-// agentCommand is `mrmarket agent`: one host's agent daemon. Implemented by
-// the [agent] issue.
+// agentCommand is `mrmarket agent`: one host's agent daemon on libvirt.
 func agentCommand() *ucli.Command {
 	return &ucli.Command{
-		Name:   "agent",
-		Usage:  "run one host's agent daemon (libvirt enforcement) — not yet implemented",
-		Hidden: true,
-		Action: func(*ucli.Context) error { return badInput("mrmarket agent is not implemented yet") },
+		Name:  "agent",
+		Usage: "run one host's agent: enforce shares on its libvirt domains, charge bids, publish the host's state",
+		UsageText: "mrmarket agent --host host-1 --libvirt qemu:///system --nats nats://nats-1:4222 --creds /etc/mrmarket/creds\n" +
+			"   (domains are managed when their metadata names an owner: see `go doc ./agent/virt`)",
+		Flags: []ucli.Flag{flagNATS(), flagCreds(),
+			&ucli.StringFlag{Name: "host", Usage: "this host's id (its agent credentials: <creds>/agents/<host>.nk)", EnvVars: []string{"MRM_HOST"}},
+			&ucli.StringFlag{Name: "libvirt", Usage: "libvirt URI", Value: "qemu:///system", EnvVars: []string{"MRM_LIBVIRT_URI"}},
+			&ucli.Float64Flag{Name: "capacity", Usage: "the host's CPUs (default: all of them)"},
+			&ucli.BoolFlag{Name: "hard-cap", Usage: "also cap each VM at its share with vcpu_quota"},
+			&ucli.BoolFlag{Name: "disk", Usage: "govern blkio weights too", Value: true},
+			&ucli.UintFlag{Name: "link-kibps", Usage: "cap interfaces at their share of this link capacity (KiB/s; 0: do not govern network)"},
+			&ucli.DurationFlag{Name: "tick", Usage: "charge, reconcile and publish every", Value: defaultTick},
+			&ucli.StringFlag{Name: "state", Usage: "state file keeping the bid book across restarts", Value: "/var/lib/mrmarket/agent.json", EnvVars: []string{"MRM_AGENT_STATE"}},
+			&ucli.StringFlag{Name: "http", Usage: "address for /metrics and /healthz (empty: none)", Value: "127.0.0.1:9466"},
+		},
+		Action: func(c *ucli.Context) error {
+			host := c.String("host")
+			if err := wire.CheckName("--host", host); err != nil {
+				return usageError{err}
+			}
+			if c.Duration("tick") < tickMin || c.Duration("tick") > tickMax {
+				return badInput("--tick must be between %s and %s", tickMin, tickMax)
+			}
+			capacity := c.Float64("capacity")
+			if capacity < 0 || capacity > 4096 {
+				return badInput("--capacity must be between 0 (all CPUs) and 4096")
+			}
+			if capacity == 0 {
+				capacity = float64(runtime.NumCPU())
+			}
+			signer, err := wire.CredsDir(c.String("creds")).Signer(wire.RoleAgent, host)
+			if err != nil {
+				return err
+			}
+			enf, err := virt.New(virt.Config{URI: c.String("libvirt"), HostCPUs: capacity, HardCap: c.Bool("hard-cap"),
+				Disk: c.Bool("disk"), LinkKiBps: c.Uint("link-kibps")})
+			if err != nil {
+				return wire.Errorf(wire.ErrUnavailable, "%v", err)
+			}
+			defer enf.Close()
+			nc, err := natsutil.Connect(c.String("nats"), "mrmarket-agent-"+host)
+			if err != nil {
+				return wire.Errorf(wire.ErrUnavailable, "%v", err)
+			}
+			defer nc.Close()
+			assets, err := natsutil.EnsureAssets(c.Context, nc)
+			if err != nil {
+				return wire.Errorf(wire.ErrUnavailable, "%v", err)
+			}
+			if err := os.MkdirAll(filepath.Dir(c.String("state")), 0o750); err != nil {
+				return err
+			}
+			reg := prometheus.NewRegistry()
+			metrics := obs.NewMetrics(reg)
+			a, err := agent.New(agent.Config{Host: host, Enforcer: enf, Capturer: bank.Client{NC: nc, Signer: signer},
+				Publisher: agent.NATSPublisher{NC: nc, KV: assets.Hosts}, Metrics: metrics, Capacity: capacity,
+				StateFile: c.String("state"), Identities: bank.Client{NC: nc}})
+			if err != nil {
+				return err
+			}
+			stop, err := agent.Serve(nc, a)
+			if err != nil {
+				return err
+			}
+			defer stop()
+			if addr := c.String("http"); addr != "" {
+				srv, err := obs.Serve(addr, reg, map[string]obs.HealthFunc{"nats": natsHealth(nc)})
+				if err != nil {
+					return err
+				}
+				defer srv.Close()
+			}
+			fmt.Fprintf(c.App.Writer, "mrmarket agent %s: %s, NATS %s, state %s\n", host, c.String("libvirt"), c.String("nats"), c.String("state"))
+			agent.Run(c.Context, a, c.Duration("tick"))
+			return nil
+		},
+	}
+}
+
+// brokerCommand is `mrmarket broker`: the broker daemon.
+func brokerCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "broker",
+		Usage:     "run the broker: host prices, spend plans (run several: they share the load)",
+		UsageText: "mrmarket broker --nats nats://nats-1:4222 --creds /etc/mrmarket/creds",
+		Flags: []ucli.Flag{flagNATS(), flagCreds(),
+			&ucli.DurationFlag{Name: "tick", Usage: "end plans and release their holds every", Value: defaultTick},
+			&ucli.DurationFlag{Name: "settle", Usage: "wait after a plan's end for the agents' last captures", Value: 30 * time.Second},
+			&ucli.StringFlag{Name: "http", Usage: "address for /metrics and /healthz (empty: none)", Value: "127.0.0.1:9467"},
+		},
+		Action: func(c *ucli.Context) error {
+			if c.Duration("tick") < tickMin || c.Duration("tick") > tickMax {
+				return badInput("--tick must be between %s and %s", tickMin, tickMax)
+			}
+			signer, err := wire.CredsDir(c.String("creds")).Signer(wire.RoleBroker, "broker")
+			if err != nil {
+				return err
+			}
+			nc, err := natsutil.Connect(c.String("nats"), "mrmarket-broker")
+			if err != nil {
+				return wire.Errorf(wire.ErrUnavailable, "%v", err)
+			}
+			defer nc.Close()
+			reg := prometheus.NewRegistry()
+			metrics := obs.NewMetrics(reg)
+			b, err := broker.New(broker.Config{NC: nc, Bank: bank.Client{NC: nc, Signer: signer}, Signer: signer,
+				Identities: bank.Client{NC: nc}, Settle: c.Duration("settle"), Metrics: metrics})
+			if err != nil {
+				return err
+			}
+			stop, err := broker.Serve(nc, b)
+			if err != nil {
+				return err
+			}
+			defer stop()
+			if addr := c.String("http"); addr != "" {
+				srv, err := obs.Serve(addr, reg, map[string]obs.HealthFunc{"broker": b.Healthy})
+				if err != nil {
+					return err
+				}
+				defer srv.Close()
+			}
+			fmt.Fprintf(c.App.Writer, "mrmarket broker on %s\n", c.String("nats"))
+			t := time.NewTicker(c.Duration("tick"))
+			defer t.Stop()
+			for {
+				select {
+				case <-c.Context.Done():
+					return nil
+				case now := <-t.C:
+					if err := b.Tick(c.Context, now); err != nil {
+						metrics.Error("broker", "tick")
+					}
+				}
+			}
+		},
 	}
 }

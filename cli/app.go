@@ -32,6 +32,7 @@ import (
 
 	"github.com/mrmarket/mrmarket/bank"
 	"github.com/mrmarket/mrmarket/broker"
+	"github.com/mrmarket/mrmarket/internal/obs"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -69,6 +70,16 @@ func flagCreds() *ucli.StringFlag {
 // DefaultCreds is where `mrmarket up --data .data` writes the credentials.
 const DefaultCreds = ".data/creds"
 
+// natsHealth reports a NATS connection's health.
+func natsHealth(nc *nats.Conn) obs.HealthFunc {
+	return func() error {
+		if !nc.IsConnected() {
+			return fmt.Errorf("NATS connection is %s", nc.Status())
+		}
+		return nil
+	}
+}
+
 // bankClient signs with the credentials of --creds.
 func bankClient(c *ucli.Context, nc *nats.Conn) bank.Client {
 	return bank.Client{NC: nc, Keys: wire.CredsDir(c.String("creds"))}
@@ -95,6 +106,7 @@ func App(stdout, stderr io.Writer) *ucli.App {
 			demoCommand(),
 			upCommand(),
 			agentCommand(),
+			brokerCommand(),
 			bankCommand(),
 			balanceCommand(),
 			transferCommand(),
