@@ -88,7 +88,9 @@ type Agent struct {
 	util     map[string]float64
 	state    wire.HostState
 
-	nonces wire.NonceCache
+	nonces     wire.NonceCache
+	whoisMu    sync.Mutex
+	whoisCache map[string]cachedPrincipal
 }
 
 // New makes an agent and enforces the initial shares.

@@ -54,7 +54,7 @@ func (a *Agent) authorizeBid(ctx context.Context, c wire.Caller) error {
 	if !c.Signed() {
 		return wire.ErrUnsigned
 	}
-	p, err := a.cfg.Identities.Whois(ctx, c.Key)
+	p, err := a.whois(ctx, c.Key)
 	if err != nil {
 		return err
 	}
@@ -62,6 +62,36 @@ func (a *Agent) authorizeBid(ctx context.Context, c wire.Caller) error {
 		return fmt.Errorf("%w: %s (%s) may not place bids", wire.ErrRole, p.Name, p.Role)
 	}
 	return a.nonces.Use(c, time.Now())
+}
+
+// whoisTTL is how long the agent trusts a cached identity.
+const whoisTTL = time.Minute
+
+// whois resolves a key through Identities, cached for whoisTTL: a bid
+// change should not wait on the bank.
+func (a *Agent) whois(ctx context.Context, key string) (wire.Principal, error) {
+	a.whoisMu.Lock()
+	e, ok := a.whoisCache[key]
+	a.whoisMu.Unlock()
+	if ok && time.Since(e.at) < whoisTTL {
+		return e.p, nil
+	}
+	p, err := a.cfg.Identities.Whois(ctx, key)
+	if err != nil {
+		return p, err
+	}
+	a.whoisMu.Lock()
+	if a.whoisCache == nil {
+		a.whoisCache = map[string]cachedPrincipal{}
+	}
+	a.whoisCache[key] = cachedPrincipal{p, time.Now()}
+	a.whoisMu.Unlock()
+	return p, nil
+}
+
+type cachedPrincipal struct {
+	p  wire.Principal
+	at time.Time
 }
 
 // Run ticks a on its clock every period until ctx ends. Errors are counted
