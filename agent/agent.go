@@ -36,6 +36,12 @@ type Config struct {
 	Now func() time.Time
 	// Capacity is the host's CPUs, to turn CPU time into utilisation; default 1.
 	Capacity float64
+	// IdleBelow and IdleTicks: a VM whose utilisation stays below IdleBelow
+	// (a fraction of the host) for IdleTicks ticks in a row is published as
+	// idle, so strategies can move money away from it (bottleneck
+	// elimination without Hadoop). Defaults 0.05 and 3.
+	IdleBelow float64
+	IdleTicks int
 	// StateFile, when set, keeps the bid book and capture totals across
 	// restarts (see state.go).
 	StateFile string
@@ -86,6 +92,7 @@ type Agent struct {
 	lastTick time.Time
 	lastUse  map[string]time.Duration
 	util     map[string]float64
+	quiet    map[string]int // consecutive ticks below IdleBelow
 	state    wire.HostState
 
 	nonces     wire.NonceCache
@@ -107,8 +114,14 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Capacity <= 0 {
 		cfg.Capacity = 1
 	}
+	if cfg.IdleBelow <= 0 {
+		cfg.IdleBelow = 0.05
+	}
+	if cfg.IdleTicks <= 0 {
+		cfg.IdleTicks = 3
+	}
 	a := &Agent{cfg: cfg, vms: map[string]VM{}, bids: map[string]*bid{}, total: map[legKey]money.Micro{},
-		captured: map[legKey]money.Micro{}, util: map[string]float64{}}
+		captured: map[legKey]money.Micro{}, util: map[string]float64{}, quiet: map[string]int{}}
 	ctx := context.Background()
 	if err := a.load(); err != nil {
 		return nil, err
@@ -387,6 +400,11 @@ func (a *Agent) measure(ctx context.Context, now time.Time) {
 	if dt := now.Sub(a.lastTick).Seconds(); dt > 0 {
 		for vm, u := range use {
 			a.util[vm] = (u - a.lastUse[vm]).Seconds() / (dt * a.cfg.Capacity)
+			if a.util[vm] < a.cfg.IdleBelow {
+				a.quiet[vm]++
+			} else {
+				a.quiet[vm] = 0
+			}
 		}
 	}
 	a.lastTick, a.lastUse = now, use
@@ -399,7 +417,8 @@ func (a *Agent) snapshot(now time.Time) wire.HostState {
 		VMs: make([]wire.VMState, 0, len(a.vms))}
 	m := a.cfg.Metrics
 	for _, id := range a.vmIDs() {
-		vs := wire.VMState{VM: id, Owner: a.vms[id].Owner, Rate: rates[id], Share: a.desired[id], Util: a.util[id]}
+		vs := wire.VMState{VM: id, Owner: a.vms[id].Owner, Rate: rates[id], Share: a.desired[id], Util: a.util[id],
+			Idle: a.quiet[id] >= a.cfg.IdleTicks}
 		if b := a.bids[id]; b != nil {
 			vs.Plan, vs.Hold, vs.Budget, vs.Charged, vs.Ends = b.Plan, b.Hold, b.Budget, b.charged(now), b.end()
 		}

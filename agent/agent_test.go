@@ -324,3 +324,29 @@ func must[T any](v T, err error) T {
 	}
 	return v
 }
+
+// TestIdleAfterQuietTicks: a VM that stops using the CPU is published as
+// idle after IdleTicks ticks, and busy again at once when it resumes.
+func TestIdleAfterQuietTicks(t *testing.T) {
+	h := newHost(t, agent.VM{ID: "a", Owner: "alice"}, agent.VM{ID: "b", Owner: "bob"})
+	idle := func(st wire.HostState) map[string]bool {
+		out := map[string]bool{}
+		for _, v := range st.VMs {
+			out[v.VM] = v.Idle
+		}
+		return out
+	}
+	h.sim.SetDemand("b", 0.01)
+	for i := 1; i <= 3; i++ {
+		*h.clock = t0.Add(time.Duration(i) * time.Second)
+		st := h.tick(t)
+		if got := idle(st); got["a"] || got["b"] != (i >= 3) {
+			t.Fatalf("tick %d: idle %v", i, got)
+		}
+	}
+	h.sim.SetDemand("b", 1)
+	*h.clock = t0.Add(4 * time.Second)
+	if got := idle(h.tick(t)); got["b"] {
+		t.Fatalf("b is busy again: idle %v", got)
+	}
+}

@@ -37,5 +37,21 @@
 // simulator and tests; the libvirt enforcer implements the same interface.
 //
 // Each tick the agent publishes the host's state (price = Σ funded rates,
-// every VM's rate, share and CPU utilisation) for the broker.
+// every VM's rate, share, CPU utilisation, and whether it has been idle —
+// below IdleBelow for IdleTicks ticks) for the broker, on
+// mrm.v1.host.<id>.state and in the MRM_HOSTS bucket.
+//
+// Package agent/virt is the libvirt Enforcer for real hosts (mrmarket agent).
+//
+// # Who may bid
+//
+// With Config.Identities set, Serve takes bid changes only signed by the
+// broker (or an admin), once each: a bid names the hold it charges, so a bid
+// from anyone else could spend another user's money.
+//
+// # Restarts
+//
+// With Config.StateFile set the bid book and capture totals survive a
+// restart (state.go): New reads them back and enforces the shares before its
+// first tick, and cumulative captures mean a restart never charges twice.
 package agent

@@ -296,7 +296,11 @@ func vmsCommand() *ucli.Command {
 					if plan == "" {
 						plan = "-"
 					}
-					t.row(v.Host, v.VM, v.Owner, plan, perHour(v.Rate), pct(v.Share), pct(v.Util), v.Charged.String(), stamp(v.Ends))
+					util := pct(v.Util)
+					if v.Idle {
+						util += " idle"
+					}
+					t.row(v.Host, v.VM, v.Owner, plan, perHour(v.Rate), pct(v.Share), util, v.Charged.String(), stamp(v.Ends))
 				}
 				return t.flush()
 			})

@@ -531,13 +531,15 @@ func (r *BidRequest) Validate() error {
 // fraction of one host's capacity it used over the last tick. Charged is
 // what the current bid has charged so far.
 type VMState struct {
-	VM      string      `json:"vm"`
-	Owner   string      `json:"owner"`
-	Plan    string      `json:"plan,omitempty"`
-	Hold    string      `json:"hold,omitempty"`
-	Rate    float64     `json:"rate"`
-	Share   float64     `json:"share"`
-	Util    float64     `json:"util"`
+	VM    string  `json:"vm"`
+	Owner string  `json:"owner"`
+	Plan  string  `json:"plan,omitempty"`
+	Hold  string  `json:"hold,omitempty"`
+	Rate  float64 `json:"rate"`
+	Share float64 `json:"share"`
+	Util  float64 `json:"util"`
+	// Idle: Util stayed below the agent's threshold for its last k ticks.
+	Idle    bool        `json:"idle,omitempty"`
 	Budget  money.Micro `json:"budget,omitempty"`
 	Charged money.Micro `json:"charged,omitempty"`
 	Ends    time.Time   `json:"ends,omitzero"`
