@@ -193,7 +193,10 @@ func (b *Broker) Spend(ctx context.Context, req *wire.SpendRequest) (wire.SpendR
 	b.plans[id] = p
 	b.mu.Unlock()
 
-	if err := b.start(ctx, p, strategy, targets); err != nil {
+	// The plan is built on a private copy: the reserved one is visible to
+	// Tick, Cancel and Plans, and changes only under the lock.
+	work := *p
+	if err := b.start(ctx, &work, strategy, targets); err != nil {
 		b.mu.Lock()
 		delete(b.plans, id)
 		b.mu.Unlock()
@@ -201,6 +204,7 @@ func (b *Broker) Spend(ctx context.Context, req *wire.SpendRequest) (wire.SpendR
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	*p = work
 	b.order = append(b.order, id)
 	b.countRunning()
 	return wire.SpendReply{Plan: clonePlan(p.Plan)}, nil
