@@ -22,8 +22,10 @@
 // that want it (work-conserving), as the share rule intends.
 //
 // CPU hard cap (optional, HardCap): additionally vcpu_period = 100 ms and
-// vcpu_quota = q·host CPUs·period / the domain's vCPUs, at least 1 ms, so a
-// VM never uses more than its share even on an idle host. Rounding to whole
+// vcpu_quota = q·host CPUs·period / the domain's vCPUs, at least 1 ms, and
+// the same cap on the whole domain (global_period/global_quota = q·host
+// CPUs·period), because QEMU's emulator threads are outside the vCPU quotas:
+// a VM never uses more than its share even on an idle host. Rounding to whole
 // microseconds distorts by at most 1 µs per 100 ms (0.001%); the 1 ms
 // minimum raises shares below 1% of a CPU.
 //

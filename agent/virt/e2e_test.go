@@ -366,3 +366,34 @@ func hasVM(st wire.HostState, vm string) bool {
 	}
 	return false
 }
+
+// TestHardCapOnARealGuest: in hard-cap mode a guest alone on its CPU uses
+// no more than its share, although nothing else wants the CPU.
+func TestHardCapOnARealGuest(t *testing.T) {
+	conn := needQEMU(t)
+	initrd := buildInitramfs(t)
+	name := fmt.Sprintf("mrm-cap-%d", os.Getpid())
+	d := startGuest(t, conn, name, "alice", initrd, false)
+	enf, err := virt.New(virt.Config{URI: qemuURI, HardCap: true, HostCPUs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer enf.Close()
+	ctx := context.Background()
+	time.Sleep(4 * time.Second) // boot to the busy loop
+	for _, q := range []float64{0.25, 0.6} {
+		if err := enf.Apply(ctx, map[string]float64{name: q}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(500 * time.Millisecond)
+		a := cpuTimes(t, map[string]*libvirt.Domain{name: d})[name]
+		start := time.Now()
+		time.Sleep(2 * time.Second)
+		b := cpuTimes(t, map[string]*libvirt.Domain{name: d})[name]
+		got := (b - a).Seconds() / time.Since(start).Seconds()
+		t.Logf("hard cap %.2f of a CPU: measured %.3f", q, got)
+		if math.Abs(got-q) > 0.03 {
+			t.Errorf("hard cap %.2f: the guest used %.3f of a CPU", q, got)
+		}
+	}
+}

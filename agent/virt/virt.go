@@ -198,6 +198,10 @@ func (e *Enforcer) applyCPU(d *libvirt.Domain, q float64) error {
 		}
 		p.VcpuPeriodSet, p.VcpuPeriod = true, vcpuPeriod
 		p.VcpuQuotaSet, p.VcpuQuota = true, VcpuQuota(q, e.cfg.HostCPUs, info.NrVirtCpu)
+		// The whole domain too: QEMU's emulator threads are outside the
+		// vCPU quotas (measured: a 0.25 vCPU cap used 0.28 of a CPU).
+		p.GlobalPeriodSet, p.GlobalPeriod = true, vcpuPeriod
+		p.GlobalQuotaSet, p.GlobalQuota = true, VcpuQuota(q, e.cfg.HostCPUs, 1)
 	}
 	return d.SetSchedulerParametersFlags(p, libvirt.DOMAIN_AFFECT_LIVE)
 }
