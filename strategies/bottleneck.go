@@ -1,0 +1,68 @@
+package strategies
+
+import (
+	"fmt"
+	"math"
+)
+
+// BottleneckElimination moves spending from a plan's idle VMs to its busy
+// ones (seed 003, Alg. 5.1): with flat rate r = b/d, n_i idle and n_a active
+// VMs and boost f ∈ [0, 1), an active VM spends r·(1 + (n_i/n_a)·f) and an
+// idle one r·(1 − f). The mean stays r (Eq. 10), or below it when every VM
+// is idle.
+type BottleneckElimination struct {
+	Boost float64
+}
+
+// Name is "bottleneck".
+func (BottleneckElimination) Name() string { return "bottleneck" }
+
+// Check validates the boost.
+func (s BottleneckElimination) Check() error {
+	if s.Boost < 0 || s.Boost >= 1 || math.IsNaN(s.Boost) {
+		return fmt.Errorf("strategies: boost must be in [0, 1), got %v", s.Boost)
+	}
+	return nil
+}
+
+// Rates gives every VM's rate for flat rate r, given which VMs are idle.
+func (s BottleneckElimination) Rates(flat float64, vms []string, idle map[string]bool) (map[string]float64, error) {
+	if err := s.Check(); err != nil {
+		return nil, err
+	}
+	ni := 0
+	for _, vm := range vms {
+		if idle[vm] {
+			ni++
+		}
+	}
+	na := len(vms) - ni
+	out := make(map[string]float64, len(vms))
+	for _, vm := range vms {
+		if idle[vm] {
+			out[vm] = flat * (1 - s.Boost)
+		} else {
+			out[vm] = flat * (1 + float64(ni)/float64(na)*s.Boost)
+		}
+	}
+	return out, nil
+}
+
+// CapBoosts scales the boosts of all plans using bottleneck elimination so
+// that their sum stays within limit (seed 003 §7.4: the system limits the
+// aggregate boost to 0.9, so one strategic user gets 0.9, two get 0.45).
+func CapBoosts(boosts []float64, limit float64) []float64 {
+	var sum float64
+	for _, f := range boosts {
+		sum += f
+	}
+	out := make([]float64, len(boosts))
+	scale := 1.0
+	if sum > limit && sum > 0 {
+		scale = limit / sum
+	}
+	for i, f := range boosts {
+		out[i] = f * scale
+	}
+	return out
+}
