@@ -55,6 +55,12 @@ func (c Client) Release(ctx context.Context, req *wire.ReleaseRequest) (rep wire
 	return rep, c.callAs(ctx, wire.RoleUser, req.User, wire.BankRelease, req, &rep)
 }
 
+// Extend adds money to an open hold (its user or the broker).
+func (c Client) Extend(ctx context.Context, req *wire.ExtendRequest) (rep wire.HoldReply, err error) {
+	req.V = wire.Version
+	return rep, c.callAs(ctx, wire.RoleUser, req.User, wire.BankExtend, req, &rep)
+}
+
 // Transfer moves money from one user to another (the payer).
 func (c Client) Transfer(ctx context.Context, req *wire.TransferRequest) (rep wire.TransferReply, err error) {
 	req.V = wire.Version

@@ -144,3 +144,26 @@ func testHoldBeneficiaries(t *testing.T, target string) {
 	}
 	mustLedger(t, b)
 }
+
+func TestExtendHold(t *testing.T) { eachStore(t, testExtendHold) }
+
+func testExtendHold(t *testing.T, target string) {
+	ctx := context.Background()
+	b, _ := openBank(t, target)
+	grant(t, b, "g", "alice", 100)
+	hold(t, b, "h", "alice", 10, t0.Add(time.Hour))
+	req := &wire.ExtendRequest{ID: "e1", Hold: "h", User: "alice", Amount: 15}
+	for range 2 { // the second is a replay
+		r, err := b.Extend(ctx, req)
+		if err != nil || r.Hold.Amount != 25 || r.Balance != 75 {
+			t.Fatalf("extend: %+v %v", r, err)
+		}
+	}
+	if _, err := b.Extend(ctx, &wire.ExtendRequest{ID: "e2", Hold: "h", User: "bob", Amount: 1}); !errors.Is(err, wire.ErrForbidden) {
+		t.Fatalf("bob extending alice's hold: %v", err)
+	}
+	if _, err := b.Extend(ctx, &wire.ExtendRequest{ID: "e3", Hold: "h", User: "alice", Amount: 1000}); !errors.Is(err, wire.ErrInsufficient) {
+		t.Fatalf("extend beyond balance: %v", err)
+	}
+	mustLedger(t, b)
+}

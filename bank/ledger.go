@@ -408,3 +408,48 @@ func (b *Bank) Ledger(ctx context.Context) (wire.LedgerReply, error) {
 	})
 	return rep, err
 }
+
+// Extend adds req.Amount of the user's money to an open hold (a running
+// plan given more budget). Idempotent by req.ID.
+func (b *Bank) Extend(ctx context.Context, req *wire.ExtendRequest) (wire.HoldReply, error) {
+	if err := req.Validate(); err != nil {
+		return wire.HoldReply{}, err
+	}
+	id := "extend:" + req.ID
+	fp := fingerprint("extend", req.Hold, req.User, int64(req.Amount))
+	var rep wire.HoldReply
+	err := b.st.run(ctx, func(t tx) error {
+		h, err := getHold(ctx, t, req.Hold)
+		if err != nil {
+			return err
+		}
+		if h.User != req.User {
+			return fmt.Errorf("%w: hold %q belongs to another user", ErrNotOwner, req.Hold)
+		}
+		replayed, err := checkReplay(ctx, t, `SELECT fingerprint FROM transfers WHERE id = ?`, id, fp)
+		if err != nil {
+			return err
+		}
+		if !replayed {
+			if h.Status != wire.HoldOpen {
+				return fmt.Errorf("%w: %q", ErrHoldClosed, req.Hold)
+			}
+			if h.Amount+req.Amount > money.Max {
+				return fmt.Errorf("%w: hold %q", ErrOverflow, req.Hold)
+			}
+			if err := transfer(ctx, t, id, "hold", UserAccount(req.User), EscrowAccount, req.Amount, fp, "", b.now()); err != nil {
+				return err
+			}
+			if _, err := t.exec(ctx, `UPDATE holds SET amount = amount + ? WHERE id = ?`, int64(req.Amount), req.Hold); err != nil {
+				return err
+			}
+		}
+		rep.Replayed = replayed
+		if rep.Hold, err = getHold(ctx, t, req.Hold); err != nil {
+			return err
+		}
+		rep.Balance, err = balance(ctx, t, UserAccount(req.User))
+		return err
+	})
+	return rep, err
+}

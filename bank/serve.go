@@ -62,6 +62,12 @@ func Serve(nc *nats.Conn, b *Bank) (stop func(), err error) {
 			}
 			return b.Release(ctx, r)
 		})),
+		add(wire.ServeSigned(nc, wire.BankExtend, q, observe("extend"), func(ctx context.Context, r *wire.ExtendRequest, c wire.Caller) (any, error) {
+			if err := b.authorize(ctx, c, "extend holds of "+r.User, userOrBroker(r.User)); err != nil {
+				return nil, err
+			}
+			return b.Extend(ctx, r)
+		})),
 		add(wire.ServeSigned(nc, wire.BankTransfer, q, observe("transfer"), func(ctx context.Context, r *wire.TransferRequest, c wire.Caller) (any, error) {
 			if err := b.authorize(ctx, c, "move money of "+r.From, user(r.From)); err != nil {
 				return nil, err

@@ -1,26 +1,40 @@
 // Package broker is the market's front office: the registry of hosts and
-// their prices, fed by the agents' state messages, and the spend plans that
-// turn a user's budget into bids on the agents.
+// their prices (fed by the agents' state messages), the spend plans that
+// turn users' budgets into bids, the strategies run for every plan every
+// tick, and the price predictions users ask what-if questions of.
 //
-// # Spending
+// # Plans
 //
-// Spend checks that every VM is known and owned by the user, asks the plan's
-// strategy (package strategies) for per-VM budgets, places a hold in the bank
-// for the whole budget ("hold-<plan>", expiring Settle+HoldGrace after the
-// plan's end, so a broker that dies never strands money), then sends one bid
-// request per host. If any host refuses, the bids already placed are
-// cancelled and the hold released: a plan runs whole or not at all. A plan
-// ends at start+duration; Settle later (time for the agents' last captures)
-// Tick releases what the plan did not spend and marks it done. Cancel stops
-// the bids (the agents settle them at once) and releases the rest.
+// Spend checks that every VM is known and owned by the user, records the
+// plan, holds the whole budget in the bank (expiring Settle+HoldGrace after
+// the plan's end, so money is never stranded) and runs the plan's first
+// round; if any host refuses its first bids, they are cancelled and the hold
+// released: a plan runs whole or not at all. Spend --more extends the hold;
+// --less lowers what the plan may spend (the rest comes back at its end).
+// Cancel stops the bids (agents settle them at once) and releases the rest.
+// Settle after its end a plan is done and its remainder released.
 //
-// # Decisions for this version
+// # Rounds
 //
-//   - Plans live in the broker's memory: a restarted broker forgets them, and
-//     their holds are released by the bank when they expire. Durable plans
-//     come with the [strategies] issue.
-//   - Hosts are learnt from state messages only (and the MRM_HOSTS bucket at
-//     start); a VM unknown to every host cannot be spent on.
-//   - A spend with an id is idempotent: the same id and content returns the
-//     existing plan, other content is a conflict.
+// Every tick, for every plan it runs, the broker asks the plan's strategy
+// (package strategies) how to spend what remains over the time left, given
+// the hosts' prices and which VMs are idle: fair (constant rate), workflow
+// and stage priority (weights, stages advancing when all of a stage's VMs
+// are idle), bottleneck elimination (boosts capped system-wide at MaxBoost)
+// or best response (across the plan's hosts, against the others' rates).
+// Bids are a budget over a duration from now, so the budgets a round sends
+// never add up to more than the plan has left, and the bank's hold caps it
+// all. Only bids whose rate moves by more than 1% are sent, one request per
+// host.
+//
+// # Replicas
+//
+// With a JetStream bucket (MRM_PLANS) the plans are shared by every broker
+// replica in the queue group: each follows the bucket through a watch,
+// writes only by compare-and-set on revisions, and beats a heartbeat every
+// tick. A plan is run by its owner; when an owner's heartbeat is two ticks
+// old, the first replica to win the compare-and-set takes its plans over, so
+// a survivor runs them from its next round (within three ticks of the
+// death), and no plan is ever run by two replicas for one revision.
+// Without a bucket, plans live in the process's memory.
 package broker

@@ -60,6 +60,13 @@ func Serve(nc *nats.Conn, b *Broker) (stop func(), err error) {
 			}
 			return b.Cancel(ctx, r)
 		})),
+		add(wire.ServeSigned(nc, wire.BrokerAdjust, q, observe("adjust"), func(ctx context.Context, r *wire.AdjustRequest, c wire.Caller) (any, error) {
+			if err := b.authorize(ctx, c, r.User); err != nil {
+				return nil, err
+			}
+			return b.Adjust(ctx, r)
+		})),
+		add(wire.ServeObserved(nc, wire.BrokerPredict, q, observe("predict"), func(_ context.Context, r *wire.PredictRequest) (any, error) { return b.Predict(r) })),
 		add(wire.ServeObserved(nc, wire.BrokerPlans, q, observe("plans"), func(_ context.Context, r *wire.PlansRequest) (any, error) { return b.Plans(r), nil })),
 		add(wire.ServeObserved(nc, wire.BrokerPrice, q, observe("price"), func(_ context.Context, r *wire.PriceRequest) (any, error) { return b.Price(r) })),
 		add(wire.ServeObserved(nc, wire.BrokerVMs, q, observe("vms"), func(_ context.Context, r *wire.VMsRequest) (any, error) { return b.VMs(r), nil })),
@@ -138,6 +145,18 @@ func (c Client) Spend(ctx context.Context, req *wire.SpendRequest) (rep wire.Spe
 func (c Client) Cancel(ctx context.Context, req *wire.CancelRequest) (rep wire.Plan, err error) {
 	req.V = wire.Version
 	return rep, c.callAs(ctx, req.User, wire.BrokerCancel, req, &rep)
+}
+
+// Adjust gives a running plan more or less budget.
+func (c Client) Adjust(ctx context.Context, req *wire.AdjustRequest) (rep wire.Plan, err error) {
+	req.V = wire.Version
+	return rep, c.callAs(ctx, req.User, wire.BrokerAdjust, req, &rep)
+}
+
+// Predict asks a what-if question of a host's price history.
+func (c Client) Predict(ctx context.Context, req *wire.PredictRequest) (rep wire.PredictReply, err error) {
+	req.V = wire.Version
+	return rep, wire.Call(ctx, c.NC, wire.BrokerPredict, req, &rep)
 }
 
 // Plans lists plans.

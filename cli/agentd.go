@@ -125,13 +125,19 @@ func brokerCommand() *ucli.Command {
 				return wire.Errorf(wire.ErrUnavailable, "%v", err)
 			}
 			defer nc.Close()
+			assets, err := natsutil.EnsureAssets(c.Context, nc)
+			if err != nil {
+				return wire.Errorf(wire.ErrUnavailable, "%v", err)
+			}
 			reg := prometheus.NewRegistry()
 			metrics := obs.NewMetrics(reg)
 			b, err := broker.New(broker.Config{NC: nc, Bank: bank.Client{NC: nc, Signer: signer}, Signer: signer,
-				Identities: bank.Client{NC: nc}, Settle: c.Duration("settle"), Metrics: metrics})
+				Identities: bank.Client{NC: nc}, Settle: c.Duration("settle"), Metrics: metrics,
+				Tick: c.Duration("tick"), Plans: assets.Plans})
 			if err != nil {
 				return err
 			}
+			defer b.Close()
 			stop, err := broker.Serve(nc, b)
 			if err != nil {
 				return err

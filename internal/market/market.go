@@ -243,10 +243,12 @@ func Start(ctx context.Context, cfg Config) (m *Market, err error) {
 	m.Broker, err = broker.New(broker.Config{
 		NC: brokerNC, Bank: bank.Client{NC: brokerNC, Signer: brokerSigner}, Now: now,
 		Settle: cfg.Settle, Metrics: m.Metrics, Signer: brokerSigner, Identities: bank.Client{NC: brokerNC},
+		Tick: cfg.TickPeriod, Plans: assets.Plans, Replica: "broker-1",
 	})
 	if err != nil {
 		return nil, err
 	}
+	m.stops = append(m.stops, m.Broker.Close)
 	stop, err = broker.Serve(brokerNC, m.Broker)
 	if err != nil {
 		return nil, err

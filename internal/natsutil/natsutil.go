@@ -80,6 +80,7 @@ func Connect(url, name string) (*nats.Conn, error) {
 type Assets struct {
 	JS     jetstream.JetStream
 	Hosts  jetstream.KeyValue
+	Plans  jetstream.KeyValue
 	Events jetstream.Stream
 }
 
@@ -98,6 +99,14 @@ func EnsureAssets(ctx context.Context, nc *nats.Conn) (*Assets, error) {
 	if err != nil {
 		return nil, fmt.Errorf("natsutil: bucket %s: %w", wire.BucketHosts, err)
 	}
+	plans, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      wire.BucketPlans,
+		Description: "the broker's spend plans and its replicas' heartbeats",
+		History:     1,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("natsutil: bucket %s: %w", wire.BucketPlans, err)
+	}
 	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        wire.StreamEvents,
 		Description: "audit events of bank, broker and agents",
@@ -108,5 +117,5 @@ func EnsureAssets(ctx context.Context, nc *nats.Conn) (*Assets, error) {
 	if err != nil {
 		return nil, fmt.Errorf("natsutil: stream %s: %w", wire.StreamEvents, err)
 	}
-	return &Assets{JS: js, Hosts: kv, Events: st}, nil
+	return &Assets{JS: js, Hosts: kv, Plans: plans, Events: st}, nil
 }

@@ -1,6 +1,8 @@
 package wire
 
 import (
+	"errors"
+	"strings"
 	"time"
 
 	"github.com/mrmarket/mrmarket/internal/money"
@@ -580,23 +582,72 @@ func (r *StateRequest) Validate() error { return nil }
 
 // Strategy names.
 const (
-	StrategyFair = "fair"
+	StrategyFair       = "fair"          // constant rate, the baseline
+	StrategyWorkflow   = "workflow"      // workflow priority (seed 003 Eq. 8)
+	StrategyStage      = "stage"         // stage priority (Eq. 9)
+	StrategyBottleneck = "bottleneck"    // bottleneck elimination (Alg. 5.1)
+	StrategyBestResp   = "best-response" // best response across hosts (§5.4)
 )
 
+// Strategies lists the strategy names.
+var Strategies = []string{StrategyFair, StrategyWorkflow, StrategyStage, StrategyBottleneck, StrategyBestResp}
+
+// WorkflowSpec is one workflow of a plan: its weight (workflow priority)
+// and its stages in order (stage priority).
+type WorkflowSpec struct {
+	Name   string      `json:"name"`
+	Weight float64     `json:"weight"`
+	Stages []StageSpec `json:"stages"`
+}
+
+// StageSpec is one stage of a workflow: its weight and its VMs.
+type StageSpec struct {
+	Name   string   `json:"name"`
+	Weight float64  `json:"weight"`
+	VMs    []string `json:"vms"`
+}
+
 // SpendRequest asks the broker to spend Budget of User's money over Duration
-// on VMs with Strategy. ID, when given, makes the request idempotent.
+// with Strategy, on VMs or on the VMs of Workflows (a workflow descriptor).
+// ID, when given, makes the request idempotent. Boost is bottleneck
+// elimination's f ∈ [0, 1); HostWeights are best response's preferences
+// (default 1 per host).
 type SpendRequest struct {
 	Versioned
-	ID       string      `json:"id,omitempty"`
-	User     string      `json:"user"`
-	Budget   money.Micro `json:"budget"`
-	Duration Duration    `json:"duration"`
-	VMs      []string    `json:"vms"`
-	Strategy string      `json:"strategy"`
+	ID          string             `json:"id,omitempty"`
+	User        string             `json:"user"`
+	Budget      money.Micro        `json:"budget"`
+	Duration    Duration           `json:"duration"`
+	VMs         []string           `json:"vms,omitempty"`
+	Workflows   []WorkflowSpec     `json:"workflows,omitempty"`
+	Strategy    string             `json:"strategy"`
+	Boost       float64            `json:"boost,omitempty"`
+	HostWeights map[string]float64 `json:"host_weights,omitempty"`
 }
 
 // MaxPlanVMs bounds the VMs of one plan.
 const MaxPlanVMs = 100_000
+
+func checkWeight(what string, w float64) error {
+	if !(w >= 0) || w > 1e9 {
+		return Errorf(ErrBadRequest, "%s weight must be between 0 and 1e9, got %v", what, w)
+	}
+	return nil
+}
+
+// AllVMs lists the plan's VMs: VMs, or those of every stage of every workflow.
+func (r *SpendRequest) AllVMs() []string {
+	if len(r.Workflows) == 0 {
+		return r.VMs
+	}
+	var out []string
+	for _, w := range r.Workflows {
+		for _, s := range w.Stages {
+			out = append(out, s.VMs...)
+		}
+	}
+	return out
+}
 
 func (r *SpendRequest) Validate() error {
 	if r.ID != "" {
@@ -613,11 +664,31 @@ func (r *SpendRequest) Validate() error {
 	if err := CheckDuration(r.Duration); err != nil {
 		return err
 	}
-	if len(r.VMs) == 0 || len(r.VMs) > MaxPlanVMs {
-		return Errorf(ErrBadRequest, "a plan needs 1 to %d VMs, got %d", MaxPlanVMs, len(r.VMs))
+	if len(r.VMs) > 0 && len(r.Workflows) > 0 {
+		return Errorf(ErrBadRequest, "a plan names VMs or workflows, not both")
+	}
+	for _, w := range r.Workflows {
+		if err := checkWeight("workflow "+w.Name, w.Weight); err != nil {
+			return err
+		}
+		if len(w.Stages) == 0 {
+			return Errorf(ErrBadRequest, "workflow %q has no stages", w.Name)
+		}
+		for _, st := range w.Stages {
+			if err := checkWeight("stage "+st.Name, st.Weight); err != nil {
+				return err
+			}
+			if len(st.VMs) == 0 {
+				return Errorf(ErrBadRequest, "stage %q of workflow %q has no VMs", st.Name, w.Name)
+			}
+		}
+	}
+	vms := r.AllVMs()
+	if len(vms) == 0 || len(vms) > MaxPlanVMs {
+		return Errorf(ErrBadRequest, "a plan needs 1 to %d VMs, got %d", MaxPlanVMs, len(vms))
 	}
 	seen := map[string]bool{}
-	for _, vm := range r.VMs {
+	for _, vm := range vms {
 		if err := CheckName("vm", vm); err != nil {
 			return err
 		}
@@ -626,13 +697,28 @@ func (r *SpendRequest) Validate() error {
 		}
 		seen[vm] = true
 	}
-	if r.Budget < money.Micro(len(r.VMs)) {
-		return Errorf(ErrBadRequest, "budget %s cannot fund %d VMs (at least 0.000001 each)", r.Budget, len(r.VMs))
+	if r.Budget < money.Micro(len(vms)) {
+		return Errorf(ErrBadRequest, "budget %s cannot fund %d VMs (at least 0.000001 each)", r.Budget, len(vms))
+	}
+	if !(r.Boost >= 0 && r.Boost < 1) {
+		return Errorf(ErrBadRequest, "boost must be in [0, 1), got %v", r.Boost)
+	}
+	for h, w := range r.HostWeights {
+		if err := CheckName("host", h); err != nil {
+			return err
+		}
+		if err := checkWeight("host "+h, w); err != nil {
+			return err
+		}
 	}
 	switch r.Strategy {
-	case StrategyFair:
+	case StrategyFair, StrategyBottleneck, StrategyBestResp:
+	case StrategyWorkflow, StrategyStage:
+		if len(r.Workflows) == 0 {
+			return Errorf(ErrBadRequest, "strategy %q needs workflows (a plan file)", r.Strategy)
+		}
 	default:
-		return Errorf(ErrBadRequest, "unknown strategy %q (known: %s)", r.Strategy, StrategyFair)
+		return Errorf(ErrBadRequest, "unknown strategy %q (known: %s)", r.Strategy, strings.Join(Strategies, ", "))
 	}
 	return nil
 }
@@ -667,6 +753,69 @@ type Plan struct {
 	VMs      []PlanVM    `json:"vms"`
 	// Released is what went back to the user when the plan ended.
 	Released money.Micro `json:"released,omitempty"`
+	// Spent is the broker's account of what the plan's bids have charged.
+	Spent money.Micro `json:"spent"`
+	// Stage is the active stage of stage priority (per workflow, in order).
+	Stage       []int              `json:"stage,omitempty"`
+	Workflows   []WorkflowSpec     `json:"workflows,omitempty"`
+	Boost       float64            `json:"boost,omitempty"`
+	HostWeights map[string]float64 `json:"host_weights,omitempty"`
+	// Owner is the broker replica running the plan.
+	Owner string `json:"owner,omitempty"`
+}
+
+// AdjustRequest changes a running plan's budget: More adds money (a further
+// hold), Less gives back part of what it has not yet spent (released when
+// the plan ends). ID makes More idempotent.
+type AdjustRequest struct {
+	Versioned
+	Plan string      `json:"plan"`
+	User string      `json:"user"`
+	ID   string      `json:"id"`
+	More money.Micro `json:"more,omitempty"`
+	Less money.Micro `json:"less,omitempty"`
+}
+
+func (r *AdjustRequest) Validate() error {
+	if err := CheckID("plan id", r.Plan); err != nil {
+		return err
+	}
+	if err := CheckName("user", r.User); err != nil {
+		return err
+	}
+	if err := CheckID("adjust id", r.ID); err != nil {
+		return err
+	}
+	switch {
+	case r.More != 0 && r.Less != 0, r.More == 0 && r.Less == 0:
+		return Errorf(ErrBadRequest, "an adjustment is either more or less")
+	case r.More != 0:
+		return checkAmount("more", r.More)
+	}
+	return checkAmount("less", r.Less)
+}
+
+// ExtendRequest adds Amount of User's money to open hold Hold. ID makes it
+// idempotent.
+type ExtendRequest struct {
+	Versioned
+	ID     string      `json:"id"`
+	Hold   string      `json:"hold"`
+	User   string      `json:"user"`
+	Amount money.Micro `json:"amount"`
+}
+
+func (r *ExtendRequest) Validate() error {
+	if err := CheckID("extend id", r.ID); err != nil {
+		return err
+	}
+	if err := CheckID("hold id", r.Hold); err != nil {
+		return err
+	}
+	if err := CheckName("user", r.User); err != nil {
+		return err
+	}
+	return checkAmount("extend amount", r.Amount)
 }
 
 // SpendReply answers a SpendRequest.
@@ -761,4 +910,62 @@ type HostVM struct {
 // VMsReply answers a VMsRequest, sorted by host then VM.
 type VMsReply struct {
 	VMs []HostVM `json:"vms"`
+}
+
+// What-if queries of the prediction strategy.
+const (
+	WhatIfPerformance = "performance" // given spending and guarantee
+	WhatIfPrice       = "price"       // given performance and guarantee
+	WhatIfGuarantee   = "guarantee"   // given spending and performance
+)
+
+// PredictRequest asks a what-if question about Host from its price history:
+// given two of Spending (a rate, micro-credits per second), Performance (a
+// share of the host, 0..1) and Guarantee (a probability, 0..1), the third.
+type PredictRequest struct {
+	Versioned
+	Host        string  `json:"host"`
+	Query       string  `json:"query"`
+	Spending    float64 `json:"spending,omitempty"`
+	Performance float64 `json:"performance,omitempty"`
+	Guarantee   float64 `json:"guarantee,omitempty"`
+}
+
+func (r *PredictRequest) Validate() error {
+	if err := CheckName("host", r.Host); err != nil {
+		return err
+	}
+	in01 := func(what string, v float64) error {
+		if !(v > 0 && v < 1) {
+			return Errorf(ErrBadRequest, "%s must be between 0 and 1 (exclusive), got %v", what, v)
+		}
+		return nil
+	}
+	pos := func(what string, v float64) error {
+		if !(v > 0) || v > 1e15 {
+			return Errorf(ErrBadRequest, "%s must be a positive rate, got %v", what, v)
+		}
+		return nil
+	}
+	switch r.Query {
+	case WhatIfPerformance:
+		return errors.Join(pos("spending", r.Spending), in01("guarantee", r.Guarantee))
+	case WhatIfPrice:
+		return errors.Join(in01("performance", r.Performance), in01("guarantee", r.Guarantee))
+	case WhatIfGuarantee:
+		return errors.Join(pos("spending", r.Spending), in01("performance", r.Performance))
+	}
+	return Errorf(ErrBadRequest, "unknown what-if query %q (performance, price, guarantee)", r.Query)
+}
+
+// PredictReply answers with all three quantities and the price statistics
+// behind them.
+type PredictReply struct {
+	Host         string  `json:"host"`
+	Observations int64   `json:"observations"`
+	MeanPrice    float64 `json:"mean_price"`
+	StdDevPrice  float64 `json:"stddev_price"`
+	Spending     float64 `json:"spending"`
+	Performance  float64 `json:"performance"`
+	Guarantee    float64 `json:"guarantee"`
 }

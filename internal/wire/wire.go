@@ -41,12 +41,15 @@ const (
 	BankStatement = "mrm.v1.bank.statement"
 	BankPrincipal = "mrm.v1.bank.principal"
 	BankWhois     = "mrm.v1.bank.whois"
+	BankExtend    = "mrm.v1.bank.extend"
 
-	BrokerSpend  = "mrm.v1.broker.spend"
-	BrokerCancel = "mrm.v1.broker.cancel"
-	BrokerPlans  = "mrm.v1.broker.plans"
-	BrokerPrice  = "mrm.v1.broker.price"
-	BrokerVMs    = "mrm.v1.broker.vms"
+	BrokerSpend   = "mrm.v1.broker.spend"
+	BrokerCancel  = "mrm.v1.broker.cancel"
+	BrokerPlans   = "mrm.v1.broker.plans"
+	BrokerPrice   = "mrm.v1.broker.price"
+	BrokerVMs     = "mrm.v1.broker.vms"
+	BrokerAdjust  = "mrm.v1.broker.adjust"
+	BrokerPredict = "mrm.v1.broker.predict"
 
 	// AllHostStates matches every host's state publication.
 	AllHostStates = "mrm.v1.host.*.state"
@@ -60,6 +63,9 @@ const (
 	// BucketHosts is the JetStream KV bucket holding the last state of every
 	// host, keyed by host id.
 	BucketHosts = "MRM_HOSTS"
+	// BucketPlans holds the broker's plans (key: plan id) and its replicas'
+	// heartbeats (key: "replica.<id>").
+	BucketPlans = "MRM_PLANS"
 	// StreamEvents is the JetStream stream of audit events.
 	StreamEvents = "MRM_EVENTS"
 )

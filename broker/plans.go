@@ -1,0 +1,265 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/mrmarket/mrmarket/internal/wire"
+)
+
+func spendFingerprint(r *wire.SpendRequest) string {
+	return fmt.Sprint(r.User, int64(r.Budget), r.Duration.D(), r.VMs, r.Workflows, r.Strategy, r.Boost, r.HostWeights)
+}
+
+// Spend starts a plan: check ownership, hold the budget, run the plan's
+// first round. A plan whose first bids any host refuses is rolled back
+// (bids cancelled, hold released): it runs whole or not at all.
+func (b *Broker) Spend(ctx context.Context, req *wire.SpendRequest) (wire.SpendReply, error) {
+	if err := req.Validate(); err != nil {
+		return wire.SpendReply{}, err
+	}
+	id := req.ID
+	if id == "" {
+		id = "plan-" + randomHex()
+	}
+	fp := spendFingerprint(req)
+	var failedRev uint64 // a failed plan's id may be used again
+	if v, ok := b.store.get(id); ok {
+		if v.rec.Plan.Status != wire.PlanFailed {
+			return b.replay(v.rec, fp)
+		}
+		failedRev = v.rev
+	}
+	var hosts []string
+	var planVMs []wire.PlanVM
+	b.mu.Lock()
+	for _, vm := range req.AllVMs() {
+		host, st, ok := b.vmInfo(vm)
+		switch {
+		case !ok:
+			b.mu.Unlock()
+			return wire.SpendReply{}, fmt.Errorf("%w %q (see `mrmarket vms`)", ErrUnknownVM, vm)
+		case st.Owner != req.User:
+			b.mu.Unlock()
+			return wire.SpendReply{}, fmt.Errorf("%w: VM %q belongs to another user", ErrNotOwner, vm)
+		}
+		hosts = append(hosts, host)
+		planVMs = append(planVMs, wire.PlanVM{VM: vm, Host: host})
+	}
+	b.mu.Unlock()
+	slices.Sort(hosts)
+	hosts = slices.Compact(hosts)
+
+	now := b.cfg.Now()
+	rec := &planRecord{Request: fp, Bids: map[string]bidRec{}, Plan: wire.Plan{
+		ID: id, User: req.User, Strategy: req.Strategy, Budget: req.Budget, Duration: req.Duration,
+		Start: now, End: now.Add(req.Duration.D()), Hold: "hold-" + id + "-" + randomHex()[:6], Status: wire.PlanRunning,
+		Workflows: req.Workflows, Boost: req.Boost, HostWeights: req.HostWeights, Owner: b.cfg.Replica,
+		Stage: make([]int, len(req.Workflows)), VMs: planVMs,
+	}}
+	if len(req.Workflows) == 0 {
+		rec.Plan.Stage = nil
+	}
+	// The plan is recorded first, as "starting" (failed until it runs), so
+	// a replica that dies half-way leaves a record a survivor cleans up.
+	rec.Plan.Status = planStarting
+	var rev uint64
+	var err error
+	if failedRev != 0 {
+		rev, err = b.store.update(ctx, rec, failedRev)
+		if errors.Is(err, errStale) {
+			err = errExists
+		}
+	} else {
+		rev, err = b.store.create(ctx, rec)
+	}
+	if errors.Is(err, errExists) {
+		v, _ := b.store.get(id)
+		return b.replay(v.rec, fp)
+	}
+	if err != nil {
+		return wire.SpendReply{}, err
+	}
+	fail := func(cause error) (wire.SpendReply, error) {
+		rec.Plan.Status = wire.PlanFailed
+		b.cancelAll(ctx, rec, now)
+		if _, rerr := b.cfg.Bank.Release(ctx, &wire.ReleaseRequest{Hold: rec.Plan.Hold, User: rec.Plan.User}); rerr != nil && !errors.Is(rerr, wire.ErrNotFound) {
+			b.cfg.Metrics.Error("broker", "release")
+			cause = fmt.Errorf("%w (and releasing its hold failed: %v; the bank frees it at expiry)", cause, rerr)
+		}
+		if _, uerr := b.store.update(ctx, rec, rev); uerr != nil {
+			b.cfg.Metrics.Error("broker", "store")
+		}
+		return wire.SpendReply{}, cause
+	}
+	if _, err := b.cfg.Bank.Hold(ctx, &wire.HoldRequest{ID: rec.Plan.Hold, User: req.User, Amount: req.Budget,
+		Expires: rec.Plan.End.Add(b.cfg.Settle + b.cfg.HoldGrace), Hosts: hosts, Memo: "plan " + id}); err != nil {
+		return fail(err)
+	}
+	boost := b.cappedBoosts()[id]
+	if _, failed := b.replan(ctx, rec, now, boost); len(failed) > 0 {
+		return fail(fmt.Errorf("placing bids: %w", errors.Join(failed...)))
+	}
+	rec.Plan.Status = wire.PlanRunning
+	if _, err := b.store.update(ctx, rec, rev); err != nil {
+		return fail(err)
+	}
+	b.countRunning()
+	return wire.SpendReply{Plan: rec.Plan}, nil
+}
+
+// planStarting marks a plan being set up; it is not a wire status, and a
+// plan left in it by a dead replica is failed by a survivor.
+const planStarting = "starting"
+
+func (b *Broker) replay(rec *planRecord, fp string) (wire.SpendReply, error) {
+	if rec.Request != fp {
+		return wire.SpendReply{}, fmt.Errorf("%w: %q", ErrPlanReused, rec.Plan.ID)
+	}
+	if rec.Plan.Status == wire.PlanFailed || rec.Plan.Status == planStarting {
+		return wire.SpendReply{}, fmt.Errorf("%w: plan %q %s", wire.ErrConflict, rec.Plan.ID, rec.Plan.Status)
+	}
+	return wire.SpendReply{Plan: rec.Plan}, nil
+}
+
+// mutate applies f to the latest version of plan id until the write wins
+// the revision race.
+func (b *Broker) mutate(ctx context.Context, id string, f func(rec *planRecord) error) (*planRecord, error) {
+	for range 100 {
+		v, ok := b.store.get(id)
+		if !ok {
+			return nil, fmt.Errorf("%w %q", ErrUnknownPlan, id)
+		}
+		if err := f(v.rec); err != nil {
+			return v.rec, err
+		}
+		if _, err := b.store.update(ctx, v.rec, v.rev); err == nil {
+			return v.rec, nil
+		} else if !errors.Is(err, errStale) {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("%w: plan %q kept changing", wire.ErrUnavailable, id)
+}
+
+// Cancel ends a running plan now and releases what it did not spend.
+// Cancelling a finished plan changes nothing and returns it.
+func (b *Broker) Cancel(ctx context.Context, req *wire.CancelRequest) (wire.Plan, error) {
+	if err := req.Validate(); err != nil {
+		return wire.Plan{}, err
+	}
+	v, ok := b.store.get(req.Plan)
+	switch {
+	case !ok || v.rec.Plan.Status == wire.PlanFailed || v.rec.Plan.Status == planStarting:
+		return wire.Plan{}, fmt.Errorf("%w %q", ErrUnknownPlan, req.Plan)
+	case v.rec.Plan.User != req.User:
+		return wire.Plan{}, fmt.Errorf("%w: plan %q belongs to another user", ErrNotOwner, req.Plan)
+	case v.rec.Plan.Status != wire.PlanRunning:
+		return v.rec.Plan, nil
+	}
+	now := b.cfg.Now()
+	// Stop the bids first (agents settle them at once), then give the rest back.
+	rec, err := b.mutate(ctx, req.Plan, func(rec *planRecord) error {
+		if rec.Plan.Status != wire.PlanRunning {
+			return nil
+		}
+		b.cancelAll(ctx, rec, now)
+		rec.Plan.Status, rec.Plan.End = wire.PlanCancelled, now
+		return nil
+	})
+	if err != nil {
+		return wire.Plan{}, err
+	}
+	rel, err := b.cfg.Bank.Release(ctx, &wire.ReleaseRequest{Hold: rec.Plan.Hold, User: rec.Plan.User})
+	if err != nil {
+		return wire.Plan{}, err
+	}
+	rec, err = b.mutate(ctx, req.Plan, func(rec *planRecord) error {
+		rec.Plan.Released = rel.Hold.Released
+		return nil
+	})
+	if err != nil {
+		return wire.Plan{}, err
+	}
+	b.countRunning()
+	return rec.Plan, nil
+}
+
+// Adjust changes a running plan's budget (spend --more / --less); the
+// plan's next round spends the new remainder.
+func (b *Broker) Adjust(ctx context.Context, req *wire.AdjustRequest) (wire.Plan, error) {
+	if err := req.Validate(); err != nil {
+		return wire.Plan{}, err
+	}
+	v, ok := b.store.get(req.Plan)
+	switch {
+	case !ok || v.rec.Plan.Status == wire.PlanFailed || v.rec.Plan.Status == planStarting:
+		return wire.Plan{}, fmt.Errorf("%w %q", ErrUnknownPlan, req.Plan)
+	case v.rec.Plan.User != req.User:
+		return wire.Plan{}, fmt.Errorf("%w: plan %q belongs to another user", ErrNotOwner, req.Plan)
+	case v.rec.Plan.Status != wire.PlanRunning:
+		return wire.Plan{}, fmt.Errorf("%w: %q is %s", ErrNotRunning, req.Plan, v.rec.Plan.Status)
+	case v.rec.Adjusts[req.ID]:
+		return v.rec.Plan, nil
+	}
+	if req.More > 0 {
+		if _, err := b.cfg.Bank.Extend(ctx, &wire.ExtendRequest{ID: req.Plan + "/" + req.ID, Hold: v.rec.Plan.Hold, User: req.User, Amount: req.More}); err != nil {
+			return wire.Plan{}, err
+		}
+	}
+	now := b.cfg.Now()
+	rec, err := b.mutate(ctx, req.Plan, func(rec *planRecord) error {
+		if rec.Adjusts[req.ID] {
+			return nil
+		}
+		if req.Less > 0 && req.Less > remaining(rec, now) {
+			return fmt.Errorf("%w: %s left unspent", ErrLess, remaining(rec, now))
+		}
+		if rec.Adjusts == nil {
+			rec.Adjusts = map[string]bool{}
+		}
+		rec.Adjusts[req.ID] = true
+		rec.Plan.Budget += req.More - req.Less
+		return nil
+	})
+	if err != nil {
+		return wire.Plan{}, err
+	}
+	return rec.Plan, nil
+}
+
+// Plans lists plans, oldest first, of req.User when set.
+func (b *Broker) Plans(req *wire.PlansRequest) wire.PlansReply {
+	rep := wire.PlansReply{Plans: []wire.Plan{}}
+	for _, v := range b.store.list() {
+		p := v.rec.Plan
+		// Plans that never started (failed spends) are not listed.
+		if p.Status == planStarting || p.Status == wire.PlanFailed || req.User != "" && p.User != req.User {
+			continue
+		}
+		rep.Plans = append(rep.Plans, p)
+	}
+	sort.Slice(rep.Plans, func(i, j int) bool {
+		if !rep.Plans[i].Start.Equal(rep.Plans[j].Start) {
+			return rep.Plans[i].Start.Before(rep.Plans[j].Start)
+		}
+		return rep.Plans[i].ID < rep.Plans[j].ID
+	})
+	return rep
+}
+
+func (b *Broker) countRunning() {
+	if b.cfg.Metrics == nil {
+		return
+	}
+	n := 0
+	for _, v := range b.store.list() {
+		if v.rec.Plan.Status == wire.PlanRunning {
+			n++
+		}
+	}
+	b.cfg.Metrics.PlansRunning.Set(float64(n))
+}

@@ -1,0 +1,412 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"github.com/mrmarket/mrmarket/internal/money"
+	"github.com/mrmarket/mrmarket/internal/wire"
+	"github.com/mrmarket/mrmarket/strategies"
+)
+
+// rateTolerance is how far a VM's new rate may differ from its current bid
+// before the broker re-bids: rounding noise is not worth a message.
+const rateTolerance = 0.01
+
+// remaining is what a plan has not spent by now: its budget less what its
+// past bids charged and what its current bids have charged so far.
+func remaining(rec *planRecord, now time.Time) money.Micro {
+	r := rec.Plan.Budget - rec.Plan.Spent
+	for _, bid := range rec.Bids {
+		r -= bid.charged(now)
+	}
+	return max(r, 0)
+}
+
+// alloc is what a round wants one VM to have: Budget over Duration from now.
+type alloc struct {
+	host     string
+	budget   money.Micro
+	duration time.Duration
+}
+
+// allocate runs the plan's strategy for the remaining budget over the time
+// left. The budgets it returns never sum above the remainder.
+func (b *Broker) allocate(rec *planRecord, now time.Time, boost float64) map[string]alloc {
+	left := rec.Plan.End.Sub(now)
+	rest := remaining(rec, now)
+	out := map[string]alloc{}
+	if left <= 0 || rest <= 0 {
+		return out
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	type vmRef struct {
+		vm, host string
+		idle     bool
+	}
+	known := func(vms []string) []vmRef {
+		var refs []vmRef
+		for _, vm := range vms {
+			if host, st, ok := b.vmInfo(vm); ok {
+				refs = append(refs, vmRef{vm, host, st.Idle})
+			}
+		}
+		return refs
+	}
+	byRate := func(refs []vmRef, rates map[string]float64) {
+		for _, r := range refs {
+			if bud := money.Micro(math.Floor(rates[r.vm] * left.Seconds())); bud > 0 {
+				out[r.vm] = alloc{r.host, bud, left}
+			}
+		}
+	}
+	even := func(refs []vmRef, total money.Micro, d time.Duration) {
+		if len(refs) == 0 {
+			return
+		}
+		for i, part := range money.Split(total, len(refs)) {
+			if part > 0 {
+				out[refs[i].vm] = alloc{refs[i].host, part, d}
+			}
+		}
+	}
+	all := planVMs(rec)
+	switch rec.Plan.Strategy {
+	case wire.StrategyFair:
+		even(known(all), rest, left)
+	case wire.StrategyBottleneck:
+		refs := known(all)
+		if len(refs) == 0 {
+			return out
+		}
+		vms := make([]string, len(refs))
+		idle := map[string]bool{}
+		for i, r := range refs {
+			vms[i], idle[r.vm] = r.vm, r.idle
+		}
+		flat := float64(rest) / left.Seconds() / float64(len(refs))
+		rates, err := strategies.BottleneckElimination{Boost: boost}.Rates(flat, vms, idle)
+		if err == nil {
+			byRate(refs, rates)
+		}
+	case wire.StrategyBestResp:
+		refs := known(all)
+		perHost := map[string][]vmRef{}
+		for _, r := range refs {
+			perHost[r.host] = append(perHost[r.host], r)
+		}
+		var hosts []strategies.HostPrice
+		for h := range perHost {
+			y := b.hosts[h].Price
+			for _, r := range perHost[h] { // the others' rates only
+				if bid, ok := rec.Bids[r.vm]; ok && !bid.ended(now) {
+					y -= bid.rate()
+				}
+			}
+			w := 1.0
+			if hw, ok := rec.Plan.HostWeights[h]; ok {
+				w = hw
+			}
+			hosts = append(hosts, strategies.HostPrice{Host: h, Price: max(y, 0), Weight: w})
+		}
+		sort.Slice(hosts, func(i, j int) bool { return hosts[i].Host < hosts[j].Host })
+		x, err := strategies.BestResponse{}.Rates(float64(rest)/left.Seconds(), hosts)
+		if err == nil {
+			rates := map[string]float64{}
+			for h, refs := range perHost {
+				for _, r := range refs {
+					rates[r.vm] = x[h] / float64(len(refs))
+				}
+			}
+			byRate(refs, rates)
+		}
+	case wire.StrategyWorkflow:
+		weights := make([]float64, len(rec.Plan.Workflows))
+		for i, w := range rec.Plan.Workflows {
+			weights[i] = w.Weight
+		}
+		parts, err := strategies.WeightSplit(rest, weights)
+		if err != nil {
+			return out
+		}
+		for i, w := range rec.Plan.Workflows {
+			var vms []string
+			for _, s := range w.Stages {
+				vms = append(vms, s.VMs...)
+			}
+			even(known(vms), parts[i], left)
+		}
+	case wire.StrategyStage:
+		weights := make([]float64, len(rec.Plan.Workflows))
+		for i, w := range rec.Plan.Workflows {
+			weights[i] = w.Weight
+		}
+		parts, err := strategies.WeightSplit(rest, weights)
+		if err != nil {
+			return out
+		}
+		for i, w := range rec.Plan.Workflows {
+			// A stage whose VMs are all idle is done: move on (never back).
+			s := rec.Plan.Stage[i]
+			for s < len(w.Stages)-1 && allIdle(known(w.Stages[s].VMs), func(r vmRef) bool { return r.idle }) {
+				s++
+			}
+			rec.Plan.Stage[i] = s
+			sw := make([]float64, 0, len(w.Stages)-s)
+			for _, st := range w.Stages[s:] {
+				sw = append(sw, st.Weight)
+			}
+			stageParts, err := strategies.WeightSplit(parts[i], sw)
+			if err != nil {
+				continue
+			}
+			slice := left / time.Duration(len(sw))
+			even(known(w.Stages[s].VMs), stageParts[0], slice)
+		}
+	}
+	return out
+}
+
+func allIdle[T any](xs []T, idle func(T) bool) bool {
+	if len(xs) == 0 {
+		return false
+	}
+	for _, x := range xs {
+		if !idle(x) {
+			return false
+		}
+	}
+	return true
+}
+
+// planVMs lists a plan's VMs in order.
+func planVMs(rec *planRecord) []string {
+	if len(rec.Plan.Workflows) > 0 {
+		var out []string
+		for _, w := range rec.Plan.Workflows {
+			for _, s := range w.Stages {
+				out = append(out, s.VMs...)
+			}
+		}
+		return out
+	}
+	out := make([]string, 0, len(rec.Plan.VMs))
+	for _, v := range rec.Plan.VMs {
+		out = append(out, v.VM)
+	}
+	return out
+}
+
+// replan runs one round of a plan: allocate, diff with the bids in place,
+// send one request per host whose bids change. The record is updated for
+// the hosts that took their change; the errors of the others are returned.
+func (b *Broker) replan(ctx context.Context, rec *planRecord, now time.Time, boost float64) (changed bool, errs []error) {
+	stage := slices.Clone(rec.Plan.Stage)
+	want := b.allocate(rec, now, boost)
+	changed = !slices.Equal(stage, rec.Plan.Stage)
+	type change struct {
+		set    []wire.Bid
+		cancel []string
+	}
+	changes := map[string]*change{}
+	at := func(h string) *change {
+		if changes[h] == nil {
+			changes[h] = &change{}
+		}
+		return changes[h]
+	}
+	for vm, cur := range rec.Bids {
+		if _, ok := want[vm]; !ok && !cur.ended(now) {
+			at(cur.Host).cancel = append(at(cur.Host).cancel, vm)
+		}
+	}
+	for vm, a := range want {
+		cur, ok := rec.Bids[vm]
+		if ok && !cur.ended(now) && cur.Host == a.host {
+			r0, r1 := cur.rate(), money.Rate(a.budget, a.duration)
+			if math.Abs(r1-r0) <= rateTolerance*max(r0, r1) {
+				continue
+			}
+		}
+		at(a.host).set = append(at(a.host).set, wire.Bid{VM: vm, Owner: rec.Plan.User, Plan: rec.Plan.ID, Hold: rec.Plan.Hold,
+			Budget: a.budget, Duration: wire.Duration(a.duration)})
+	}
+	hosts := make([]string, 0, len(changes))
+	for h := range changes {
+		hosts = append(hosts, h)
+	}
+	sort.Strings(hosts)
+	for _, h := range hosts {
+		c := changes[h]
+		sort.Slice(c.set, func(i, j int) bool { return c.set[i].VM < c.set[j].VM })
+		sort.Strings(c.cancel)
+		req := &wire.BidRequest{Versioned: wire.Versioned{V: wire.Version}, Set: c.set, Cancel: c.cancel}
+		if len(c.cancel) > 0 {
+			req.Plan = rec.Plan.ID
+		}
+		atomic.AddInt64(&b.bids, 1)
+		if err := wire.CallAs(ctx, b.cfg.NC, b.cfg.Signer, wire.AgentBidSubject(h), req, nil); err != nil {
+			b.cfg.Metrics.Error("broker", "bids")
+			errs = append(errs, fmt.Errorf("%s: %w", h, err))
+			continue
+		}
+		// The host took it: settle what the replaced bids charged.
+		changed = true
+		for _, vm := range c.cancel {
+			rec.Plan.Spent += rec.Bids[vm].charged(now)
+			delete(rec.Bids, vm)
+		}
+		for _, bid := range c.set {
+			if cur, ok := rec.Bids[bid.VM]; ok {
+				rec.Plan.Spent += cur.charged(now)
+			}
+			rec.Bids[bid.VM] = bidRec{Host: h, Budget: bid.Budget, Start: now, Duration: bid.Duration}
+		}
+	}
+	// Bids that ran their course are paid in full.
+	for vm, cur := range rec.Bids {
+		if cur.ended(now) {
+			rec.Plan.Spent += cur.Budget
+			delete(rec.Bids, vm)
+			changed = true
+		}
+	}
+	for i := range rec.Plan.VMs {
+		v := &rec.Plan.VMs[i]
+		if bid, ok := rec.Bids[v.VM]; ok {
+			v.Host, v.Budget, v.Rate = bid.Host, bid.Budget, bid.rate()
+		} else {
+			v.Budget, v.Rate = 0, 0
+		}
+	}
+	return changed, errs
+}
+
+// cancelAll removes every bid of the plan from its hosts and settles them.
+func (b *Broker) cancelAll(ctx context.Context, rec *planRecord, now time.Time) {
+	byHost := map[string][]string{}
+	for vm, bid := range rec.Bids {
+		byHost[bid.Host] = append(byHost[bid.Host], vm)
+	}
+	for h, vms := range byHost {
+		slices.Sort(vms)
+		req := &wire.BidRequest{Versioned: wire.Versioned{V: wire.Version}, Cancel: vms, Plan: rec.Plan.ID}
+		if err := wire.CallAs(ctx, b.cfg.NC, b.cfg.Signer, wire.AgentBidSubject(h), req, nil); err != nil {
+			// A host that does not answer keeps charging until the hold
+			// is released, which bounds it.
+			b.cfg.Metrics.Error("broker", "cancel_bids")
+		}
+		for _, vm := range vms {
+			rec.Plan.Spent += rec.Bids[vm].charged(now)
+			delete(rec.Bids, vm)
+		}
+	}
+	for i := range rec.Plan.VMs {
+		rec.Plan.VMs[i].Budget, rec.Plan.VMs[i].Rate = 0, 0
+	}
+}
+
+// cappedBoosts is every running bottleneck plan's boost, scaled so their
+// sum stays within MaxBoost.
+func (b *Broker) cappedBoosts() map[string]float64 {
+	var ids []string
+	var boosts []float64
+	for _, v := range b.store.list() {
+		p := v.rec.Plan
+		if p.Strategy == wire.StrategyBottleneck && (p.Status == wire.PlanRunning || p.Status == planStarting) {
+			ids = append(ids, p.ID)
+			boosts = append(boosts, p.Boost)
+		}
+	}
+	capped := strategies.CapBoosts(boosts, b.cfg.MaxBoost)
+	out := make(map[string]float64, len(ids))
+	for i, id := range ids {
+		out[id] = capped[i]
+	}
+	return out
+}
+
+// Tick runs one broker round at now: it beats its heartbeat, takes over
+// the plans of replicas silent for two ticks, and for each plan it runs —
+// ends it (releasing the rest) Settle after its end, or re-plans it and
+// sends the bids that changed.
+func (b *Broker) Tick(ctx context.Context, now time.Time) error {
+	var errs []error
+	if err := b.store.heartbeat(ctx, b.cfg.Replica, now); err != nil {
+		return err
+	}
+	beats := b.store.heartbeats()
+	boosts := b.cappedBoosts()
+	for _, v := range b.store.list() {
+		rec, rev := v.rec, v.rev
+		if rec.Plan.Status != wire.PlanRunning && rec.Plan.Status != planStarting {
+			continue
+		}
+		if rec.Plan.Owner != b.cfg.Replica {
+			last, ok := beats[rec.Plan.Owner]
+			if ok && now.Sub(last) <= 2*b.cfg.Tick {
+				continue // its owner is alive
+			}
+			if rec.Plan.Status == planStarting && !ok {
+				// A plan being started by a replica we have not heard from
+				// yet: give it the benefit of the doubt once.
+				if now.Sub(rec.Plan.Start) <= 2*b.cfg.Tick {
+					continue
+				}
+			}
+			rec.Plan.Owner = b.cfg.Replica
+			nrev, err := b.store.update(ctx, rec, rev)
+			if err != nil {
+				continue // another replica won it, or it changed
+			}
+			rev = nrev
+			if rec.Plan.Status == planStarting { // its replica died setting it up
+				rec.Plan.Status = wire.PlanFailed
+				b.cancelAll(ctx, rec, now)
+				if _, err := b.cfg.Bank.Release(ctx, &wire.ReleaseRequest{Hold: rec.Plan.Hold, User: rec.Plan.User}); err != nil && !errors.Is(err, wire.ErrNotFound) {
+					errs = append(errs, err)
+				}
+				if _, err := b.store.update(ctx, rec, rev); err != nil {
+					errs = append(errs, err)
+				}
+				continue
+			}
+		}
+		if rec.Plan.Status != wire.PlanRunning {
+			continue
+		}
+		if !now.Before(rec.Plan.End.Add(b.cfg.Settle)) {
+			rel, err := b.cfg.Bank.Release(ctx, &wire.ReleaseRequest{Hold: rec.Plan.Hold, User: rec.Plan.User})
+			if err != nil {
+				b.cfg.Metrics.Error("broker", "release")
+				errs = append(errs, fmt.Errorf("releasing plan %s: %w", rec.Plan.ID, err))
+				continue
+			}
+			for vm, bid := range rec.Bids {
+				rec.Plan.Spent += bid.charged(now)
+				delete(rec.Bids, vm)
+			}
+			rec.Plan.Status, rec.Plan.Released = wire.PlanDone, rel.Hold.Released
+			if _, err := b.store.update(ctx, rec, rev); err != nil && !errors.Is(err, errStale) {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		changed, failed := b.replan(ctx, rec, now, boosts[rec.Plan.ID])
+		errs = append(errs, failed...)
+		if changed {
+			if _, err := b.store.update(ctx, rec, rev); err != nil && !errors.Is(err, errStale) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	b.countRunning()
+	return errors.Join(errs...)
+}

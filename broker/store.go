@@ -1,0 +1,270 @@
+package broker
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mrmarket/mrmarket/internal/money"
+	"github.com/mrmarket/mrmarket/internal/wire"
+)
+
+// planRecord is a plan as stored: the public plan, the request it came
+// from, and the bids it has on the agents now.
+type planRecord struct {
+	Plan    wire.Plan         `json:"plan"`
+	Request string            `json:"request"`
+	Bids    map[string]bidRec `json:"bids"`
+	Adjusts map[string]bool   `json:"adjusts,omitempty"`
+}
+
+// bidRec is a bid the plan has placed: Budget over Duration from Start.
+type bidRec struct {
+	Host     string        `json:"host"`
+	Budget   money.Micro   `json:"budget"`
+	Start    time.Time     `json:"start"`
+	Duration wire.Duration `json:"duration"`
+}
+
+func (b bidRec) charged(now time.Time) money.Micro {
+	c, _ := money.Charge(b.Budget, now.Sub(b.Start), b.Duration.D())
+	return c
+}
+
+func (b bidRec) rate() float64 { return money.Rate(b.Budget, b.Duration.D()) }
+
+func (b bidRec) ended(now time.Time) bool { return !now.Before(b.Start.Add(b.Duration.D())) }
+
+func (r *planRecord) clone() *planRecord {
+	data, _ := json.Marshal(r)
+	var c planRecord
+	_ = json.Unmarshal(data, &c)
+	return &c
+}
+
+// Errors of plan stores.
+var (
+	errExists = errors.New("broker: plan exists")
+	errStale  = errors.New("broker: plan changed meanwhile")
+)
+
+// versioned is a plan with the revision it was read at.
+type versioned struct {
+	rec *planRecord
+	rev uint64
+}
+
+// planStore keeps the plans; with JetStream every replica sees them all.
+// Writes are compare-and-set on revisions, so two replicas never both
+// commit a change to one plan.
+type planStore interface {
+	create(ctx context.Context, rec *planRecord) (uint64, error)
+	update(ctx context.Context, rec *planRecord, rev uint64) (uint64, error)
+	get(id string) (versioned, bool)
+	list() []versioned
+	heartbeat(ctx context.Context, replica string, at time.Time) error
+	heartbeats() map[string]time.Time
+	close()
+}
+
+// memStore is a plan store in memory, for a broker without JetStream.
+type memStore struct {
+	mu    sync.Mutex
+	plans map[string]versioned
+	beats map[string]time.Time
+	rev   uint64
+}
+
+func newMemStore() *memStore {
+	return &memStore{plans: map[string]versioned{}, beats: map[string]time.Time{}}
+}
+
+func (s *memStore) create(_ context.Context, rec *planRecord) (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.plans[rec.Plan.ID]; ok {
+		return 0, errExists
+	}
+	s.rev++
+	s.plans[rec.Plan.ID] = versioned{rec.clone(), s.rev}
+	return s.rev, nil
+}
+
+func (s *memStore) update(_ context.Context, rec *planRecord, rev uint64) (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cur, ok := s.plans[rec.Plan.ID]; !ok || cur.rev != rev {
+		return 0, errStale
+	}
+	s.rev++
+	s.plans[rec.Plan.ID] = versioned{rec.clone(), s.rev}
+	return s.rev, nil
+}
+
+func (s *memStore) get(id string) (versioned, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.plans[id]
+	if ok {
+		v.rec = v.rec.clone()
+	}
+	return v, ok
+}
+
+func (s *memStore) list() []versioned {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]versioned, 0, len(s.plans))
+	for _, v := range s.plans {
+		out = append(out, versioned{v.rec.clone(), v.rev})
+	}
+	return out
+}
+
+func (s *memStore) heartbeat(_ context.Context, replica string, at time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.beats[replica] = at
+	return nil
+}
+
+func (s *memStore) heartbeats() map[string]time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]time.Time, len(s.beats))
+	for k, v := range s.beats {
+		out[k] = v
+	}
+	return out
+}
+
+func (s *memStore) close() {}
+
+// kvStore keeps plans in the MRM_PLANS JetStream bucket and mirrors the
+// bucket locally through a watch, so reads are local and every replica
+// converges on every write.
+type kvStore struct {
+	kv      jetstream.KeyValue
+	watcher jetstream.KeyWatcher
+	mem     *memStore // the mirror
+	ready   chan struct{}
+	done    chan struct{}
+}
+
+const (
+	planPrefix    = "plan."
+	replicaPrefix = "replica."
+)
+
+// planKey encodes a plan id as a KV key (ids may hold characters keys may not).
+func planKey(id string) string { return planPrefix + base64.RawURLEncoding.EncodeToString([]byte(id)) }
+
+func newKVStore(ctx context.Context, kv jetstream.KeyValue) (*kvStore, error) {
+	w, err := kv.WatchAll(context.Background())
+	if err != nil {
+		return nil, fmt.Errorf("broker: watching %s: %w", wire.BucketPlans, err)
+	}
+	s := &kvStore{kv: kv, watcher: w, mem: newMemStore(), ready: make(chan struct{}), done: make(chan struct{})}
+	go s.follow()
+	select {
+	case <-s.ready:
+	case <-ctx.Done():
+		_ = w.Stop()
+		return nil, ctx.Err()
+	}
+	return s, nil
+}
+
+// follow applies the bucket's changes to the mirror.
+func (s *kvStore) follow() {
+	defer close(s.done)
+	readyOnce := sync.Once{}
+	for e := range s.watcher.Updates() {
+		if e == nil { // the initial values are all delivered
+			readyOnce.Do(func() { close(s.ready) })
+			continue
+		}
+		s.apply(e.Key(), e.Value(), e.Revision(), e.Operation())
+	}
+	readyOnce.Do(func() { close(s.ready) })
+}
+
+func (s *kvStore) apply(key string, value []byte, rev uint64, op jetstream.KeyValueOp) {
+	s.mem.mu.Lock()
+	defer s.mem.mu.Unlock()
+	switch {
+	case strings.HasPrefix(key, replicaPrefix):
+		var at time.Time
+		if json.Unmarshal(value, &at) == nil {
+			s.mem.beats[strings.TrimPrefix(key, replicaPrefix)] = at
+		}
+	case strings.HasPrefix(key, planPrefix) && op == jetstream.KeyValuePut:
+		var rec planRecord
+		if json.Unmarshal(value, &rec) != nil {
+			return
+		}
+		if cur, ok := s.mem.plans[rec.Plan.ID]; !ok || cur.rev < rev {
+			s.mem.plans[rec.Plan.ID] = versioned{&rec, rev}
+		}
+	}
+}
+
+func (s *kvStore) create(ctx context.Context, rec *planRecord) (uint64, error) {
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return 0, err
+	}
+	rev, err := s.kv.Create(ctx, planKey(rec.Plan.ID), data)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return 0, errExists
+	}
+	if err != nil {
+		return 0, fmt.Errorf("%w: plan store: %v", wire.ErrUnavailable, err)
+	}
+	s.apply(planKey(rec.Plan.ID), data, rev, jetstream.KeyValuePut)
+	return rev, nil
+}
+
+func (s *kvStore) update(ctx context.Context, rec *planRecord, rev uint64) (uint64, error) {
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return 0, err
+	}
+	nrev, err := s.kv.Update(ctx, planKey(rec.Plan.ID), data, rev)
+	if err != nil {
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+			return 0, errStale
+		}
+		return 0, fmt.Errorf("%w: plan store: %v", wire.ErrUnavailable, err)
+	}
+	s.apply(planKey(rec.Plan.ID), data, nrev, jetstream.KeyValuePut)
+	return nrev, nil
+}
+
+func (s *kvStore) get(id string) (versioned, bool) { return s.mem.get(id) }
+func (s *kvStore) list() []versioned               { return s.mem.list() }
+func (s *kvStore) heartbeats() map[string]time.Time {
+	return s.mem.heartbeats()
+}
+
+func (s *kvStore) heartbeat(ctx context.Context, replica string, at time.Time) error {
+	data, _ := json.Marshal(at)
+	if _, err := s.kv.Put(ctx, replicaPrefix+replica, data); err != nil {
+		return fmt.Errorf("%w: plan store: %v", wire.ErrUnavailable, err)
+	}
+	s.apply(replicaPrefix+replica, data, 0, jetstream.KeyValuePut)
+	return nil
+}
+
+func (s *kvStore) close() {
+	_ = s.watcher.Stop()
+	<-s.done
+}
