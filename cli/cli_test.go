@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -169,6 +170,69 @@ func TestBadInputToEveryCommand(t *testing.T) {
 	if after := ledger(); after != before {
 		t.Fatalf("bad input changed the ledger:\n%s\n→\n%s", before, after)
 	}
+}
+
+func TestStrategiesFromTheCommandLine(t *testing.T) {
+	m, clock := startMarket(t)
+	n := "--nats=" + m.URL
+	if r := mrmarket("bank", "grant", n, "--user", "alice", "--amount", "100"); r.code != 0 {
+		t.Fatalf("grant: %+v", r)
+	}
+	planFile := filepath.Join(t.TempDir(), "wf.json")
+	if err := os.WriteFile(planFile, []byte(`{"workflows": [{"name": "w", "weight": 1, "stages": [{"name": "one", "weight": 3, "vms": ["a1"]}]}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := mrmarket("spend", n, "--user", "alice", "--budget", "10", "--duration", "1h", "--plan", planFile, "--strategy", "stage", "--id", "p1", "--json")
+	var sp wire.SpendReply
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &sp) != nil || sp.Plan.Strategy != "stage" || sp.Plan.VMs[0].Rate <= 0 {
+		t.Fatalf("spend --plan: %+v", r)
+	}
+	if r = mrmarket("spend", n, "--user", "alice", "--id", "p1", "--more", "5"); r.code != 0 || !strings.Contains(r.stdout, "now spends 15") {
+		t.Fatalf("spend --more: %+v", r)
+	}
+	if r = mrmarket("spend", n, "--user", "alice", "--id", "p1", "--less", "2"); r.code != 0 || !strings.Contains(r.stdout, "now spends 13") {
+		t.Fatalf("spend --less: %+v", r)
+	}
+	if r = mrmarket("spend", n, "--user", "alice", "--id", "p1", "--less", "200"); r.code != cli.ExitRefused {
+		t.Fatalf("spend --less beyond the unspent: %+v", r)
+	}
+	*clock = clock.Add(10 * time.Second)
+	if err := m.Tick(context.Background(), *clock); err != nil {
+		t.Fatal(err)
+	}
+	r = mrmarket("price", n, "--host", "host-1", "--what-if", "price", "--performance", "0.5", "--guarantee", "0.9", "--json")
+	var pr wire.PredictReply
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &pr) != nil || pr.Observations < 1 || pr.Spending <= 0 {
+		t.Fatalf("price --what-if: %+v", r)
+	}
+	for _, c := range []struct {
+		code int
+		msg  string
+		args []string
+	}{
+		{cli.ExitBadInput, "no such file", []string{"spend", n, "--user", "alice", "--budget", "1", "--duration", "1h", "--plan", "/nonexistent.json"}},
+		{cli.ExitBadInput, "unknown field", []string{"spend", n, "--user", "alice", "--budget", "1", "--duration", "1h", "--plan", writeFile(t, `{"workflows": [], "extra": 1}`)}},
+		{cli.ExitBadInput, "boost", []string{"spend", n, "--user", "alice", "--budget", "1", "--duration", "1h", "--vm", "a1", "--strategy", "bottleneck", "--boost", "1"}},
+		{cli.ExitBadInput, "needs workflows", []string{"spend", n, "--user", "alice", "--budget", "1", "--duration", "1h", "--vm", "a1", "--strategy", "stage"}},
+		{cli.ExitBadInput, "host=weight", []string{"spend", n, "--user", "alice", "--budget", "1", "--duration", "1h", "--vm", "a1", "--strategy", "best-response", "--host-weight", "host-1"}},
+		{cli.ExitBadInput, "need the plan's --id", []string{"spend", n, "--user", "alice", "--more", "1"}},
+		{cli.ExitRefused, "unknown plan", []string{"spend", n, "--user", "alice", "--id", "nope", "--more", "1"}},
+		{cli.ExitBadInput, "unknown what-if", []string{"price", n, "--host", "host-1", "--what-if", "weather"}},
+		{cli.ExitBadInput, "guarantee", []string{"price", n, "--host", "host-1", "--what-if", "price", "--performance", "0.5", "--guarantee", "2"}},
+	} {
+		if r := mrmarket(c.args...); r.code != c.code || !strings.Contains(r.stderr, c.msg) {
+			t.Errorf("mrmarket %s: exit %d, stderr %q; want %d mentioning %q", strings.Join(c.args, " "), r.code, r.stderr, c.code, c.msg)
+		}
+	}
+}
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "f.json")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 func TestBankCommands(t *testing.T) {

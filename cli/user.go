@@ -1,8 +1,11 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -115,23 +118,36 @@ func balanceCommand() *ucli.Command {
 func spendCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:  "spend",
-		Usage: "spend a budget over a duration on your VMs",
+		Usage: "spend a budget over a duration on your VMs, with a strategy; or adjust a running plan",
 		UsageText: "mrmarket spend --user alice --budget 10 --duration 1h --vm h1-vm1 --vm h2-vm1\n" +
-			"   mrmarket spend --user alice --budget 10 --duration 30m --vm h1-vm1,h2-vm1 --json",
-		Description: "Holds the budget in the bank, then bids budget/duration per VM (strategy \"fair\":\n" +
-			"a constant rate, budget split evenly over the VMs). Agents charge per tick; what is\n" +
-			"not spent when the plan ends goes back to you.",
+			"   mrmarket spend --user alice --budget 10 --duration 1h --vm h1-vm1,h2-vm1 --strategy bottleneck --boost 0.9\n" +
+			"   mrmarket spend --user alice --budget 10 --duration 1h --plan digg.json --strategy stage\n" +
+			"   mrmarket spend --user alice --id plan-… --more 5      (or --less 2)",
+		Description: "Holds the budget in the bank; every tick the broker spends what is left over the time\n" +
+			"left with the strategy: fair (constant rate), workflow / stage (weights from --plan),\n" +
+			"bottleneck (money moves from idle VMs to busy ones, --boost f in [0,1)) or best-response\n" +
+			"(across hosts from their prices, --host-weight host=w). What is not spent when the plan\n" +
+			"ends goes back to you. A plan file is JSON:\n" +
+			`  {"workflows": [{"name": "digg", "weight": 1, "stages": [{"name": "join", "weight": 20, "vms": ["a1", "a2"]}, …]}]}`,
 		Flags: []ucli.Flag{flagNATS(), flagCreds(), flagJSON(), flagUser(),
 			&ucli.StringFlag{Name: "budget", Usage: "credits to spend over the duration"},
 			&ucli.DurationFlag{Name: "duration", Usage: "how long to spend it, e.g. 30m or 2h"},
 			&ucli.StringSliceFlag{Name: "vm", Usage: "a VM to spend on (repeat, or comma-separate)"},
-			&ucli.StringFlag{Name: "strategy", Value: wire.StrategyFair, Usage: "spending strategy: fair"},
+			&ucli.StringFlag{Name: "plan", Usage: "a workflow descriptor file (JSON) instead of --vm"},
+			&ucli.StringFlag{Name: "strategy", Value: wire.StrategyFair, Usage: "spending strategy: " + strings.Join(wire.Strategies, ", ")},
+			&ucli.Float64Flag{Name: "boost", Usage: "bottleneck elimination's boost f in [0, 1)"},
+			&ucli.StringSliceFlag{Name: "host-weight", Usage: "best response's preference for a host: host=weight (default 1)"},
 			&ucli.StringFlag{Name: "id", Usage: "plan id (idempotency: the same id and request gives the same plan)"},
+			&ucli.StringFlag{Name: "more", Usage: "add this many credits to running plan --id"},
+			&ucli.StringFlag{Name: "less", Usage: "take this many unspent credits out of running plan --id"},
 		},
 		Action: func(c *ucli.Context) error {
 			user, err := requireUser(c)
 			if err != nil {
 				return err
+			}
+			if c.String("more") != "" || c.String("less") != "" {
+				return adjustPlan(c, user)
 			}
 			budget, err := parseAmount("budget", c.String("budget"))
 			if err != nil {
@@ -141,18 +157,34 @@ func spendCommand() *ucli.Command {
 			if d <= 0 {
 				return badInput("--duration must be greater than zero (e.g. 30m, 2h)")
 			}
-			var vms []string
+			req := &wire.SpendRequest{ID: c.String("id"), User: user, Budget: budget, Duration: wire.Duration(d),
+				Strategy: c.String("strategy"), Boost: c.Float64("boost")}
 			for _, v := range c.StringSlice("vm") {
 				for _, p := range strings.Split(v, ",") {
 					if p = strings.TrimSpace(p); p != "" {
-						vms = append(vms, p)
+						req.VMs = append(req.VMs, p)
 					}
 				}
 			}
-			if len(vms) == 0 {
-				return badInput("at least one --vm is required (see `mrmarket vms`)")
+			if file := c.String("plan"); file != "" {
+				if req.Workflows, err = readPlanFile(file); err != nil {
+					return err
+				}
 			}
-			req := &wire.SpendRequest{ID: c.String("id"), User: user, Budget: budget, Duration: wire.Duration(d), VMs: vms, Strategy: c.String("strategy")}
+			if len(req.VMs) == 0 && len(req.Workflows) == 0 {
+				return badInput("at least one --vm (see `mrmarket vms`) or a --plan file is required")
+			}
+			for _, hw := range c.StringSlice("host-weight") {
+				h, w, ok := strings.Cut(hw, "=")
+				f, err := strconv.ParseFloat(w, 64)
+				if !ok || err != nil {
+					return badInput("--host-weight %q: want host=weight", hw)
+				}
+				if req.HostWeights == nil {
+					req.HostWeights = map[string]float64{}
+				}
+				req.HostWeights[h] = f
+			}
 			req.V = wire.Version
 			if err := req.Validate(); err != nil {
 				return usageError{err}
@@ -174,6 +206,62 @@ func spendCommand() *ucli.Command {
 			})
 		},
 	}
+}
+
+// readPlanFile reads a workflow descriptor, strictly.
+func readPlanFile(path string) ([]wire.WorkflowSpec, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--plan: %w", err)}
+	}
+	defer f.Close()
+	var doc struct {
+		Workflows []wire.WorkflowSpec `json:"workflows"`
+	}
+	dec := json.NewDecoder(f)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&doc); err != nil {
+		return nil, usageError{fmt.Errorf("--plan %s: %w", path, err)}
+	}
+	if len(doc.Workflows) == 0 {
+		return nil, badInput("--plan %s: no workflows", path)
+	}
+	return doc.Workflows, nil
+}
+
+// adjustPlan is spend --more / --less.
+func adjustPlan(c *ucli.Context, user string) error {
+	if c.String("id") == "" {
+		return badInput("--more and --less need the plan's --id (see `mrmarket plans`)")
+	}
+	req := &wire.AdjustRequest{Plan: c.String("id"), User: user, ID: "adjust-" + nuid.Next()}
+	var err error
+	if c.String("more") != "" {
+		if req.More, err = parseAmount("more", c.String("more")); err != nil {
+			return err
+		}
+	}
+	if c.String("less") != "" {
+		if req.Less, err = parseAmount("less", c.String("less")); err != nil {
+			return err
+		}
+	}
+	if err := req.Validate(); err != nil {
+		return usageError{err}
+	}
+	nc, err := connect(c)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	p, err := brokerClient(c, nc).Adjust(c.Context, req)
+	if err != nil {
+		return err
+	}
+	return output(c, p, func(w io.Writer) error {
+		_, err := fmt.Fprintf(w, "plan %s now spends %s (spent so far %s), ends %s\n", p.ID, p.Budget, p.Spent, stamp(p.End))
+		return err
+	})
 }
 
 func printPlanVMs(w io.Writer, p wire.Plan) error {
@@ -232,9 +320,9 @@ func plansCommand() *ucli.Command {
 				return err
 			}
 			return output(c, rep, func(w io.Writer) error {
-				t := newTable(w, "PLAN", "USER", "STATUS", "STRATEGY", "BUDGET", "DURATION", "VMS", "ENDS", "RELEASED")
+				t := newTable(w, "PLAN", "USER", "STATUS", "STRATEGY", "BUDGET", "SPENT", "DURATION", "VMS", "ENDS", "RELEASED")
 				for _, p := range rep.Plans {
-					t.row(p.ID, p.User, p.Status, p.Strategy, p.Budget.String(), p.Duration.D().String(),
+					t.row(p.ID, p.User, p.Status, p.Strategy, p.Budget.String(), p.Spent.String(), p.Duration.D().String(),
 						fmt.Sprint(len(p.VMs)), stamp(p.End), p.Released.String())
 				}
 				return t.flush()
@@ -245,11 +333,22 @@ func plansCommand() *ucli.Command {
 
 func priceCommand() *ucli.Command {
 	return &ucli.Command{
-		Name:      "price",
-		Usage:     "show host prices (the sum of the spending rates on each host)",
-		UsageText: "mrmarket price [--host host-1]",
-		Flags:     []ucli.Flag{flagNATS(), flagCreds(), flagJSON(), &ucli.StringFlag{Name: "host", Usage: "one host only"}},
+		Name:  "price",
+		Usage: "show host prices (the sum of the spending rates on each host)",
+		UsageText: "mrmarket price [--host host-1]\n" +
+			"   mrmarket price --host host-1 --what-if price --performance 0.5 --guarantee 0.9\n" +
+			"   mrmarket price --host host-1 --what-if performance --spending 2 --guarantee 0.9\n" +
+			"   mrmarket price --host host-1 --what-if guarantee --spending 2 --performance 0.5",
+		Flags: []ucli.Flag{flagNATS(), flagCreds(), flagJSON(), &ucli.StringFlag{Name: "host", Usage: "one host only"},
+			&ucli.StringFlag{Name: "what-if", Usage: "predict from the host's price history: performance, price or guarantee"},
+			&ucli.Float64Flag{Name: "spending", Usage: "a spending rate, credits per hour"},
+			&ucli.Float64Flag{Name: "performance", Usage: "a share of the host, 0..1"},
+			&ucli.Float64Flag{Name: "guarantee", Usage: "a probability, 0..1"},
+		},
 		Action: func(c *ucli.Context) error {
+			if c.String("what-if") != "" {
+				return whatIf(c)
+			}
 			nc, err := connect(c)
 			if err != nil {
 				return err
@@ -268,6 +367,30 @@ func priceCommand() *ucli.Command {
 			})
 		},
 	}
+}
+
+// whatIf is price --what-if: the prediction strategy's three queries.
+func whatIf(c *ucli.Context) error {
+	perSecond := float64(money.PerCredit) / 3600
+	req := &wire.PredictRequest{Host: c.String("host"), Query: c.String("what-if"), Spending: c.Float64("spending") * perSecond,
+		Performance: c.Float64("performance"), Guarantee: c.Float64("guarantee")}
+	if err := req.Validate(); err != nil {
+		return usageError{err}
+	}
+	nc, err := connect(c)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	rep, err := brokerClient(c, nc).Predict(c.Context, req)
+	if err != nil {
+		return err
+	}
+	return output(c, rep, func(w io.Writer) error {
+		_, err := fmt.Fprintf(w, "%s (price %s ± %s over %d observations): spending %s buys a share of %.3f with probability %.3f\n",
+			rep.Host, perHour(rep.MeanPrice), perHour(rep.StdDevPrice), rep.Observations, perHour(rep.Spending), rep.Performance, rep.Guarantee)
+		return err
+	})
 }
 
 func vmsCommand() *ucli.Command {
