@@ -99,7 +99,10 @@ func (b *Broker) Spend(ctx context.Context, req *wire.SpendRequest) (wire.SpendR
 		Expires: rec.Plan.End.Add(b.cfg.Settle + b.cfg.HoldGrace), Hosts: hosts, Memo: "plan " + id}); err != nil {
 		return fail(err)
 	}
-	boost := b.cappedBoosts()[id]
+	var boost float64
+	if req.Strategy == wire.StrategyBottleneck {
+		boost = b.cappedBoosts()[id]
+	}
 	if _, failed := b.replan(ctx, rec, now, boost); len(failed) > 0 {
 		return fail(fmt.Errorf("placing bids: %w", errors.Join(failed...)))
 	}
@@ -223,6 +226,15 @@ func (b *Broker) Adjust(ctx context.Context, req *wire.AdjustRequest) (wire.Plan
 		}
 		rec.Adjusts[req.ID] = true
 		rec.Plan.Budget += req.More - req.Less
+		// Re-plan now: after --less the bids in force would commit more
+		// than the new budget until the owner's next round.
+		var boost float64
+		if rec.Plan.Strategy == wire.StrategyBottleneck {
+			boost = b.cappedBoosts()[rec.Plan.ID]
+		}
+		if _, failed := b.replan(ctx, rec, now, boost); len(failed) > 0 {
+			b.cfg.Metrics.Error("broker", "adjust_bids")
+		}
 		return nil
 	})
 	if err != nil {
@@ -234,14 +246,15 @@ func (b *Broker) Adjust(ctx context.Context, req *wire.AdjustRequest) (wire.Plan
 // Plans lists plans, oldest first, of req.User when set.
 func (b *Broker) Plans(req *wire.PlansRequest) wire.PlansReply {
 	rep := wire.PlansReply{Plans: []wire.Plan{}}
-	for _, v := range b.store.list() {
-		p := v.rec.Plan
+	b.store.each(func(rec *planRecord, _ uint64) {
+		p := rec.Plan
 		// Plans that never started (failed spends) are not listed.
 		if p.Status == planStarting || p.Status == wire.PlanFailed || req.User != "" && p.User != req.User {
-			continue
+			return
 		}
+		p.VMs, p.Stage = slices.Clone(p.VMs), slices.Clone(p.Stage)
 		rep.Plans = append(rep.Plans, p)
-	}
+	})
 	sort.Slice(rep.Plans, func(i, j int) bool {
 		if !rep.Plans[i].Start.Equal(rep.Plans[j].Start) {
 			return rep.Plans[i].Start.Before(rep.Plans[j].Start)
@@ -256,10 +269,10 @@ func (b *Broker) countRunning() {
 		return
 	}
 	n := 0
-	for _, v := range b.store.list() {
-		if v.rec.Plan.Status == wire.PlanRunning {
+	b.store.each(func(rec *planRecord, _ uint64) {
+		if rec.Plan.Status == wire.PlanRunning {
 			n++
 		}
-	}
+	})
 	b.cfg.Metrics.PlansRunning.Set(float64(n))
 }

@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -14,6 +15,12 @@ import (
 	"github.com/mrmarket/mrmarket/internal/wire"
 	"github.com/mrmarket/mrmarket/strategies"
 )
+
+// roundWorkers is how many plans a round runs at once.
+const roundWorkers = 16
+
+// maxInFlight bounds the bid requests a round has waiting for agents.
+const maxInFlight = 256
 
 // rateTolerance is how far a VM's new rate may differ from its current bid
 // before the broker re-bids: rounding noise is not worth a message.
@@ -243,7 +250,13 @@ func (b *Broker) replan(ctx context.Context, rec *planRecord, now time.Time, boo
 		hosts = append(hosts, h)
 	}
 	sort.Strings(hosts)
-	for _, h := range hosts {
+	// One request per host, many in flight: a round over thousands of
+	// hosts must not wait for each agent in turn.
+	reqs := make([]*wire.BidRequest, len(hosts))
+	results := make([]error, len(hosts))
+	sem := make(chan struct{}, maxInFlight)
+	var wg sync.WaitGroup
+	for i, h := range hosts {
 		c := changes[h]
 		sort.Slice(c.set, func(i, j int) bool { return c.set[i].VM < c.set[j].VM })
 		sort.Strings(c.cancel)
@@ -251,19 +264,29 @@ func (b *Broker) replan(ctx context.Context, rec *planRecord, now time.Time, boo
 		if len(c.cancel) > 0 {
 			req.Plan = rec.Plan.ID
 		}
+		reqs[i] = req
 		atomic.AddInt64(&b.bids, 1)
-		if err := wire.CallAs(ctx, b.cfg.NC, b.cfg.Signer, wire.AgentBidSubject(h), req, nil); err != nil {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			results[i] = wire.CallAs(ctx, b.cfg.NC, b.cfg.Signer, wire.AgentBidSubject(h), req, nil)
+		}()
+	}
+	wg.Wait()
+	for i, h := range hosts {
+		if err := results[i]; err != nil {
 			b.cfg.Metrics.Error("broker", "bids")
 			errs = append(errs, fmt.Errorf("%s: %w", h, err))
 			continue
 		}
 		// The host took it: settle what the replaced bids charged.
 		changed = true
-		for _, vm := range c.cancel {
+		for _, vm := range reqs[i].Cancel {
 			rec.Plan.Spent += rec.Bids[vm].charged(now)
 			delete(rec.Bids, vm)
 		}
-		for _, bid := range c.set {
+		for _, bid := range reqs[i].Set {
 			if cur, ok := rec.Bids[bid.VM]; ok {
 				rec.Plan.Spent += cur.charged(now)
 			}
@@ -318,13 +341,13 @@ func (b *Broker) cancelAll(ctx context.Context, rec *planRecord, now time.Time) 
 func (b *Broker) cappedBoosts() map[string]float64 {
 	var ids []string
 	var boosts []float64
-	for _, v := range b.store.list() {
-		p := v.rec.Plan
+	b.store.each(func(rec *planRecord, _ uint64) {
+		p := &rec.Plan
 		if p.Strategy == wire.StrategyBottleneck && (p.Status == wire.PlanRunning || p.Status == planStarting) {
 			ids = append(ids, p.ID)
 			boosts = append(boosts, p.Boost)
 		}
-	}
+	})
 	capped := strategies.CapBoosts(boosts, b.cfg.MaxBoost)
 	out := make(map[string]float64, len(ids))
 	for i, id := range ids {
@@ -344,50 +367,66 @@ func (b *Broker) Tick(ctx context.Context, now time.Time) error {
 	}
 	beats := b.store.heartbeats()
 	boosts := b.cappedBoosts()
-	for _, v := range b.store.list() {
-		rec, rev := v.rec, v.rev
+	var mine []versioned
+	b.store.each(func(rec *planRecord, rev uint64) {
 		if rec.Plan.Status != wire.PlanRunning && rec.Plan.Status != planStarting {
-			continue
+			return
 		}
+		if rec.Plan.Owner != b.cfg.Replica {
+			if last, ok := beats[rec.Plan.Owner]; ok && now.Sub(last) <= 2*b.cfg.Tick {
+				return // its owner is alive
+			}
+		}
+		mine = append(mine, versioned{rec.clone(), rev})
+	})
+	sort.Slice(mine, func(i, j int) bool { return mine[i].rec.Plan.ID < mine[j].rec.Plan.ID })
+	var mu sync.Mutex
+	report := func(e ...error) {
+		mu.Lock()
+		errs = append(errs, e...)
+		mu.Unlock()
+	}
+	one := func(v versioned) {
+		rec, rev := v.rec, v.rev
 		if rec.Plan.Owner != b.cfg.Replica {
 			last, ok := beats[rec.Plan.Owner]
 			if ok && now.Sub(last) <= 2*b.cfg.Tick {
-				continue // its owner is alive
+				return // its owner is alive
 			}
 			if rec.Plan.Status == planStarting && !ok {
 				// A plan being started by a replica we have not heard from
 				// yet: give it the benefit of the doubt once.
 				if now.Sub(rec.Plan.Start) <= 2*b.cfg.Tick {
-					continue
+					return
 				}
 			}
 			rec.Plan.Owner = b.cfg.Replica
 			nrev, err := b.store.update(ctx, rec, rev)
 			if err != nil {
-				continue // another replica won it, or it changed
+				return // another replica won it, or it changed
 			}
 			rev = nrev
 			if rec.Plan.Status == planStarting { // its replica died setting it up
 				rec.Plan.Status = wire.PlanFailed
 				b.cancelAll(ctx, rec, now)
 				if _, err := b.cfg.Bank.Release(ctx, &wire.ReleaseRequest{Hold: rec.Plan.Hold, User: rec.Plan.User}); err != nil && !errors.Is(err, wire.ErrNotFound) {
-					errs = append(errs, err)
+					report(err)
 				}
 				if _, err := b.store.update(ctx, rec, rev); err != nil {
-					errs = append(errs, err)
+					report(err)
 				}
-				continue
+				return
 			}
 		}
 		if rec.Plan.Status != wire.PlanRunning {
-			continue
+			return
 		}
 		if !now.Before(rec.Plan.End.Add(b.cfg.Settle)) {
 			rel, err := b.cfg.Bank.Release(ctx, &wire.ReleaseRequest{Hold: rec.Plan.Hold, User: rec.Plan.User})
 			if err != nil {
 				b.cfg.Metrics.Error("broker", "release")
-				errs = append(errs, fmt.Errorf("releasing plan %s: %w", rec.Plan.ID, err))
-				continue
+				report(fmt.Errorf("releasing plan %s: %w", rec.Plan.ID, err))
+				return
 			}
 			for vm, bid := range rec.Bids {
 				rec.Plan.Spent += bid.charged(now)
@@ -395,18 +434,35 @@ func (b *Broker) Tick(ctx context.Context, now time.Time) error {
 			}
 			rec.Plan.Status, rec.Plan.Released = wire.PlanDone, rel.Hold.Released
 			if _, err := b.store.update(ctx, rec, rev); err != nil && !errors.Is(err, errStale) {
-				errs = append(errs, err)
+				report(err)
 			}
-			continue
+			return
 		}
 		changed, failed := b.replan(ctx, rec, now, boosts[rec.Plan.ID])
-		errs = append(errs, failed...)
+		report(failed...)
 		if changed {
 			if _, err := b.store.update(ctx, rec, rev); err != nil && !errors.Is(err, errStale) {
-				errs = append(errs, err)
+				report(err)
 			}
 		}
 	}
+	// Plans are independent: run their rounds side by side.
+	work := make(chan versioned)
+	var wg sync.WaitGroup
+	for range min(roundWorkers, max(len(mine), 1)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for v := range work {
+				one(v)
+			}
+		}()
+	}
+	for _, v := range mine {
+		work <- v
+	}
+	close(work)
+	wg.Wait()
 	b.countRunning()
 	return errors.Join(errs...)
 }

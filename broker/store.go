@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -42,10 +43,22 @@ func (b bidRec) rate() float64 { return money.Rate(b.Budget, b.Duration.D()) }
 
 func (b bidRec) ended(now time.Time) bool { return !now.Before(b.Start.Add(b.Duration.D())) }
 
+// clone copies everything a round may change; workflows and host weights
+// are never changed after the plan starts and are shared.
 func (r *planRecord) clone() *planRecord {
-	data, _ := json.Marshal(r)
-	var c planRecord
-	_ = json.Unmarshal(data, &c)
+	c := *r
+	c.Plan.VMs = slices.Clone(r.Plan.VMs)
+	c.Plan.Stage = slices.Clone(r.Plan.Stage)
+	c.Bids = make(map[string]bidRec, len(r.Bids))
+	for k, v := range r.Bids {
+		c.Bids[k] = v
+	}
+	if r.Adjusts != nil {
+		c.Adjusts = make(map[string]bool, len(r.Adjusts))
+		for k, v := range r.Adjusts {
+			c.Adjusts[k] = v
+		}
+	}
 	return &c
 }
 
@@ -69,6 +82,8 @@ type planStore interface {
 	update(ctx context.Context, rec *planRecord, rev uint64) (uint64, error)
 	get(id string) (versioned, bool)
 	list() []versioned
+	// each calls f on every plan, read-only, without copying.
+	each(f func(rec *planRecord, rev uint64))
 	heartbeat(ctx context.Context, replica string, at time.Time) error
 	heartbeats() map[string]time.Time
 	close()
@@ -126,6 +141,14 @@ func (s *memStore) list() []versioned {
 		out = append(out, versioned{v.rec.clone(), v.rev})
 	}
 	return out
+}
+
+func (s *memStore) each(f func(rec *planRecord, rev uint64)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, v := range s.plans {
+		f(v.rec, v.rev)
+	}
 }
 
 func (s *memStore) heartbeat(_ context.Context, replica string, at time.Time) error {
@@ -228,8 +251,18 @@ func (s *kvStore) create(ctx context.Context, rec *planRecord) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%w: plan store: %v", wire.ErrUnavailable, err)
 	}
-	s.apply(planKey(rec.Plan.ID), data, rev, jetstream.KeyValuePut)
+	s.mirror(rec, rev)
 	return rev, nil
+}
+
+// mirror records our own successful write without waiting for the watch
+// (which then brings the same revision, ignored).
+func (s *kvStore) mirror(rec *planRecord, rev uint64) {
+	s.mem.mu.Lock()
+	defer s.mem.mu.Unlock()
+	if cur, ok := s.mem.plans[rec.Plan.ID]; !ok || cur.rev < rev {
+		s.mem.plans[rec.Plan.ID] = versioned{rec.clone(), rev}
+	}
 }
 
 func (s *kvStore) update(ctx context.Context, rec *planRecord, rev uint64) (uint64, error) {
@@ -245,12 +278,13 @@ func (s *kvStore) update(ctx context.Context, rec *planRecord, rev uint64) (uint
 		}
 		return 0, fmt.Errorf("%w: plan store: %v", wire.ErrUnavailable, err)
 	}
-	s.apply(planKey(rec.Plan.ID), data, nrev, jetstream.KeyValuePut)
+	s.mirror(rec, nrev)
 	return nrev, nil
 }
 
-func (s *kvStore) get(id string) (versioned, bool) { return s.mem.get(id) }
-func (s *kvStore) list() []versioned               { return s.mem.list() }
+func (s *kvStore) get(id string) (versioned, bool)  { return s.mem.get(id) }
+func (s *kvStore) list() []versioned                { return s.mem.list() }
+func (s *kvStore) each(f func(*planRecord, uint64)) { s.mem.each(f) }
 func (s *kvStore) heartbeats() map[string]time.Time {
 	return s.mem.heartbeats()
 }
