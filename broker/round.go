@@ -44,13 +44,15 @@ type alloc struct {
 }
 
 // allocate runs the plan's strategy for the remaining budget over the time
-// left. The budgets it returns never sum above the remainder.
-func (b *Broker) allocate(rec *planRecord, now time.Time, boost float64) map[string]alloc {
+// left, and gives the active stages. The budgets it returns never sum above
+// the remainder. It does not change rec: stored records are shared.
+func (b *Broker) allocate(rec *planRecord, now time.Time, boost float64) (out map[string]alloc, stage []int) {
 	left := rec.Plan.End.Sub(now)
 	rest := remaining(rec, now)
-	out := map[string]alloc{}
+	out = map[string]alloc{}
+	stage = slices.Clone(rec.Plan.Stage)
 	if left <= 0 || rest <= 0 {
-		return out
+		return out, stage
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -91,7 +93,7 @@ func (b *Broker) allocate(rec *planRecord, now time.Time, boost float64) map[str
 	case wire.StrategyBottleneck:
 		refs := known(all)
 		if len(refs) == 0 {
-			return out
+			return out, stage
 		}
 		vms := make([]string, len(refs))
 		idle := map[string]bool{}
@@ -141,7 +143,7 @@ func (b *Broker) allocate(rec *planRecord, now time.Time, boost float64) map[str
 		}
 		parts, err := strategies.WeightSplit(rest, weights)
 		if err != nil {
-			return out
+			return out, stage
 		}
 		for i, w := range rec.Plan.Workflows {
 			var vms []string
@@ -157,15 +159,15 @@ func (b *Broker) allocate(rec *planRecord, now time.Time, boost float64) map[str
 		}
 		parts, err := strategies.WeightSplit(rest, weights)
 		if err != nil {
-			return out
+			return out, stage
 		}
 		for i, w := range rec.Plan.Workflows {
 			// A stage whose VMs are all idle is done: move on (never back).
-			s := rec.Plan.Stage[i]
+			s := stage[i]
 			for s < len(w.Stages)-1 && allIdle(known(w.Stages[s].VMs), func(r vmRef) bool { return r.idle }) {
 				s++
 			}
-			rec.Plan.Stage[i] = s
+			stage[i] = s
 			sw := make([]float64, 0, len(w.Stages)-s)
 			for _, st := range w.Stages[s:] {
 				sw = append(sw, st.Weight)
@@ -178,7 +180,34 @@ func (b *Broker) allocate(rec *planRecord, now time.Time, boost float64) map[str
 			even(known(w.Stages[s].VMs), stageParts[0], slice)
 		}
 	}
-	return out
+	return out, stage
+}
+
+// needsChange reports whether a round would change anything of a plan:
+// a stage moved, a bid ended, or a VM's wanted rate left the tolerance.
+func needsChange(rec *planRecord, want map[string]alloc, stage []int, now time.Time) bool {
+	if !slices.Equal(stage, rec.Plan.Stage) {
+		return true
+	}
+	for vm, cur := range rec.Bids {
+		if cur.ended(now) {
+			return true
+		}
+		if _, ok := want[vm]; !ok {
+			return true
+		}
+	}
+	for vm, a := range want {
+		cur, ok := rec.Bids[vm]
+		if !ok || cur.Host != a.host {
+			return true
+		}
+		r0, r1 := cur.rate(), money.Rate(a.budget, a.duration)
+		if math.Abs(r1-r0) > rateTolerance*max(r0, r1) {
+			return true
+		}
+	}
+	return false
 }
 
 func allIdle[T any](xs []T, idle func(T) bool) bool {
@@ -215,9 +244,9 @@ func planVMs(rec *planRecord) []string {
 // send one request per host whose bids change. The record is updated for
 // the hosts that took their change; the errors of the others are returned.
 func (b *Broker) replan(ctx context.Context, rec *planRecord, now time.Time, boost float64) (changed bool, errs []error) {
-	stage := slices.Clone(rec.Plan.Stage)
-	want := b.allocate(rec, now, boost)
+	want, stage := b.allocate(rec, now, boost)
 	changed = !slices.Equal(stage, rec.Plan.Stage)
+	rec.Plan.Stage = stage
 	type change struct {
 		set    []wire.Bid
 		cancel []string
@@ -377,7 +406,7 @@ func (b *Broker) Tick(ctx context.Context, now time.Time) error {
 				return // its owner is alive
 			}
 		}
-		mine = append(mine, versioned{rec.clone(), rev})
+		mine = append(mine, versioned{rec, rev}) // shared: cloned before any change
 	})
 	sort.Slice(mine, func(i, j int) bool { return mine[i].rec.Plan.ID < mine[j].rec.Plan.ID })
 	var mu sync.Mutex
@@ -388,6 +417,12 @@ func (b *Broker) Tick(ctx context.Context, now time.Time) error {
 	}
 	one := func(v versioned) {
 		rec, rev := v.rec, v.rev
+		if rec.Plan.Owner == b.cfg.Replica && rec.Plan.Status == wire.PlanRunning && now.Before(rec.Plan.End.Add(b.cfg.Settle)) {
+			if want, stage := b.allocate(rec, now, boosts[rec.Plan.ID]); !needsChange(rec, want, stage, now) {
+				return // the usual round: nothing to do, nothing copied
+			}
+		}
+		rec = rec.clone()
 		if rec.Plan.Owner != b.cfg.Replica {
 			last, ok := beats[rec.Plan.Owner]
 			if ok && now.Sub(last) <= 2*b.cfg.Tick {
