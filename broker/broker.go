@@ -83,12 +83,18 @@ type Broker struct {
 
 	mu    sync.Mutex
 	hosts map[string]wire.HostState
-	vmAt  map[string]string // VM → host
+	vmAt  map[string]vmPlace // VM → where its state is
 	stats map[string]*strategies.PriceStats
 
 	nonces wire.NonceCache
 	whois  map[string]whoisEntry
 	bids   int64 // bid requests sent, for benchmarks
+}
+
+// vmPlace is a VM's host and its index in the host's state.
+type vmPlace struct {
+	host  string
+	index int
 }
 
 type whoisEntry struct {
@@ -122,7 +128,7 @@ func New(cfg Config) (*Broker, error) {
 	if err := wire.CheckName("replica", cfg.Replica); err != nil {
 		return nil, err
 	}
-	b := &Broker{cfg: cfg, hosts: map[string]wire.HostState{}, vmAt: map[string]string{},
+	b := &Broker{cfg: cfg, hosts: map[string]wire.HostState{}, vmAt: map[string]vmPlace{},
 		stats: map[string]*strategies.PriceStats{}, whois: map[string]whoisEntry{}}
 	if cfg.Plans != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -160,14 +166,14 @@ func (b *Broker) Observe(st wire.HostState) {
 			return
 		}
 		for _, v := range old.VMs {
-			if b.vmAt[v.VM] == st.Host {
+			if b.vmAt[v.VM].host == st.Host {
 				delete(b.vmAt, v.VM)
 			}
 		}
 	}
 	b.hosts[st.Host] = st
-	for _, v := range st.VMs {
-		b.vmAt[v.VM] = st.Host
+	for i, v := range st.VMs {
+		b.vmAt[v.VM] = vmPlace{st.Host, i}
 	}
 	s := b.stats[st.Host]
 	if s == nil {
@@ -179,16 +185,15 @@ func (b *Broker) Observe(st wire.HostState) {
 
 // vmInfo finds a VM's host and state; b.mu must be held.
 func (b *Broker) vmInfo(vm string) (string, wire.VMState, bool) {
-	host, ok := b.vmAt[vm]
+	at, ok := b.vmAt[vm]
 	if !ok {
 		return "", wire.VMState{}, false
 	}
-	for _, v := range b.hosts[host].VMs {
-		if v.VM == vm {
-			return host, v, true
-		}
+	vms := b.hosts[at.host].VMs
+	if at.index >= len(vms) || vms[at.index].VM != vm {
+		return "", wire.VMState{}, false
 	}
-	return "", wire.VMState{}, false
+	return at.host, vms[at.index], true
 }
 
 // Price reports every host's price (or req.Host's), sorted by host.

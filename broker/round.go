@@ -95,15 +95,28 @@ func (b *Broker) allocate(rec *planRecord, now time.Time, boost float64) (out ma
 		if len(refs) == 0 {
 			return out, stage
 		}
-		vms := make([]string, len(refs))
-		idle := map[string]bool{}
-		for i, r := range refs {
-			vms[i], idle[r.vm] = r.vm, r.idle
+		// Alg. 5.1 inline (strategies.BottleneckElimination.Rates is the
+		// same rule over maps; this is the hot loop of a large round).
+		be := strategies.BottleneckElimination{Boost: boost}
+		if be.Check() != nil {
+			return out, stage
+		}
+		ni := 0
+		for _, r := range refs {
+			if r.idle {
+				ni++
+			}
 		}
 		flat := float64(rest) / left.Seconds() / float64(len(refs))
-		rates, err := strategies.BottleneckElimination{Boost: boost}.Rates(flat, vms, idle)
-		if err == nil {
-			byRate(refs, rates)
+		active, idle := be.ActiveIdle(flat, ni, len(refs)-ni)
+		for _, r := range refs {
+			rate := active
+			if r.idle {
+				rate = idle
+			}
+			if bud := money.Micro(math.Floor(rate * left.Seconds())); bud > 0 {
+				out[r.vm] = alloc{r.host, bud, left}
+			}
 		}
 	case wire.StrategyBestResp:
 		refs := known(all)

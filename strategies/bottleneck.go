@@ -36,16 +36,26 @@ func (s BottleneckElimination) Rates(flat float64, vms []string, idle map[string
 			ni++
 		}
 	}
-	na := len(vms) - ni
+	active, idleRate := s.ActiveIdle(flat, ni, len(vms)-ni)
 	out := make(map[string]float64, len(vms))
 	for _, vm := range vms {
 		if idle[vm] {
-			out[vm] = flat * (1 - s.Boost)
+			out[vm] = idleRate
 		} else {
-			out[vm] = flat * (1 + float64(ni)/float64(na)*s.Boost)
+			out[vm] = active
 		}
 	}
 	return out, nil
+}
+
+// ActiveIdle is Alg. 5.1's two rates for ni idle and na active VMs at flat
+// rate r: r·(1 + (ni/na)·f) and r·(1 − f).
+func (s BottleneckElimination) ActiveIdle(flat float64, ni, na int) (active, idle float64) {
+	idle = flat * (1 - s.Boost)
+	if na == 0 {
+		return flat, idle
+	}
+	return flat * (1 + float64(ni)/float64(na)*s.Boost), idle
 }
 
 // CapBoosts scales the boosts of all plans using bottleneck elimination so
