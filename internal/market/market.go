@@ -59,6 +59,9 @@ type Config struct {
 	// Settle is how long after a plan's end the broker waits before
 	// releasing its remainder; default 3 ticks.
 	Settle time.Duration
+	// AgentState keeps each agent's bid book in Dir/agents across restarts
+	// (mrmarket up); it costs an fsync per tick per agent.
+	AgentState bool
 }
 
 // Layout makes hosts host-1…host-n, each with perHost VMs named
@@ -202,7 +205,16 @@ func Start(ctx context.Context, cfg Config) (m *Market, err error) {
 		}
 	}
 
-	// Agents, one connection each, capturing through the bank over NATS.
+	// Agents, one connection each, capturing through the bank over NATS,
+	// each keeping its bid book in the data directory if asked to.
+	stateFile := func(string) string { return "" }
+	if cfg.AgentState {
+		agentDir := filepath.Join(cfg.Dir, "agents")
+		if err := os.MkdirAll(agentDir, 0o750); err != nil {
+			return nil, fmt.Errorf("market: %w", err)
+		}
+		stateFile = func(host string) string { return filepath.Join(agentDir, host+".json") }
+	}
 	for _, h := range cfg.Hosts {
 		nc, err := connect("mrmarket-agent-" + h.ID)
 		if err != nil {
@@ -222,6 +234,7 @@ func Start(ctx context.Context, cfg Config) (m *Market, err error) {
 			Now:        now,
 			Capacity:   h.CPUs,
 			Identities: bank.Client{NC: nc},
+			StateFile:  stateFile(h.ID),
 		})
 		if err != nil {
 			return nil, err
