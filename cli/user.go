@@ -259,7 +259,7 @@ func adjustPlan(c *ucli.Context, user string) error {
 		return err
 	}
 	return output(c, p, func(w io.Writer) error {
-		_, err := fmt.Fprintf(w, "plan %s now spends %s (spent so far %s), ends %s\n", p.ID, p.Budget, p.Spent, stamp(p.End))
+		_, err := fmt.Fprintf(w, "plan %s now spends %s (settled so far %s), ends %s\n", p.ID, p.Budget, p.Spent, stamp(p.End))
 		return err
 	})
 }
@@ -320,7 +320,7 @@ func plansCommand() *ucli.Command {
 				return err
 			}
 			return output(c, rep, func(w io.Writer) error {
-				t := newTable(w, "PLAN", "USER", "STATUS", "STRATEGY", "BUDGET", "SPENT", "DURATION", "VMS", "ENDS", "RELEASED")
+				t := newTable(w, "PLAN", "USER", "STATUS", "STRATEGY", "BUDGET", "SETTLED", "DURATION", "VMS", "ENDS", "RELEASED")
 				for _, p := range rep.Plans {
 					t.row(p.ID, p.User, p.Status, p.Strategy, p.Budget.String(), p.Spent.String(), p.Duration.D().String(),
 						fmt.Sprint(len(p.VMs)), stamp(p.End), p.Released.String())

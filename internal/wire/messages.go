@@ -753,7 +753,9 @@ type Plan struct {
 	VMs      []PlanVM    `json:"vms"`
 	// Released is what went back to the user when the plan ended.
 	Released money.Micro `json:"released,omitempty"`
-	// Spent is the broker's account of what the plan's bids have charged.
+	// Spent is what the plan's finished, replaced and cancelled bids
+	// charged (the broker's account); the bids in force are in VMs, and
+	// the bank's balance shows the charges so far.
 	Spent money.Micro `json:"spent"`
 	// Stage is the active stage of stage priority (per workflow, in order).
 	Stage       []int              `json:"stage,omitempty"`
