@@ -137,35 +137,44 @@ func (s *SimEnforcer) integrate() {
 	}
 }
 
-// allocate is work-conserving proportional sharing (water-filling): every
-// VM gets its weight's part of what is left, a VM wanting less keeps its
-// demand and frees the rest for the others. Without applied shares the
-// weights are equal.
+// allocate is the host's CPU allocation under the applied shares (equal
+// weights before any Apply).
 func (s *SimEnforcer) allocate() map[string]float64 {
-	weight := func(vm string) float64 {
-		if len(s.shares) == 0 {
-			return 1
+	weights := s.shares
+	if len(weights) == 0 {
+		weights = make(map[string]float64, len(s.vms))
+		for _, vm := range s.vms {
+			weights[vm.ID] = 1
 		}
-		return s.shares[vm]
 	}
+	return Allocate(s.cpus, weights, s.demand)
+}
+
+// Allocate divides cpus among VMs by work-conserving proportional sharing,
+// as CPU shares do on Linux (water-filling): every VM with demand gets its
+// weight's part of what is left, a VM wanting less keeps its demand and
+// frees the rest for the others. It is what SimEnforcer delivers and what
+// the cluster simulator (hadoopvm/sim) runs. VMs with no weight or no demand
+// get nothing.
+func Allocate(cpus float64, weights, demand map[string]float64) map[string]float64 {
 	alloc := map[string]float64{}
-	active := make([]string, 0, len(s.vms))
-	for _, vm := range s.vms {
-		if s.demand[vm.ID] > 0 && weight(vm.ID) > 0 {
-			active = append(active, vm.ID)
+	active := make([]string, 0, len(demand))
+	for vm, d := range demand {
+		if d > 0 && weights[vm] > 0 {
+			active = append(active, vm)
 		}
 	}
 	sort.Strings(active)
-	left := s.cpus
+	left := cpus
 	for len(active) > 0 && left > 1e-12 {
 		var w float64
 		for _, vm := range active {
-			w += weight(vm)
+			w += weights[vm]
 		}
 		var still []string
 		freed := 0.0
 		for _, vm := range active {
-			if need := s.demand[vm]; need <= left*weight(vm)/w {
+			if need := demand[vm]; need <= left*weights[vm]/w {
 				alloc[vm] = need
 				freed += need
 			} else {
@@ -174,7 +183,7 @@ func (s *SimEnforcer) allocate() map[string]float64 {
 		}
 		if len(still) == len(active) {
 			for _, vm := range active {
-				alloc[vm] = left * weight(vm) / w
+				alloc[vm] = left * weights[vm] / w
 			}
 			break
 		}

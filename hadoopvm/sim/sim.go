@@ -1,0 +1,553 @@
+// Package sim is mrmarket's discrete-event cluster simulator: hosts with
+// cores, speed and background load, the users' Hadoop VMs on them, and
+// MapReduce jobs whose tasks run in the VMs' slots, on a virtual clock,
+// deterministic for a seed.
+//
+// One code path: each host is run by a real agent (agent.New over a
+// SimEnforcer) that holds the bids, computes the shares with the real share
+// rule and charges the bids with the real charging loop; the CPU a VM gets
+// is agent.Allocate — what SimEnforcer delivers — over the shares the agent
+// applied and the VMs' demand. Only the clock, the enforcer and the
+// transport are simulated.
+//
+// Model. A task is work in core-seconds; a running task uses at most one
+// core, so a VM's demand is its running tasks (plus, for a host's
+// background VM, its constant load). Between events every task progresses
+// at its VM's allocation divided among its running tasks, times the host's
+// speed. A job's maps run first, in waves over the job's VMs' free slots
+// (FIFO across jobs); its reduces start when its maps are done [recon: the
+// shuffle's overlap with the maps is not modelled yet — a reduce's work
+// includes its shuffle]. Task durations are lognormal around their mean
+// with a coefficient of variation, with stragglers (a factor on a fraction
+// of tasks) and failures (an attempt fails part way with a probability and
+// is run again).
+package sim
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"time"
+
+	"github.com/mrmarket/mrmarket/agent"
+	"github.com/mrmarket/mrmarket/internal/money"
+	"github.com/mrmarket/mrmarket/internal/wire"
+)
+
+// Config configures a simulation.
+type Config struct {
+	Seed  uint64
+	Start time.Time
+	// Tick is the agents' tick (charging and reconcile); default 10 s.
+	Tick time.Duration
+}
+
+// HostSpec is a simulated host. Background is the cores a CPU-hungry
+// background VM wants on it (seed 003 §6), BackgroundRate that VM's
+// spending rate (micro-credits per second; 0: it has only the floor share).
+type HostSpec struct {
+	ID             string
+	Cores          float64
+	Speed          float64 // work per core-second; default 1
+	Background     float64
+	BackgroundRate float64
+}
+
+// VMSpec is a user's Hadoop VM: Slots tasks at once.
+type VMSpec struct {
+	ID, Owner, Host string
+	Slots           int
+}
+
+// Dist is a task-duration distribution, in core-seconds of work.
+type Dist struct {
+	Mean          float64
+	CV            float64 // coefficient of variation (lognormal); 0: constant
+	StragglerProb float64 // fraction of tasks that are stragglers
+	Straggler     float64 // their work factor
+	FailProb      float64 // probability an attempt fails part way
+}
+
+// JobSpec is a MapReduce job.
+type JobSpec struct {
+	ID, User string
+	VMs      []string // the user's VMs it runs on
+	Submit   time.Duration
+	Maps     int
+	Reduces  int
+	Map      Dist
+	Reduce   Dist
+}
+
+// JobResult is what happened to a job.
+type JobResult struct {
+	ID, User       string
+	Submit, Finish time.Time
+	Attempts       int // task attempts run, failures included
+}
+
+// Duration is the job's completion time.
+func (r JobResult) Duration() time.Duration { return r.Finish.Sub(r.Submit) }
+
+// Errors of the simulator.
+var ErrSpec = errors.New("sim: invalid specification")
+
+type event struct {
+	at   time.Time
+	seq  uint64
+	kind int
+	host *host
+	ver  uint64 // host version the event was computed for
+	task *taskRun
+	job  *jobRun
+}
+
+const (
+	evTaskDone = iota
+	evJobSubmit
+	evTick
+)
+
+type eventQueue []*event
+
+func (q eventQueue) Len() int { return len(q) }
+func (q eventQueue) Less(i, j int) bool {
+	if !q[i].at.Equal(q[j].at) {
+		return q[i].at.Before(q[j].at)
+	}
+	return q[i].seq < q[j].seq
+}
+func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *eventQueue) Push(x any)   { *q = append(*q, x.(*event)) }
+func (q *eventQueue) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return e
+}
+
+type host struct {
+	spec    HostSpec
+	agent   *agent.Agent
+	sim     *agent.SimEnforcer
+	vms     []*vm
+	ver     uint64
+	updated time.Time
+	bg      string // background VM id, "" if none
+}
+
+type vm struct {
+	spec    VMSpec
+	host    *host
+	running []*taskRun
+	cpu     float64 // cores allocated now
+	used    float64 // core-seconds used so far
+}
+
+type taskRun struct {
+	job      *jobRun
+	reduce   bool
+	left     float64 // work left, core-seconds at speed 1
+	failAt   float64 // work left at which this attempt fails (−1: it does not)
+	vm       *vm
+	rate     float64 // work per second now
+	attempts int
+}
+
+type jobRun struct {
+	spec      JobSpec
+	pending   []*taskRun // not started
+	running   int
+	mapsLeft  int
+	redsLeft  int
+	submitted time.Time
+	result    JobResult
+}
+
+// Sim is a simulation.
+type Sim struct {
+	cfg    Config
+	rng    *rand.Rand
+	now    time.Time
+	queue  eventQueue
+	seq    uint64
+	hosts  map[string]*host
+	order  []*host
+	vms    map[string]*vm
+	queueW []*jobRun // jobs with pending tasks, FIFO
+	jobs   []*jobRun
+	events int64
+	ledger *Ledger
+}
+
+// New builds a simulation of hosts and VMs.
+func New(cfg Config, hosts []HostSpec, vms []VMSpec) (*Sim, error) {
+	if cfg.Tick <= 0 {
+		cfg.Tick = 10 * time.Second
+	}
+	s := &Sim{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)), now: cfg.Start,
+		hosts: map[string]*host{}, vms: map[string]*vm{}, ledger: NewLedger()}
+	byHost := map[string][]agent.VM{}
+	for _, v := range vms {
+		if v.Slots <= 0 {
+			return nil, fmt.Errorf("%w: VM %s has no slots", ErrSpec, v.ID)
+		}
+		byHost[v.Host] = append(byHost[v.Host], agent.VM{ID: v.ID, Owner: v.Owner})
+	}
+	clock := func() time.Time { return s.now }
+	for _, hs := range hosts {
+		if hs.Cores <= 0 {
+			return nil, fmt.Errorf("%w: host %s has no cores", ErrSpec, hs.ID)
+		}
+		if hs.Speed <= 0 {
+			hs.Speed = 1
+		}
+		h := &host{spec: hs, updated: cfg.Start}
+		agentVMs := byHost[hs.ID]
+		if hs.Background > 0 {
+			h.bg = "bg-" + hs.ID
+			agentVMs = append(agentVMs, agent.VM{ID: h.bg, Owner: "background"})
+		}
+		h.sim = agent.NewSimEnforcer(clock, hs.Cores, agentVMs...)
+		a, err := agent.New(agent.Config{Host: hs.ID, Enforcer: h.sim, Capturer: s.ledger, Now: clock, Capacity: hs.Cores})
+		if err != nil {
+			return nil, err
+		}
+		h.agent = a
+		s.hosts[hs.ID] = h
+		s.order = append(s.order, h)
+	}
+	for _, v := range vms {
+		h, ok := s.hosts[v.Host]
+		if !ok {
+			return nil, fmt.Errorf("%w: VM %s on unknown host %s", ErrSpec, v.ID, v.Host)
+		}
+		m := &vm{spec: v, host: h}
+		h.vms = append(h.vms, m)
+		s.vms[v.ID] = m
+	}
+	for _, h := range s.order {
+		if h.bg != "" && h.spec.BackgroundRate > 0 {
+			budget := money.Micro(h.spec.BackgroundRate * 365 * 24 * 3600)
+			if _, err := h.agent.SetBids(context.Background(), &wire.BidRequest{Set: []wire.Bid{{VM: h.bg, Owner: "background", Plan: "background",
+				Hold: "background-" + h.spec.ID, Budget: min(budget, money.Max), Duration: wire.Duration(365 * 24 * time.Hour)}}}); err != nil {
+				return nil, err
+			}
+		}
+		s.refresh(h)
+	}
+	s.push(&event{at: cfg.Start.Add(cfg.Tick), kind: evTick})
+	return s, nil
+}
+
+func (s *Sim) push(e *event) {
+	s.seq++
+	e.seq = s.seq
+	heap.Push(&s.queue, e)
+}
+
+// Now is the simulation's clock.
+func (s *Sim) Now() time.Time { return s.now }
+
+// Events is how many events ran.
+func (s *Sim) Events() int64 { return s.events }
+
+// Ledger is where the agents' captures go.
+func (s *Sim) Ledger() *Ledger { return s.ledger }
+
+// Bid places (or replaces) a spending rate on a VM through its host's
+// agent: budget over duration, from now.
+func (s *Sim) Bid(vmID, plan string, budget money.Micro, d time.Duration) error {
+	m, ok := s.vms[vmID]
+	if !ok {
+		return fmt.Errorf("%w: unknown VM %s", ErrSpec, vmID)
+	}
+	s.integrate(m.host)
+	_, err := m.host.agent.SetBids(context.Background(), &wire.BidRequest{Set: []wire.Bid{{VM: vmID, Owner: m.spec.Owner, Plan: plan,
+		Hold: "hold-" + plan, Budget: budget, Duration: wire.Duration(d)}}})
+	if err != nil {
+		return err
+	}
+	s.refresh(m.host)
+	return nil
+}
+
+// SetBackground changes a host's background load (cores) from now.
+func (s *Sim) SetBackground(hostID string, cores float64) error {
+	h, ok := s.hosts[hostID]
+	if !ok || h.bg == "" {
+		return fmt.Errorf("%w: host %s has no background VM", ErrSpec, hostID)
+	}
+	s.integrate(h)
+	h.spec.Background = cores
+	s.refresh(h)
+	return nil
+}
+
+// Submit adds a job.
+func (s *Sim) Submit(j JobSpec) error {
+	if j.Maps < 1 || j.Reduces < 0 || len(j.VMs) == 0 || j.Map.Mean <= 0 || j.Reduces > 0 && j.Reduce.Mean <= 0 {
+		return fmt.Errorf("%w: job %s", ErrSpec, j.ID)
+	}
+	for _, v := range j.VMs {
+		if _, ok := s.vms[v]; !ok {
+			return fmt.Errorf("%w: job %s on unknown VM %s", ErrSpec, j.ID, v)
+		}
+	}
+	jr := &jobRun{spec: j, mapsLeft: j.Maps, redsLeft: j.Reduces, result: JobResult{ID: j.ID, User: j.User}}
+	s.jobs = append(s.jobs, jr)
+	s.push(&event{at: s.cfg.Start.Add(j.Submit), kind: evJobSubmit, job: jr})
+	return nil
+}
+
+// work draws one task's work from d.
+func (s *Sim) work(d Dist) (work, failAt float64) {
+	work = d.Mean
+	if d.CV > 0 {
+		sigma := math.Sqrt(math.Log(1 + d.CV*d.CV))
+		work = d.Mean * math.Exp(s.rng.NormFloat64()*sigma-sigma*sigma/2)
+	}
+	if d.StragglerProb > 0 && s.rng.Float64() < d.StragglerProb {
+		work *= max(d.Straggler, 1)
+	}
+	failAt = -1
+	if d.FailProb > 0 && s.rng.Float64() < d.FailProb {
+		failAt = work * s.rng.Float64() // fails with this much work left
+	}
+	return work, failAt
+}
+
+// Run runs until every job finished (or until deadline of simulated time)
+// and returns the jobs' results in submission order.
+func (s *Sim) Run(deadline time.Duration) ([]JobResult, error) {
+	end := s.cfg.Start.Add(deadline)
+	for s.queue.Len() > 0 {
+		e := heap.Pop(&s.queue).(*event)
+		if e.at.After(end) {
+			return nil, fmt.Errorf("sim: jobs still running after %s of simulated time", deadline)
+		}
+		if e.kind == evTaskDone && e.ver != e.host.ver {
+			continue // computed for a host state that has changed
+		}
+		s.now = e.at
+		s.events++
+		switch e.kind {
+		case evJobSubmit:
+			s.submit(e.job)
+		case evTaskDone:
+			s.taskDone(e.task)
+		case evTick:
+			if s.done() {
+				continue
+			}
+			for _, h := range s.order {
+				s.integrate(h)
+				if _, err := h.agent.Tick(context.Background(), s.now); err != nil {
+					return nil, err
+				}
+				s.refresh(h)
+			}
+			s.push(&event{at: s.now.Add(s.cfg.Tick), kind: evTick})
+		}
+	}
+	out := make([]JobResult, len(s.jobs))
+	for i, j := range s.jobs {
+		out[i] = j.result
+	}
+	return out, nil
+}
+
+func (s *Sim) done() bool {
+	for _, j := range s.jobs {
+		if j.result.Finish.IsZero() {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Sim) submit(j *jobRun) {
+	j.submitted, j.result.Submit = s.now, s.now
+	for range j.spec.Maps {
+		w, f := s.work(j.spec.Map)
+		j.pending = append(j.pending, &taskRun{job: j, left: w, failAt: f})
+	}
+	s.queueW = append(s.queueW, j)
+	s.schedule()
+}
+
+// schedule starts pending tasks on free slots, FIFO over jobs.
+func (s *Sim) schedule() {
+	touched := map[*host]bool{}
+	var keep []*jobRun
+	for _, j := range s.queueW {
+		for len(j.pending) > 0 {
+			m := s.freeVM(j)
+			if m == nil {
+				break
+			}
+			if !touched[m.host] {
+				s.integrate(m.host)
+				touched[m.host] = true
+			}
+			t := j.pending[0]
+			j.pending = j.pending[1:]
+			t.vm, t.attempts = m, t.attempts+1
+			j.result.Attempts++
+			m.running = append(m.running, t)
+			j.running++
+		}
+		if len(j.pending) > 0 {
+			keep = append(keep, j)
+		}
+	}
+	s.queueW = keep
+	hosts := make([]*host, 0, len(touched))
+	for h := range touched {
+		hosts = append(hosts, h)
+	}
+	sort.Slice(hosts, func(a, b int) bool { return hosts[a].spec.ID < hosts[b].spec.ID })
+	for _, h := range hosts {
+		s.refresh(h)
+	}
+}
+
+// freeVM is the job's VM with the most free slots (ties: the job's order).
+func (s *Sim) freeVM(j *jobRun) *vm {
+	var best *vm
+	for _, id := range j.spec.VMs {
+		m := s.vms[id]
+		if free := m.spec.Slots - len(m.running); free > 0 && (best == nil || free > best.spec.Slots-len(best.running)) {
+			best = m
+		}
+	}
+	return best
+}
+
+func (s *Sim) taskDone(t *taskRun) {
+	m := t.vm
+	s.integrate(m.host)
+	for i, r := range m.running {
+		if r == t {
+			m.running = append(m.running[:i], m.running[i+1:]...)
+			break
+		}
+	}
+	j := t.job
+	j.running--
+	if t.failAt >= 0 { // the attempt failed: run the task again
+		d := j.spec.Map
+		if t.reduce {
+			d = j.spec.Reduce
+		}
+		w, f := s.work(d)
+		j.pending = append([]*taskRun{{job: j, reduce: t.reduce, left: w, failAt: f, attempts: t.attempts}}, j.pending...)
+		if !contains(s.queueW, j) {
+			s.queueW = append(s.queueW, j)
+		}
+	} else if !t.reduce {
+		j.mapsLeft--
+		if j.mapsLeft == 0 {
+			for range j.spec.Reduces {
+				w, f := s.work(j.spec.Reduce)
+				j.pending = append(j.pending, &taskRun{job: j, reduce: true, left: w, failAt: f})
+			}
+			if j.spec.Reduces > 0 && !contains(s.queueW, j) {
+				s.queueW = append(s.queueW, j)
+			}
+		}
+	} else {
+		j.redsLeft--
+	}
+	if j.mapsLeft == 0 && j.redsLeft == 0 && j.running == 0 && len(j.pending) == 0 {
+		j.result.Finish = s.now
+	}
+	s.refresh(m.host)
+	s.schedule()
+}
+
+func contains(js []*jobRun, j *jobRun) bool {
+	for _, x := range js {
+		if x == j {
+			return true
+		}
+	}
+	return false
+}
+
+// integrate advances the host's running tasks to now at their current rates.
+func (s *Sim) integrate(h *host) {
+	dt := s.now.Sub(h.updated).Seconds()
+	h.updated = s.now
+	if dt <= 0 {
+		return
+	}
+	for _, m := range h.vms {
+		m.used += m.cpu * dt
+		for _, t := range m.running {
+			t.left = max(t.left-t.rate*dt, 0)
+		}
+	}
+}
+
+// refresh recomputes the host's allocation from the shares its agent
+// applied and the VMs' demand, and schedules its tasks' completions.
+func (s *Sim) refresh(h *host) {
+	h.ver++
+	shares, _ := h.sim.Applied(context.Background())
+	if len(shares) == 0 {
+		shares = map[string]float64{}
+		for _, m := range h.vms {
+			shares[m.spec.ID] = 1
+		}
+		if h.bg != "" {
+			shares[h.bg] = 1
+		}
+	}
+	demand := make(map[string]float64, len(h.vms)+1)
+	for _, m := range h.vms {
+		demand[m.spec.ID] = float64(len(m.running))
+	}
+	if h.bg != "" {
+		demand[h.bg] = h.spec.Background
+	}
+	for vm, d := range demand { // the agent measures utilisation (idleness) from this
+		h.sim.SetDemand(vm, d)
+	}
+	alloc := agent.Allocate(h.spec.Cores, shares, demand)
+	for _, m := range h.vms {
+		m.cpu = alloc[m.spec.ID]
+		if len(m.running) == 0 {
+			continue
+		}
+		per := m.cpu / float64(len(m.running)) * h.spec.Speed
+		for _, t := range m.running {
+			t.rate = per
+			stop := t.left
+			if t.failAt >= 0 {
+				stop = t.left - t.failAt
+			}
+			if per <= 0 {
+				continue // starved: it will be rescheduled when shares change
+			}
+			at := s.now.Add(time.Duration(math.Ceil(stop / per * 1e9)))
+			s.push(&event{at: at, kind: evTaskDone, host: h, ver: h.ver, task: t})
+		}
+	}
+}
+
+// CPU is each VM's CPU time so far (core-seconds).
+func (s *Sim) CPU() map[string]float64 {
+	out := make(map[string]float64, len(s.vms))
+	for _, h := range s.order {
+		s.integrate(h)
+	}
+	for id, m := range s.vms {
+		out[id] = m.used
+	}
+	return out
+}

@@ -1,0 +1,123 @@
+package sim_test
+
+import (
+	"fmt"
+	"math"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/mrmarket/mrmarket/hadoopvm/sim"
+)
+
+var t0 = time.Date(2026, 9, 1, 0, 0, 0, 0, time.UTC)
+
+// TestSingleJobMatchesItsAnalyticTime: on an idle 2-core host, a VM with 2
+// slots runs 4 maps of 10 core-seconds in two waves (20 s) and then one
+// reduce of 5 (5 s): 25 s.
+func TestSingleJobMatchesItsAnalyticTime(t *testing.T) {
+	s, err := sim.New(sim.Config{Seed: 1, Start: t0}, []sim.HostSpec{{ID: "h1", Cores: 2}}, []sim.VMSpec{{ID: "vm1", Owner: "alice", Host: "h1", Slots: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Submit(sim.JobSpec{ID: "j", User: "alice", VMs: []string{"vm1"}, Maps: 4, Reduces: 1,
+		Map: sim.Dist{Mean: 10}, Reduce: sim.Dist{Mean: 5}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Run(time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res[0].Duration(); got != 25*time.Second {
+		t.Fatalf("job took %s, want 25s", got)
+	}
+	// Twice the speed halves it.
+	s, _ = sim.New(sim.Config{Seed: 1, Start: t0}, []sim.HostSpec{{ID: "h1", Cores: 2, Speed: 2}}, []sim.VMSpec{{ID: "vm1", Owner: "alice", Host: "h1", Slots: 2}})
+	_ = s.Submit(sim.JobSpec{ID: "j", User: "alice", VMs: []string{"vm1"}, Maps: 4, Reduces: 1, Map: sim.Dist{Mean: 10}, Reduce: sim.Dist{Mean: 5}})
+	if res, _ := s.Run(time.Hour); res[0].Duration() != 12500*time.Millisecond {
+		t.Fatalf("at speed 2: %s", res[0].Duration())
+	}
+}
+
+// TestRatesTwoToOneProgressTwoToOne: two VMs bidding 2:1 on a saturated
+// one-core host get CPU 2:1, through the agents' share rule.
+func TestRatesTwoToOneProgressTwoToOne(t *testing.T) {
+	s, err := sim.New(sim.Config{Seed: 1, Start: t0}, []sim.HostSpec{{ID: "h1", Cores: 1}},
+		[]sim.VMSpec{{ID: "a", Owner: "alice", Host: "h1", Slots: 1}, {ID: "b", Owner: "bob", Host: "h1", Slots: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Bid("a", "pa", 7200_000_000, 2*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Bid("b", "pb", 3600_000_000, 2*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range []sim.JobSpec{
+		{ID: "ja", User: "alice", VMs: []string{"a"}, Maps: 1, Map: sim.Dist{Mean: 1000}},
+		{ID: "jb", User: "bob", VMs: []string{"b"}, Maps: 1, Map: sim.Dist{Mean: 1000}},
+	} {
+		if err := s.Submit(j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := s.Run(2 * time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// alice's task needs 1000 s of CPU at 2/3 of a core: 1500 s; bob's has
+	// 500 s done then and the whole core after: 1500 + 500 = 2000 s.
+	if a, b := res[0].Duration(), res[1].Duration(); math.Abs(a.Seconds()-1500) > 1 || math.Abs(b.Seconds()-2000) > 1 {
+		t.Fatalf("alice %s, bob %s; want 1500s and 2000s", a, b)
+	}
+	if paid := s.Ledger().Paid("hold-pa"); paid <= 0 {
+		t.Fatal("the agents charged nothing")
+	}
+}
+
+func scenario(seed uint64) ([]sim.JobResult, int64) {
+	var hosts []sim.HostSpec
+	var vms []sim.VMSpec
+	for h := range 8 {
+		hosts = append(hosts, sim.HostSpec{ID: fmt.Sprint("h", h), Cores: 4, Background: 1, BackgroundRate: 100})
+		for _, u := range []string{"alice", "bob"} {
+			vms = append(vms, sim.VMSpec{ID: fmt.Sprintf("%s-%d", u, h), Owner: u, Host: fmt.Sprint("h", h), Slots: 2})
+		}
+	}
+	s, err := sim.New(sim.Config{Seed: seed, Start: t0}, hosts, vms)
+	if err != nil {
+		panic(err)
+	}
+	for i := range 20 {
+		u := []string{"alice", "bob"}[i%2]
+		var mine []string
+		for h := range 8 {
+			mine = append(mine, fmt.Sprintf("%s-%d", u, h))
+		}
+		_ = s.Submit(sim.JobSpec{ID: fmt.Sprint("j", i), User: u, VMs: mine, Submit: time.Duration(i) * 7 * time.Second, Maps: 12, Reduces: 2,
+			Map: sim.Dist{Mean: 30, CV: 0.4, StragglerProb: 0.05, Straggler: 4, FailProb: 0.02}, Reduce: sim.Dist{Mean: 20, CV: 0.3}})
+	}
+	res, err := s.Run(24 * time.Hour)
+	if err != nil {
+		panic(err)
+	}
+	return res, s.Events()
+}
+
+// TestDeterministic: the same seed gives the same run, another seed another.
+func TestDeterministic(t *testing.T) {
+	a, ea := scenario(42)
+	b, eb := scenario(42)
+	if !reflect.DeepEqual(a, b) || ea != eb {
+		t.Fatal("two runs with one seed differ")
+	}
+	c, _ := scenario(43)
+	if reflect.DeepEqual(a, c) {
+		t.Fatal("two seeds gave the same run")
+	}
+	for _, r := range a {
+		if r.Finish.IsZero() || r.Attempts < 14 {
+			t.Fatalf("job %+v", r)
+		}
+	}
+}
