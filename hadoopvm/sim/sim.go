@@ -72,9 +72,13 @@ type Dist struct {
 	FailProb      float64 // probability an attempt fails part way
 }
 
-// JobSpec is a MapReduce job.
+// JobSpec is a MapReduce job. Name is its YARN application name
+// ("workflow:stage" for a stage of a workflow); After lists jobs that must
+// finish before it is submitted (a workflow's earlier stages).
 type JobSpec struct {
 	ID, User string
+	Name     string
+	After    []string
 	VMs      []string // the user's VMs it runs on
 	Submit   time.Duration
 	Maps     int
@@ -151,6 +155,7 @@ type vm struct {
 type taskRun struct {
 	job      *jobRun
 	reduce   bool
+	index    int
 	left     float64 // work left, core-seconds at speed 1
 	failAt   float64 // work left at which this attempt fails (−1: it does not)
 	vm       *vm
@@ -160,6 +165,7 @@ type taskRun struct {
 
 type jobRun struct {
 	spec      JobSpec
+	waiting   bool       // submitted, waiting for the jobs it comes after
 	pending   []*taskRun // not started
 	running   int
 	mapsLeft  int
@@ -180,9 +186,24 @@ type Sim struct {
 	vms    map[string]*vm
 	queueW []*jobRun // jobs with pending tasks, FIFO
 	jobs   []*jobRun
+	byID   map[string]*jobRun
+	after  map[string][]*jobRun // job → the jobs that come after it
 	events int64
 	ledger *Ledger
+	obs    []Observer
 }
+
+// Observer is told what happens in the simulated cluster, as a YARN
+// ResourceManager would see it (yarntest drives its emulator from it).
+type Observer interface {
+	JobSubmitted(job JobSpec, at time.Time)
+	TaskStarted(job string, reduce bool, index int, vm string, at time.Time)
+	TaskFinished(job string, reduce bool, index int, vm string, at time.Time, ok bool)
+	JobFinished(job string, at time.Time)
+}
+
+// Observe adds an observer.
+func (s *Sim) Observe(o Observer) { s.obs = append(s.obs, o) }
 
 // New builds a simulation of hosts and VMs.
 func New(cfg Config, hosts []HostSpec, vms []VMSpec) (*Sim, error) {
@@ -190,7 +211,7 @@ func New(cfg Config, hosts []HostSpec, vms []VMSpec) (*Sim, error) {
 		cfg.Tick = 10 * time.Second
 	}
 	s := &Sim{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)), now: cfg.Start,
-		hosts: map[string]*host{}, vms: map[string]*vm{}, ledger: NewLedger()}
+		hosts: map[string]*host{}, vms: map[string]*vm{}, ledger: NewLedger(), byID: map[string]*jobRun{}, after: map[string][]*jobRun{}}
 	byHost := map[string][]agent.VM{}
 	for _, v := range vms {
 		if v.Slots <= 0 {
@@ -298,8 +319,23 @@ func (s *Sim) Submit(j JobSpec) error {
 			return fmt.Errorf("%w: job %s on unknown VM %s", ErrSpec, j.ID, v)
 		}
 	}
+	if _, dup := s.byID[j.ID]; dup {
+		return fmt.Errorf("%w: job %s submitted twice", ErrSpec, j.ID)
+	}
+	for _, dep := range j.After {
+		if _, ok := s.byID[dep]; !ok {
+			return fmt.Errorf("%w: job %s comes after unknown job %s (submit it first)", ErrSpec, j.ID, dep)
+		}
+	}
+	if j.Name == "" {
+		j.Name = j.ID
+	}
 	jr := &jobRun{spec: j, mapsLeft: j.Maps, redsLeft: j.Reduces, result: JobResult{ID: j.ID, User: j.User}}
 	s.jobs = append(s.jobs, jr)
+	s.byID[j.ID] = jr
+	for _, dep := range j.After {
+		s.after[dep] = append(s.after[dep], jr)
+	}
 	s.push(&event{at: s.cfg.Start.Add(j.Submit), kind: evJobSubmit, job: jr})
 	return nil
 }
@@ -324,11 +360,35 @@ func (s *Sim) work(d Dist) (work, failAt float64) {
 // Run runs until every job finished (or until deadline of simulated time)
 // and returns the jobs' results in submission order.
 func (s *Sim) Run(deadline time.Duration) ([]JobResult, error) {
-	end := s.cfg.Start.Add(deadline)
+	if err := s.run(s.cfg.Start.Add(deadline), true); err != nil {
+		return nil, err
+	}
+	out := make([]JobResult, len(s.jobs))
+	for i, j := range s.jobs {
+		out[i] = j.result
+	}
+	return out, nil
+}
+
+// RunUntil runs the events up to at and stops there, the clock at at.
+func (s *Sim) RunUntil(at time.Time) error {
+	if err := s.run(at, false); err != nil {
+		return err
+	}
+	if at.After(s.now) {
+		s.now = at
+	}
+	return nil
+}
+
+func (s *Sim) run(end time.Time, toCompletion bool) error {
 	for s.queue.Len() > 0 {
+		if !toCompletion && s.queue[0].at.After(end) {
+			return nil
+		}
 		e := heap.Pop(&s.queue).(*event)
 		if e.at.After(end) {
-			return nil, fmt.Errorf("sim: jobs still running after %s of simulated time", deadline)
+			return fmt.Errorf("sim: jobs still running after %s of simulated time", end.Sub(s.cfg.Start))
 		}
 		if e.kind == evTaskDone && e.ver != e.host.ver {
 			continue // computed for a host state that has changed
@@ -347,18 +407,14 @@ func (s *Sim) Run(deadline time.Duration) ([]JobResult, error) {
 			for _, h := range s.order {
 				s.integrate(h)
 				if _, err := h.agent.Tick(context.Background(), s.now); err != nil {
-					return nil, err
+					return err
 				}
 				s.refresh(h)
 			}
 			s.push(&event{at: s.now.Add(s.cfg.Tick), kind: evTick})
 		}
 	}
-	out := make([]JobResult, len(s.jobs))
-	for i, j := range s.jobs {
-		out[i] = j.result
-	}
-	return out, nil
+	return nil
 }
 
 func (s *Sim) done() bool {
@@ -371,10 +427,20 @@ func (s *Sim) done() bool {
 }
 
 func (s *Sim) submit(j *jobRun) {
+	for _, dep := range j.spec.After {
+		if s.byID[dep].result.Finish.IsZero() {
+			j.waiting = true // released when its last dependency finishes
+			return
+		}
+	}
+	j.waiting = false
 	j.submitted, j.result.Submit = s.now, s.now
-	for range j.spec.Maps {
+	for _, o := range s.obs {
+		o.JobSubmitted(j.spec, s.now)
+	}
+	for i := range j.spec.Maps {
 		w, f := s.work(j.spec.Map)
-		j.pending = append(j.pending, &taskRun{job: j, left: w, failAt: f})
+		j.pending = append(j.pending, &taskRun{job: j, index: i, left: w, failAt: f})
 	}
 	s.queueW = append(s.queueW, j)
 	s.schedule()
@@ -400,6 +466,9 @@ func (s *Sim) schedule() {
 			j.result.Attempts++
 			m.running = append(m.running, t)
 			j.running++
+			for _, o := range s.obs {
+				o.TaskStarted(j.spec.ID, t.reduce, t.index, m.spec.ID, s.now)
+			}
 		}
 		if len(j.pending) > 0 {
 			keep = append(keep, j)
@@ -439,22 +508,25 @@ func (s *Sim) taskDone(t *taskRun) {
 	}
 	j := t.job
 	j.running--
+	for _, o := range s.obs {
+		o.TaskFinished(j.spec.ID, t.reduce, t.index, m.spec.ID, s.now, t.failAt < 0)
+	}
 	if t.failAt >= 0 { // the attempt failed: run the task again
 		d := j.spec.Map
 		if t.reduce {
 			d = j.spec.Reduce
 		}
 		w, f := s.work(d)
-		j.pending = append([]*taskRun{{job: j, reduce: t.reduce, left: w, failAt: f, attempts: t.attempts}}, j.pending...)
+		j.pending = append([]*taskRun{{job: j, reduce: t.reduce, index: t.index, left: w, failAt: f, attempts: t.attempts}}, j.pending...)
 		if !contains(s.queueW, j) {
 			s.queueW = append(s.queueW, j)
 		}
 	} else if !t.reduce {
 		j.mapsLeft--
 		if j.mapsLeft == 0 {
-			for range j.spec.Reduces {
+			for i := range j.spec.Reduces {
 				w, f := s.work(j.spec.Reduce)
-				j.pending = append(j.pending, &taskRun{job: j, reduce: true, left: w, failAt: f})
+				j.pending = append(j.pending, &taskRun{job: j, reduce: true, index: i, left: w, failAt: f})
 			}
 			if j.spec.Reduces > 0 && !contains(s.queueW, j) {
 				s.queueW = append(s.queueW, j)
@@ -463,10 +535,18 @@ func (s *Sim) taskDone(t *taskRun) {
 	} else {
 		j.redsLeft--
 	}
+	s.refresh(m.host)
 	if j.mapsLeft == 0 && j.redsLeft == 0 && j.running == 0 && len(j.pending) == 0 {
 		j.result.Finish = s.now
+		for _, o := range s.obs {
+			o.JobFinished(j.spec.ID, s.now)
+		}
+		for _, w := range s.after[j.spec.ID] { // release the jobs that waited for it
+			if w.waiting {
+				s.submit(w)
+			}
+		}
 	}
-	s.refresh(m.host)
 	s.schedule()
 }
 
