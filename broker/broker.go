@@ -41,10 +41,29 @@ type Identities interface {
 	Whois(ctx context.Context, key string) (wire.Principal, error)
 }
 
+// Agents is how the broker reaches the hosts' agents: over NATS (the
+// default, signed by Config.Signer), or in-process in the simulator.
+type Agents interface {
+	Bid(ctx context.Context, host string, req *wire.BidRequest) error
+}
+
+// natsAgents sends bid requests on the agents' NATS subjects.
+type natsAgents struct {
+	nc     *nats.Conn
+	signer *wire.Signer
+}
+
+func (a natsAgents) Bid(ctx context.Context, host string, req *wire.BidRequest) error {
+	return wire.CallAs(ctx, a.nc, a.signer, wire.AgentBidSubject(host), req, nil)
+}
+
 // Config configures a broker.
 type Config struct {
-	// NC reaches the agents. Required.
+	// NC is the broker's NATS connection: it reaches the agents, unless
+	// Agents is set, and Serve answers on it.
 	NC *nats.Conn
+	// Agents, when set, reaches the agents instead of NATS.
+	Agents Agents
 	// Bank holds and releases plans' money. Required.
 	Bank Bank
 	// Now is the clock; nil means the wall clock.
@@ -104,8 +123,11 @@ type whoisEntry struct {
 
 // New makes a broker.
 func New(cfg Config) (*Broker, error) {
-	if cfg.NC == nil || cfg.Bank == nil {
-		return nil, errors.New("broker: a NATS connection and a Bank are required")
+	if cfg.Bank == nil || cfg.NC == nil && cfg.Agents == nil {
+		return nil, errors.New("broker: a Bank, and a NATS connection or Agents, are required")
+	}
+	if cfg.Agents == nil {
+		cfg.Agents = natsAgents{cfg.NC, cfg.Signer}
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -277,7 +299,7 @@ func (b *Broker) VMs(req *wire.VMsRequest) wire.VMsReply {
 
 // Healthy reports whether the broker can reach NATS.
 func (b *Broker) Healthy() error {
-	if !b.cfg.NC.IsConnected() {
+	if b.cfg.NC != nil && !b.cfg.NC.IsConnected() {
 		return fmt.Errorf("broker NATS connection is %s", b.cfg.NC.Status())
 	}
 	return nil

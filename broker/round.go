@@ -312,7 +312,7 @@ func (b *Broker) replan(ctx context.Context, rec *planRecord, now time.Time, boo
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			results[i] = wire.CallAs(ctx, b.cfg.NC, b.cfg.Signer, wire.AgentBidSubject(h), req, nil)
+			results[i] = b.cfg.Agents.Bid(ctx, h, req)
 		}()
 	}
 	wg.Wait()
@@ -363,7 +363,7 @@ func (b *Broker) cancelAll(ctx context.Context, rec *planRecord, now time.Time) 
 	for h, vms := range byHost {
 		slices.Sort(vms)
 		req := &wire.BidRequest{Versioned: wire.Versioned{V: wire.Version}, Cancel: vms, Plan: rec.Plan.ID}
-		if err := wire.CallAs(ctx, b.cfg.NC, b.cfg.Signer, wire.AgentBidSubject(h), req, nil); err != nil {
+		if err := b.cfg.Agents.Bid(ctx, h, req); err != nil {
 			// A host that does not answer keeps charging until the hold
 			// is released, which bounds it.
 			b.cfg.Metrics.Error("broker", "cancel_bids")

@@ -17,11 +17,38 @@ type Ledger struct {
 	mu     sync.Mutex
 	totals map[[3]string]money.Micro
 	paid   map[string]money.Micro // by hold
+	holds  map[string]money.Micro // hold amounts, for a simulated broker
 }
 
 // NewLedger makes an empty ledger.
 func NewLedger() *Ledger {
-	return &Ledger{totals: map[[3]string]money.Micro{}, paid: map[string]money.Micro{}}
+	return &Ledger{totals: map[[3]string]money.Micro{}, paid: map[string]money.Micro{}, holds: map[string]money.Micro{}}
+}
+
+// Hold records a plan's hold (a broker's Bank in the simulator; users'
+// balances are not simulated).
+func (l *Ledger) Hold(_ context.Context, r *wire.HoldRequest) (wire.HoldReply, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.holds[r.ID] = r.Amount
+	return wire.HoldReply{Hold: wire.HoldInfo{ID: r.ID, User: r.User, Amount: r.Amount, Status: wire.HoldOpen}}, nil
+}
+
+// Extend adds to a hold.
+func (l *Ledger) Extend(_ context.Context, r *wire.ExtendRequest) (wire.HoldReply, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.holds[r.Hold] += r.Amount
+	return wire.HoldReply{Hold: wire.HoldInfo{ID: r.Hold, User: r.User, Amount: l.holds[r.Hold], Status: wire.HoldOpen}}, nil
+}
+
+// Release reports what a hold did not pay.
+func (l *Ledger) Release(_ context.Context, r *wire.ReleaseRequest) (wire.ReleaseReply, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	rest := max(l.holds[r.Hold]-l.paid[r.Hold], 0)
+	return wire.ReleaseReply{Released: rest, Hold: wire.HoldInfo{ID: r.Hold, User: r.User, Amount: l.holds[r.Hold],
+		Captured: l.paid[r.Hold], Released: rest, Status: wire.HoldClosed}}, nil
 }
 
 // Capture applies a batch (agent.Capturer).
@@ -32,10 +59,15 @@ func (l *Ledger) Capture(_ context.Context, b *wire.CaptureBatch) (wire.CaptureR
 	for i, leg := range b.Legs {
 		k := [3]string{leg.Hold, b.Host, leg.VM}
 		d := max(leg.Cumulative-l.totals[k], 0)
+		amount, held := l.holds[leg.Hold]
+		if held { // a broker's hold caps what can be captured, as in the bank
+			d = min(d, max(amount-l.paid[leg.Hold], 0))
+		}
 		l.totals[k] += d
 		l.paid[leg.Hold] += d
 		rep.Applied += d
-		rep.Legs[i] = wire.LegResult{ID: leg.ID, Hold: leg.Hold, VM: leg.VM, Applied: d, Captured: l.totals[k]}
+		rep.Legs[i] = wire.LegResult{ID: leg.ID, Hold: leg.Hold, VM: leg.VM, Applied: d, Captured: l.totals[k],
+			Exhausted: held && l.paid[leg.Hold] >= amount}
 	}
 	return rep, nil
 }

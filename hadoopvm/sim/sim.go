@@ -176,21 +176,22 @@ type jobRun struct {
 
 // Sim is a simulation.
 type Sim struct {
-	cfg    Config
-	rng    *rand.Rand
-	now    time.Time
-	queue  eventQueue
-	seq    uint64
-	hosts  map[string]*host
-	order  []*host
-	vms    map[string]*vm
-	queueW []*jobRun // jobs with pending tasks, FIFO
-	jobs   []*jobRun
-	byID   map[string]*jobRun
-	after  map[string][]*jobRun // job → the jobs that come after it
-	events int64
-	ledger *Ledger
-	obs    []Observer
+	cfg     Config
+	rng     *rand.Rand
+	now     time.Time
+	queue   eventQueue
+	seq     uint64
+	hosts   map[string]*host
+	order   []*host
+	vms     map[string]*vm
+	queueW  []*jobRun // jobs with pending tasks, FIFO
+	jobs    []*jobRun
+	byID    map[string]*jobRun
+	after   map[string][]*jobRun // job → the jobs that come after it
+	events  int64
+	ledger  *Ledger
+	obs     []Observer
+	brokers []Broker
 }
 
 // Observer is told what happens in the simulated cluster, as a YARN
@@ -204,6 +205,42 @@ type Observer interface {
 
 // Observe adds an observer.
 func (s *Sim) Observe(o Observer) { s.obs = append(s.obs, o) }
+
+// Broker is what the simulator needs of the broker (broker.Broker has it):
+// it is fed every host's state and ticked after the agents, on the
+// simulator's clock.
+type Broker interface {
+	Observe(st wire.HostState)
+	Tick(ctx context.Context, now time.Time) error
+}
+
+// Attach makes b run in the simulation. Build b with Agents: s.Agents(),
+// Bank: s.Ledger() and Now: s.Now.
+func (s *Sim) Attach(b Broker) {
+	s.brokers = append(s.brokers, b)
+	for _, h := range s.order {
+		b.Observe(h.agent.State())
+	}
+}
+
+// Agents is the simulated transport from a broker to the hosts' agents.
+func (s *Sim) Agents() *Agents { return &Agents{s: s} }
+
+// Agents delivers a broker's bid requests to the simulated hosts' agents
+// in-process (broker.Agents).
+type Agents struct{ s *Sim }
+
+// Bid applies a bid request on host's agent.
+func (a *Agents) Bid(ctx context.Context, host string, req *wire.BidRequest) error {
+	h, ok := a.s.hosts[host]
+	if !ok {
+		return fmt.Errorf("%w: unknown host %s", wire.ErrUnavailable, host)
+	}
+	a.s.integrate(h)
+	_, err := h.agent.SetBids(ctx, req)
+	a.s.refresh(h)
+	return err
+}
 
 // New builds a simulation of hosts and VMs.
 func New(cfg Config, hosts []HostSpec, vms []VMSpec) (*Sim, error) {
@@ -406,10 +443,19 @@ func (s *Sim) run(end time.Time, toCompletion bool) error {
 			}
 			for _, h := range s.order {
 				s.integrate(h)
-				if _, err := h.agent.Tick(context.Background(), s.now); err != nil {
+				st, err := h.agent.Tick(context.Background(), s.now)
+				if err != nil {
 					return err
 				}
 				s.refresh(h)
+				for _, b := range s.brokers {
+					b.Observe(st)
+				}
+			}
+			for _, b := range s.brokers {
+				if err := b.Tick(context.Background(), s.now); err != nil {
+					return err
+				}
 			}
 			s.push(&event{at: s.now.Add(s.cfg.Tick), kind: evTick})
 		}
