@@ -64,6 +64,9 @@ type Config struct {
 	NC *nats.Conn
 	// Agents, when set, reaches the agents instead of NATS.
 	Agents Agents
+	// Serial runs a round's plans and its bid requests one at a time in a
+	// fixed order: what a deterministic simulation needs.
+	Serial bool
 	// Bank holds and releases plans' money. Required.
 	Bank Bank
 	// Now is the clock; nil means the wall clock.

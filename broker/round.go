@@ -308,6 +308,10 @@ func (b *Broker) replan(ctx context.Context, rec *planRecord, now time.Time, boo
 		}
 		reqs[i] = req
 		atomic.AddInt64(&b.bids, 1)
+		if b.cfg.Serial {
+			results[i] = b.cfg.Agents.Bid(ctx, h, req)
+			continue
+		}
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
@@ -493,6 +497,13 @@ func (b *Broker) Tick(ctx context.Context, now time.Time) error {
 				report(err)
 			}
 		}
+	}
+	if b.cfg.Serial {
+		for _, v := range mine {
+			one(v)
+		}
+		b.countRunning()
+		return errors.Join(errs...)
 	}
 	// Plans are independent: run their rounds side by side.
 	work := make(chan versioned)

@@ -43,7 +43,7 @@ func videoToon(t testing.TB, seed uint64, s1 string) (d1, d2 time.Duration, paid
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := broker.New(broker.Config{Agents: s.Agents(), Bank: s.Ledger(), Now: s.Now, Tick: 10 * time.Second, Settle: 20 * time.Second})
+	b, err := broker.New(broker.Config{Agents: s.Agents(), Bank: s.Ledger(), Now: s.Now, Tick: 10 * time.Second, Settle: 20 * time.Second, Serial: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,6 +103,10 @@ func TestStrategiesInTheSimulator(t *testing.T) {
 		t.Logf("user 1 %s: %s (paid %s); user 2 fair: %s (paid %s)", s1, d1.Round(time.Second), p1, d2.Round(time.Second), p2)
 		if d1 <= 0 || d2 <= 0 || p1 > 100_000_000 || p2 > 100_000_000 || p1 <= 0 {
 			t.Fatalf("%s: %s %s %s %s", s1, d1, d2, p1, p2)
+		}
+		e1, e2, q1, q2 := videoToon(t, 11, s1)
+		if e1 != d1 || e2 != d2 || q1 != p1 || q2 != p2 {
+			t.Fatalf("%s: the same seed gave another run", s1)
 		}
 	}
 }

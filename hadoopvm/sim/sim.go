@@ -215,7 +215,8 @@ type Broker interface {
 }
 
 // Attach makes b run in the simulation. Build b with Agents: s.Agents(),
-// Bank: s.Ledger() and Now: s.Now.
+// Bank: s.Ledger(), Now: s.Now and Serial: true (the simulation is
+// single-threaded and deterministic).
 func (s *Sim) Attach(b Broker) {
 	s.brokers = append(s.brokers, b)
 	for _, h := range s.order {
