@@ -107,6 +107,7 @@ func App(stdout, stderr io.Writer) *ucli.App {
 			upCommand(),
 			agentCommand(),
 			brokerCommand(),
+			clusterCommand(),
 			bankCommand(),
 			balanceCommand(),
 			transferCommand(),

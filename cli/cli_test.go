@@ -311,6 +311,35 @@ func TestBankServe(t *testing.T) {
 	}
 }
 
+// TestClusterCreate provisions a cluster on libvirt's test driver in one
+// command (the driver's state lives in the command's connection).
+func TestClusterCreate(t *testing.T) {
+	if os.Getenv("CI") != "true" {
+		if r := mrmarket("cluster", "list", "--host", "h1=test:///default"); r.code != 0 {
+			t.Skipf("libvirt not available (apt-get install libvirt0): %s", r.stderr)
+		}
+	}
+	r := mrmarket("cluster", "create", "--name", "c1", "--owner", "alice", "--workers", "2", "--image", "/img/hadoop.qcow2",
+		"--host", "host-1=test:///default", "--seed-dir", t.TempDir(), "--domain-type", "test", "--json")
+	var nodes []struct{ VM, Role, Host string }
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &nodes) != nil || len(nodes) != 3 || nodes[0].VM != "c1-master-0" {
+		t.Fatalf("cluster create: %+v", r)
+	}
+	for _, c := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"cluster", "create", "--name", "c1", "--owner", "alice"}, "--host"},
+		{[]string{"cluster", "create", "--name", "a.b", "--owner", "alice", "--host", "h=test:///default", "--image", "x"}, "cluster name"},
+		{[]string{"cluster", "create", "--name", "c1", "--owner", "alice", "--host", "h=test:///default"}, "image"},
+		{[]string{"cluster", "list", "--host", "nouri"}, "id=libvirt-uri"},
+	} {
+		if r := mrmarket(c.args...); r.code != cli.ExitBadInput || !strings.Contains(r.stderr, c.msg) {
+			t.Errorf("mrmarket %v: %+v, want exit 2 mentioning %q", c.args, r, c.msg)
+		}
+	}
+}
+
 func TestDemo(t *testing.T) {
 	r := mrmarket("demo", "--json")
 	if r.code != 0 {

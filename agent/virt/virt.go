@@ -55,8 +55,9 @@ type Enforcer struct {
 	cfg  Config
 	conn *libvirt.Connect
 
-	mu      sync.Mutex
-	applied map[string]float64
+	mu       sync.Mutex
+	applied  map[string]float64
+	borrowed bool // the connection is the caller's
 }
 
 var _ agent.Enforcer = (*Enforcer)(nil)
@@ -73,8 +74,20 @@ func New(cfg Config) (*Enforcer, error) {
 	return &Enforcer{cfg: cfg, conn: conn, applied: map[string]float64{}}, nil
 }
 
+// NewWithConn makes an enforcer on an open connection (which it does not
+// close): the test driver keeps its state per connection.
+func NewWithConn(cfg Config, conn *libvirt.Connect) (*Enforcer, error) {
+	if cfg.HostCPUs <= 0 {
+		cfg.HostCPUs = 1
+	}
+	return &Enforcer{cfg: cfg, conn: conn, applied: map[string]float64{}, borrowed: true}, nil
+}
+
 // Close closes the libvirt connection.
 func (e *Enforcer) Close() error {
+	if e.borrowed {
+		return nil
+	}
 	_, err := e.conn.Close()
 	return err
 }
