@@ -14,10 +14,12 @@
 // core, so a VM's demand is its running tasks (plus, for a host's
 // background VM, its constant load). Between events every task progresses
 // at its VM's allocation divided among its running tasks, times the host's
-// speed. A job's maps run first, in waves over the job's VMs' free slots
-// (FIFO across jobs); its reduces start when its maps are done [recon: the
-// shuffle's overlap with the maps is not modelled yet — a reduce's work
-// includes its shuffle]. Task durations are lognormal around their mean
+// speed. A job's maps run in waves over the job's VMs' free slots (FIFO
+// across jobs). Its reduces are scheduled once SlowStart of its maps are
+// done and shuffle while the maps still run, but a reduce's shuffle can only
+// get as far as the map output that exists (the fraction of maps done):
+// a reduce that has caught up waits, holding its slot and using no CPU.
+// After its shuffle a reduce does its reduce work. Task durations are lognormal around their mean
 // with a coefficient of variation, with stragglers (a factor on a fraction
 // of tasks) and failures (an attempt fails part way with a probability and
 // is run again).
@@ -85,6 +87,13 @@ type JobSpec struct {
 	Reduces  int
 	Map      Dist
 	Reduce   Dist
+	// Shuffle is a reduce's shuffle work: it can only be done as map
+	// output exists (see SlowStart); Reduce is the work after it.
+	Shuffle Dist
+	// SlowStart is the fraction of maps done before the reduces are
+	// scheduled (mapreduce.job.reduce.slowstart.completedmaps; Hadoop's
+	// default is 0.05). 0 means 1: reduces start when the maps are done.
+	SlowStart float64
 }
 
 // JobResult is what happened to a job.
@@ -156,6 +165,8 @@ type taskRun struct {
 	job      *jobRun
 	reduce   bool
 	index    int
+	shuffle  float64 // a reduce's shuffle work (part of left)
+	post     float64 // a reduce's work after its shuffle
 	left     float64 // work left, core-seconds at speed 1
 	failAt   float64 // work left at which this attempt fails (−1: it does not)
 	vm       *vm
@@ -165,6 +176,7 @@ type taskRun struct {
 
 type jobRun struct {
 	spec      JobSpec
+	reducesIn bool       // the reduces have been scheduled
 	waiting   bool       // submitted, waiting for the jobs it comes after
 	pending   []*taskRun // not started
 	running   int
@@ -547,6 +559,14 @@ func (s *Sim) freeVM(j *jobRun) *vm {
 func (s *Sim) taskDone(t *taskRun) {
 	m := t.vm
 	s.integrate(m.host)
+	failed := t.failAt >= 0 && t.left <= t.failAt*(1+1e-12)+1e-9
+	if !failed && t.blocked() {
+		s.refresh(m.host) // caught up with the maps: it waits for more output
+		return
+	}
+	if !failed {
+		t.failAt = -1
+	}
 	for i, r := range m.running {
 		if r == t {
 			m.running = append(m.running[:i], m.running[i+1:]...)
@@ -559,24 +579,30 @@ func (s *Sim) taskDone(t *taskRun) {
 		o.TaskFinished(j.spec.ID, t.reduce, t.index, m.spec.ID, s.now, t.failAt < 0)
 	}
 	if t.failAt >= 0 { // the attempt failed: run the task again
-		d := j.spec.Map
+		var again *taskRun
 		if t.reduce {
-			d = j.spec.Reduce
+			again = s.newReduce(j, t.index)
+		} else {
+			w, f := s.work(j.spec.Map)
+			again = &taskRun{job: j, index: t.index, left: w, failAt: f}
 		}
-		w, f := s.work(d)
-		j.pending = append([]*taskRun{{job: j, reduce: t.reduce, index: t.index, left: w, failAt: f, attempts: t.attempts}}, j.pending...)
+		again.attempts = t.attempts
+		j.pending = append([]*taskRun{again}, j.pending...)
 		if !contains(s.queueW, j) {
 			s.queueW = append(s.queueW, j)
 		}
 	} else if !t.reduce {
 		j.mapsLeft--
-		if j.mapsLeft == 0 {
-			for i := range j.spec.Reduces {
-				w, f := s.work(j.spec.Reduce)
-				j.pending = append(j.pending, &taskRun{job: j, reduce: true, index: i, left: w, failAt: f})
-			}
-			if j.spec.Reduces > 0 && !contains(s.queueW, j) {
-				s.queueW = append(s.queueW, j)
+		s.startReduces(j)
+		// More map output: the job's shuffling reduces may go on.
+		for _, id := range j.spec.VMs {
+			v := s.vms[id]
+			for _, r := range v.running {
+				if r.job == j && r.reduce {
+					s.integrate(v.host)
+					s.refresh(v.host)
+					break
+				}
 			}
 		}
 	} else {
@@ -595,6 +621,54 @@ func (s *Sim) taskDone(t *taskRun) {
 		}
 	}
 	s.schedule()
+}
+
+// floor is the work a task cannot get below now: for a reduce while maps
+// remain, its post-shuffle work plus the shuffle of the map output that
+// does not exist yet.
+func (t *taskRun) floor() float64 {
+	j := t.job
+	if !t.reduce || j.mapsLeft == 0 {
+		return 0
+	}
+	return t.post + t.shuffle*float64(j.mapsLeft)/float64(j.spec.Maps)
+}
+
+// blocked reports a reduce that has shuffled all the map output there is.
+func (t *taskRun) blocked() bool {
+	f := t.floor()
+	return f > 0 && t.left <= f*(1+1e-12)+1e-9
+}
+
+// startReduces schedules a job's reduces once enough maps are done.
+func (s *Sim) startReduces(j *jobRun) {
+	if j.reducesIn || j.spec.Reduces == 0 {
+		return
+	}
+	slow := j.spec.SlowStart
+	if slow <= 0 || slow > 1 {
+		slow = 1
+	}
+	if float64(j.spec.Maps-j.mapsLeft) < slow*float64(j.spec.Maps) {
+		return
+	}
+	j.reducesIn = true
+	for i := range j.spec.Reduces {
+		j.pending = append(j.pending, s.newReduce(j, i))
+	}
+	if !contains(s.queueW, j) {
+		s.queueW = append(s.queueW, j)
+	}
+}
+
+func (s *Sim) newReduce(j *jobRun, i int) *taskRun {
+	var sh float64
+	if j.spec.Shuffle.Mean > 0 {
+		sh, _ = s.work(Dist{Mean: j.spec.Shuffle.Mean, CV: j.spec.Shuffle.CV})
+	}
+	post, failAt := s.work(j.spec.Reduce)
+	t := &taskRun{job: j, reduce: true, index: i, shuffle: sh, post: post, left: sh + post, failAt: failAt}
+	return t
 }
 
 func contains(js []*jobRun, j *jobRun) bool {
@@ -637,7 +711,13 @@ func (s *Sim) refresh(h *host) {
 	}
 	demand := make(map[string]float64, len(h.vms)+1)
 	for _, m := range h.vms {
-		demand[m.spec.ID] = float64(len(m.running))
+		n := 0
+		for _, t := range m.running {
+			if !t.blocked() {
+				n++
+			}
+		}
+		demand[m.spec.ID] = float64(n)
 	}
 	if h.bg != "" {
 		demand[h.bg] = h.spec.Background
@@ -648,16 +728,15 @@ func (s *Sim) refresh(h *host) {
 	alloc := agent.Allocate(h.spec.Cores, shares, demand)
 	for _, m := range h.vms {
 		m.cpu = alloc[m.spec.ID]
-		if len(m.running) == 0 {
-			continue
-		}
-		per := m.cpu / float64(len(m.running)) * h.spec.Speed
+		busy := demand[m.spec.ID]
 		for _, t := range m.running {
-			t.rate = per
-			stop := t.left
-			if t.failAt >= 0 {
-				stop = t.left - t.failAt
+			if t.blocked() || busy == 0 {
+				t.rate = 0
+				continue // waits for map output
 			}
+			per := m.cpu / busy * h.spec.Speed
+			t.rate = per
+			stop := t.left - max(t.floor(), t.failAt)
 			if per <= 0 {
 				continue // starved: it will be rescheduled when shares change
 			}

@@ -121,3 +121,33 @@ func TestDeterministic(t *testing.T) {
 		}
 	}
 }
+
+// TestShuffleOverlapsTheMaps: with slow start, a reduce starts while maps
+// run, shuffles the map output there is, waits for the rest, then reduces.
+// 3 slots on 3 cores; 4 maps of 10 s (the 4th runs 10–20 s); a reduce of 4 s
+// shuffle + 5 s reduce. Slow start 0.5: it starts at 10 s, shuffles 3/4 by
+// 13 s, waits, finishes the shuffle at 21 s and the reduce at 26 s. Without
+// slow start it runs 20–29 s.
+func TestShuffleOverlapsTheMaps(t *testing.T) {
+	run := func(slow float64) time.Duration {
+		s, err := sim.New(sim.Config{Seed: 1, Start: t0}, []sim.HostSpec{{ID: "h1", Cores: 3}}, []sim.VMSpec{{ID: "vm1", Owner: "alice", Host: "h1", Slots: 3}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Submit(sim.JobSpec{ID: "j", User: "alice", VMs: []string{"vm1"}, Maps: 4, Reduces: 1, SlowStart: slow,
+			Map: sim.Dist{Mean: 10}, Shuffle: sim.Dist{Mean: 4}, Reduce: sim.Dist{Mean: 5}}); err != nil {
+			t.Fatal(err)
+		}
+		res, err := s.Run(time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res[0].Duration()
+	}
+	if got := run(0.5); math.Abs(got.Seconds()-26) > 1e-6 {
+		t.Fatalf("with slow start: %s, want 26s", got)
+	}
+	if got := run(0); math.Abs(got.Seconds()-29) > 1e-6 {
+		t.Fatalf("without: %s, want 29s", got)
+	}
+}
