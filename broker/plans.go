@@ -243,6 +243,38 @@ func (b *Broker) Adjust(ctx context.Context, req *wire.AdjustRequest) (wire.Plan
 	return rec.Plan, nil
 }
 
+// StageStarted tells the broker that stage of workflow of user's started
+// (the YARN monitor sees its application, or the simulator submits its
+// job): that user's running stage-priority plans with this workflow and
+// stage move to it, never back. Idle VMs alone cannot tell when stages run
+// back to back on the same VMs.
+func (b *Broker) StageStarted(ctx context.Context, user, workflow, stage string) error {
+	var ids []string
+	b.store.each(func(rec *planRecord, _ uint64) {
+		if rec.Plan.User == user && rec.Plan.Status == wire.PlanRunning && rec.Plan.Strategy == wire.StrategyStage {
+			ids = append(ids, rec.Plan.ID)
+		}
+	})
+	var errs []error
+	for _, id := range ids {
+		_, err := b.mutate(ctx, id, func(rec *planRecord) error {
+			for i, w := range rec.Plan.Workflows {
+				if w.Name != workflow {
+					continue
+				}
+				for k, st := range w.Stages {
+					if st.Name == stage && k > rec.Plan.Stage[i] {
+						rec.Plan.Stage[i] = k
+					}
+				}
+			}
+			return nil
+		})
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
 // Plans lists plans, oldest first, of req.User when set.
 func (b *Broker) Plans(req *wire.PlansRequest) wire.PlansReply {
 	rep := wire.PlansReply{Plans: []wire.Plan{}}

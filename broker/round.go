@@ -160,8 +160,14 @@ func (b *Broker) allocate(rec *planRecord, now time.Time, boost float64) (out ma
 		}
 		for i, w := range rec.Plan.Workflows {
 			var vms []string
+			seen := map[string]bool{}
 			for _, s := range w.Stages {
-				vms = append(vms, s.VMs...)
+				for _, vm := range s.VMs {
+					if !seen[vm] {
+						seen[vm] = true
+						vms = append(vms, vm)
+					}
+				}
 			}
 			even(known(vms), parts[i], left)
 		}
@@ -175,7 +181,8 @@ func (b *Broker) allocate(rec *planRecord, now time.Time, boost float64) (out ma
 			return out, stage
 		}
 		for i, w := range rec.Plan.Workflows {
-			// A stage whose VMs are all idle is done: move on (never back).
+			// A stage whose VMs are all idle is done, or a later stage was
+			// reported started (StageStarted): move on, never back.
 			s := stage[i]
 			for s < len(w.Stages)-1 && allIdle(known(w.Stages[s].VMs), func(r vmRef) bool { return r.idle }) {
 				s++
@@ -239,9 +246,15 @@ func allIdle[T any](xs []T, idle func(T) bool) bool {
 func planVMs(rec *planRecord) []string {
 	if len(rec.Plan.Workflows) > 0 {
 		var out []string
+		seen := map[string]bool{}
 		for _, w := range rec.Plan.Workflows {
 			for _, s := range w.Stages {
-				out = append(out, s.VMs...)
+				for _, vm := range s.VMs {
+					if !seen[vm] {
+						seen[vm] = true
+						out = append(out, vm)
+					}
+				}
 			}
 		}
 		return out

@@ -635,15 +635,22 @@ func checkWeight(what string, w float64) error {
 	return nil
 }
 
-// AllVMs lists the plan's VMs: VMs, or those of every stage of every workflow.
+// AllVMs lists the plan's VMs: VMs, or those of every stage of every
+// workflow, each once.
 func (r *SpendRequest) AllVMs() []string {
 	if len(r.Workflows) == 0 {
 		return r.VMs
 	}
 	var out []string
+	seen := map[string]bool{}
 	for _, w := range r.Workflows {
 		for _, s := range w.Stages {
-			out = append(out, s.VMs...)
+			for _, vm := range s.VMs {
+				if !seen[vm] {
+					seen[vm] = true
+					out = append(out, vm)
+				}
+			}
 		}
 	}
 	return out
@@ -687,12 +694,30 @@ func (r *SpendRequest) Validate() error {
 	if len(vms) == 0 || len(vms) > MaxPlanVMs {
 		return Errorf(ErrBadRequest, "a plan needs 1 to %d VMs, got %d", MaxPlanVMs, len(vms))
 	}
+	// A VM belongs to one workflow, but the stages of a workflow run one
+	// after the other and may use the same VMs.
+	owner := map[string]int{}
+	for w, wf := range r.Workflows {
+		for _, st := range wf.Stages {
+			inStage := map[string]bool{}
+			for _, vm := range st.VMs {
+				if inStage[vm] {
+					return Errorf(ErrBadRequest, "vm %q listed twice in stage %q", vm, st.Name)
+				}
+				inStage[vm] = true
+				if o, ok := owner[vm]; ok && o != w {
+					return Errorf(ErrBadRequest, "vm %q is in two workflows", vm)
+				}
+				owner[vm] = w
+			}
+		}
+	}
 	seen := map[string]bool{}
 	for _, vm := range vms {
 		if err := CheckName("vm", vm); err != nil {
 			return err
 		}
-		if seen[vm] {
+		if seen[vm] && len(r.Workflows) == 0 {
 			return Errorf(ErrBadRequest, "vm %q listed twice", vm)
 		}
 		seen[vm] = true
