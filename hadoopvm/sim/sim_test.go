@@ -151,3 +151,58 @@ func TestShuffleOverlapsTheMaps(t *testing.T) {
 		t.Fatalf("without: %s, want 29s", got)
 	}
 }
+
+// TestBackgroundLoadChangesMidRun: a task shares its core 1:1 with a
+// background VM paying the same rate; when the background stops at 50 s the
+// task gets the whole core. 100 core-seconds: 25 done by 50 s, 75 more by
+// 125 s.
+func TestBackgroundLoadChangesMidRun(t *testing.T) {
+	s, err := sim.New(sim.Config{Seed: 1, Start: t0}, []sim.HostSpec{{ID: "h1", Cores: 1, Background: 1, BackgroundRate: 100}},
+		[]sim.VMSpec{{ID: "vm1", Owner: "alice", Host: "h1", Slots: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Bid("vm1", "p", 360_000, time.Hour); err != nil { // 100 µ/s
+		t.Fatal(err)
+	}
+	if err := s.Submit(sim.JobSpec{ID: "j", User: "alice", VMs: []string{"vm1"}, Maps: 1, Map: sim.Dist{Mean: 100}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RunUntil(t0.Add(50 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetBackground("h1", 0); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Run(time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res[0].Duration(); math.Abs(got.Seconds()-125) > 1e-6 {
+		t.Fatalf("job took %s, want 125s", got)
+	}
+	if err := s.SetBackground("nope", 1); err == nil {
+		t.Fatal("an unknown host's background changed")
+	}
+}
+
+// TestFailedAttemptsRunAgain: attempts that fail part way are run again
+// until each task succeeds; the job counts every attempt.
+func TestFailedAttemptsRunAgain(t *testing.T) {
+	s, err := sim.New(sim.Config{Seed: 9, Start: t0}, []sim.HostSpec{{ID: "h1", Cores: 4}}, []sim.VMSpec{{ID: "vm1", Owner: "alice", Host: "h1", Slots: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Submit(sim.JobSpec{ID: "j", User: "alice", VMs: []string{"vm1"}, Maps: 40, Reduces: 4,
+		Map: sim.Dist{Mean: 10, FailProb: 0.5}, Reduce: sim.Dist{Mean: 10, FailProb: 0.5}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Run(24 * time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Finish.IsZero() || res[0].Attempts <= 44 {
+		t.Fatalf("%+v: want more attempts than the 44 tasks", res[0])
+	}
+	t.Logf("44 tasks, %d attempts", res[0].Attempts)
+}
