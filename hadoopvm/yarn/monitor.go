@@ -186,6 +186,20 @@ func (m *Monitor) Attempts(ctx context.Context, appID, jobID, taskID string) ([]
 	return r.TaskAttempts.TaskAttempt, nil
 }
 
+// Counters reads a job's counters, from its AM or, with appID "", from the
+// history server.
+func (m *Monitor) Counters(ctx context.Context, appID, jobID string) ([]CounterGroup, error) {
+	base, path := m.jobBase(appID, jobID)
+	var r countersResponse
+	if err := m.get(ctx, base, path+"/counters", &r); err != nil {
+		return nil, err
+	}
+	if r.JobCounters == nil {
+		return nil, nil
+	}
+	return r.JobCounters.CounterGroup, nil
+}
+
 func (m *Monitor) jobBase(appID, jobID string) (base, path string) {
 	if appID == "" {
 		return m.History, "/ws/v1/history/mapreduce/jobs/" + url.PathEscape(jobID)

@@ -96,6 +96,16 @@ func TestProfileExtraction(t *testing.T) {
 	runTask(t, c, app, yarn.TypeReduce, 0, "vm2", sec(5), sec(57), &yarntest.ReducePhases{ShuffleFinish: sec(45), MergeFinish: sec(45)})
 	// Typical: started after the maps, shuffle 8 s + merge 1 s, reduce 14 s.
 	runTask(t, c, app, yarn.TypeReduce, 1, "vm2", sec(60), sec(83), &yarntest.ReducePhases{ShuffleFinish: sec(68), MergeFinish: sec(69)})
+	if err := c.SetCounters(app, []yarn.CounterGroup{
+		{CounterGroupName: yarn.FileSystemCounters, Counter: []yarn.Counter{
+			{Name: "HDFS_BYTES_READ", MapCounterValue: 400 << 20, TotalCounterValue: 400 << 20},
+			{Name: "HDFS_BYTES_WRITTEN", ReduceCounterValue: 10 << 20, TotalCounterValue: 10 << 20}}},
+		{CounterGroupName: yarn.TaskCounters, Counter: []yarn.Counter{
+			{Name: "MAP_OUTPUT_BYTES", MapCounterValue: 100 << 20, TotalCounterValue: 100 << 20},
+			{Name: "REDUCE_SHUFFLE_BYTES", ReduceCounterValue: 40 << 20, TotalCounterValue: 40 << 20}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
 	if err := c.FinishApp(app, sec(84)); err != nil {
 		t.Fatal(err)
 	}
@@ -109,6 +119,9 @@ func TestProfileExtraction(t *testing.T) {
 	}
 	if p.Sh1Avg != 5*s || p.Sh1Max != 5*s || p.ShTypAvg != 9*s || p.ShTypMax != 9*s || p.ReduceAvg != 13*s || p.ReduceMax != 14*s {
 		t.Fatalf("shuffle and reduce: %+v", p)
+	}
+	if p.InputPerMap != 100<<20 || p.MapSelectivity != 0.25 || p.ReduceSelectivity != 0.25 {
+		t.Fatalf("input and selectivities: %+v", p)
 	}
 	if _, err := m.ProfileJob(context.Background(), "job_0_0000"); !errors.Is(err, yarn.ErrNotFound) {
 		t.Fatalf("unknown job: %v", err)

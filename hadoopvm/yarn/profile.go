@@ -2,6 +2,7 @@ package yarn
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -19,19 +20,25 @@ import (
 // reduce phase is elapsedReduceTime. With no reduce started after the maps,
 // the typical shuffle falls back to the first wave's full shuffles.
 type Profile struct {
-	Job         string        `json:"job"`
-	Maps        int           `json:"maps"`
-	Reduces     int           `json:"reduces"`
-	MapMin      time.Duration `json:"map_min"`
-	MapAvg      time.Duration `json:"map_avg"`
-	MapMax      time.Duration `json:"map_max"`
-	Sh1Avg      time.Duration `json:"sh1_avg"`
-	Sh1Max      time.Duration `json:"sh1_max"`
-	ShTypAvg    time.Duration `json:"shtyp_avg"`
-	ShTypMax    time.Duration `json:"shtyp_max"`
-	ReduceAvg   time.Duration `json:"reduce_avg"`
-	ReduceMax   time.Duration `json:"reduce_max"`
-	MapStageEnd time.Time     `json:"map_stage_end"`
+	Job       string        `json:"job"`
+	Maps      int           `json:"maps"`
+	Reduces   int           `json:"reduces"`
+	MapMin    time.Duration `json:"map_min"`
+	MapAvg    time.Duration `json:"map_avg"`
+	MapMax    time.Duration `json:"map_max"`
+	Sh1Avg    time.Duration `json:"sh1_avg"`
+	Sh1Max    time.Duration `json:"sh1_max"`
+	ShTypAvg  time.Duration `json:"shtyp_avg"`
+	ShTypMax  time.Duration `json:"shtyp_max"`
+	ReduceAvg time.Duration `json:"reduce_avg"`
+	ReduceMax time.Duration `json:"reduce_max"`
+	// From the job's counters (0 when the job has none): the bytes a map
+	// reads, and the selectivities — map output over map input, reduce
+	// output over reduce (shuffled) input.
+	InputPerMap       int64     `json:"input_per_map"`
+	MapSelectivity    float64   `json:"map_selectivity"`
+	ReduceSelectivity float64   `json:"reduce_selectivity"`
+	MapStageEnd       time.Time `json:"map_stage_end"`
 }
 
 // ProfileJob reads a finished job's attempts from the history server and
@@ -61,7 +68,48 @@ func (m *Monitor) ProfileJob(ctx context.Context, jobID string) (Profile, error)
 			}
 		}
 	}
-	return BuildProfile(jobID, maps, reduces)
+	p, err := BuildProfile(jobID, maps, reduces)
+	if err != nil {
+		return p, err
+	}
+	groups, err := m.Counters(ctx, "", jobID)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return p, err
+	}
+	p.AddCounters(groups)
+	return p, nil
+}
+
+// AddCounters fills the profile's input size and selectivities from job
+// counters: HDFS_BYTES_READ by the maps, MAP_OUTPUT_BYTES,
+// REDUCE_SHUFFLE_BYTES and HDFS_BYTES_WRITTEN by the reduces.
+func (p *Profile) AddCounters(groups []CounterGroup) {
+	get := func(group, name string) Counter {
+		for _, g := range groups {
+			if g.CounterGroupName != group {
+				continue
+			}
+			for _, c := range g.Counter {
+				if c.Name == name {
+					return c
+				}
+			}
+		}
+		return Counter{}
+	}
+	in := get(FileSystemCounters, "HDFS_BYTES_READ").MapCounterValue
+	out := get(TaskCounters, "MAP_OUTPUT_BYTES").MapCounterValue
+	shuffled := get(TaskCounters, "REDUCE_SHUFFLE_BYTES").ReduceCounterValue
+	written := get(FileSystemCounters, "HDFS_BYTES_WRITTEN").ReduceCounterValue
+	if p.Maps > 0 {
+		p.InputPerMap = in / int64(p.Maps)
+	}
+	if in > 0 {
+		p.MapSelectivity = float64(out) / float64(in)
+	}
+	if shuffled > 0 {
+		p.ReduceSelectivity = float64(written) / float64(shuffled)
+	}
 }
 
 // BuildProfile extracts a profile from successful map and reduce attempts.

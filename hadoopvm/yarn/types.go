@@ -123,3 +123,31 @@ type attemptsResponse struct {
 		TaskAttempt []Attempt `json:"taskAttempt"`
 	} `json:"taskAttempts"`
 }
+
+// Counter is one counter of GET …/jobs/{jobid}/counters: its totals over
+// the job's maps, its reduces, and both.
+type Counter struct {
+	Name               string `json:"name"`
+	TotalCounterValue  int64  `json:"totalCounterValue"`
+	MapCounterValue    int64  `json:"mapCounterValue"`
+	ReduceCounterValue int64  `json:"reduceCounterValue"`
+}
+
+// CounterGroup is a group of job counters.
+type CounterGroup struct {
+	CounterGroupName string    `json:"counterGroupName"`
+	Counter          []Counter `json:"counter"`
+}
+
+type countersResponse struct {
+	JobCounters *struct {
+		ID           string         `json:"id"`
+		CounterGroup []CounterGroup `json:"counterGroup"`
+	} `json:"jobCounters"`
+}
+
+// Counter group names the profile reads.
+const (
+	FileSystemCounters = "org.apache.hadoop.mapreduce.FileSystemCounter"
+	TaskCounters       = "org.apache.hadoop.mapreduce.TaskCounter"
+)

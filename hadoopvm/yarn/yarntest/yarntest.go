@@ -37,9 +37,10 @@ type Cluster struct {
 
 type app struct {
 	yarn.App
-	job   yarn.Job
-	tasks []*task
-	amUp  bool
+	job      yarn.Job
+	tasks    []*task
+	amUp     bool
+	counters []yarn.CounterGroup
 }
 
 type task struct {
@@ -190,6 +191,18 @@ func (c *Cluster) FinishAttempt(appID, attemptID string, at time.Time, ok bool, 
 	return fmt.Errorf("yarntest: no attempt %s", attemptID)
 }
 
+// SetCounters sets a job's counters (the history server and AM serve them).
+func (c *Cluster) SetCounters(appID string, groups []yarn.CounterGroup) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a, ok := c.apps[appID]
+	if !ok {
+		return fmt.Errorf("yarntest: no application %s", appID)
+	}
+	a.counters = groups
+	return nil
+}
+
 // FinishApp ends an application: its AM goes away and its job moves to
 // the history server.
 func (c *Cluster) FinishApp(appID string, at time.Time) error {
@@ -294,6 +307,8 @@ func (c *Cluster) serveJob(w http.ResponseWriter, a *app, rest string) {
 	switch {
 	case len(parts) == 1 && parts[0] == "jobs":
 		writeJSON(w, map[string]any{"jobs": map[string]any{"job": []yarn.Job{a.job}}})
+	case len(parts) == 3 && parts[0] == "jobs" && parts[1] == a.job.ID && parts[2] == "counters":
+		writeJSON(w, map[string]any{"jobCounters": map[string]any{"id": a.job.ID, "counterGroup": a.counters}})
 	case len(parts) == 3 && parts[0] == "jobs" && parts[1] == a.job.ID && parts[2] == "tasks":
 		list := make([]yarn.Task, len(a.tasks))
 		for i, t := range a.tasks {
