@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"net/http"
 	"testing"
 	"time"
 
@@ -154,4 +155,28 @@ func TestRMRestartMidJob(t *testing.T) {
 	if _, err := m.Snapshot(context.Background()); !errors.Is(err, yarn.ErrUnavailable) {
 		t.Fatalf("RM down for good: %v", err)
 	}
+}
+
+// TestTimeouts: a ResourceManager that hangs is given up on per request
+// and retried; once it answers in time again the monitor gets through.
+func TestTimeouts(t *testing.T) {
+	c, m := newCluster(t, "vm1")
+	m.Client = &http.Client{Timeout: 30 * time.Millisecond}
+	c.Submit("alice", "etl:load", 1, 0, sec(0))
+	c.SetDelay(time.Second)
+	done := make(chan error, 1)
+	go func() {
+		_, err := m.Apps(context.Background())
+		done <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // a try or two time out meanwhile
+	c.SetDelay(0)
+	if err := <-done; err != nil {
+		t.Fatalf("after the RM recovered: %v", err)
+	}
+	c.SetDelay(time.Second)
+	if _, err := m.Apps(context.Background()); !errors.Is(err, yarn.ErrUnavailable) {
+		t.Fatalf("RM hung for good: %v", err)
+	}
+	c.SetDelay(0)
 }

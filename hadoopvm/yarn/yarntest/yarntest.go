@@ -31,6 +31,7 @@ type Cluster struct {
 	nodes []yarn.Node
 	apps  map[string]*app
 	down  bool
+	delay time.Duration // the RM answers this late (a hung or overloaded RM)
 	rm    *httptest.Server
 	hist  *httptest.Server
 }
@@ -69,6 +70,13 @@ func (c *Cluster) Close() { c.rm.Close(); c.hist.Close() }
 func (c *Cluster) SetDown(down bool) {
 	c.mu.Lock()
 	c.down = down
+	c.mu.Unlock()
+}
+
+// SetDelay makes the ResourceManager answer d late.
+func (c *Cluster) SetDelay(d time.Duration) {
+	c.mu.Lock()
+	c.delay = d
 	c.mu.Unlock()
 }
 
@@ -229,6 +237,16 @@ func notFound(w http.ResponseWriter, what string) {
 }
 
 func (c *Cluster) serveRM(w http.ResponseWriter, r *http.Request) {
+	c.mu.Lock()
+	delay := c.delay
+	c.mu.Unlock()
+	if delay > 0 {
+		select {
+		case <-time.After(delay):
+		case <-r.Context().Done():
+			return
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.down {
