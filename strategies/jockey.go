@@ -1,0 +1,118 @@
+package strategies
+
+import (
+	"errors"
+	"math"
+	"sort"
+	"time"
+)
+
+// StageProgress is one stage of a job for Jockey's progress indicator: the
+// fraction of its tasks done, and its tasks' total queueing and running
+// time (from the offline model).
+type StageProgress struct {
+	Fraction    float64
+	Queue, Time time.Duration
+}
+
+// TotalWorkWithQ is Jockey's progress indicator (seed 002 §4.1):
+// Σ_s f_s·(Q_s + T_s) over Σ_s (Q_s + T_s), in [0, 1].
+func TotalWorkWithQ(stages []StageProgress) float64 {
+	var done, total float64
+	for _, s := range stages {
+		w := (s.Queue + s.Time).Seconds()
+		done += math.Min(math.Max(s.Fraction, 0), 1) * w
+		total += w
+	}
+	if total == 0 {
+		return 0
+	}
+	return done / total
+}
+
+// CTable is C(p, a): a job's remaining time at progress p with allocation
+// a, sampled offline (by the simulator) on a grid of progress points and
+// allocations; between progress points it interpolates linearly.
+type CTable struct {
+	Progress  []float64         // increasing, from 0 to 1
+	Alloc     []float64         // increasing
+	Remaining [][]time.Duration // [progress][alloc]
+}
+
+// C is the remaining time at progress p with allocation Alloc[k].
+func (c CTable) C(p float64, k int) time.Duration {
+	i := sort.SearchFloat64s(c.Progress, p)
+	switch {
+	case i == 0:
+		return c.Remaining[0][k]
+	case i >= len(c.Progress):
+		return c.Remaining[len(c.Progress)-1][k]
+	}
+	p0, p1 := c.Progress[i-1], c.Progress[i]
+	w := (p - p0) / (p1 - p0)
+	return time.Duration((1-w)*float64(c.Remaining[i-1][k]) + w*float64(c.Remaining[i][k]))
+}
+
+// JockeyUtility is seed 002's utility of finishing at f minutes for a
+// deadline d: 1 until d, falling to −1 at d+10 and −1000 at d+1000.
+func JockeyUtility(f, d float64) float64 {
+	switch {
+	case f <= d:
+		return 1
+	case f <= d+10:
+		return 1 - 2*(f-d)/10
+	case f <= d+1000:
+		return -1 - 999*(f-d-10)/990
+	}
+	return -1000
+}
+
+// Jockey is the control loop that keeps a job on its deadline (seed 002
+// §4.3): every period it picks the smallest allocation whose predicted
+// finish (slack × C(p, a), the deadline moved earlier by the dead zone) has
+// the best utility, and moves the allocation a fraction Alpha of the way
+// towards it (hysteresis).
+type Jockey struct {
+	Table    CTable
+	Deadline time.Duration // from the job's start
+	Slack    float64       // default 1.2
+	Alpha    float64       // default 0.2
+	DeadZone time.Duration // default 3 min
+	alloc    float64
+	started  bool
+}
+
+// ErrNoTable means the controller has no C(p, a) samples.
+var ErrNoTable = errors.New("strategies: Jockey needs a C(p, a) table")
+
+// Step is one control period at elapsed time since the job started and
+// progress p; it returns the smoothed allocation and the raw one.
+func (j *Jockey) Step(elapsed time.Duration, p float64) (alloc, raw float64, err error) {
+	if len(j.Table.Alloc) == 0 || len(j.Table.Progress) == 0 {
+		return 0, 0, ErrNoTable
+	}
+	slack, alpha, dz := j.Slack, j.Alpha, j.DeadZone
+	if slack <= 0 {
+		slack = 1.2
+	}
+	if alpha <= 0 {
+		alpha = 0.2
+	}
+	if dz <= 0 {
+		dz = 3 * time.Minute
+	}
+	deadline := (j.Deadline - dz).Minutes()
+	best := math.Inf(-1)
+	for k, a := range j.Table.Alloc {
+		finish := (elapsed + time.Duration(slack*float64(j.Table.C(p, k)))).Minutes()
+		if u := JockeyUtility(finish, deadline); u > best+1e-12 {
+			best, raw = u, a
+		}
+	}
+	if !j.started {
+		j.alloc, j.started = raw, true
+		return j.alloc, raw, nil
+	}
+	j.alloc += alpha * (raw - j.alloc)
+	return j.alloc, raw, nil
+}
