@@ -380,8 +380,8 @@ func TestHardCapOnARealGuest(t *testing.T) {
 	}
 	defer enf.Close()
 	ctx := context.Background()
-	time.Sleep(4 * time.Second) // boot to the busy loop
-	for _, q := range []float64{0.25, 0.6} {
+	time.Sleep(4 * time.Second)                   // boot to the busy loop
+	for _, q := range []float64{0.25, 0.6, 0.3} { // raising and lowering the cap
 		if err := enf.Apply(ctx, map[string]float64{name: q}); err != nil {
 			t.Fatal(err)
 		}

@@ -203,20 +203,33 @@ func (e *Enforcer) Apply(_ context.Context, shares map[string]float64) error {
 }
 
 func (e *Enforcer) applyCPU(d *libvirt.Domain, q float64) error {
-	p := &libvirt.DomainSchedulerParameters{CpuSharesSet: true, CpuShares: CPUShares(q)}
-	if e.cfg.HardCap {
-		info, err := d.GetInfo()
-		if err != nil {
-			return err
-		}
-		p.VcpuPeriodSet, p.VcpuPeriod = true, vcpuPeriod
-		p.VcpuQuotaSet, p.VcpuQuota = true, VcpuQuota(q, e.cfg.HostCPUs, info.NrVirtCpu)
-		// The whole domain too: QEMU's emulator threads are outside the
-		// vCPU quotas (measured: a 0.25 vCPU cap used 0.28 of a CPU).
-		p.GlobalPeriodSet, p.GlobalPeriod = true, vcpuPeriod
-		p.GlobalQuotaSet, p.GlobalQuota = true, VcpuQuota(q, e.cfg.HostCPUs, 1)
+	shares := &libvirt.DomainSchedulerParameters{CpuSharesSet: true, CpuShares: CPUShares(q)}
+	if !e.cfg.HardCap {
+		return d.SetSchedulerParametersFlags(shares, libvirt.DOMAIN_AFFECT_LIVE)
 	}
-	return d.SetSchedulerParametersFlags(p, libvirt.DOMAIN_AFFECT_LIVE)
+	info, err := d.GetInfo()
+	if err != nil {
+		return err
+	}
+	// The vCPU quotas live in child cgroups of the domain's: cgroup v1
+	// refuses a child quota above its parent's, and one libvirt call does
+	// not fix the order it writes them in (raising a cap failed). So: lift
+	// the vCPU quotas, set the domain-wide one, then the vCPU ones (never
+	// above it).
+	shares.VcpuPeriodSet, shares.VcpuPeriod = true, vcpuPeriod
+	shares.VcpuQuotaSet, shares.VcpuQuota = true, -1
+	if err := d.SetSchedulerParametersFlags(shares, libvirt.DOMAIN_AFFECT_LIVE); err != nil {
+		return err
+	}
+	// The whole domain too: QEMU's emulator threads are outside the vCPU
+	// quotas (measured: a 0.25 vCPU cap used 0.28 of a CPU).
+	global := &libvirt.DomainSchedulerParameters{GlobalPeriodSet: true, GlobalPeriod: vcpuPeriod,
+		GlobalQuotaSet: true, GlobalQuota: VcpuQuota(q, e.cfg.HostCPUs, 1)}
+	if err := d.SetSchedulerParametersFlags(global, libvirt.DOMAIN_AFFECT_LIVE); err != nil {
+		return err
+	}
+	vcpu := &libvirt.DomainSchedulerParameters{VcpuQuotaSet: true, VcpuQuota: VcpuQuota(q, e.cfg.HostCPUs, info.NrVirtCpu)}
+	return d.SetSchedulerParametersFlags(vcpu, libvirt.DOMAIN_AFFECT_LIVE)
 }
 
 // ApplyDisk sets d's blkio weight for share q.
