@@ -271,6 +271,11 @@ func planVMs(rec *planRecord) []string {
 // the hosts that took their change; the errors of the others are returned.
 func (b *Broker) replan(ctx context.Context, rec *planRecord, now time.Time, boost float64) (changed bool, errs []error) {
 	want, stage := b.allocate(rec, now, boost)
+	return b.apply(ctx, rec, now, want, stage)
+}
+
+// apply sends the bids that take rec from its bids in force to want.
+func (b *Broker) apply(ctx context.Context, rec *planRecord, now time.Time, want map[string]alloc, stage []int) (changed bool, errs []error) {
 	changed = !slices.Equal(stage, rec.Plan.Stage)
 	rec.Plan.Stage = stage
 	type change struct {
@@ -447,8 +452,10 @@ func (b *Broker) Tick(ctx context.Context, now time.Time) error {
 	}
 	one := func(v versioned) {
 		rec, rev := v.rec, v.rev
+		var want map[string]alloc // computed once, for the plans this replica runs
+		var stage []int
 		if rec.Plan.Owner == b.cfg.Replica && rec.Plan.Status == wire.PlanRunning && now.Before(rec.Plan.End.Add(b.cfg.Settle)) {
-			if want, stage := b.allocate(rec, now, boosts[rec.Plan.ID]); !needsChange(rec, want, stage, now) {
+			if want, stage = b.allocate(rec, now, boosts[rec.Plan.ID]); !needsChange(rec, want, stage, now) {
 				return // the usual round: nothing to do, nothing copied
 			}
 		}
@@ -503,7 +510,13 @@ func (b *Broker) Tick(ctx context.Context, now time.Time) error {
 			}
 			return
 		}
-		changed, failed := b.replan(ctx, rec, now, boosts[rec.Plan.ID])
+		var changed bool
+		var failed []error
+		if want != nil {
+			changed, failed = b.apply(ctx, rec, now, want, stage)
+		} else { // taken over this round: allocate for it now
+			changed, failed = b.replan(ctx, rec, now, boosts[rec.Plan.ID])
+		}
 		report(failed...)
 		if changed {
 			if _, err := b.store.update(ctx, rec, rev); err != nil && !errors.Is(err, errStale) {
