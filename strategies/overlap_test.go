@@ -1,6 +1,7 @@
 package strategies_test
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -56,5 +57,138 @@ func TestOverlapPolicies(t *testing.T) {
 	}
 	if _, err := strategies.SimulateOverlap(nil, "lifo"); err == nil {
 		t.Fatal("unknown policy accepted")
+	}
+}
+
+var overlapPolicies = []string{strategies.PolicyFIFO, strategies.PolicyMaxSRPT, strategies.PolicySplitSRPT, strategies.PolicyKLPS}
+
+// meanResponse is the mean of completion − release under policy.
+func meanResponse(t *testing.T, jobs []strategies.OverlapJob, policy string) float64 {
+	t.Helper()
+	done, err := strategies.SimulateOverlap(jobs, policy)
+	if err != nil {
+		t.Fatalf("%s: %v", policy, err)
+	}
+	sum := 0.0
+	for i, j := range jobs {
+		sum += done[i] - j.Release
+	}
+	return sum / float64(len(jobs))
+}
+
+// TestOverlapLowerBoundFig2: on Fig. 2's jobs SRPT on the map sizes 1, 3, 2
+// gives 1 + 3 + 6 = 10 and on the shuffle sizes 2, 1, 2 gives 3 + 1 + 5 = 9,
+// one busy period, so the bound is 10/3, below every policy (FIFO: 4).
+func TestOverlapLowerBoundFig2(t *testing.T) {
+	jobs := []strategies.OverlapJob{{Map: 1, Shuffle: 2}, {Map: 3, Shuffle: 1}, {Map: 2, Shuffle: 2}}
+	lb, err := strategies.OverlapLowerBound(jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(lb-10.0/3) > 1e-12 {
+		t.Fatalf("bound %v, want 10/3", lb)
+	}
+	for _, p := range overlapPolicies {
+		if m := meanResponse(t, jobs, p); lb > m+1e-9 {
+			t.Fatalf("%s: mean response %v below the bound %v", p, m, lb)
+		}
+	}
+}
+
+// TestOverlapLowerBoundRandom: on random instances the bound is never above
+// any policy's mean response.
+func TestOverlapLowerBoundRandom(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	closest := math.Inf(1) // the least mean response / bound seen
+	for run := range 200 {
+		var jobs []strategies.OverlapJob
+		at := 0.0
+		for range 1 + rng.IntN(30) {
+			at += rng.ExpFloat64() * 1.5
+			x := math.Exp(rng.NormFloat64())
+			jobs = append(jobs, strategies.OverlapJob{Release: at, Map: x, Shuffle: x * math.Exp(rng.NormFloat64())})
+		}
+		lb, err := strategies.OverlapLowerBound(jobs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lb <= 0 {
+			t.Fatalf("run %d: bound %v, want > 0", run, lb)
+		}
+		for _, p := range overlapPolicies {
+			if m := meanResponse(t, jobs, p); lb > m+1e-9 {
+				t.Fatalf("run %d, %s: mean response %v below the bound %v", run, p, m, lb)
+			} else {
+				closest = math.Min(closest, m/lb)
+			}
+		}
+	}
+	t.Logf("least mean response / bound: %v", closest)
+}
+
+// TestOverlapLowerBoundSingleStation: with map work only, sizes 1, 2, 3
+// released at 0, the bound is SRPT's (1 + 3 + 6)/3 = 10/3, and MaxSRPT
+// (which cannot run a job without shuffle work, so given a negligible one)
+// achieves it.
+func TestOverlapLowerBoundSingleStation(t *testing.T) {
+	jobs := []strategies.OverlapJob{{Map: 3}, {Map: 1}, {Map: 2}}
+	lb, err := strategies.OverlapLowerBound(jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(lb-10.0/3) > 1e-12 {
+		t.Fatalf("bound %v, want 10/3", lb)
+	}
+	for i := range jobs {
+		jobs[i].Shuffle = 1e-12
+	}
+	if lb2, err := strategies.OverlapLowerBound(jobs); err != nil || math.Abs(lb2-lb) > 1e-12 {
+		t.Fatalf("bound with negligible shuffles %v, %v; want %v", lb2, err, lb)
+	}
+	if m := meanResponse(t, jobs, strategies.PolicyMaxSRPT); math.Abs(m-lb) > 1e-9 {
+		t.Fatalf("MaxSRPT mean response %v, want the bound %v", m, lb)
+	}
+}
+
+// TestOverlapLowerBoundBusyPeriods: the bound takes the larger station per
+// busy period, not over the whole run. A map-only job at 0 and a
+// shuffle-only job at 5 give totals 1 and 1 on the two stations; per period
+// the bound is (1 + 1)/2 = 1, not max(1, 1)/2.
+func TestOverlapLowerBoundBusyPeriods(t *testing.T) {
+	lb, err := strategies.OverlapLowerBound([]strategies.OverlapJob{{Map: 1}, {Release: 5, Shuffle: 1}})
+	if err != nil || math.Abs(lb-1) > 1e-12 {
+		t.Fatalf("bound %v, %v; want 1", lb, err)
+	}
+	// Preemption: a long job at 0 and a short one at 1 on the map station
+	// finish at 1+1=2 and 5: responses 1 and 5, mean 3.
+	lb, err = strategies.OverlapLowerBound([]strategies.OverlapJob{{Map: 4}, {Release: 1, Map: 1}})
+	if err != nil || math.Abs(lb-3) > 1e-12 {
+		t.Fatalf("bound %v, %v; want 3", lb, err)
+	}
+	if lb, err := strategies.OverlapLowerBound(nil); err != nil || lb != 0 {
+		t.Fatalf("no jobs: %v, %v", lb, err)
+	}
+}
+
+// TestOverlapLowerBoundInvalid: negative, NaN and infinite inputs wrap
+// ErrOverlapJob, as SimulateOverlap's do.
+func TestOverlapLowerBoundInvalid(t *testing.T) {
+	for _, j := range []strategies.OverlapJob{
+		{Map: -1, Shuffle: 1},
+		{Map: 1, Shuffle: math.NaN()},
+		{Release: math.NaN(), Map: 1, Shuffle: 1},
+		{Release: -1, Map: 1, Shuffle: 1},
+		{Map: math.Inf(1), Shuffle: 1},
+	} {
+		jobs := []strategies.OverlapJob{{Map: 1, Shuffle: 1}, j}
+		if _, err := strategies.OverlapLowerBound(jobs); !errors.Is(err, strategies.ErrOverlapJob) {
+			t.Errorf("OverlapLowerBound(%v): %v, want ErrOverlapJob", j, err)
+		}
+		if _, err := strategies.SimulateOverlap(jobs, strategies.PolicyMaxSRPT); !errors.Is(err, strategies.ErrOverlapJob) {
+			t.Errorf("SimulateOverlap(%v): %v, want ErrOverlapJob", j, err)
+		}
+	}
+	if _, err := strategies.SimulateOverlap([]strategies.OverlapJob{{Map: 1}}, strategies.PolicyFIFO); !errors.Is(err, strategies.ErrOverlapJob) {
+		t.Errorf("SimulateOverlap without shuffle work: %v, want ErrOverlapJob", err)
 	}
 }
