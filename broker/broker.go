@@ -92,6 +92,15 @@ type Config struct {
 	Metrics *obs.Metrics
 	// Signer signs the broker's bid requests to agents.
 	Signer *wire.Signer
+	// DeadlineShare is the share of its hosts an admitted job holds while
+	// it runs (EDF); default 0.8, at most 0.95.
+	DeadlineShare float64
+	// DeadlineKappa scales MRM's deadline premium (Eq. 13's κ, relative to
+	// the run's cost); default 1.
+	DeadlineKappa float64
+	// MinHistory is how many finished jobs the processing-time regression
+	// needs before it replaces the jobs' ARIA profiles; default 5.
+	MinHistory int
 	// Identities, when set, makes Serve require spend, cancel and adjust
 	// requests signed by the user they act for (or an admin).
 	Identities Identities
@@ -102,11 +111,14 @@ type Config struct {
 type Broker struct {
 	cfg   Config
 	store planStore
+	admit sync.Mutex // one admission at a time: quotes and submits see a stable queue
 
 	mu    sync.Mutex
 	hosts map[string]wire.HostState
 	vmAt  map[string]vmPlace // VM → where its state is
 	stats map[string]*strategies.PriceStats
+	// beStats is each host's best-effort price history (bestEffortPrice).
+	beStats map[string]*strategies.PriceStats
 
 	nonces wire.NonceCache
 	whois  map[string]whoisEntry
@@ -147,6 +159,15 @@ func New(cfg Config) (*Broker, error) {
 	if cfg.MaxBoost <= 0 {
 		cfg.MaxBoost = 0.9
 	}
+	if !(cfg.DeadlineShare > 0 && cfg.DeadlineShare <= maxDeadlineShare) {
+		cfg.DeadlineShare = defaultDeadlineShare
+	}
+	if !(cfg.DeadlineKappa > 0) {
+		cfg.DeadlineKappa = 1
+	}
+	if cfg.MinHistory <= 0 {
+		cfg.MinHistory = defaultMinHistory
+	}
 	if cfg.Replica == "" {
 		cfg.Replica = "broker-" + randomHex()
 	}
@@ -154,7 +175,7 @@ func New(cfg Config) (*Broker, error) {
 		return nil, err
 	}
 	b := &Broker{cfg: cfg, hosts: map[string]wire.HostState{}, vmAt: map[string]vmPlace{},
-		stats: map[string]*strategies.PriceStats{}, whois: map[string]whoisEntry{}}
+		stats: map[string]*strategies.PriceStats{}, beStats: map[string]*strategies.PriceStats{}, whois: map[string]whoisEntry{}}
 	if cfg.Plans != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -206,6 +227,28 @@ func (b *Broker) Observe(st wire.HostState) {
 		b.stats[st.Host] = s
 	}
 	s.Observe(st.Price)
+	be := b.beStats[st.Host]
+	if be == nil {
+		be = &strategies.PriceStats{}
+		b.beStats[st.Host] = be
+	}
+	be.Observe(b.bestEffortPrice(st))
+}
+
+// bestEffortPrice is a host's price less the rates of admitted jobs' bids:
+// what a deadline job competes with when it runs, since EDF runs one
+// deadline job per host at a time.
+func (b *Broker) bestEffortPrice(st wire.HostState) float64 {
+	y := st.Price
+	for _, v := range st.VMs {
+		if v.Plan == "" {
+			continue
+		}
+		if p, ok := b.store.get(v.Plan); ok && p.rec.Job != nil {
+			y -= v.Rate
+		}
+	}
+	return max(y, 0)
 }
 
 // vmInfo finds a VM's host and state; b.mu must be held.

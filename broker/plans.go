@@ -21,6 +21,17 @@ func (b *Broker) Spend(ctx context.Context, req *wire.SpendRequest) (wire.SpendR
 	if err := req.Validate(); err != nil {
 		return wire.SpendReply{}, err
 	}
+	if req.Strategy == wire.StrategyDeadline {
+		return wire.SpendReply{}, wire.Errorf(wire.ErrBadRequest, "deadline plans come from `mrmarket submit --job FILE`")
+	}
+	return b.spend(ctx, req, nil)
+}
+
+// spend starts a plan; job is the admitted job of a deadline plan.
+func (b *Broker) spend(ctx context.Context, req *wire.SpendRequest, job *jobRec) (wire.SpendReply, error) {
+	if err := req.Validate(); err != nil {
+		return wire.SpendReply{}, err
+	}
 	id := req.ID
 	if id == "" {
 		id = "plan-" + randomHex()
@@ -59,7 +70,7 @@ func (b *Broker) Spend(ctx context.Context, req *wire.SpendRequest) (wire.SpendR
 		Start: now, End: now.Add(req.Duration.D()), Hold: "hold-" + id + "-" + randomHex()[:6], Status: wire.PlanRunning,
 		Workflows: req.Workflows, Boost: req.Boost, HostWeights: req.HostWeights, Owner: b.cfg.Replica,
 		Stage: make([]int, len(req.Workflows)), VMs: planVMs,
-	}}
+	}, Job: job}
 	if len(req.Workflows) == 0 {
 		rec.Plan.Stage = nil
 	}
@@ -99,11 +110,7 @@ func (b *Broker) Spend(ctx context.Context, req *wire.SpendRequest) (wire.SpendR
 		Expires: rec.Plan.End.Add(b.cfg.Settle + b.cfg.HoldGrace), Hosts: hosts, Memo: "plan " + id}); err != nil {
 		return fail(err)
 	}
-	var boost float64
-	if req.Strategy == wire.StrategyBottleneck {
-		boost = b.cappedBoosts()[id]
-	}
-	if _, failed := b.replan(ctx, rec, now, boost); len(failed) > 0 {
+	if _, failed := b.replan(ctx, rec, now, b.view(req.Strategy)); len(failed) > 0 {
 		return fail(fmt.Errorf("placing bids: %w", errors.Join(failed...)))
 	}
 	rec.Plan.Status = wire.PlanRunning
@@ -228,11 +235,7 @@ func (b *Broker) Adjust(ctx context.Context, req *wire.AdjustRequest) (wire.Plan
 		rec.Plan.Budget += req.More - req.Less
 		// Re-plan now: after --less the bids in force would commit more
 		// than the new budget until the owner's next round.
-		var boost float64
-		if rec.Plan.Strategy == wire.StrategyBottleneck {
-			boost = b.cappedBoosts()[rec.Plan.ID]
-		}
-		if _, failed := b.replan(ctx, rec, now, boost); len(failed) > 0 {
+		if _, failed := b.replan(ctx, rec, now, b.view(rec.Plan.Strategy)); len(failed) > 0 {
 			b.cfg.Metrics.Error("broker", "adjust_bids")
 		}
 		return nil

@@ -46,7 +46,7 @@ type alloc struct {
 // allocate runs the plan's strategy for the remaining budget over the time
 // left, and gives the active stages. The budgets it returns never sum above
 // the remainder. It does not change rec: stored records are shared.
-func (b *Broker) allocate(rec *planRecord, now time.Time, boost float64) (out map[string]alloc, stage []int) {
+func (b *Broker) allocate(rec *planRecord, now time.Time, v roundView) (out map[string]alloc, stage []int) {
 	left := rec.Plan.End.Sub(now)
 	rest := remaining(rec, now)
 	out = map[string]alloc{}
@@ -97,7 +97,7 @@ func (b *Broker) allocate(rec *planRecord, now time.Time, boost float64) (out ma
 		}
 		// Alg. 5.1 inline (strategies.BottleneckElimination.Rates is the
 		// same rule over maps; this is the hot loop of a large round).
-		be := strategies.BottleneckElimination{Boost: boost}
+		be := strategies.BottleneckElimination{Boost: v.boosts[rec.Plan.ID]}
 		if be.Check() != nil {
 			return out, stage
 		}
@@ -149,6 +149,8 @@ func (b *Broker) allocate(rec *planRecord, now time.Time, boost float64) (out ma
 			}
 			byRate(refs, rates)
 		}
+	case wire.StrategyDeadline:
+		b.deadlineAlloc(rec, now, v.edf[rec.Plan.ID], rest, left, out)
 	case wire.StrategyWorkflow:
 		weights := make([]float64, len(rec.Plan.Workflows))
 		for i, w := range rec.Plan.Workflows {
@@ -269,8 +271,8 @@ func planVMs(rec *planRecord) []string {
 // replan runs one round of a plan: allocate, diff with the bids in place,
 // send one request per host whose bids change. The record is updated for
 // the hosts that took their change; the errors of the others are returned.
-func (b *Broker) replan(ctx context.Context, rec *planRecord, now time.Time, boost float64) (changed bool, errs []error) {
-	want, stage := b.allocate(rec, now, boost)
+func (b *Broker) replan(ctx context.Context, rec *planRecord, now time.Time, v roundView) (changed bool, errs []error) {
+	want, stage := b.allocate(rec, now, v)
 	return b.apply(ctx, rec, now, want, stage)
 }
 
@@ -373,6 +375,9 @@ func (b *Broker) apply(ctx context.Context, rec *planRecord, now time.Time, want
 			v.Budget, v.Rate = 0, 0
 		}
 	}
+	if b.accountRun(rec, now, changed) {
+		changed = true
+	}
 	return changed, errs
 }
 
@@ -398,6 +403,25 @@ func (b *Broker) cancelAll(ctx context.Context, rec *planRecord, now time.Time) 
 	for i := range rec.Plan.VMs {
 		rec.Plan.VMs[i].Budget, rec.Plan.VMs[i].Rate = 0, 0
 	}
+}
+
+// roundView is what a round of one plan needs to know of the others:
+// the bottleneck plans' capped boosts and which deadline jobs run (EDF).
+type roundView struct {
+	boosts map[string]float64
+	edf    map[string]bool
+}
+
+// view computes the round view a plan of strategy needs.
+func (b *Broker) view(strategy string) roundView {
+	var v roundView
+	switch strategy {
+	case wire.StrategyBottleneck:
+		v.boosts = b.cappedBoosts()
+	case wire.StrategyDeadline:
+		v.edf = b.edfRunning()
+	}
+	return v
 }
 
 // cappedBoosts is every running bottleneck plan's boost, scaled so their
@@ -430,7 +454,7 @@ func (b *Broker) Tick(ctx context.Context, now time.Time) error {
 		return err
 	}
 	beats := b.store.heartbeats()
-	boosts := b.cappedBoosts()
+	view := roundView{boosts: b.cappedBoosts(), edf: b.edfRunning()}
 	var mine []versioned
 	b.store.each(func(rec *planRecord, rev uint64) {
 		if rec.Plan.Status != wire.PlanRunning && rec.Plan.Status != planStarting {
@@ -455,7 +479,7 @@ func (b *Broker) Tick(ctx context.Context, now time.Time) error {
 		var want map[string]alloc // computed once, for the plans this replica runs
 		var stage []int
 		if rec.Plan.Owner == b.cfg.Replica && rec.Plan.Status == wire.PlanRunning && now.Before(rec.Plan.End.Add(b.cfg.Settle)) {
-			if want, stage = b.allocate(rec, now, boosts[rec.Plan.ID]); !needsChange(rec, want, stage, now) {
+			if want, stage = b.allocate(rec, now, view); !needsChange(rec, want, stage, now) {
 				return // the usual round: nothing to do, nothing copied
 			}
 		}
@@ -515,7 +539,7 @@ func (b *Broker) Tick(ctx context.Context, now time.Time) error {
 		if want != nil {
 			changed, failed = b.apply(ctx, rec, now, want, stage)
 		} else { // taken over this round: allocate for it now
-			changed, failed = b.replan(ctx, rec, now, boosts[rec.Plan.ID])
+			changed, failed = b.replan(ctx, rec, now, view)
 		}
 		report(failed...)
 		if changed {

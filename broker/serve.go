@@ -66,6 +66,25 @@ func Serve(nc *nats.Conn, b *Broker) (stop func(), err error) {
 			}
 			return b.Adjust(ctx, r)
 		})),
+		add(wire.ServeSigned(nc, wire.BrokerQuote, q, observe("quote"), func(ctx context.Context, r *wire.QuoteRequest, c wire.Caller) (any, error) {
+			if err := b.authorize(ctx, c, r.User); err != nil {
+				return nil, err
+			}
+			return b.Quote(ctx, r)
+		})),
+		add(wire.ServeSigned(nc, wire.BrokerSubmit, q, observe("submit"), func(ctx context.Context, r *wire.SubmitRequest, c wire.Caller) (any, error) {
+			if err := b.authorize(ctx, c, r.User); err != nil {
+				return nil, err
+			}
+			return b.Submit(ctx, r)
+		})),
+		add(wire.ServeSigned(nc, wire.BrokerProgress, q, observe("progress"), func(ctx context.Context, r *wire.ProgressRequest, c wire.Caller) (any, error) {
+			if err := b.authorize(ctx, c, r.User); err != nil {
+				return nil, err
+			}
+			return b.JobProgress(ctx, r)
+		})),
+		add(wire.ServeObserved(nc, wire.BrokerJobs, q, observe("jobs"), func(_ context.Context, r *wire.JobsRequest) (any, error) { return b.Jobs(r), nil })),
 		add(wire.ServeObserved(nc, wire.BrokerPredict, q, observe("predict"), func(_ context.Context, r *wire.PredictRequest) (any, error) { return b.Predict(r) })),
 		add(wire.ServeObserved(nc, wire.BrokerPlans, q, observe("plans"), func(_ context.Context, r *wire.PlansRequest) (any, error) { return b.Plans(r), nil })),
 		add(wire.ServeObserved(nc, wire.BrokerPrice, q, observe("price"), func(_ context.Context, r *wire.PriceRequest) (any, error) { return b.Price(r) })),
@@ -175,4 +194,28 @@ func (c Client) Price(ctx context.Context, req *wire.PriceRequest) (rep wire.Pri
 func (c Client) VMs(ctx context.Context, req *wire.VMsRequest) (rep wire.VMsReply, err error) {
 	req.V = wire.Version
 	return rep, wire.Call(ctx, c.NC, wire.BrokerVMs, req, &rep)
+}
+
+// Quote asks for a job's price-deadline curve.
+func (c Client) Quote(ctx context.Context, req *wire.QuoteRequest) (rep wire.QuoteReply, err error) {
+	req.V = wire.Version
+	return rep, c.callAs(ctx, req.User, wire.BrokerQuote, req, &rep)
+}
+
+// Submit admits a job with a deadline.
+func (c Client) Submit(ctx context.Context, req *wire.SubmitRequest) (rep wire.SubmitReply, err error) {
+	req.V = wire.Version
+	return rep, c.callAs(ctx, req.User, wire.BrokerSubmit, req, &rep)
+}
+
+// Progress reports a job's progress.
+func (c Client) Progress(ctx context.Context, req *wire.ProgressRequest) (rep wire.Job, err error) {
+	req.V = wire.Version
+	return rep, c.callAs(ctx, req.User, wire.BrokerProgress, req, &rep)
+}
+
+// Jobs lists admitted jobs.
+func (c Client) Jobs(ctx context.Context, req *wire.JobsRequest) (rep wire.JobsReply, err error) {
+	req.V = wire.Version
+	return rep, wire.Call(ctx, c.NC, wire.BrokerJobs, req, &rep)
 }

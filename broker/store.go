@@ -24,6 +24,9 @@ type planRecord struct {
 	Request string            `json:"request"`
 	Bids    map[string]bidRec `json:"bids"`
 	Adjusts map[string]bool   `json:"adjusts,omitempty"`
+	// Job is the admitted job a deadline plan runs (replaced whole, never
+	// changed in place: records are shared).
+	Job *jobRec `json:"job,omitempty"`
 }
 
 // bidRec is a bid the plan has placed: Budget over Duration from Start.

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
 	"github.com/mrmarket/mrmarket/internal/money"
@@ -18,11 +19,52 @@ type Ledger struct {
 	totals map[[3]string]money.Micro
 	paid   map[string]money.Micro // by hold
 	holds  map[string]money.Micro // hold amounts, for a simulated broker
+	// balances of the users granted money (Grant); the others are not
+	// limited. A hold takes from the balance, a release gives the rest back.
+	balances map[string]money.Micro
+	holder   map[string]string // hold → user, for users with a balance
+}
+
+// ErrInsufficient is a hold above a granted user's balance.
+var ErrInsufficient = fmt.Errorf("%w: the hold is above the balance", wire.ErrInsufficient)
+
+// Grant adds to user's balance; from then on the user's holds are limited
+// by it, as in the bank.
+func (l *Ledger) Grant(user string, m money.Micro) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.balances[user] += m
+}
+
+// Balance is a granted user's spendable balance (the broker's quotes ask).
+func (l *Ledger) Balance(_ context.Context, r *wire.BalanceRequest) (wire.BalanceReply, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	bal, ok := l.balances[r.User]
+	if !ok {
+		return wire.BalanceReply{}, fmt.Errorf("%w: %s has no account in the simulation", wire.ErrNotFound, r.User)
+	}
+	rep := wire.BalanceReply{User: r.User, Balance: bal}
+	for h, u := range l.holder {
+		if u == r.User {
+			rep.Held += max(l.holds[h]-l.paid[h], 0)
+		}
+	}
+	return rep, nil
+}
+
+// Holds is how many holds were placed: a test's check that a refused
+// request held nothing.
+func (l *Ledger) Holds() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.holds)
 }
 
 // NewLedger makes an empty ledger.
 func NewLedger() *Ledger {
-	return &Ledger{totals: map[[3]string]money.Micro{}, paid: map[string]money.Micro{}, holds: map[string]money.Micro{}}
+	return &Ledger{totals: map[[3]string]money.Micro{}, paid: map[string]money.Micro{}, holds: map[string]money.Micro{},
+		balances: map[string]money.Micro{}, holder: map[string]string{}}
 }
 
 // Hold records a plan's hold (a broker's Bank in the simulator; users'
@@ -30,6 +72,16 @@ func NewLedger() *Ledger {
 func (l *Ledger) Hold(_ context.Context, r *wire.HoldRequest) (wire.HoldReply, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if _, ok := l.holds[r.ID]; ok {
+		return wire.HoldReply{Hold: wire.HoldInfo{ID: r.ID, User: r.User, Amount: l.holds[r.ID], Status: wire.HoldOpen}}, nil
+	}
+	if bal, ok := l.balances[r.User]; ok {
+		if r.Amount > bal {
+			return wire.HoldReply{}, fmt.Errorf("%w: %s above %s", ErrInsufficient, r.Amount, bal)
+		}
+		l.balances[r.User] -= r.Amount
+		l.holder[r.ID] = r.User
+	}
 	l.holds[r.ID] = r.Amount
 	return wire.HoldReply{Hold: wire.HoldInfo{ID: r.ID, User: r.User, Amount: r.Amount, Status: wire.HoldOpen}}, nil
 }
@@ -38,6 +90,12 @@ func (l *Ledger) Hold(_ context.Context, r *wire.HoldRequest) (wire.HoldReply, e
 func (l *Ledger) Extend(_ context.Context, r *wire.ExtendRequest) (wire.HoldReply, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if u, ok := l.holder[r.Hold]; ok {
+		if r.Amount > l.balances[u] {
+			return wire.HoldReply{}, fmt.Errorf("%w: %s above %s", ErrInsufficient, r.Amount, l.balances[u])
+		}
+		l.balances[u] -= r.Amount
+	}
 	l.holds[r.Hold] += r.Amount
 	return wire.HoldReply{Hold: wire.HoldInfo{ID: r.Hold, User: r.User, Amount: l.holds[r.Hold], Status: wire.HoldOpen}}, nil
 }
@@ -47,6 +105,10 @@ func (l *Ledger) Release(_ context.Context, r *wire.ReleaseRequest) (wire.Releas
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	rest := max(l.holds[r.Hold]-l.paid[r.Hold], 0)
+	if u, ok := l.holder[r.Hold]; ok {
+		l.balances[u] += rest
+		delete(l.holder, r.Hold)
+	}
 	return wire.ReleaseReply{Released: rest, Hold: wire.HoldInfo{ID: r.Hold, User: r.User, Amount: l.holds[r.Hold],
 		Captured: l.paid[r.Hold], Released: rest, Status: wire.HoldClosed}}, nil
 }

@@ -737,7 +737,7 @@ func (r *SpendRequest) Validate() error {
 		}
 	}
 	switch r.Strategy {
-	case StrategyFair, StrategyBottleneck, StrategyBestResp:
+	case StrategyFair, StrategyBottleneck, StrategyBestResp, StrategyDeadline:
 	case StrategyWorkflow, StrategyStage:
 		if len(r.Workflows) == 0 {
 			return Errorf(ErrBadRequest, "strategy %q needs workflows (a plan file)", r.Strategy)
