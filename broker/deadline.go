@@ -590,7 +590,8 @@ func (b *Broker) deadlineAlloc(rec *planRecord, now time.Time, runs bool, rest m
 // simulator, reports it): it accounts the share-seconds the job held since
 // the last report (its measured work), runs the control loop once a period
 // (Jockey over the job's C(p, a) table when it has one, else ARIA's
-// minimum slots for the tasks left, as a share of the job's slots), and
+// minimum slots for the tasks left at the pace measured so far, as a share
+// of the job's slots), and
 // when the job is done ends its plan, releasing what it did not spend.
 func (b *Broker) JobProgress(ctx context.Context, req *wire.ProgressRequest) (wire.Job, error) {
 	if err := req.Validate(); err != nil {
@@ -658,7 +659,19 @@ func (b *Broker) control(j *jobRec, now time.Time) float64 {
 		raw = r
 	} else {
 		s := j.Spec
-		m, r, err := strategies.ARIASlots(ariaProfile(s.Profile), max(s.Maps-j.MapsDone, 0), max(s.Reduces-j.RedsDone, 0),
+		// The profile's task times, stretched by how much slower the job
+		// has been than they say (its measured work against ARIA's mean
+		// for the progress made).
+		prof := ariaProfile(s.Profile)
+		if j.Progress > 0.05 {
+			_, _, avg := strategies.ARIABounds(prof, s.Maps, s.Reduces, s.MapSlots, max(s.ReduceSlots, 1))
+			if f := j.held(now) / (avg * j.Progress); f > 1 && avg > 0 {
+				for _, v := range []*float64{&prof.MapAvg, &prof.MapMax, &prof.Sh1Avg, &prof.Sh1Max, &prof.ShTypAvg, &prof.ShTypMax, &prof.ReduceAvg, &prof.ReduceMax} {
+					*v *= f
+				}
+			}
+		}
+		m, r, err := strategies.ARIASlots(prof, max(s.Maps-j.MapsDone, 0), max(s.Reduces-j.RedsDone, 0),
 			left.Seconds()/controlSlack, math.MaxInt32, math.MaxInt32)
 		if err != nil {
 			raw = 1

@@ -27,6 +27,50 @@
 // all. Only bids whose rate moves by more than 1% are sent, one request per
 // host.
 //
+// # Deadlines
+//
+// The deadline service (MRM, ARIA, Jockey) answers "when will my job
+// finish?" and "what does finishing by then cost?" in credits. A job (its
+// own VMs, MRM's features, an ARIA profile, optionally a Jockey C(p, a)
+// table) is estimated at a full share: ARIA's bounds over the profile (the
+// upper bound admitted, as MRM's prediction-interval bound) until
+// MinHistory jobs have finished, then MRM's regression per phase (GP, OLS
+// fallback) over the share-seconds finished jobs actually held, retrained
+// on every quote. The admitted jobs sharing a host with the new one form
+// MRM's single-server queue at the reserved share Φ (DeadlineShare, 0.8):
+// each needs work/Φ seconds, and the earliest finish is MRM's lazy
+// placement. A deadline's price is the cost of holding Φ of the job's hosts
+// for its run against best-effort prices (now, or their mean + 1.64 sd if
+// higher; admitted jobs' own bids excluded, since only one runs per host)
+// plus Eq. 13's premium with κ = DeadlineKappa·cost/run, slack normalised
+// by γ̄, the mean run of the queue and the job [recon]. So a deadline on an
+// empty queue at zero slack costs 1+κ times the run, and the price falls
+// towards the run's cost as the deadline moves out.
+//
+// Submit admits at a deadline (no earlier than the earliest finish) or at
+// the earliest deadline a budget pays, holds the price, and runs the job as
+// a plan of strategy "deadline" ending a quarter of its window after the
+// deadline. Execution is EDF over hosts: each round, in deadline order, a
+// job runs if no earlier job holds one of its hosts; a running job bids on
+// each host the rate that buys max(Φ, controller share) (at most 0.95)
+// against the others' rates there, and spends its hold over its predicted
+// run if that buys more — a tighter deadline's higher price buys a larger
+// share. A waiting job bids nothing. Since at every moment some job due no
+// later than a waiting one runs at Φ or more, each job finishes no later
+// than in the single-server EDF schedule admission checked — as long as
+// the estimates hold and prices stay below those the quote assumed.
+//
+// Progress comes from the YARN monitor (the simulator's ProgressFeed in
+// tests) on mrm.v1.broker.progress; once a minute it drives the control
+// loop: Jockey's (slack 1.2, hysteresis 0.2, dead zone min(3 min, a tenth
+// of the time left)) over the job's table, else ARIA's minimum slots for
+// the tasks left at the pace measured so far, as a share of the job's
+// slots. A done job ends its plan; what it did not spend is released.
+// Admission is serialised within a replica; two replicas admitting at
+// once can over-commit, so run quotes and submits on one replica (a known
+// limit). A VM takes one plan's bid at a time, so a job needs VMs no
+// running plan uses.
+//
 // # Replicas
 //
 // With a JetStream bucket (MRM_PLANS) the plans are shared by every broker

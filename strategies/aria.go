@@ -49,8 +49,9 @@ func ARIASlots(p ARIAProfile, nM, nR int, deadline float64, capM, capR int) (m, 
 		return 0, 0, fmt.Errorf("%w: %.1f s left after the first shuffle", ErrInfeasible, d)
 	}
 	sa, sb := math.Sqrt(a), math.Sqrt(b)
-	m = int(math.Ceil(sa * (sa + sb) / d))
-	r = int(math.Ceil(sb * (sa + sb) / d))
+	// Rounding noise must not cost a slot: 240/240 is 1, not 2.
+	m = int(math.Ceil(sa*(sa+sb)/d - 1e-9))
+	r = int(math.Ceil(sb*(sa+sb)/d - 1e-9))
 	if nM > 0 {
 		m = max(m, 1)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mrmarket/mrmarket/internal/money"
+	"github.com/mrmarket/mrmarket/internal/wire"
 	"github.com/mrmarket/mrmarket/strategies"
 )
 
@@ -227,4 +228,17 @@ func mix64(x uint64) uint64 {
 	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
 	x = (x ^ x>>27) * 0x94d049bb133111eb
 	return x ^ x>>31
+}
+
+// WireTable is a C(p, a) table as a job file carries it (seconds).
+func WireTable(t strategies.CTable) *wire.JockeyTable {
+	out := &wire.JockeyTable{Progress: append([]float64(nil), t.Progress...), Alloc: append([]float64(nil), t.Alloc...)}
+	for _, row := range t.Remaining {
+		secs := make([]float64, len(row))
+		for k, d := range row {
+			secs[k] = d.Seconds()
+		}
+		out.Remaining = append(out.Remaining, secs)
+	}
+	return out
 }

@@ -203,3 +203,96 @@ func deadlineJobs(t *testing.T, seed uint64) {
 		t.Error("the best-effort job did not finish")
 	}
 }
+
+// TestDeadlineControlAndEDF: two jobs on the same hosts run one at a time,
+// the earlier deadline first (the other waits with no bids); a job whose
+// profile is too optimistic falls behind and its control loop (ARIA over
+// the tasks left, or Jockey over a C(p, a) table from the simulator) buys
+// it more than the reserved share. Bad requests are refused.
+func TestDeadlineControlAndEDF(t *testing.T) {
+	for _, jockey := range []bool{false, true} {
+		t.Run(fmt.Sprint("jockey=", jockey), func(t *testing.T) {
+			w := newDeadlineWorld(t, 3)
+			ctx := context.Background()
+			if err := w.s.RunUntil(w.start.Add(30 * time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			// The profile says 20 s maps; they take 40.
+			spec, slow := w.job(0)
+			slow.Map.Mean, slow.Reduce.Mean = 40, 40
+			if jockey {
+				tbl, err := sim.JockeyTable(slow, 2, 2, []float64{0.2, 0.4, 0.6, 0.8, 0.95}, 11, 3, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				spec.Table = sim.WireTable(tbl)
+			}
+			q, err := w.b.Quote(ctx, &wire.QuoteRequest{User: "dl", Job: spec})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := w.b.Submit(ctx, &wire.SubmitRequest{ID: "job-slow", User: "dl", Job: spec, Deadline: q.Curve[0].Deadline}); err != nil {
+				t.Fatal(err)
+			}
+			slow.Submit = w.s.Now().Sub(w.start)
+			if err := w.s.Submit(slow); err != nil {
+				t.Fatal(err)
+			}
+			other, otherSim := w.job(1)
+			q2, err := w.b.Quote(ctx, &wire.QuoteRequest{User: "dl", Job: other})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := w.b.Submit(ctx, &wire.SubmitRequest{ID: "job-other", User: "dl", Job: other, Deadline: q2.Curve[9].Deadline}); err != nil {
+				t.Fatal(err)
+			}
+			otherSim.Submit = slow.Submit
+			if err := w.s.Submit(otherSim); err != nil {
+				t.Fatal(err)
+			}
+			status := func() map[string]wire.Job {
+				out := map[string]wire.Job{}
+				for _, j := range w.b.Jobs(&wire.JobsRequest{}).Jobs {
+					out[j.ID] = j
+				}
+				return out
+			}
+			if err := w.s.RunUntil(w.s.Now().Add(20 * time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			st := status()
+			if st["job-slow"].Status != wire.JobRunning || st["job-other"].Status != wire.JobQueued {
+				t.Fatalf("EDF: %s is %s and %s is %s", "job-slow", st["job-slow"].Status, "job-other", st["job-other"].Status)
+			}
+			maxShare := 0.0
+			for range 30 {
+				if err := w.s.RunUntil(w.s.Now().Add(10 * time.Second)); err != nil {
+					t.Fatal(err)
+				}
+				if j := status()["job-slow"]; j.Status != wire.JobDone {
+					maxShare = max(maxShare, j.Share)
+				}
+			}
+			t.Logf("the slow job's share rose to %.2f", maxShare)
+			if maxShare <= 0.8 {
+				t.Errorf("the job fell behind and its share stayed at %.2f", maxShare)
+			}
+		})
+	}
+	w := newDeadlineWorld(t, 3)
+	ctx := context.Background()
+	spec, _ := w.job(0)
+	if _, err := w.b.Spend(ctx, &wire.SpendRequest{User: "dl", Budget: 1000, Duration: wire.Duration(time.Hour), VMs: spec.VMs, Strategy: wire.StrategyDeadline}); !errors.Is(err, wire.ErrBadRequest) {
+		t.Errorf("spend with the deadline strategy: %v", err)
+	}
+	if _, err := w.b.JobProgress(ctx, &wire.ProgressRequest{User: "dl", Job: "nope", Progress: 0.5}); !errors.Is(err, broker.ErrUnknownJob) {
+		t.Errorf("progress of an unknown job: %v", err)
+	}
+	if _, err := w.b.JobProgress(ctx, &wire.ProgressRequest{User: "dl", Job: "etl-0", Progress: 1.5}); !errors.Is(err, wire.ErrBadRequest) {
+		t.Errorf("progress 1.5: %v", err)
+	}
+	busy := wire.JobSpec{Name: "busy", VMs: []string{"be-h0"}, Maps: 1, MapSlots: 1, Profile: wire.JobProfile{MapAvg: 1, MapMax: 1}}
+	if _, err := w.b.Submit(ctx, &wire.SubmitRequest{User: "be", Job: busy, Budget: money.PerCredit}); !errors.Is(err, broker.ErrVMBusy) {
+		t.Errorf("a job on a VM another plan bids on: %v", err)
+	}
+}

@@ -1,0 +1,218 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/mrmarket/mrmarket/internal/wire"
+)
+
+// jobFileHelp shows the job file's shape.
+const jobFileHelp = `A job file is JSON: the job's VMs (its Hadoop cluster, VMs of its own), its
+MRM features and slots, and its ARIA profile — seconds per task at a full share
+of the host (from a run of the job, e.g. the YARN monitor's profile):
+   {"name": "etl", "vms": ["alice-1", "alice-2"], "maps": 16, "reduces": 2,
+    "map_slots": 4, "reduce_slots": 4,
+    "profile": {"map_avg": 20, "map_max": 27, "reduce_avg": 20, "reduce_max": 27}}
+Optional: "map_selectivity", "reduce_selectivity", the shuffle times
+("sh1_avg", "sh1_max", "shtyp_avg", "shtyp_max") and a Jockey C(p, a)
+"jockey_table" ({"progress": [...], "alloc": [...], "remaining": [[s...]...]}).`
+
+// readJobFile reads a job file, strictly.
+func readJobFile(c *ucli.Context) (wire.JobSpec, error) {
+	path := c.String("job")
+	if path == "" {
+		return wire.JobSpec{}, badInput("--job FILE is required (see --help for its shape)")
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return wire.JobSpec{}, usageError{fmt.Errorf("--job: %w", err)}
+	}
+	defer f.Close()
+	var spec wire.JobSpec
+	dec := json.NewDecoder(f)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&spec); err != nil {
+		return wire.JobSpec{}, usageError{fmt.Errorf("--job %s: %w", path, err)}
+	}
+	if err := spec.Validate(); err != nil {
+		return wire.JobSpec{}, usageError{fmt.Errorf("--job %s: %w", path, err)}
+	}
+	return spec, nil
+}
+
+// parseDeadline takes a time (RFC 3339) or a duration from now.
+func parseDeadline(s string, now time.Time) (time.Time, error) {
+	if d, err := time.ParseDuration(s); err == nil {
+		if d <= 0 {
+			return time.Time{}, badInput("--deadline %s: must be in the future", s)
+		}
+		return now.Add(d), nil
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return time.Time{}, badInput("--deadline %q: want a time (2026-11-23T17:00:00Z) or a duration from now (45m)", s)
+	}
+	return t, nil
+}
+
+func quoteCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "quote",
+		Usage: "price a job's deadlines: the price-deadline curve, nothing held",
+		UsageText: "mrmarket quote --user alice --job etl.json [--points 10]\n\n" +
+			"The broker estimates the job's processing time (ARIA's bounds over its profile until\n" +
+			"enough jobs have finished, then MRM's regression over their measured work), finds the\n" +
+			"earliest finish the jobs already admitted leave, and prices deadlines from there: the\n" +
+			"cost of the job's reserved share at best-effort prices plus MRM's premium for the slack\n" +
+			"it takes. Confidence is the estimate's probability that the job fits by that deadline.\n\n" +
+			jobFileHelp,
+		Flags: []ucli.Flag{flagNATS(), flagCreds(), flagJSON(), flagUser(),
+			&ucli.StringFlag{Name: "job", Usage: "the job file (JSON)"},
+			&ucli.IntFlag{Name: "points", Usage: "deadlines on the curve", Value: 10},
+		},
+		Action: func(c *ucli.Context) error {
+			user, err := requireUser(c)
+			if err != nil {
+				return err
+			}
+			spec, err := readJobFile(c)
+			if err != nil {
+				return err
+			}
+			req := &wire.QuoteRequest{User: user, Job: spec, Points: c.Int("points")}
+			if err := req.Validate(); err != nil {
+				return usageError{err}
+			}
+			nc, err := connect(c)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			rep, err := brokerClient(c, nc).Quote(c.Context, req)
+			if err != nil {
+				return err
+			}
+			return output(c, rep, func(w io.Writer) error {
+				fmt.Fprintf(w, "job %s: %.0f s at a full share (estimate from %s: mean %.0f s, sd %.1f s); runs at share %.2f\n",
+					rep.Job, rep.Work, rep.Source, rep.Mean, rep.SD, rep.Share)
+				fmt.Fprintf(w, "earliest finish %s after %d admitted job(s); ARIA's minimum there: %d map and %d reduce slots; balance %s\n",
+					stamp(rep.Earliest), rep.Queued, rep.MapSlots, rep.ReduceSlots, rep.Balance)
+				t := newTable(w, "DEADLINE", "PRICE", "CONFIDENCE", "AFFORDABLE")
+				any := false
+				for _, p := range rep.Curve {
+					ok := "no"
+					if p.Affordable {
+						ok, any = "yes", true
+					}
+					t.row(stamp(p.Deadline), p.Price.String(), fmt.Sprintf("%.1f%%", 100*p.Confidence), ok)
+				}
+				if err := t.flush(); err != nil {
+					return err
+				}
+				if !any {
+					_, err := fmt.Fprintf(w, "your balance (%s) pays for none of these deadlines\n", rep.Balance)
+					return err
+				}
+				return nil
+			})
+		},
+	}
+}
+
+func submitCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "submit",
+		Usage: "admit a job with a committed deadline: hold its price and run it",
+		UsageText: "mrmarket submit --user alice --job etl.json --deadline 45m   (or 2026-11-23T17:00:00Z)\n" +
+			"   mrmarket submit --user alice --job etl.json --budget 150       (the earliest deadline it buys)\n\n" +
+			"Admitted jobs run earliest deadline first: while a job's deadline is the earliest on its\n" +
+			"hosts it spends its price as a spending rate that buys its reserved share (more when it\n" +
+			"falls behind); what it does not spend comes back when it is done. A deadline before the\n" +
+			"earliest finish, or a price above --budget or your balance, is refused and nothing is held.\n\n" +
+			jobFileHelp,
+		Flags: []ucli.Flag{flagNATS(), flagCreds(), flagJSON(), flagUser(),
+			&ucli.StringFlag{Name: "job", Usage: "the job file (JSON)"},
+			&ucli.StringFlag{Name: "deadline", Usage: "finish by: a time (RFC 3339) or a duration from now"},
+			&ucli.StringFlag{Name: "budget", Usage: "credits: the earliest deadline they pay for"},
+			&ucli.StringFlag{Name: "id", Usage: "job id (idempotency: the same id gives the same job)"},
+		},
+		Action: func(c *ucli.Context) error {
+			user, err := requireUser(c)
+			if err != nil {
+				return err
+			}
+			spec, err := readJobFile(c)
+			if err != nil {
+				return err
+			}
+			req := &wire.SubmitRequest{ID: c.String("id"), User: user, Job: spec}
+			switch {
+			case c.String("deadline") != "" && c.String("budget") != "":
+				return badInput("give --deadline or --budget, not both")
+			case c.String("deadline") != "":
+				if req.Deadline, err = parseDeadline(c.String("deadline"), time.Now()); err != nil {
+					return err
+				}
+			case c.String("budget") != "":
+				if req.Budget, err = parseAmount("budget", c.String("budget")); err != nil {
+					return err
+				}
+			default:
+				return badInput("--deadline or --budget is required (see `mrmarket quote`)")
+			}
+			req.V = wire.Version
+			if err := req.Validate(); err != nil {
+				return usageError{err}
+			}
+			nc, err := connect(c)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			rep, err := brokerClient(c, nc).Submit(c.Context, req)
+			if err != nil {
+				return err
+			}
+			return output(c, rep, func(w io.Writer) error {
+				j := rep.Job
+				_, err := fmt.Fprintf(w, "job %s (%s): admitted, deadline %s, price %s held (hold %s); %s, predicted finish %s\n",
+					j.ID, j.Name, stamp(j.Deadline), j.Price, rep.Plan.Hold, j.Status, stamp(j.Predict))
+				return err
+			})
+		},
+	}
+}
+
+func jobsCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "jobs",
+		Usage:     "list admitted jobs: deadline, predicted finish, spent so far",
+		UsageText: "mrmarket jobs [--user alice]",
+		Flags:     []ucli.Flag{flagNATS(), flagCreds(), flagJSON(), flagUser()},
+		Action: func(c *ucli.Context) error {
+			nc, err := connect(c)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			rep, err := brokerClient(c, nc).Jobs(c.Context, &wire.JobsRequest{User: c.String("user")})
+			if err != nil {
+				return err
+			}
+			return output(c, rep, func(w io.Writer) error {
+				t := newTable(w, "JOB", "USER", "NAME", "STATUS", "DEADLINE", "PREDICTED", "PROGRESS", "SHARE", "SPENT", "PRICE")
+				for _, j := range rep.Jobs {
+					t.row(j.ID, j.User, j.Name, j.Status, stamp(j.Deadline), stamp(j.Predict), fmt.Sprintf("%.0f%%", 100*j.Progress),
+						fmt.Sprintf("%.2f", j.Share), j.Spent.String(), j.Price.String())
+				}
+				return t.flush()
+			})
+		},
+	}
+}
