@@ -26,7 +26,7 @@ type deadlineWorld struct {
 
 const deadlineJobCount = 8
 
-func newDeadlineWorld(t *testing.T, seed uint64) *deadlineWorld {
+func newDeadlineWorld(t testing.TB, seed uint64) *deadlineWorld {
 	t.Helper()
 	var hosts []sim.HostSpec
 	var vms []sim.VMSpec
@@ -294,5 +294,40 @@ func TestDeadlineControlAndEDF(t *testing.T) {
 	busy := wire.JobSpec{Name: "busy", VMs: []string{"be-h0"}, Maps: 1, MapSlots: 1, Profile: wire.JobProfile{MapAvg: 1, MapMax: 1}}
 	if _, err := w.b.Submit(ctx, &wire.SubmitRequest{User: "be", Job: busy, Budget: money.PerCredit}); !errors.Is(err, broker.ErrVMBusy) {
 		t.Errorf("a job on a VM another plan bids on: %v", err)
+	}
+}
+
+// BenchmarkDeadlineQuote is the cost of one quote (estimate, earliest
+// finish, ten priced points with their confidence) against a queue of
+// admitted jobs, after enough finished jobs that the regression estimates.
+func BenchmarkDeadlineQuote(b *testing.B) {
+	w := newDeadlineWorld(b, 1)
+	ctx := context.Background()
+	for k := range deadlineJobCount {
+		_ = w.s.RunUntil(w.start.Add(30*time.Second + time.Duration(k)*25*time.Second))
+		spec, simJob := w.job(k)
+		q, err := w.b.Quote(ctx, &wire.QuoteRequest{User: "dl", Job: spec})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := w.b.Submit(ctx, &wire.SubmitRequest{User: "dl", Job: spec, Deadline: q.Curve[2].Deadline}); err != nil {
+			b.Fatal(err)
+		}
+		simJob.Submit = w.s.Now().Sub(w.start)
+		_ = w.s.Submit(simJob)
+	}
+	_ = w.s.RunUntil(w.start.Add(6 * time.Minute)) // some done, some queued
+	spec, _ := w.job(0)
+	spec.Name, spec.VMs = "bench", []string{"poor-h0", "poor-h1"}
+	q, err := w.b.Quote(ctx, &wire.QuoteRequest{User: "poor", Job: spec})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(q.Queued), "queued")
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := w.b.Quote(ctx, &wire.QuoteRequest{User: "poor", Job: spec}); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
