@@ -101,6 +101,9 @@ type Config struct {
 	// MinHistory is how many finished jobs the processing-time regression
 	// needs before it replaces the jobs' ARIA profiles; default 5.
 	MinHistory int
+	// JobOrder is the overlap policy (Lin et al.) best-effort jobs share
+	// the reserved share by: maxsrpt (default), splitsrpt, klps or fifo.
+	JobOrder string
 	// Identities, when set, makes Serve require spend, cancel and adjust
 	// requests signed by the user they act for (or an admin).
 	Identities Identities
@@ -164,6 +167,13 @@ func New(cfg Config) (*Broker, error) {
 	}
 	if !(cfg.DeadlineKappa > 0) {
 		cfg.DeadlineKappa = 1
+	}
+	switch cfg.JobOrder {
+	case "":
+		cfg.JobOrder = strategies.PolicyMaxSRPT
+	case strategies.PolicyMaxSRPT, strategies.PolicySplitSRPT, strategies.PolicyKLPS, strategies.PolicyFIFO:
+	default:
+		return nil, fmt.Errorf("broker: unknown job order %q (maxsrpt, splitsrpt, klps, fifo)", cfg.JobOrder)
 	}
 	if cfg.MinHistory <= 0 {
 		cfg.MinHistory = defaultMinHistory

@@ -182,7 +182,7 @@ func (b *Broker) committed(now time.Time, hosts map[string]bool, except string) 
 	phi := b.cfg.DeadlineShare
 	b.store.each(func(rec *planRecord, _ uint64) {
 		j := rec.Job
-		if j == nil || j.Done || rec.Plan.ID == except || rec.Plan.Status != wire.PlanRunning && rec.Plan.Status != planStarting {
+		if j == nil || j.Done || j.Deadline.IsZero() || rec.Plan.ID == except || rec.Plan.Status != wire.PlanRunning && rec.Plan.Status != planStarting {
 			return
 		}
 		if hosts != nil && !slices.ContainsFunc(rec.Plan.VMs, func(v wire.PlanVM) bool { return hosts[v.Host] }) {
@@ -426,7 +426,15 @@ func (b *Broker) Submit(ctx context.Context, req *wire.SubmitRequest) (wire.Subm
 	kappa := b.cfg.DeadlineKappa
 	var d float64
 	var price money.Micro
-	if !req.Deadline.IsZero() {
+	if req.BestEffort {
+		// No deadline, no premium: the budget pays the run at the shares the
+		// overlap order gives it; below the run's cost at today's prices it
+		// would stall half way.
+		if cost := money.Micro(math.Ceil(p.exec)); req.Budget < cost {
+			return wire.SubmitReply{}, fmt.Errorf("%w: the run costs about %s at today's prices, the budget is %s", ErrUnaffordable, cost, req.Budget)
+		}
+		price = req.Budget
+	} else if !req.Deadline.IsZero() {
 		d = req.Deadline.Sub(now).Seconds()
 		if d < p.earliest-1e-6 {
 			return wire.SubmitReply{}, fmt.Errorf("%w: the earliest finish is %s (%.0f s from now)", ErrDeadline, at(now, p.earliest).Format(time.RFC3339), p.earliest)
@@ -461,11 +469,15 @@ func (b *Broker) Submit(ctx context.Context, req *wire.SubmitRequest) (wire.Subm
 	if bal, ok := b.balance(ctx, req.User); ok && price > bal {
 		return wire.SubmitReply{}, fmt.Errorf("%w: finishing by then costs %s, the balance is %s", ErrUnaffordable, price, bal)
 	}
-	deadline := at(now, d)
-	job := &jobRec{Spec: req.Job, Work: p.work, Admitted: now, Deadline: deadline, Price: price, Reported: now}
+	job := &jobRec{Spec: req.Job, Work: p.work, Admitted: now, Price: price, Reported: now}
 	// A late job keeps running, for a quarter of its window past its
-	// deadline; a done one ends its plan at once.
-	end := deadline.Add(max(deadline.Sub(now)/4, 10*b.cfg.Tick))
+	// deadline; a best-effort one for ten runs (at least an hour); a done
+	// one ends its plan at once.
+	end := now.Add(max(time.Duration(10*p.run*float64(time.Second)), time.Hour))
+	if !req.BestEffort {
+		job.Deadline = at(now, d)
+		end = job.Deadline.Add(max(job.Deadline.Sub(now)/4, 10*b.cfg.Tick))
+	}
 	rep, err := b.spend(ctx, &wire.SpendRequest{ID: id, User: req.User, Budget: price,
 		Duration: wire.Duration(end.Sub(now)), VMs: req.Job.VMs, Strategy: wire.StrategyDeadline}, job)
 	if err != nil {
@@ -478,59 +490,153 @@ func (b *Broker) Submit(ctx context.Context, req *wire.SubmitRequest) (wire.Subm
 	return wire.SubmitReply{Job: b.jobView(v.rec, now), Plan: rep.Plan}, nil
 }
 
-// edfRunning is which admitted jobs hold their share now: in deadline
-// order, each job whose hosts no earlier job holds (EDF on committed
-// deadlines, over hosts). At every moment some job due no later than a
-// waiting one runs at the reserved share, so each finishes no later than
-// in the single-server EDF schedule admission checked.
-func (b *Broker) edfRunning() map[string]bool {
+// jobRun is which admitted jobs hold a share of their hosts now, and how
+// much, and each host's total of those shares.
+type jobRun struct {
+	share map[string]float64 // plan → share of each of its hosts
+	host  map[string]float64 // host → the jobs' shares on it
+}
+
+// jobShares decides who runs. Deadline jobs first, EDF over hosts: in
+// deadline order, each job whose hosts no earlier job holds runs at the
+// reserved share. At every moment some job due no later than a waiting one
+// runs, so each finishes no later than in the single-server EDF schedule
+// admission checked. Then the best-effort jobs whose hosts no deadline job
+// holds share the reserved share by the broker's overlap policy (Lin et
+// al.: MaxSRPT by default), each at the share of its current station —
+// the map station while it has maps left, the shuffle station after.
+func (b *Broker) jobShares() jobRun {
 	type entry struct {
 		id       string
+		job      *jobRec
 		deadline time.Time
 		hosts    []string
 	}
-	var jobs []entry
+	var dl, be []entry
 	b.store.each(func(rec *planRecord, _ uint64) {
-		if j := rec.Job; j != nil && !j.Done && (rec.Plan.Status == wire.PlanRunning || rec.Plan.Status == planStarting) {
-			e := entry{id: rec.Plan.ID, deadline: j.Deadline}
-			for _, v := range rec.Plan.VMs {
-				e.hosts = append(e.hosts, v.Host)
-			}
-			jobs = append(jobs, e)
+		j := rec.Job
+		if j == nil || j.Done || rec.Plan.Status != wire.PlanRunning && rec.Plan.Status != planStarting {
+			return
+		}
+		e := entry{id: rec.Plan.ID, job: j, deadline: j.Deadline}
+		for _, v := range rec.Plan.VMs {
+			e.hosts = append(e.hosts, v.Host)
+		}
+		if j.Deadline.IsZero() {
+			be = append(be, e)
+		} else {
+			dl = append(dl, e)
 		}
 	})
-	sort.Slice(jobs, func(i, k int) bool {
-		if !jobs[i].deadline.Equal(jobs[k].deadline) {
-			return jobs[i].deadline.Before(jobs[k].deadline)
+	sort.Slice(dl, func(i, k int) bool {
+		if !dl[i].deadline.Equal(dl[k].deadline) {
+			return dl[i].deadline.Before(dl[k].deadline)
 		}
-		return jobs[i].id < jobs[k].id
+		return dl[i].id < dl[k].id
 	})
+	phi := b.cfg.DeadlineShare
+	run := jobRun{share: map[string]float64{}, host: map[string]float64{}}
 	taken := map[string]bool{}
-	run := map[string]bool{}
-	for _, j := range jobs {
-		if slices.ContainsFunc(j.hosts, func(h string) bool { return taken[h] }) {
+	for _, e := range dl {
+		if slices.ContainsFunc(e.hosts, func(h string) bool { return taken[h] }) {
 			continue
 		}
-		run[j.id] = true
-		for _, h := range j.hosts {
+		run.share[e.id] = phi
+		for _, h := range e.hosts {
 			taken[h] = true
+		}
+	}
+	var free []entry
+	for _, e := range be {
+		if !slices.ContainsFunc(e.hosts, func(h string) bool { return taken[h] }) {
+			free = append(free, e)
+		}
+	}
+	if len(free) > 0 {
+		sort.Slice(free, func(i, k int) bool { return free[i].id < free[k].id })
+		now := make([]strategies.OverlapNow, len(free))
+		for i, e := range free {
+			x, y := overlapWork(e.job.Spec)
+			now[i] = strategies.OverlapNow{
+				OverlapJob: strategies.OverlapJob{Release: e.job.Admitted.Sub(time.Time{}).Seconds(), Map: x, Shuffle: y},
+				MapLeft:    x * (1 - frac(e.job.MapsDone, e.job.Spec.Maps)), ShuffleLeft: y * (1 - frac(e.job.RedsDone, e.job.Spec.Reduces))}
+		}
+		m, sh, err := strategies.OverlapRates(now, b.cfg.JobOrder)
+		if err == nil {
+			for i, e := range free {
+				r := m[i]
+				if now[i].MapLeft <= 0 {
+					r = sh[i]
+				}
+				if r > 1e-9 {
+					run.share[e.id] = phi * r
+				}
+			}
+		}
+	}
+	// Map and shuffle are one resource here, a host's CPU: where the
+	// policy's two stations together ask more than the reserved share of a
+	// host, its best-effort jobs are scaled down to fit.
+	for _, e := range free {
+		for _, h := range e.hosts {
+			run.host[h] += run.share[e.id]
+		}
+	}
+	for _, e := range free {
+		scale := 1.0
+		for _, h := range e.hosts {
+			if t := run.host[h]; t > phi {
+				scale = min(scale, phi/t)
+			}
+		}
+		run.share[e.id] *= scale
+	}
+	clear(run.host)
+	for _, list := range [][]entry{dl, free} {
+		for _, e := range list {
+			for _, h := range slices.Compact(slices.Sorted(slices.Values(e.hosts))) {
+				run.host[h] += run.share[e.id]
+			}
 		}
 	}
 	return run
 }
 
-// deadlineAlloc is a deadline plan's round, called by allocate with b.mu
-// held: nothing while an earlier deadline holds one of its hosts; else on
-// each host the rate that buys the share it needs (the reserved share, or
-// more when the control loop says it is behind) against the others' rates,
-// spread over its VMs there, and never less than its hold spread over its
+// overlapWork is a job's map and shuffle work in Lin et al.'s model:
+// seconds at a full share of its slots (ARIA's averages).
+func overlapWork(s wire.JobSpec) (x, y float64) {
+	p := s.Profile
+	x = float64(s.Maps) * p.MapAvg / float64(s.MapSlots)
+	if s.Reduces > 0 {
+		y = p.Sh1Avg + float64(s.Reduces)*(p.ShTypAvg+p.ReduceAvg)/float64(s.ReduceSlots)
+	}
+	return x, y
+}
+
+func frac(done, total int) float64 {
+	if total <= 0 {
+		return 1
+	}
+	return min(float64(done)/float64(total), 1)
+}
+
+// deadlineAlloc is a job plan's round, called by allocate with b.mu held:
+// nothing while the job does not run (jobShares); else on each of its
+// hosts the rate that buys its share q against the best-effort rates y
+// there, the jobs' shares on the host adding to Q: r = q·y/(1 − Q), spread
+// over its VMs there. A deadline job's q is at least what its control loop
+// asks (at most 0.95), and it never spends less than its hold over its
 // predicted run, so a tighter deadline's higher price buys a larger share.
-func (b *Broker) deadlineAlloc(rec *planRecord, now time.Time, runs bool, rest money.Micro, left time.Duration, out map[string]alloc) {
+func (b *Broker) deadlineAlloc(rec *planRecord, now time.Time, run jobRun, rest money.Micro, left time.Duration, out map[string]alloc) {
 	j := rec.Job
-	if j == nil || j.Done || !runs {
+	q := run.share[rec.Plan.ID]
+	if j == nil || j.Done || q <= 0 {
 		return
 	}
-	q := min(max(b.cfg.DeadlineShare, j.Share), maxDeadlineShare)
+	deadline := !j.Deadline.IsZero()
+	if deadline {
+		q = min(max(q, j.Share), maxDeadlineShare)
+	}
 	perHost := map[string][]string{}
 	var hosts []string
 	for _, v := range rec.Plan.VMs {
@@ -549,38 +655,33 @@ func (b *Broker) deadlineAlloc(rec *planRecord, now time.Time, runs bool, rest m
 	ceiling := map[string]float64{}
 	total := 0.0
 	for _, h := range hosts {
-		y := b.hosts[h].Price
-		for _, vm := range perHost[h] {
-			if bid, ok := rec.Bids[vm]; ok && !bid.ended(now) {
-				y -= bid.rate()
-			}
-		}
-		y = max(y, 0)
-		r, _ := strategies.RateForShare(q, y)
-		top, _ := strategies.RateForShare(maxDeadlineShare, y)
-		need[h], ceiling[h] = max(r, 1), max(top, 1)
+		y := b.bestEffortPrice(b.hosts[h])
+		others := max(run.host[h]-run.share[rec.Plan.ID], 0)
+		tot := min(others+q, maxDeadlineShare)
+		need[h] = max(q*y/(1-tot), 1)
+		ceiling[h] = max(maxDeadlineShare*y/(1-maxDeadlineShare), 1)
 		total += need[h]
 	}
-	run := time.Duration(j.Work * (1 - j.Progress) / q * float64(time.Second))
-	run = min(max(run, b.cfg.Tick), left)
-	if spread := float64(rest) / run.Seconds(); spread > total {
+	d := time.Duration(j.Work * (1 - j.Progress) / q * float64(time.Second))
+	d = min(max(d, b.cfg.Tick), left)
+	if spread := float64(rest) / d.Seconds(); deadline && spread > total {
 		for _, h := range hosts {
 			need[h] = min(need[h]*spread/total, ceiling[h])
 		}
 	}
 	budget := 0.0
 	for _, h := range hosts {
-		budget += need[h] * run.Seconds()
+		budget += need[h] * d.Seconds()
 	}
 	scale := 1.0
 	if budget > float64(rest) {
 		scale = float64(rest) / budget
 	}
 	for _, h := range hosts {
-		per := need[h] * scale * run.Seconds() / float64(len(perHost[h]))
+		per := need[h] * scale * d.Seconds() / float64(len(perHost[h]))
 		for _, vm := range perHost[h] {
 			if bud := money.Micro(math.Floor(per)); bud > 0 {
-				out[vm] = alloc{h, bud, run}
+				out[vm] = alloc{h, bud, d}
 			}
 		}
 	}
@@ -625,7 +726,7 @@ func (b *Broker) JobProgress(ctx context.Context, req *wire.ProgressRequest) (wi
 			if rec.Plan.End.After(now) {
 				rec.Plan.End = now
 			}
-		} else if j.Control.IsZero() || now.Sub(j.Control) >= jockeyPeriod {
+		} else if !j.Deadline.IsZero() && (j.Control.IsZero() || now.Sub(j.Control) >= jockeyPeriod) {
 			nj.Share, nj.Control = b.control(&nj, now), now
 		}
 		rec.Job = &nj
@@ -698,20 +799,23 @@ func (b *Broker) jobView(rec *planRecord, now time.Time) wire.Job {
 		v.Spent += bid.charged(now)
 	}
 	phi := b.cfg.DeadlineShare
+	late := !j.Deadline.IsZero() && (j.Done && j.Finished.After(j.Deadline) || !j.Done && now.After(j.Deadline))
 	switch {
 	case j.Done:
 		v.Status, v.Predict = wire.JobDone, j.Finished
-		if j.Finished.After(j.Deadline) {
-			v.Status = wire.JobLate
-		}
 	case len(rec.Bids) > 0:
-		v.Status, v.Share = wire.JobRunning, min(max(phi, j.Share), maxDeadlineShare)
-		v.Predict = at(now, j.Work*(1-j.Progress)/v.Share)
+		// The share it is given: a deadline job's target, a best-effort
+		// job's what its bids bought.
+		v.Status, v.Share = wire.JobRunning, j.RunShare
+		if !j.Deadline.IsZero() {
+			v.Share = min(max(phi, j.Share), maxDeadlineShare)
+		}
+		v.Predict = at(now, j.Work*(1-j.Progress)/max(v.Share, 0.01))
 	default:
 		v.Status = wire.JobQueued
 		v.Predict = at(now, j.Work*(1-j.Progress)/phi)
 	}
-	if !j.Done && now.After(j.Deadline) {
+	if late {
 		v.Status = wire.JobLate
 	}
 	if rec.Plan.Status == wire.PlanCancelled {

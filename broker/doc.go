@@ -60,6 +60,13 @@
 // than in the single-server EDF schedule admission checked — as long as
 // the estimates hold and prices stay below those the quote assumed.
 //
+// A best-effort job (submitted with a budget and no deadline) waits while
+// a deadline job holds one of its hosts; the best-effort jobs on free hosts
+// share the reserved share by Lin et al.'s overlap policies (JobOrder:
+// MaxSRPT by default, SplitSRPT, k-LPS or FIFO) over their map and shuffle
+// work, each at the rate of the station it is in (map while it has maps
+// left), scaled down where a host's total would pass Φ.
+//
 // Progress comes from the YARN monitor (the simulator's ProgressFeed in
 // tests) on mrm.v1.broker.progress; once a minute it drives the control
 // loop: Jockey's (slack 1.2, hysteresis 0.2, dead zone min(3 min, a tenth

@@ -150,7 +150,7 @@ func (b *Broker) allocate(rec *planRecord, now time.Time, v roundView) (out map[
 			byRate(refs, rates)
 		}
 	case wire.StrategyDeadline:
-		b.deadlineAlloc(rec, now, v.edf[rec.Plan.ID], rest, left, out)
+		b.deadlineAlloc(rec, now, v.jobs, rest, left, out)
 	case wire.StrategyWorkflow:
 		weights := make([]float64, len(rec.Plan.Workflows))
 		for i, w := range rec.Plan.Workflows {
@@ -406,10 +406,10 @@ func (b *Broker) cancelAll(ctx context.Context, rec *planRecord, now time.Time) 
 }
 
 // roundView is what a round of one plan needs to know of the others:
-// the bottleneck plans' capped boosts and which deadline jobs run (EDF).
+// the bottleneck plans' capped boosts and which admitted jobs run.
 type roundView struct {
 	boosts map[string]float64
-	edf    map[string]bool
+	jobs   jobRun
 }
 
 // view computes the round view a plan of strategy needs.
@@ -419,7 +419,7 @@ func (b *Broker) view(strategy string) roundView {
 	case wire.StrategyBottleneck:
 		v.boosts = b.cappedBoosts()
 	case wire.StrategyDeadline:
-		v.edf = b.edfRunning()
+		v.jobs = b.jobShares()
 	}
 	return v
 }
@@ -454,7 +454,7 @@ func (b *Broker) Tick(ctx context.Context, now time.Time) error {
 		return err
 	}
 	beats := b.store.heartbeats()
-	view := roundView{boosts: b.cappedBoosts(), edf: b.edfRunning()}
+	view := roundView{boosts: b.cappedBoosts(), jobs: b.jobShares()}
 	var mine []versioned
 	b.store.each(func(rec *planRecord, rev uint64) {
 		if rec.Plan.Status != wire.PlanRunning && rec.Plan.Status != planStarting {

@@ -111,8 +111,18 @@ func brokerCommand() *ucli.Command {
 			&ucli.DurationFlag{Name: "tick", Usage: "end plans and release their holds every", Value: defaultTick},
 			&ucli.DurationFlag{Name: "settle", Usage: "wait after a plan's end for the agents' last captures", Value: 30 * time.Second},
 			&ucli.StringFlag{Name: "http", Usage: "address for /metrics and /healthz (empty: none)", Value: "127.0.0.1:9467"},
+			&ucli.Float64Flag{Name: "deadline-share", Usage: "the share of its hosts an admitted job holds while it runs (0–0.95)", Value: 0.8},
+			&ucli.StringFlag{Name: "job-order", Usage: "best-effort jobs' overlap order: maxsrpt, splitsrpt, klps or fifo", Value: "maxsrpt"},
 		},
 		Action: func(c *ucli.Context) error {
+			if s := c.Float64("deadline-share"); !(s > 0 && s <= 0.95) {
+				return badInput("--deadline-share must be in (0, 0.95], got %v", s)
+			}
+			switch c.String("job-order") {
+			case "maxsrpt", "splitsrpt", "klps", "fifo":
+			default:
+				return badInput("--job-order %q: want maxsrpt, splitsrpt, klps or fifo", c.String("job-order"))
+			}
 			if c.Duration("tick") < tickMin || c.Duration("tick") > tickMax {
 				return badInput("--tick must be between %s and %s", tickMin, tickMax)
 			}
@@ -133,7 +143,7 @@ func brokerCommand() *ucli.Command {
 			metrics := obs.NewMetrics(reg)
 			b, err := broker.New(broker.Config{NC: nc, Bank: bank.Client{NC: nc, Signer: signer}, Signer: signer,
 				Identities: bank.Client{NC: nc}, Settle: c.Duration("settle"), Metrics: metrics,
-				Tick: c.Duration("tick"), Plans: assets.Plans})
+				Tick: c.Duration("tick"), Plans: assets.Plans, DeadlineShare: c.Float64("deadline-share"), JobOrder: c.String("job-order")})
 			if err != nil {
 				return err
 			}

@@ -130,17 +130,21 @@ func submitCommand() *ucli.Command {
 		Name:  "submit",
 		Usage: "admit a job with a committed deadline: hold its price and run it",
 		UsageText: "mrmarket submit --user alice --job etl.json --deadline 45m   (or 2026-11-23T17:00:00Z)\n" +
-			"   mrmarket submit --user alice --job etl.json --budget 150       (the earliest deadline it buys)\n\n" +
+			"   mrmarket submit --user alice --job etl.json --budget 150       (the earliest deadline it buys)\n" +
+			"   mrmarket submit --user alice --job etl.json --budget 80 --best-effort   (no deadline)\n\n" +
 			"Admitted jobs run earliest deadline first: while a job's deadline is the earliest on its\n" +
 			"hosts it spends its price as a spending rate that buys its reserved share (more when it\n" +
 			"falls behind); what it does not spend comes back when it is done. A deadline before the\n" +
-			"earliest finish, or a price above --budget or your balance, is refused and nothing is held.\n\n" +
+			"earliest finish, or a price above --budget or your balance, is refused and nothing is held.\n" +
+			"A best-effort job has no deadline: it runs on hosts no deadline job needs, in the broker's\n" +
+			"overlap order (MaxSRPT by default: the job with the least work left first).\n\n" +
 			jobFileHelp,
 		Flags: []ucli.Flag{flagNATS(), flagCreds(), flagJSON(), flagUser(),
 			&ucli.StringFlag{Name: "job", Usage: "the job file (JSON)"},
 			&ucli.StringFlag{Name: "deadline", Usage: "finish by: a time (RFC 3339) or a duration from now"},
 			&ucli.StringFlag{Name: "budget", Usage: "credits: the earliest deadline they pay for"},
 			&ucli.StringFlag{Name: "id", Usage: "job id (idempotency: the same id gives the same job)"},
+			&ucli.BoolFlag{Name: "best-effort", Usage: "no deadline: hold --budget and run in the broker's overlap order"},
 		},
 		Action: func(c *ucli.Context) error {
 			user, err := requireUser(c)
@@ -151,8 +155,10 @@ func submitCommand() *ucli.Command {
 			if err != nil {
 				return err
 			}
-			req := &wire.SubmitRequest{ID: c.String("id"), User: user, Job: spec}
+			req := &wire.SubmitRequest{ID: c.String("id"), User: user, Job: spec, BestEffort: c.Bool("best-effort")}
 			switch {
+			case req.BestEffort && c.String("deadline") != "":
+				return badInput("a --best-effort job has no --deadline")
 			case c.String("deadline") != "" && c.String("budget") != "":
 				return badInput("give --deadline or --budget, not both")
 			case c.String("deadline") != "":
@@ -181,6 +187,10 @@ func submitCommand() *ucli.Command {
 			}
 			return output(c, rep, func(w io.Writer) error {
 				j := rep.Job
+				if j.Deadline.IsZero() {
+					_, err := fmt.Fprintf(w, "job %s (%s): admitted best-effort, %s held (hold %s); %s\n", j.ID, j.Name, j.Price, rep.Plan.Hold, j.Status)
+					return err
+				}
 				_, err := fmt.Fprintf(w, "job %s (%s): admitted, deadline %s, price %s held (hold %s); %s, predicted finish %s\n",
 					j.ID, j.Name, stamp(j.Deadline), j.Price, rep.Plan.Hold, j.Status, stamp(j.Predict))
 				return err

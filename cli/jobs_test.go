@@ -93,6 +93,8 @@ func TestDeadlineCommands(t *testing.T) {
 		{[]string{"submit", n, "--user", "alice", "--job", writeFile(t, `{"name": "x", "vms": ["a1"], "maps": 4, "map_slots": 1, "profile": {"map_avg": -1}}`), "--budget", "5"}, cli.ExitBadInput, "map average"},
 		{[]string{"submit", n, "--user", "alice", "--job", writeFile(t, `{"name": "x", "vms": ["a1"], "colour": "red"}`), "--budget", "5"}, cli.ExitBadInput, "unknown field"},
 		{[]string{"quote", n, "--user", "alice"}, cli.ExitBadInput, "--job"},
+		{[]string{"submit", n, "--user", "alice", "--job", alice, "--best-effort", "--deadline", late}, cli.ExitBadInput, "no --deadline"},
+		{[]string{"submit", n, "--user", "bob", "--job", bob, "--best-effort", "--budget", "0.5"}, cli.ExitRefused, "insufficient"},
 		{[]string{"quote", n, "--user", "mallory", "--job", alice}, cli.ExitRefused, "no credentials"},
 	} {
 		r := mrmarket(c.args...)

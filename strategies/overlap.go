@@ -388,3 +388,46 @@ func mergeBusy(iv [][2]float64) [][2]float64 {
 	}
 	return out
 }
+
+// OverlapNow is a job as a broker sees it at one moment: its sizes (map and
+// shuffle work) and what is left of them.
+type OverlapNow struct {
+	OverlapJob
+	MapLeft, ShuffleLeft float64
+}
+
+// OverlapRates is what policy gives each present job of the map and the
+// shuffle station now (each station's capacity 1): the allocation
+// SimulateOverlap integrates, for a broker that re-plans every round. A job
+// without shuffle work is given a vanishing one, so map-only jobs take part.
+func OverlapRates(jobs []OverlapNow, policy string) (mapRate, shuffleRate []float64, err error) {
+	switch policy {
+	case PolicyFIFO, PolicyMaxSRPT, PolicySplitSRPT, PolicyKLPS:
+	default:
+		return nil, nil, fmt.Errorf("%w: unknown overlap policy %q", ErrOverlapJob, policy)
+	}
+	st := make([]*ovState, len(jobs))
+	for i, j := range jobs {
+		if err := checkOverlapJob(i, j.OverlapJob); err != nil {
+			return nil, nil, err
+		}
+		if !(j.MapLeft >= 0 && j.MapLeft <= j.Map+ovEps && j.ShuffleLeft >= 0 && j.ShuffleLeft <= j.Shuffle+ovEps) {
+			return nil, nil, fmt.Errorf("%w: job %d has %v of %v map and %v of %v shuffle left", ErrOverlapJob, i, j.MapLeft, j.Map, j.ShuffleLeft, j.Shuffle)
+		}
+		o := j.OverlapJob
+		x, y := j.MapLeft, j.ShuffleLeft
+		if o.Map <= 0 {
+			o.Map, x = 1e-9, 0
+		}
+		if o.Shuffle <= 0 {
+			o.Shuffle, y = 1e-9, 1e-9*x/o.Map
+		}
+		st[i] = &ovState{OverlapJob: o, x: x, y: y}
+	}
+	allocate(st, policy)
+	mapRate, shuffleRate = make([]float64, len(st)), make([]float64, len(st))
+	for i, j := range st {
+		mapRate[i], shuffleRate[i] = j.m, j.s
+	}
+	return mapRate, shuffleRate, nil
+}

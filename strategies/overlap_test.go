@@ -192,3 +192,45 @@ func TestOverlapLowerBoundInvalid(t *testing.T) {
 		t.Errorf("SimulateOverlap without shuffle work: %v, want ErrOverlapJob", err)
 	}
 }
+
+// TestOverlapRatesArePolicies: at one moment, MaxSRPT gives the map station
+// to the job with the least max(map, shuffle) left, FIFO to the oldest,
+// k-LPS shares it, and no station is given more than its capacity.
+func TestOverlapRatesArePolicies(t *testing.T) {
+	jobs := []strategies.OverlapNow{
+		{OverlapJob: strategies.OverlapJob{Release: 0, Map: 10, Shuffle: 10}, MapLeft: 8, ShuffleLeft: 9},
+		{OverlapJob: strategies.OverlapJob{Release: 1, Map: 2, Shuffle: 1}, MapLeft: 2, ShuffleLeft: 1},
+		{OverlapJob: strategies.OverlapJob{Release: 2, Map: 4, Shuffle: 0}, MapLeft: 4, ShuffleLeft: 0},
+	}
+	check := func(policy string) ([]float64, []float64) {
+		m, s, err := strategies.OverlapRates(jobs, policy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sm, ss float64
+		for i := range m {
+			sm, ss = sm+m[i], ss+s[i]
+		}
+		if sm > 1+1e-9 || ss > 1+1e-9 {
+			t.Fatalf("%s: stations over capacity: %v %v", policy, m, s)
+		}
+		return m, s
+	}
+	if m, _ := check(strategies.PolicyMaxSRPT); m[1] != 1 {
+		t.Errorf("MaxSRPT: map rates %v, want all to job 1", m)
+	}
+	if m, _ := check(strategies.PolicyFIFO); m[0] != 1 {
+		t.Errorf("FIFO: map rates %v, want all to job 0", m)
+	}
+	if m, _ := check(strategies.PolicyKLPS); math.Abs(m[0]-1.0/3) > 1e-9 || math.Abs(m[2]-1.0/3) > 1e-9 {
+		t.Errorf("k-LPS: map rates %v, want a third each", m)
+	}
+	check(strategies.PolicySplitSRPT)
+	if _, _, err := strategies.OverlapRates(jobs, "lottery"); !errors.Is(err, strategies.ErrOverlapJob) {
+		t.Errorf("unknown policy: %v", err)
+	}
+	bad := []strategies.OverlapNow{{OverlapJob: strategies.OverlapJob{Map: 1, Shuffle: 1}, MapLeft: 2}}
+	if _, _, err := strategies.OverlapRates(bad, strategies.PolicyMaxSRPT); !errors.Is(err, strategies.ErrOverlapJob) {
+		t.Errorf("more left than the job has: %v", err)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/mrmarket/mrmarket/hadoopvm/sim"
 	"github.com/mrmarket/mrmarket/internal/money"
 	"github.com/mrmarket/mrmarket/internal/wire"
+	"github.com/mrmarket/mrmarket/strategies"
 )
 
 // deadlineWorld is a running market on four simulated 2-core hosts: a
@@ -27,6 +28,13 @@ type deadlineWorld struct {
 const deadlineJobCount = 8
 
 func newDeadlineWorld(t testing.TB, seed uint64) *deadlineWorld {
+	t.Helper()
+	return newDeadlineWorldOrdered(t, seed, "")
+}
+
+// newDeadlineWorldOrdered is newDeadlineWorld with best-effort jobs
+// ordered by the overlap policy order.
+func newDeadlineWorldOrdered(t testing.TB, seed uint64, order string) *deadlineWorld {
 	t.Helper()
 	var hosts []sim.HostSpec
 	var vms []sim.VMSpec
@@ -48,7 +56,7 @@ func newDeadlineWorld(t testing.TB, seed uint64) *deadlineWorld {
 	w.s.Ledger().Grant("poor", money.PerCredit/2)
 	w.s.Ledger().Grant("be", 10_000*money.PerCredit)
 	if w.b, err = broker.New(broker.Config{Agents: w.s.Agents(), Bank: w.s.Ledger(), Now: w.s.Now, Tick: 10 * time.Second,
-		Settle: 20 * time.Second, Serial: true, MinHistory: 4}); err != nil {
+		Settle: 20 * time.Second, Serial: true, MinHistory: 4, JobOrder: order}); err != nil {
 		t.Fatal(err)
 	}
 	w.s.Attach(w.b)
@@ -329,5 +337,77 @@ func BenchmarkDeadlineQuote(b *testing.B) {
 		if _, err := w.b.Quote(ctx, &wire.QuoteRequest{User: "poor", Job: spec}); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestBestEffortJobsInOverlapOrder: best-effort jobs (no deadline) share
+// the reserved share by Lin et al.'s policies. Three jobs of 48, 16 and 8
+// maps arrive together, the largest first: MaxSRPT runs the small ones
+// first and has a lower mean response than FIFO; a deadline job submitted
+// meanwhile takes their hosts, and they wait until it is done.
+func TestBestEffortJobsInOverlapOrder(t *testing.T) {
+	mean := map[string]time.Duration{}
+	for _, order := range []string{strategies.PolicyFIFO, strategies.PolicyMaxSRPT, strategies.PolicyKLPS} {
+		w := newDeadlineWorldOrdered(t, 5, order)
+		ctx := context.Background()
+		if err := w.s.RunUntil(w.start.Add(30 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		for i, maps := range []int{48, 16, 8} {
+			spec, simJob := w.job(i)
+			spec.Maps, simJob.Maps = maps, maps
+			if _, err := w.b.Submit(ctx, &wire.SubmitRequest{User: "dl", Job: spec, Budget: 2000 * money.PerCredit, BestEffort: true}); err != nil {
+				t.Fatalf("%s: %v", order, err)
+			}
+			simJob.Submit = w.s.Now().Sub(w.start)
+			if err := w.s.Submit(simJob); err != nil {
+				t.Fatal(err)
+			}
+			w.s.RunUntil(w.s.Now().Add(time.Second))
+		}
+		if err := w.s.RunUntil(w.s.Now().Add(15 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		// A deadline job on the same hosts comes first.
+		spec, simJob := w.job(3)
+		q, err := w.b.Quote(ctx, &wire.QuoteRequest{User: "dl", Job: spec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		admitted, err := w.b.Submit(ctx, &wire.SubmitRequest{User: "dl", Job: spec, Deadline: q.Curve[0].Deadline})
+		if err != nil {
+			t.Fatal(err)
+		}
+		simJob.Submit = w.s.Now().Sub(w.start)
+		if err := w.s.Submit(simJob); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.s.RunUntil(w.s.Now().Add(15 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range w.b.Jobs(&wire.JobsRequest{}).Jobs {
+			if j.Name != spec.Name && j.Status != wire.JobQueued && j.Status != wire.JobDone {
+				t.Errorf("%s: best-effort %s is %s while a deadline job holds its hosts", order, j.Name, j.Status)
+			}
+		}
+		res, err := w.s.Run(3 * time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sum time.Duration
+		for _, r := range res {
+			if r.ID == spec.Name && r.Finish.After(admitted.Job.Deadline) {
+				t.Errorf("%s: the deadline job finished at %s, after %s", order, r.Finish.Sub(w.start), admitted.Job.Deadline.Sub(w.start))
+			}
+			if r.ID == "etl-0" || r.ID == "etl-1" || r.ID == "etl-2" {
+				sum += r.Duration()
+				t.Logf("%s: %s took %s", order, r.ID, r.Duration().Round(time.Second))
+			}
+		}
+		mean[order] = sum / 3
+	}
+	t.Logf("mean response: %v", mean)
+	if mean[strategies.PolicyMaxSRPT] >= mean[strategies.PolicyFIFO] {
+		t.Errorf("MaxSRPT's mean response %s is not below FIFO's %s", mean[strategies.PolicyMaxSRPT], mean[strategies.PolicyFIFO])
 	}
 }

@@ -210,14 +210,17 @@ type QuoteReply struct {
 
 // SubmitRequest admits a job with a committed deadline: Deadline, or the
 // earliest deadline whose price fits Budget. Its price is held and spent on
-// the job's VMs. ID makes it idempotent.
+// the job's VMs. BestEffort admits it with no deadline instead, Budget held,
+// to run in the broker's overlap order when no deadline job needs its hosts.
+// ID makes it idempotent.
 type SubmitRequest struct {
 	Versioned
-	ID       string      `json:"id,omitempty"`
-	User     string      `json:"user"`
-	Job      JobSpec     `json:"job"`
-	Deadline time.Time   `json:"deadline,omitzero"`
-	Budget   money.Micro `json:"budget,omitempty"`
+	ID         string      `json:"id,omitempty"`
+	User       string      `json:"user"`
+	Job        JobSpec     `json:"job"`
+	Deadline   time.Time   `json:"deadline,omitzero"`
+	Budget     money.Micro `json:"budget,omitempty"`
+	BestEffort bool        `json:"best_effort,omitempty"`
 }
 
 func (r *SubmitRequest) Validate() error {
@@ -229,7 +232,10 @@ func (r *SubmitRequest) Validate() error {
 	if err := CheckName("user", r.User); err != nil {
 		return err
 	}
-	if r.Deadline.IsZero() == (r.Budget == 0) {
+	switch {
+	case r.BestEffort && (r.Budget == 0 || !r.Deadline.IsZero()):
+		return Errorf(ErrBadRequest, "a best-effort job takes a budget and no deadline")
+	case !r.BestEffort && r.Deadline.IsZero() == (r.Budget == 0):
 		return Errorf(ErrBadRequest, "give a deadline or a budget, one of them")
 	}
 	if r.Budget != 0 {
@@ -247,7 +253,7 @@ type Job struct {
 	Name     string      `json:"name"`
 	Status   string      `json:"status"`
 	Admitted time.Time   `json:"admitted"`
-	Deadline time.Time   `json:"deadline"`
+	Deadline time.Time   `json:"deadline,omitzero"` // zero for a best-effort job
 	Predict  time.Time   `json:"predicted_finish"`
 	Finished time.Time   `json:"finished,omitzero"`
 	Progress float64     `json:"progress"`
