@@ -116,6 +116,7 @@ func App(stdout, stderr io.Writer) *ucli.App {
 			quoteCommand(),
 			submitCommand(),
 			jobsCommand(),
+			simCommand(),
 			cancelCommand(),
 			plansCommand(),
 			priceCommand(),

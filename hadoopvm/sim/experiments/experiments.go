@@ -1,0 +1,155 @@
+// Package experiments reproduces the papers' headline results on the
+// simulator, with the product's own broker, strategies and agents (one
+// code path): each experiment runs its scenario for several seeds and
+// reports, metric by metric, the paper's figure beside ours (mean ± sd over
+// the runs) and their ratio. `mrmarket sim list|run` is its front end.
+//
+// Decisions where the papers are silent, all marked [recon]:
+//   - Seed 003's cost c (Eq. 4) is in "dollars" with v = $1 per workflow:
+//     one dollar is a fair-share user's plan budget (what it is willing to
+//     pay over the four-hour plan the workflow runs in), so a workflow's
+//     cost is the part of that budget spent until it finished. min(T) is
+//     the workflow alone on the hosts (no background, no other user), run
+//     by the same simulator.
+//   - Efficiency gain is E(strategy)/E(baseline) − 1 over the same users'
+//     workflows in the same seeds, the baseline being fair share for every
+//     user (for stage priority: weights {1, 1, 1}).
+//   - Lin et al.'s load is the arrival rate times the mean map size (both
+//     sizes have mean 1).
+package experiments
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"time"
+)
+
+// ErrUnknown means no experiment has that name.
+var ErrUnknown = errors.New("experiments: unknown experiment")
+
+// Config is how an experiment is run.
+type Config struct {
+	Seed uint64
+	Runs int // 0: the experiment's default
+	// Progress, when set, is told after every simulated run.
+	Progress func(done, total int)
+}
+
+// Row is one metric: the paper's figure (NaN where it gives none) and ours.
+type Row struct {
+	Metric    string  `json:"metric"`
+	Paper     float64 `json:"paper"`
+	PaperText string  `json:"paper_text,omitempty"`
+	Mean      float64 `json:"mean"`
+	SD        float64 `json:"sd"`
+	N         int     `json:"n"`
+	Unit      string  `json:"unit,omitempty"` // "%" for fractions shown as percentages
+}
+
+// MarshalJSON writes a missing paper figure (NaN) as null.
+func (r Row) MarshalJSON() ([]byte, error) {
+	type plain Row
+	out := struct {
+		plain
+		Paper *float64 `json:"paper"`
+		Ratio *float64 `json:"ratio"`
+	}{plain: plain(r)}
+	if !math.IsNaN(r.Paper) {
+		out.Paper = &r.Paper
+	}
+	if q := r.Ratio(); !math.IsNaN(q) {
+		out.Ratio = &q
+	}
+	return json.Marshal(out)
+}
+
+// Ratio is ours over the paper's (NaN without a paper figure).
+func (r Row) Ratio() float64 {
+	if math.IsNaN(r.Paper) || r.Paper == 0 {
+		return math.NaN()
+	}
+	return r.Mean / r.Paper
+}
+
+// Result is an experiment's outcome.
+type Result struct {
+	Experiment string        `json:"experiment"`
+	Title      string        `json:"title"`
+	Source     string        `json:"source"`
+	Seed       uint64        `json:"seed"`
+	Runs       int           `json:"runs"`
+	Wall       time.Duration `json:"wall_ns"`
+	Rows       []Row         `json:"rows"`
+	Notes      []string      `json:"notes,omitempty"`
+}
+
+// Experiment is one reproducible result.
+type Experiment struct {
+	Name, Title, Source string
+	DefaultRuns         int
+	// Steps is how many simulated runs Run makes for runs seeds.
+	Steps func(runs int) int
+	run   func(ctx context.Context, cfg Config, step func() error) (Result, error)
+}
+
+// Run runs the experiment.
+func (e Experiment) Run(ctx context.Context, cfg Config) (Result, error) {
+	if cfg.Runs <= 0 {
+		cfg.Runs = e.DefaultRuns
+	}
+	if cfg.Runs > 10_000 {
+		return Result{}, fmt.Errorf("experiments: %d runs is too many (at most 10000)", cfg.Runs)
+	}
+	total, done := e.Steps(cfg.Runs), 0
+	step := func() error {
+		done++
+		if cfg.Progress != nil {
+			cfg.Progress(done, total)
+		}
+		return ctx.Err()
+	}
+	began := time.Now()
+	res, err := e.run(ctx, cfg, step)
+	if err != nil {
+		return Result{}, fmt.Errorf("%s: %w", e.Name, err)
+	}
+	res.Experiment, res.Title, res.Source, res.Seed, res.Runs, res.Wall = e.Name, e.Title, e.Source, cfg.Seed, cfg.Runs, time.Since(began)
+	return res, nil
+}
+
+var registry = map[string]Experiment{}
+
+func register(e Experiment) { registry[e.Name] = e }
+
+// List is every experiment, by name.
+func List() []Experiment {
+	out := make([]Experiment, 0, len(registry))
+	for _, e := range registry {
+		out = append(out, e)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Get finds an experiment by name.
+func Get(name string) (Experiment, error) {
+	e, ok := registry[name]
+	if !ok {
+		names := ""
+		for _, x := range List() {
+			names += " " + x.Name
+		}
+		return Experiment{}, fmt.Errorf("%w %q (known:%s)", ErrUnknown, name, names)
+	}
+	return e, nil
+}
+
+// row summarises per-run values of one metric.
+func row(metric string, paper float64, paperText, unit string, xs []float64) Row {
+	m, sd := MeanSD(xs)
+	return Row{Metric: metric, Paper: paper, PaperText: paperText, Mean: m, SD: sd, N: len(xs), Unit: unit}
+}

@@ -1,0 +1,64 @@
+package experiments_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"testing"
+
+	"github.com/mrmarket/mrmarket/hadoopvm/sim/experiments"
+)
+
+// TestEveryExperimentRuns: a short run (one seed) of each experiment gives
+// every metric a finite value, and a paper figure where the paper has one.
+func TestEveryExperimentRuns(t *testing.T) {
+	if len(experiments.List()) < 5 {
+		t.Fatalf("experiments: %d", len(experiments.List()))
+	}
+	for _, e := range experiments.List() {
+		steps := 0
+		res, err := e.Run(context.Background(), experiments.Config{Seed: 1, Runs: 1, Progress: func(done, total int) { steps = done }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if steps != e.Steps(1) || len(res.Rows) == 0 {
+			t.Fatalf("%s: %d of %d steps, %d rows", e.Name, steps, e.Steps(1), len(res.Rows))
+		}
+		for _, r := range res.Rows {
+			if math.IsNaN(r.Mean) || math.IsInf(r.Mean, 0) || r.N != 1 {
+				t.Errorf("%s: %s = %v over %d runs", e.Name, r.Metric, r.Mean, r.N)
+			}
+		}
+		if _, err := json.Marshal(res); err != nil {
+			t.Errorf("%s: %v", e.Name, err)
+		}
+		t.Logf("%s: %d rows in %s", e.Name, len(res.Rows), res.Wall)
+	}
+}
+
+// TestExperimentsAreDeterministic: the same seed gives the same numbers.
+func TestExperimentsAreDeterministic(t *testing.T) {
+	for _, name := range []string{"s003-stage", "lin"} {
+		e, err := experiments.Get(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := e.Run(context.Background(), experiments.Config{Seed: 4, Runs: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := e.Run(context.Background(), experiments.Config{Seed: 4, Runs: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range a.Rows {
+			if a.Rows[i].Mean != b.Rows[i].Mean || a.Rows[i].SD != b.Rows[i].SD {
+				t.Fatalf("%s: %s %v then %v", name, a.Rows[i].Metric, a.Rows[i].Mean, b.Rows[i].Mean)
+			}
+		}
+	}
+	if _, err := experiments.Get("nope"); !errors.Is(err, experiments.ErrUnknown) {
+		t.Fatalf("unknown experiment: %v", err)
+	}
+}

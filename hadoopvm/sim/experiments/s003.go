@@ -1,0 +1,231 @@
+package experiments
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/mrmarket/mrmarket/hadoopvm/sim"
+	"github.com/mrmarket/mrmarket/hadoopvm/sim/workload"
+	"github.com/mrmarket/mrmarket/internal/money"
+	"github.com/mrmarket/mrmarket/internal/wire"
+)
+
+// Seed 003's spending: every plan runs four hours; the fair-share rate is
+// budget/4h.
+const (
+	planBudget   = money.Micro(1_000) * money.PerCredit
+	planDuration = 4 * time.Hour
+	decay        = 2.0 // r of Eq. 4 (§7)
+)
+
+// Fair spends a constant rate (the fair-share baseline).
+func Fair(user string, vms []string, _ []sim.JobSpec) *wire.SpendRequest {
+	return &wire.SpendRequest{ID: "p-" + user, User: user, Budget: planBudget, Duration: wire.Duration(planDuration), VMs: vms, Strategy: wire.StrategyFair}
+}
+
+// Series is stage priority over a user's chain of jobs, one stage per job
+// with weights (cycled); budgetScale multiplies the budget (for §7.3's
+// normalisation: weight-1 stages spend at the fair-share rate).
+func Series(weights []float64, budgetScale float64) func(string, []string, []sim.JobSpec) *wire.SpendRequest {
+	return func(user string, vms []string, jobs []sim.JobSpec) *wire.SpendRequest {
+		wfName, _, _ := strings.Cut(jobs[0].Name, ":")
+		wf := wire.WorkflowSpec{Name: wfName, Weight: 1}
+		for i, j := range jobs {
+			_, stage, _ := strings.Cut(j.Name, ":")
+			wf.Stages = append(wf.Stages, wire.StageSpec{Name: stage, Weight: weights[i%len(weights)], VMs: vms})
+		}
+		return &wire.SpendRequest{ID: "p-" + user, User: user, Budget: money.Micro(float64(planBudget) * budgetScale),
+			Duration: wire.Duration(planDuration), Workflows: []wire.WorkflowSpec{wf}, Strategy: wire.StrategyStage}
+	}
+}
+
+// Bottleneck is bottleneck elimination with boost f.
+func Bottleneck(f float64) func(string, []string, []sim.JobSpec) *wire.SpendRequest {
+	return func(user string, vms []string, _ []sim.JobSpec) *wire.SpendRequest {
+		r := Fair(user, vms, nil)
+		r.Strategy, r.Boost = wire.StrategyBottleneck, f
+		return r
+	}
+}
+
+// scored is a run's workflows as seed 003 scores them.
+type scored struct {
+	t    []float64 // completion times, s
+	cost []float64 // dollars
+}
+
+// score turns the outcome of users (indexes into the two users) into
+// completion times and costs in dollars: $1 is a fair-share plan's budget.
+func score(o Outcome, users []int, _ time.Duration) scored {
+	dollar := float64(planBudget)
+	var s scored
+	for _, i := range users {
+		s.t = append(s.t, o.T[i].Seconds())
+		s.cost = append(s.cost, float64(o.Paid[i])/dollar)
+	}
+	return s
+}
+
+// efficiency is Eq. 7 over runs' workflows at decay r and risk γ.
+func efficiency(runs []scored, tmin time.Duration, r, gamma float64) float64 {
+	uopt := Utility(1, 0, tmin.Seconds(), tmin.Seconds(), r)
+	var us []float64
+	for _, s := range runs {
+		for k := range s.t {
+			us = append(us, Utility(1, s.cost[k], s.t[k], tmin.Seconds(), r))
+		}
+	}
+	return Efficiency(us, uopt, gamma)
+}
+
+// compare runs a baseline and a strategic world for each seed and gives the
+// per-run CI and efficiency gain of users' workflows, with the scored runs.
+func compare(ctx context.Context, cfg Config, step func() error, base, strat TwoUsers, users []int) (ci, gain []float64, b, s []scored, tmin time.Duration, err error) {
+	if tmin, err = base.Dedicated(cfg.Seed); err != nil {
+		return
+	}
+	if err = step(); err != nil {
+		return
+	}
+	for k := range cfg.Runs {
+		seed := cfg.Seed + uint64(k)*7919
+		var ob, os Outcome
+		if ob, err = base.Run(seed); err != nil {
+			return
+		}
+		if err = step(); err != nil {
+			return
+		}
+		if os, err = strat.Run(seed); err != nil {
+			return
+		}
+		if err = step(); err != nil {
+			return
+		}
+		sb, ss := score(ob, users, tmin), score(os, users, tmin)
+		b, s = append(b, sb), append(s, ss)
+		ci = append(ci, CompletionImprovement(sb.t, ss.t))
+		gain = append(gain, efficiency([]scored{ss}, tmin, decay, 0)/efficiency([]scored{sb}, tmin, decay, 0)-1)
+	}
+	return
+}
+
+func init() {
+	register(Experiment{Name: "s003-workflow", Title: "Workflow priority on GridMix (weights 1 vs 0.5), 40 hosts",
+		Source: "seed 003 §7.2, Fig. 6", DefaultRuns: 25, Steps: func(n int) int { return 3 * (1 + 2*n) },
+		run: func(ctx context.Context, cfg Config, step func() error) (Result, error) {
+			var res Result
+			for _, prog := range []string{workload.Queries, workload.Web, workload.Text} {
+				jobs := func(u string, vms []string) []sim.JobSpec {
+					j, _ := workload.GridMix(prog, u, u, vms, 0)
+					return j
+				}
+				base := TwoUsers{Hosts: 40, Users: [2]User{{jobs, Fair}, {jobs, Fair}}}
+				strat := TwoUsers{Hosts: 40, Users: [2]User{{jobs, Series([]float64{1, 0.5}, 1)}, {jobs, Series([]float64{0.5, 1}, 1)}}}
+				ci, gain, _, _, _, err := compare(ctx, cfg, step, base, strat, []int{0, 1})
+				if err != nil {
+					return res, err
+				}
+				paperGain := 0.10
+				if prog == workload.Text {
+					paperGain = 0.04
+				}
+				res.Rows = append(res.Rows, row("CI ("+prog+")", 0.115, "11–12 %", "%", ci),
+					row("efficiency gain ("+prog+")", paperGain, fmt.Sprintf("≈%.0f %%", 100*paperGain), "%", gain))
+			}
+			return res, nil
+		}})
+
+	diggStage := func(w []float64) TwoUsers {
+		sum := 0.0
+		for _, x := range w {
+			sum += x
+		}
+		jobs := func(u string, vms []string) []sim.JobSpec { return workload.Digg(u, u, vms, 0) }
+		return TwoUsers{Hosts: 23, Users: [2]User{{jobs, Series(w, sum/float64(len(w)))}, {jobs, Fair}}}
+	}
+	register(Experiment{Name: "s003-stage", Title: "Stage priority on Digg (one stage ×20) against a fair-share user, 23 hosts",
+		Source: "seed 003 §7.3, Fig. 7", DefaultRuns: 25, Steps: func(n int) int { return 3 * (1 + 2*n) },
+		run: func(ctx context.Context, cfg Config, step func() error) (Result, error) {
+			var res Result
+			base := diggStage([]float64{1, 1, 1})
+			for stage, w := range [][]float64{{20, 1, 1}, {1, 20, 1}, {1, 1, 20}} {
+				ci, gain, _, _, _, err := compare(ctx, cfg, step, base, diggStage(w), []int{0})
+				if err != nil {
+					return res, err
+				}
+				paperCI, paperGain, textCI, textGain := math.NaN(), math.NaN(), "", ""
+				if stage == 1 {
+					paperCI, paperGain, textCI, textGain = 0.31, 1.87, "31 %", "187 %"
+				}
+				res.Rows = append(res.Rows, row(fmt.Sprintf("CI (stage %d ×20)", stage+1), paperCI, textCI, "%", ci),
+					row(fmt.Sprintf("efficiency gain (stage %d ×20)", stage+1), paperGain, textGain, "%", gain))
+			}
+			return res, nil
+		}})
+
+	videoToon := func(a, b func(string, []string, []sim.JobSpec) *wire.SpendRequest) TwoUsers {
+		jobs := func(u string, vms []string) []sim.JobSpec { return workload.VideoToon(u, u, vms, 0, 16) }
+		return TwoUsers{Hosts: 18, Heterogeneous: true, Users: [2]User{{jobs, a}, {jobs, b}}}
+	}
+	register(Experiment{Name: "s003-bottleneck", Title: "Bottleneck elimination on VideoToon (1S+1FS, 2S, 2FS), 18 hosts, extra load on half",
+		Source: "seed 003 §7.4, Fig. 8", DefaultRuns: 25, Steps: func(n int) int { return 2 * (1 + 2*n) },
+		run: func(ctx context.Context, cfg Config, step func() error) (Result, error) {
+			var res Result
+			fs := videoToon(Fair, Fair)
+			ci, gain, _, _, _, err := compare(ctx, cfg, step, fs, videoToon(Bottleneck(0.9), Fair), []int{0})
+			if err != nil {
+				return res, err
+			}
+			ci2, gain2, _, _, _, err := compare(ctx, cfg, step, fs, videoToon(Bottleneck(0.9), Bottleneck(0.9)), []int{0, 1})
+			if err != nil {
+				return res, err
+			}
+			res.Rows = append(res.Rows, row("CI (1S+1FS, strategic user)", 0.20, "20 %", "%", ci),
+				row("efficiency gain (1S+1FS, strategic user)", 0.62, "62 %", "%", gain),
+				row("CI (2S, both users)", math.NaN(), "", "%", ci2),
+				row("efficiency gain (2S, both users)", math.NaN(), "slightly above 2FS", "%", gain2))
+			return res, nil
+		}})
+
+	register(Experiment{Name: "s003-sensitivity", Title: "Efficiency gain against decay rate r and risk aversion γ (Digg stage 2, VideoToon 1S+1FS)",
+		Source: "seed 003 §8, Fig. 9", DefaultRuns: 25, Steps: func(n int) int { return 2 * (1 + 2*n) },
+		run: func(ctx context.Context, cfg Config, step func() error) (Result, error) {
+			var res Result
+			for _, c := range []struct {
+				name        string
+				base, strat TwoUsers
+				riskAverse  float64
+				riskSeeking float64
+			}{
+				{"Digg", diggStage([]float64{1, 1, 1}), diggStage([]float64{1, 20, 1}), 0.65, 5.0},
+				{"VideoToon", videoToon(Fair, Fair), videoToon(Bottleneck(0.9), Fair), 0.30, math.NaN()},
+			} {
+				_, _, b, s, tmin, err := compare(ctx, cfg, step, c.base, c.strat, []int{0})
+				if err != nil {
+					return res, err
+				}
+				gainAt := func(r, gamma float64) []float64 {
+					var out []float64
+					for k := range b {
+						out = append(out, efficiency(s[k:k+1], tmin, r, gamma)/efficiency(b[k:k+1], tmin, r, gamma)-1)
+					}
+					return out
+				}
+				for _, r := range []float64{0.5, 1, 2, 4, 8} {
+					res.Rows = append(res.Rows, row(fmt.Sprintf("%s gain, r = %g", c.name, r), math.NaN(), "grows with r", "%", gainAt(r, 0)))
+				}
+				seekText := ""
+				if !math.IsNaN(c.riskSeeking) {
+					seekText = "≈6×"
+				}
+				res.Rows = append(res.Rows,
+					row(c.name+" gain, γ = 3 (risk averse)", c.riskAverse, fmt.Sprintf("%.0f %%", 100*c.riskAverse), "%", gainAt(decay, 3)),
+					row(c.name+" gain, γ = −3 (risk seeking)", c.riskSeeking, seekText, "%", gainAt(decay, -3)))
+			}
+			return res, nil
+		}})
+}

@@ -1,0 +1,150 @@
+package experiments
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/mrmarket/mrmarket/broker"
+	"github.com/mrmarket/mrmarket/hadoopvm/sim"
+	"github.com/mrmarket/mrmarket/internal/money"
+	"github.com/mrmarket/mrmarket/internal/wire"
+)
+
+// User is one user of a two-user experiment: the workflow it runs on its
+// VMs, and how it spends (nil: it does not spend — a dedicated run).
+type User struct {
+	Jobs  func(user string, vms []string) []sim.JobSpec
+	Spend func(user string, vms []string, jobs []sim.JobSpec) *wire.SpendRequest
+}
+
+// TwoUsers is seed 003 §6's setting in the simulator: Hosts 2-core hosts,
+// each with a CPU-hungry background VM (0.5 core, or 1.5 on a random half
+// when Heterogeneous: §7.4's extra load), and two users with a 2-slot VM on
+// every host, each running a workflow and spending on its VMs through the
+// real broker, strategies and agents.
+type TwoUsers struct {
+	Hosts         int
+	Heterogeneous bool
+	Users         [2]User
+}
+
+// Outcome is what a run gives each user: its workflow's completion time
+// and what its plan had paid when the workflow finished.
+type Outcome struct {
+	T    [2]time.Duration
+	Paid [2]money.Micro
+}
+
+var start = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+
+// Run runs the experiment once; the same seed gives the same outcome.
+func (w TwoUsers) Run(seed uint64) (Outcome, error) {
+	return w.run(seed, false)
+}
+
+// Dedicated is the first user's workflow alone on the hosts, without
+// background load or the other user: the uncontended time min(T) of
+// Eqs. 4–5.
+func (w TwoUsers) Dedicated(seed uint64) (time.Duration, error) {
+	o, err := w.run(seed, true)
+	return o.T[0], err
+}
+
+func (w TwoUsers) run(seed uint64, alone bool) (Outcome, error) {
+	var out Outcome
+	rng := rand.New(rand.NewPCG(seed, 2))
+	users := [2]string{"u1", "u2"}
+	if alone {
+		users = [2]string{"u1", ""}
+	}
+	var hosts []sim.HostSpec
+	var vms []sim.VMSpec
+	mine := map[string][]string{}
+	for h := range w.Hosts {
+		bg := 0.5
+		if w.Heterogeneous && rng.IntN(2) == 0 {
+			bg = 1.5
+		}
+		spec := sim.HostSpec{ID: fmt.Sprint("h", h), Cores: 2, Background: bg, BackgroundRate: 50}
+		if alone {
+			spec.Background, spec.BackgroundRate = 0, 0
+		}
+		hosts = append(hosts, spec)
+		for _, u := range users {
+			if u == "" {
+				continue
+			}
+			id := fmt.Sprintf("%s-h%d", u, h)
+			vms = append(vms, sim.VMSpec{ID: id, Owner: u, Host: spec.ID, Slots: 2})
+			mine[u] = append(mine[u], id)
+		}
+	}
+	s, err := sim.New(sim.Config{Seed: seed, Start: start, Tick: 10 * time.Second}, hosts, vms)
+	if err != nil {
+		return out, err
+	}
+	b, err := broker.New(broker.Config{Agents: s.Agents(), Bank: s.Ledger(), Now: s.Now, Tick: 10 * time.Second, Settle: 20 * time.Second, Serial: true})
+	if err != nil {
+		return out, err
+	}
+	s.Attach(b)
+	s.Observe(sim.StageFeed(b))
+	fin := &finishes{s: s, last: map[string]int{}}
+	s.Observe(fin)
+	var first, last [2]string
+	for i, u := range users {
+		if u == "" {
+			continue
+		}
+		jobs := w.Users[i].Jobs(u, mine[u])
+		first[i], last[i] = jobs[0].ID, jobs[len(jobs)-1].ID
+		fin.last[last[i]] = i
+		if w.Users[i].Spend != nil && !alone {
+			rep, err := b.Spend(context.Background(), w.Users[i].Spend(u, mine[u], jobs))
+			if err != nil {
+				return out, err
+			}
+			fin.holds[i] = rep.Plan.Hold
+		}
+		for _, j := range jobs {
+			if err := s.Submit(j); err != nil {
+				return out, err
+			}
+		}
+	}
+	res, err := s.Run(48 * time.Hour)
+	if err != nil {
+		return out, err
+	}
+	at := map[string]sim.JobResult{}
+	for _, j := range res {
+		at[j.ID] = j
+	}
+	for i, u := range users {
+		if u != "" {
+			out.T[i] = at[last[i]].Finish.Sub(at[first[i]].Submit)
+		}
+	}
+	out.Paid = fin.paid
+	return out, nil
+}
+
+// finishes records what each user's plan had paid when its workflow's
+// last job finished.
+type finishes struct {
+	s     *sim.Sim
+	last  map[string]int
+	holds [2]string
+	paid  [2]money.Micro
+}
+
+func (f *finishes) JobSubmitted(sim.JobSpec, time.Time)                     {}
+func (f *finishes) TaskStarted(string, bool, int, string, time.Time)        {}
+func (f *finishes) TaskFinished(string, bool, int, string, time.Time, bool) {}
+func (f *finishes) JobFinished(job string, _ time.Time) {
+	if i, ok := f.last[job]; ok && f.holds[i] != "" {
+		f.paid[i] = f.s.Ledger().Paid(f.holds[i])
+	}
+}
