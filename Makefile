@@ -5,7 +5,7 @@ TAGS        := libvirt_dlopen
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BIN         := bin/mrmarket
 
-.PHONY: all build demo up test fmt vet staticcheck unit bench clean
+.PHONY: all build demo up test fmt vet staticcheck unit bench results clean
 
 all: build
 
@@ -38,6 +38,10 @@ unit:
 ## bench: benchmarks (agent tick for 1, 100 and 1,000 VMs, …)
 bench:
 	$(GO) test -tags $(TAGS) -run '^$$' -bench . -benchmem ./...
+
+## results: every paper's experiment on the simulator → docs/RESULTS.md and docs/results/
+results: build
+	./$(BIN) sim results --out docs
 
 clean:
 	rm -rf bin

@@ -1,14 +1,14 @@
 package cli
 
 import (
-	"encoding/json"
+	"bytes"
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	ucli "github.com/urfave/cli/v2"
 
@@ -46,11 +46,11 @@ func simCommand() *ucli.Command {
 			Name:  "run",
 			Usage: "run an experiment: the paper's figure beside ours (mean ± sd over runs) and their ratio",
 			UsageText: "mrmarket sim run s003-stage [--seed 1] [--runs 25] [--json] [--out results/]\n\n" +
-				"Each run is a seed; the same seed gives the same numbers. --out writes EXPERIMENT.json.",
+				"Each run is a seed; the same seed gives the same numbers. --out writes EXPERIMENT.json and .svg.",
 			Flags: []ucli.Flag{flagJSON(),
 				&ucli.Uint64Flag{Name: "seed", Usage: "the first run's seed", Value: 1},
 				&ucli.IntFlag{Name: "runs", Usage: "runs (seeds) per configuration (default: the experiment's)"},
-				&ucli.StringFlag{Name: "out", Usage: "directory to write EXPERIMENT.json into"},
+				&ucli.StringFlag{Name: "out", Usage: "directory to write EXPERIMENT.json and EXPERIMENT.svg into"},
 			},
 			Action: func(c *ucli.Context) error {
 				if c.NArg() == 0 {
@@ -75,11 +75,46 @@ func simCommand() *ucli.Command {
 					return err
 				}
 				if dir := c.String("out"); dir != "" {
-					if err := writeResult(dir, res); err != nil {
+					if err := experiments.Save(dir, res); err != nil {
 						return err
 					}
 				}
 				return output(c, res, func(w io.Writer) error { return printResult(w, res) })
+			},
+		}, {
+			Name:      "results",
+			Usage:     "run every experiment and write RESULTS.md with its tables and plots (make results)",
+			UsageText: "mrmarket sim results --out docs [--runs N] [--seed 1]",
+			Flags: []ucli.Flag{
+				&ucli.StringFlag{Name: "out", Usage: "directory for RESULTS.md; the data and plots go in its results/", Value: "docs"},
+				&ucli.IntFlag{Name: "runs", Usage: "runs per configuration (default: each experiment's)"},
+				&ucli.Uint64Flag{Name: "seed", Usage: "the first run's seed", Value: 1},
+			},
+			Action: func(c *ucli.Context) error {
+				if r := c.Int("runs"); r < 0 || r > 10_000 {
+					return badInput("--runs must be between 1 and 10000, got %d", r)
+				}
+				dir := c.String("out")
+				var all []experiments.Result
+				for _, e := range experiments.List() {
+					res, err := e.Run(c.Context, experiments.Config{Seed: c.Uint64("seed"), Runs: c.Int("runs"), Progress: progressBar(c.App.ErrWriter, e.Name)})
+					if err != nil {
+						return err
+					}
+					if err := experiments.Save(filepath.Join(dir, "results"), res); err != nil {
+						return err
+					}
+					all = append(all, res)
+				}
+				var page bytes.Buffer
+				if err := experiments.WriteMarkdown(&page, all, "results", time.Now()); err != nil {
+					return err
+				}
+				if err := os.WriteFile(filepath.Join(dir, "RESULTS.md"), page.Bytes(), 0o644); err != nil {
+					return err
+				}
+				fmt.Fprintf(c.App.Writer, "wrote %s and %d experiments' data and plots in %s\n", filepath.Join(dir, "RESULTS.md"), len(all), filepath.Join(dir, "results"))
+				return nil
 			},
 		}},
 	}
@@ -126,40 +161,12 @@ func progressBar(w io.Writer, name string) func(done, total int) {
 	}
 }
 
-func writeResult(dir string, res experiments.Result) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	b, err := json.MarshalIndent(res, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dir, res.Experiment+".json"), append(b, '\n'), 0o644)
-}
-
 // printResult is the side-by-side table.
 func printResult(w io.Writer, res experiments.Result) error {
 	fmt.Fprintf(w, "%s — %s (%s); seed %d, %d runs, %s\n", res.Experiment, res.Title, res.Source, res.Seed, res.Runs, res.Wall.Round(1e6))
 	t := newTable(w, "METRIC", "PAPER", "OURS (MEAN ± SD)", "RATIO")
 	for _, r := range res.Rows {
-		num := func(v float64) string {
-			if r.Unit == "%" {
-				return fmt.Sprintf("%.1f%%", 100*v)
-			}
-			return fmt.Sprintf("%.2f", v)
-		}
-		paper := r.PaperText
-		if paper == "" {
-			paper = "—"
-			if !math.IsNaN(r.Paper) {
-				paper = num(r.Paper)
-			}
-		}
-		ratio := "—"
-		if q := r.Ratio(); !math.IsNaN(q) {
-			ratio = fmt.Sprintf("%.2f", q)
-		}
-		t.row(r.Metric, paper, num(r.Mean)+" ± "+strings.TrimSuffix(num(r.SD), "%"), ratio)
+		t.row(r.Metric, r.PaperString(), r.OursString(), r.RatioString())
 	}
 	if err := t.flush(); err != nil {
 		return err

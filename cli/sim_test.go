@@ -35,6 +35,9 @@ func TestSimCommands(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(dir, "s003-stage.json")); err != nil || !strings.Contains(string(b), "efficiency gain") {
 		t.Fatalf("--out: %v", err)
 	}
+	if b, err := os.ReadFile(filepath.Join(dir, "s003-stage.svg")); err != nil || !strings.Contains(string(b), "<svg") {
+		t.Fatalf("--out plot: %v", err)
+	}
 	for _, c := range []struct {
 		args []string
 		msg  string

@@ -5,7 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/mrmarket/mrmarket/hadoopvm/sim/experiments"
 )
@@ -60,5 +64,40 @@ func TestExperimentsAreDeterministic(t *testing.T) {
 	}
 	if _, err := experiments.Get("nope"); !errors.Is(err, experiments.ErrUnknown) {
 		t.Fatalf("unknown experiment: %v", err)
+	}
+}
+
+// TestReport: a result saves as JSON and an SVG plot, and the results page
+// carries its side-by-side table and links the plot.
+func TestReport(t *testing.T) {
+	e, err := experiments.Get("lin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.Run(context.Background(), experiments.Config{Seed: 1, Runs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := experiments.Save(dir, res); err != nil {
+		t.Fatal(err)
+	}
+	svg, err := os.ReadFile(filepath.Join(dir, "lin.svg"))
+	if err != nil || !strings.Contains(string(svg), "<svg") || !strings.Contains(string(svg), "mrmarket") {
+		t.Fatalf("svg: %v %.100s", err, svg)
+	}
+	var back experiments.Result
+	b, _ := os.ReadFile(filepath.Join(dir, "lin.json"))
+	if err := json.Unmarshal(b, &back); err != nil || len(back.Rows) != len(res.Rows) {
+		t.Fatalf("json: %v", err)
+	}
+	var page strings.Builder
+	if err := experiments.WriteMarkdown(&page, []experiments.Result{res}, "results", time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| metric | paper | mrmarket (mean ± sd) | ratio |", "| mean response, maxsrpt, load 0.75 | 3.32 |", "![lin](results/lin.svg)"} {
+		if !strings.Contains(page.String(), want) {
+			t.Errorf("the page lacks %q:\n%s", want, page.String())
+		}
 	}
 }
