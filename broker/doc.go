@@ -20,8 +20,11 @@
 // (package strategies) how to spend what remains over the time left, given
 // the hosts' prices and which VMs are idle: fair (constant rate), workflow
 // and stage priority (weights, stages advancing when all of a stage's VMs
-// are idle), bottleneck elimination (boosts capped system-wide at MaxBoost)
-// or best response (across the plan's hosts, against the others' rates).
+// are idle), bottleneck elimination (boosts capped system-wide at MaxBoost),
+// best response (across the plan's hosts, against the others' rates), or
+// our stage-bottleneck: stage priority across a workflow's stages with
+// bottleneck elimination among the active stage's VMs (its boost counted
+// in the same cap).
 // Bids are a budget over a duration from now, so the budgets a round sends
 // never add up to more than the plan has left, and the bank's hold caps it
 // all. Only bids whose rate moves by more than 1% are sent, one request per

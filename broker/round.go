@@ -86,20 +86,14 @@ func (b *Broker) allocate(rec *planRecord, now time.Time, v roundView) (out map[
 			}
 		}
 	}
-	all := planVMs(rec)
-	switch rec.Plan.Strategy {
-	case wire.StrategyFair:
-		even(known(all), rest, left)
-	case wire.StrategyBottleneck:
-		refs := known(all)
-		if len(refs) == 0 {
-			return out, stage
-		}
-		// Alg. 5.1 inline (strategies.BottleneckElimination.Rates is the
-		// same rule over maps; this is the hot loop of a large round).
-		be := strategies.BottleneckElimination{Boost: v.boosts[rec.Plan.ID]}
-		if be.Check() != nil {
-			return out, stage
+	// boosted spends total over refs for d by Alg. 5.1: idle VMs give up a
+	// fraction boost of the flat rate to the active ones, the mean rate
+	// unchanged (strategies.BottleneckElimination.Rates is the same rule
+	// over maps; this is the hot loop of a large round).
+	boosted := func(refs []vmRef, total money.Micro, d time.Duration, boost float64) {
+		be := strategies.BottleneckElimination{Boost: boost}
+		if len(refs) == 0 || be.Check() != nil {
+			return
 		}
 		ni := 0
 		for _, r := range refs {
@@ -107,17 +101,41 @@ func (b *Broker) allocate(rec *planRecord, now time.Time, v roundView) (out map[
 				ni++
 			}
 		}
-		flat := float64(rest) / left.Seconds() / float64(len(refs))
+		flat := float64(total) / d.Seconds() / float64(len(refs))
 		active, idle := be.ActiveIdle(flat, ni, len(refs)-ni)
-		for _, r := range refs {
+		buds := make([]money.Micro, len(refs))
+		var sum money.Micro
+		for i, r := range refs {
 			rate := active
 			if r.idle {
 				rate = idle
 			}
-			if bud := money.Micro(math.Floor(rate * left.Seconds())); bud > 0 {
-				out[r.vm] = alloc{r.host, bud, left}
+			buds[i] = money.Micro(math.Floor(rate * d.Seconds()))
+			sum += buds[i]
+		}
+		// Floating point may round the boosted rates a micro-credit over
+		// the total: take it back from the largest budget.
+		if over := sum - total; over > 0 {
+			top := 0
+			for i := range buds {
+				if buds[i] > buds[top] {
+					top = i
+				}
+			}
+			buds[top] -= over
+		}
+		for i, r := range refs {
+			if buds[i] > 0 {
+				out[r.vm] = alloc{r.host, buds[i], d}
 			}
 		}
+	}
+	all := planVMs(rec)
+	switch rec.Plan.Strategy {
+	case wire.StrategyFair:
+		even(known(all), rest, left)
+	case wire.StrategyBottleneck:
+		boosted(known(all), rest, left, v.boosts[rec.Plan.ID])
 	case wire.StrategyBestResp:
 		refs := known(all)
 		perHost := map[string][]vmRef{}
@@ -173,7 +191,7 @@ func (b *Broker) allocate(rec *planRecord, now time.Time, v roundView) (out map[
 			}
 			even(known(vms), parts[i], left)
 		}
-	case wire.StrategyStage:
+	case wire.StrategyStage, wire.StrategyStageBottleneck:
 		weights := make([]float64, len(rec.Plan.Workflows))
 		for i, w := range rec.Plan.Workflows {
 			weights[i] = w.Weight
@@ -199,6 +217,17 @@ func (b *Broker) allocate(rec *planRecord, now time.Time, v roundView) (out map[
 				continue
 			}
 			slice := left / time.Duration(len(sw))
+			if rec.Plan.Strategy == wire.StrategyStageBottleneck {
+				// The stage's idle VMs (stragglers' neighbours) give to
+				// its busy ones; all idle means the stage moves on above.
+				refs := known(w.Stages[s].VMs)
+				if allIdle(refs, func(r vmRef) bool { return r.idle }) {
+					even(refs, stageParts[0], slice)
+				} else {
+					boosted(refs, stageParts[0], slice, v.boosts[rec.Plan.ID])
+				}
+				continue
+			}
 			even(known(w.Stages[s].VMs), stageParts[0], slice)
 		}
 	}
@@ -221,15 +250,37 @@ func needsChange(rec *planRecord, want map[string]alloc, stage []int, now time.T
 	}
 	for vm, a := range want {
 		cur, ok := rec.Bids[vm]
-		if !ok || cur.Host != a.host {
-			return true
-		}
-		r0, r1 := cur.rate(), money.Rate(a.budget, a.duration)
-		if math.Abs(r1-r0) > rateTolerance*max(r0, r1) {
+		if !ok || !keeps(cur, a, now) {
 			return true
 		}
 	}
-	return false
+	return overCommits(rec, want, now)
+}
+
+// keeps reports whether the bid in force is close enough to what a round
+// wants (same host, rate within the tolerance) to leave it alone.
+func keeps(cur bidRec, a alloc, now time.Time) bool {
+	if cur.ended(now) || cur.Host != a.host {
+		return false
+	}
+	r0, r1 := cur.rate(), money.Rate(a.budget, a.duration)
+	return math.Abs(r1-r0) <= rateTolerance*max(r0, r1)
+}
+
+// overCommits reports whether the bids a round would keep, with what is
+// left of their budgets, and the ones it would send, together commit more
+// than the plan has left: a kept bid may be up to the tolerance above what
+// is wanted, and the plan must never commit more than its budget.
+func overCommits(rec *planRecord, want map[string]alloc, now time.Time) bool {
+	var commit money.Micro
+	for vm, a := range want {
+		if cur, ok := rec.Bids[vm]; ok && keeps(cur, a, now) {
+			commit += cur.Budget - cur.charged(now)
+		} else {
+			commit += a.budget
+		}
+	}
+	return commit > remaining(rec, now)
 }
 
 func allIdle[T any](xs []T, idle func(T) bool) bool {
@@ -296,13 +347,10 @@ func (b *Broker) apply(ctx context.Context, rec *planRecord, now time.Time, want
 			at(cur.Host).cancel = append(at(cur.Host).cancel, vm)
 		}
 	}
+	keepAny := !overCommits(rec, want, now) // else every bid is sent anew
 	for vm, a := range want {
-		cur, ok := rec.Bids[vm]
-		if ok && !cur.ended(now) && cur.Host == a.host {
-			r0, r1 := cur.rate(), money.Rate(a.budget, a.duration)
-			if math.Abs(r1-r0) <= rateTolerance*max(r0, r1) {
-				continue
-			}
+		if cur, ok := rec.Bids[vm]; ok && keepAny && keeps(cur, a, now) {
+			continue
 		}
 		at(a.host).set = append(at(a.host).set, wire.Bid{VM: vm, Owner: rec.Plan.User, Plan: rec.Plan.ID, Hold: rec.Plan.Hold,
 			Budget: a.budget, Duration: wire.Duration(a.duration)})
@@ -416,7 +464,7 @@ type roundView struct {
 func (b *Broker) view(strategy string) roundView {
 	var v roundView
 	switch strategy {
-	case wire.StrategyBottleneck:
+	case wire.StrategyBottleneck, wire.StrategyStageBottleneck:
 		v.boosts = b.cappedBoosts()
 	case wire.StrategyDeadline:
 		v.jobs = b.jobShares()
@@ -431,7 +479,7 @@ func (b *Broker) cappedBoosts() map[string]float64 {
 	var boosts []float64
 	b.store.each(func(rec *planRecord, _ uint64) {
 		p := &rec.Plan
-		if p.Strategy == wire.StrategyBottleneck && (p.Status == wire.PlanRunning || p.Status == planStarting) {
+		if (p.Strategy == wire.StrategyBottleneck || p.Strategy == wire.StrategyStageBottleneck) && (p.Status == wire.PlanRunning || p.Status == planStarting) {
 			ids = append(ids, p.ID)
 			boosts = append(boosts, p.Boost)
 		}

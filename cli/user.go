@@ -125,8 +125,9 @@ func spendCommand() *ucli.Command {
 			"   mrmarket spend --user alice --id plan-… --more 5      (or --less 2)",
 		Description: "Holds the budget in the bank; every tick the broker spends what is left over the time\n" +
 			"left with the strategy: fair (constant rate), workflow / stage (weights from --plan),\n" +
-			"bottleneck (money moves from idle VMs to busy ones, --boost f in [0,1)) or best-response\n" +
-			"(across hosts from their prices, --host-weight host=w). What is not spent when the plan\n" +
+			"bottleneck (money moves from idle VMs to busy ones, --boost f in [0,1)), best-response\n" +
+			"(across hosts from their prices, --host-weight host=w) or stage-bottleneck (ours: stage\n" +
+			"weights across stages, bottleneck elimination within the active one). What is not spent when the plan\n" +
 			"ends goes back to you. A plan file is JSON:\n" +
 			`  {"workflows": [{"name": "digg", "weight": 1, "stages": [{"name": "join", "weight": 20, "vms": ["a1", "a2"]}, …]}]}`,
 		Flags: []ucli.Flag{flagNATS(), flagCreds(), flagJSON(), flagUser(),

@@ -582,15 +582,18 @@ func (r *StateRequest) Validate() error { return nil }
 
 // Strategy names.
 const (
-	StrategyFair       = "fair"          // constant rate, the baseline
-	StrategyWorkflow   = "workflow"      // workflow priority (seed 003 Eq. 8)
-	StrategyStage      = "stage"         // stage priority (Eq. 9)
-	StrategyBottleneck = "bottleneck"    // bottleneck elimination (Alg. 5.1)
-	StrategyBestResp   = "best-response" // best response across hosts (§5.4)
+	StrategyFair     = "fair"     // constant rate, the baseline
+	StrategyWorkflow = "workflow" // workflow priority (seed 003 Eq. 8)
+	StrategyStage    = "stage"    // stage priority (Eq. 9)
+	// StrategyStageBottleneck is ours: stage priority across a workflow's
+	// stages, bottleneck elimination (Boost) among the active stage's VMs.
+	StrategyStageBottleneck = "stage-bottleneck"
+	StrategyBottleneck      = "bottleneck"    // bottleneck elimination (Alg. 5.1)
+	StrategyBestResp        = "best-response" // best response across hosts (§5.4)
 )
 
 // Strategies lists the strategy names.
-var Strategies = []string{StrategyFair, StrategyWorkflow, StrategyStage, StrategyBottleneck, StrategyBestResp}
+var Strategies = []string{StrategyFair, StrategyWorkflow, StrategyStage, StrategyBottleneck, StrategyBestResp, StrategyStageBottleneck}
 
 // WorkflowSpec is one workflow of a plan: its weight (workflow priority)
 // and its stages in order (stage priority).
@@ -738,7 +741,7 @@ func (r *SpendRequest) Validate() error {
 	}
 	switch r.Strategy {
 	case StrategyFair, StrategyBottleneck, StrategyBestResp, StrategyDeadline:
-	case StrategyWorkflow, StrategyStage:
+	case StrategyWorkflow, StrategyStage, StrategyStageBottleneck:
 		if len(r.Workflows) == 0 {
 			return Errorf(ErrBadRequest, "strategy %q needs workflows (a plan file)", r.Strategy)
 		}

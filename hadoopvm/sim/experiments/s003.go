@@ -30,6 +30,17 @@ func Fair(user string, vms []string, _ []sim.JobSpec) *wire.SpendRequest {
 // with weights (cycled); budgetScale multiplies the budget (for §7.3's
 // normalisation: weight-1 stages spend at the fair-share rate).
 func Series(weights []float64, budgetScale float64) func(string, []string, []sim.JobSpec) *wire.SpendRequest {
+	return seriesWith(wire.StrategyStage, 0, weights, budgetScale)
+}
+
+// StageBottleneck is our combined strategy over a chain of jobs: Series's
+// stage weights, and bottleneck elimination with boost f within the
+// active stage.
+func StageBottleneck(weights []float64, budgetScale, f float64) func(string, []string, []sim.JobSpec) *wire.SpendRequest {
+	return seriesWith(wire.StrategyStageBottleneck, f, weights, budgetScale)
+}
+
+func seriesWith(strategy string, boost float64, weights []float64, budgetScale float64) func(string, []string, []sim.JobSpec) *wire.SpendRequest {
 	return func(user string, vms []string, jobs []sim.JobSpec) *wire.SpendRequest {
 		wfName, _, _ := strings.Cut(jobs[0].Name, ":")
 		wf := wire.WorkflowSpec{Name: wfName, Weight: 1}
@@ -38,7 +49,7 @@ func Series(weights []float64, budgetScale float64) func(string, []string, []sim
 			wf.Stages = append(wf.Stages, wire.StageSpec{Name: stage, Weight: weights[i%len(weights)], VMs: vms})
 		}
 		return &wire.SpendRequest{ID: "p-" + user, User: user, Budget: money.Micro(float64(planBudget) * budgetScale),
-			Duration: wire.Duration(planDuration), Workflows: []wire.WorkflowSpec{wf}, Strategy: wire.StrategyStage}
+			Duration: wire.Duration(planDuration), Workflows: []wire.WorkflowSpec{wf}, Strategy: strategy, Boost: boost}
 	}
 }
 

@@ -21,7 +21,8 @@ type User struct {
 
 // TwoUsers is seed 003 §6's setting in the simulator: Hosts 2-core hosts,
 // each with a CPU-hungry background VM (0.5 core, or 1.5 on a random half
-// when Heterogeneous: §7.4's extra load), and two users with a 2-slot VM on
+// when Heterogeneous: §7.4's extra load) spending like a fair-share user,
+// and two users with a 2-slot VM on
 // every host, each running a workflow and spending on its VMs through the
 // real broker, strategies and agents.
 type TwoUsers struct {
@@ -62,12 +63,15 @@ func (w TwoUsers) run(seed uint64, alone bool) (Outcome, error) {
 	var hosts []sim.HostSpec
 	var vms []sim.VMSpec
 	mine := map[string][]string{}
+	// The background VM is a third, fair-share user [recon]: it spends on
+	// each host what a fair-share user's plan spends on one of its VMs.
+	bgRate := float64(planBudget) / planDuration.Seconds() / float64(max(w.Hosts, 1))
 	for h := range w.Hosts {
 		bg := 0.5
 		if w.Heterogeneous && rng.IntN(2) == 0 {
 			bg = 1.5
 		}
-		spec := sim.HostSpec{ID: fmt.Sprint("h", h), Cores: 2, Background: bg, BackgroundRate: 50}
+		spec := sim.HostSpec{ID: fmt.Sprint("h", h), Cores: 2, Background: bg, BackgroundRate: bgRate}
 		if alone {
 			spec.Background, spec.BackgroundRate = 0, 0
 		}
