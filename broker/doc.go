@@ -70,8 +70,8 @@
 // work, each at the rate of the station it is in (map while it has maps
 // left), scaled down where a host's total would pass Φ.
 //
-// Progress comes from the YARN monitor (the simulator's ProgressFeed in
-// tests) on mrm.v1.broker.progress; once a minute it drives the control
+// Progress comes from the YARN monitor (`mrmarket jobs watch`; the
+// simulator's ProgressFeed in tests) on mrm.v1.broker.progress; once a minute it drives the control
 // loop: Jockey's (slack 1.2, hysteresis 0.2, dead zone min(3 min, a tenth
 // of the time left)) over the job's table, else ARIA's minimum slots for
 // the tasks left at the pace measured so far, as a share of the job's

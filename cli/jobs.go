@@ -9,6 +9,7 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/mrmarket/mrmarket/hadoopvm/yarn"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -201,10 +202,11 @@ func submitCommand() *ucli.Command {
 
 func jobsCommand() *ucli.Command {
 	return &ucli.Command{
-		Name:      "jobs",
-		Usage:     "list admitted jobs: deadline, predicted finish, spent so far",
-		UsageText: "mrmarket jobs [--user alice]",
-		Flags:     []ucli.Flag{flagNATS(), flagCreds(), flagJSON(), flagUser()},
+		Name:        "jobs",
+		Usage:       "list admitted jobs: deadline, predicted finish, spent so far; or report one's progress",
+		UsageText:   "mrmarket jobs [--user alice]\n   mrmarket jobs watch --user alice --job etl.json --yarn http://rm:8088 [--history http://jhs:19888]",
+		Subcommands: []*ucli.Command{jobsWatchCommand()},
+		Flags:       []ucli.Flag{flagNATS(), flagCreds(), flagJSON(), flagUser()},
 		Action: func(c *ucli.Context) error {
 			nc, err := connect(c)
 			if err != nil {
@@ -223,6 +225,76 @@ func jobsCommand() *ucli.Command {
 				}
 				return t.flush()
 			})
+		},
+	}
+}
+
+// jobsWatchCommand is `mrmarket jobs watch`: the YARN monitor reporting an
+// admitted job's progress to the broker until it is done.
+func jobsWatchCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "watch",
+		Usage: "report an admitted job's progress from YARN to the broker until it is done (its control loop runs on it)",
+		UsageText: "mrmarket jobs watch --user alice --job etl.json --yarn http://rm:8088 [--history http://jhs:19888] [--every 10s] [--once]\n\n" +
+			"Finds the user's newest YARN application named as the job, reads its maps and reduces done\n" +
+			"(the AM while it runs, the history server after), and reports Jockey's progress indicator,\n" +
+			"weighted by the job file's profile; a finished application ends the job's plan.",
+		Flags: []ucli.Flag{flagNATS(), flagCreds(), flagJSON(), flagUser(),
+			&ucli.StringFlag{Name: "job", Usage: "the job file (JSON) it was submitted with"},
+			&ucli.StringFlag{Name: "yarn", Usage: "the ResourceManager's web address"},
+			&ucli.StringFlag{Name: "history", Usage: "the Job History Server's web address"},
+			&ucli.DurationFlag{Name: "every", Usage: "how often to report", Value: 10 * time.Second},
+			&ucli.BoolFlag{Name: "once", Usage: "report once and exit"},
+		},
+		Action: func(c *ucli.Context) error {
+			user, err := requireUser(c)
+			if err != nil {
+				return err
+			}
+			spec, err := readJobFile(c)
+			if err != nil {
+				return err
+			}
+			if c.String("yarn") == "" {
+				return badInput("--yarn (the ResourceManager's address, e.g. http://rm:8088) is required")
+			}
+			if c.Duration("every") < 10*time.Millisecond {
+				return badInput("--every must be at least 10ms")
+			}
+			mon := &yarn.Monitor{RM: c.String("yarn"), History: c.String("history")}
+			nc, err := connect(c)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			bc := brokerClient(c, nc)
+			reduceSecs := spec.Profile.ShTypAvg + spec.Profile.ReduceAvg
+			for {
+				p, err := mon.JobProgress(c.Context, user, spec.Name)
+				if err != nil {
+					return wire.Errorf(wire.ErrUnavailable, "%v", err)
+				}
+				job, err := bc.Progress(c.Context, &wire.ProgressRequest{User: user, Job: spec.Name, Progress: p.Fraction(spec.Profile.MapAvg, reduceSecs),
+					MapsDone: p.MapsDone, ReducesDone: p.ReducesDone, Done: p.Done})
+				if err != nil {
+					return err
+				}
+				if err := output(c, job, func(w io.Writer) error {
+					_, err := fmt.Fprintf(w, "%s %s: %s, %.0f%% (%d/%d maps, %d/%d reduces), share %.2f, deadline %s, predicted %s\n",
+						job.ID, job.Name, job.Status, 100*job.Progress, p.MapsDone, p.Maps, p.ReducesDone, p.Reduces, job.Share, stamp(job.Deadline), stamp(job.Predict))
+					return err
+				}); err != nil {
+					return err
+				}
+				if p.Done || c.Bool("once") {
+					return nil
+				}
+				select {
+				case <-c.Context.Done():
+					return nil
+				case <-time.After(c.Duration("every")):
+				}
+			}
 		},
 	}
 }

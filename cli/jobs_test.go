@@ -10,6 +10,8 @@ import (
 
 	"github.com/mrmarket/mrmarket/agent"
 	"github.com/mrmarket/mrmarket/cli"
+	"github.com/mrmarket/mrmarket/hadoopvm/yarn"
+	"github.com/mrmarket/mrmarket/hadoopvm/yarn/yarntest"
 	"github.com/mrmarket/mrmarket/internal/market"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
@@ -128,5 +130,41 @@ func TestDeadlineCommands(t *testing.T) {
 	r = mrmarket("vms", n, "--json")
 	if r.code != 0 || !strings.Contains(r.stdout, "job-etl") {
 		t.Fatalf("the job's VM has no bid: %+v", r)
+	}
+
+	// The YARN monitor reports the job's progress until it is done.
+	yc := yarntest.New(clock)
+	t.Cleanup(yc.Close)
+	yc.AddNode("a1", 2)
+	app := yc.Submit("alice", "etl", 4, 0, clock)
+	finish := func(i int) {
+		id, err := yc.StartAttempt(app, yc.TaskID(app, yarn.TypeMap, i), "a1", clock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := yc.FinishAttempt(app, id, clock.Add(time.Minute), true, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	finish(0)
+	finish(1)
+	watch := []string{"jobs", "watch", n, "--user", "alice", "--job", alice, "--yarn", yc.RMURL(), "--history", yc.HistoryURL(), "--every", "10ms"}
+	r = mrmarket(append(watch, "--once")...)
+	if r.code != 0 || !strings.Contains(r.stdout, "running, 50%") || !strings.Contains(r.stdout, "2/4 maps") {
+		t.Fatalf("jobs watch --once: %+v", r)
+	}
+	finish(2)
+	finish(3)
+	if err := yc.FinishApp(app, clock.Add(2*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if r = mrmarket(watch...); r.code != 0 || !strings.Contains(r.stdout, "done, 100%") {
+		t.Fatalf("jobs watch: %+v", r)
+	}
+	if r = mrmarket("jobs", n, "--user", "alice"); r.code != 0 || !strings.Contains(r.stdout, "done") {
+		t.Fatalf("jobs after the watch: %+v", r)
+	}
+	if r = mrmarket("jobs", "watch", n, "--user", "alice", "--job", alice); r.code != cli.ExitBadInput || !strings.Contains(r.stderr, "--yarn") {
+		t.Fatalf("jobs watch without --yarn: %+v", r)
 	}
 }

@@ -180,3 +180,42 @@ func TestTimeouts(t *testing.T) {
 	}
 	c.SetDelay(0)
 }
+
+// TestJobProgress: a running application's task counts come from its AM,
+// a finished one's from the history server; the newest application of the
+// name is the one read; an unknown one is not found.
+func TestJobProgress(t *testing.T) {
+	c, m := newCluster(t, "vm1")
+	ctx := context.Background()
+	old := c.Submit("alice", "etl", 2, 1, sec(0))
+	if err := c.FinishApp(old, sec(5)); err != nil {
+		t.Fatal(err)
+	}
+	app := c.Submit("alice", "etl", 4, 2, sec(10))
+	c.Submit("bob", "etl", 9, 9, sec(11))
+	runTask(t, c, app, yarn.TypeMap, 0, "vm1", sec(11), sec(20), nil)
+	runTask(t, c, app, yarn.TypeMap, 1, "vm1", sec(11), sec(21), nil)
+	p, err := m.JobProgress(ctx, "alice", "etl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.App != app || p.Maps != 4 || p.MapsDone != 2 || p.Reduces != 2 || p.ReducesDone != 0 || p.Done {
+		t.Fatalf("running: %+v", p)
+	}
+	runTask(t, c, app, yarn.TypeMap, 2, "vm1", sec(21), sec(30), nil)
+	runTask(t, c, app, yarn.TypeMap, 3, "vm1", sec(21), sec(31), nil)
+	runTask(t, c, app, yarn.TypeReduce, 0, "vm1", sec(31), sec(40), &yarntest.ReducePhases{ShuffleFinish: sec(33), MergeFinish: sec(34)})
+	runTask(t, c, app, yarn.TypeReduce, 1, "vm1", sec(31), sec(41), &yarntest.ReducePhases{ShuffleFinish: sec(33), MergeFinish: sec(34)})
+	if err := c.FinishApp(app, sec(42)); err != nil {
+		t.Fatal(err)
+	}
+	if p, err = m.JobProgress(ctx, "alice", "etl"); err != nil {
+		t.Fatal(err)
+	}
+	if !p.Done || !p.Succeeded || p.MapsDone != 4 || p.ReducesDone != 2 {
+		t.Fatalf("finished: %+v", p)
+	}
+	if _, err := m.JobProgress(ctx, "alice", "nope"); !errors.Is(err, yarn.ErrNotFound) {
+		t.Fatalf("unknown: %v", err)
+	}
+}

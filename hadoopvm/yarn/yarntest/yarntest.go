@@ -319,12 +319,14 @@ func (c *Cluster) serveHistory(w http.ResponseWriter, r *http.Request) {
 	c.serveJob(w, a, rest)
 }
 
-// serveJob answers /jobs, /jobs/{id}/tasks and /jobs/{id}/tasks/{t}/attempts.
+// serveJob answers /jobs, /jobs/{id}, /jobs/{id}/tasks and /jobs/{id}/tasks/{t}/attempts.
 func (c *Cluster) serveJob(w http.ResponseWriter, a *app, rest string) {
 	parts := strings.Split(strings.Trim(rest, "/"), "/")
 	switch {
 	case len(parts) == 1 && parts[0] == "jobs":
 		writeJSON(w, map[string]any{"jobs": map[string]any{"job": []yarn.Job{a.job}}})
+	case len(parts) == 2 && parts[0] == "jobs" && parts[1] == a.job.ID:
+		writeJSON(w, map[string]any{"job": a.job})
 	case len(parts) == 3 && parts[0] == "jobs" && parts[1] == a.job.ID && parts[2] == "counters":
 		writeJSON(w, map[string]any{"jobCounters": map[string]any{"id": a.job.ID, "counterGroup": a.counters}})
 	case len(parts) == 3 && parts[0] == "jobs" && parts[1] == a.job.ID && parts[2] == "tasks":
