@@ -52,9 +52,8 @@ type jobRec struct {
 	// Share is what the control loop (Jockey with a C(p, a) table, else ARIA
 	// over the tasks left) last said the job needs; the job holds at least
 	// the reserved share whenever it runs.
-	Share    float64   `json:"share,omitempty"`
-	Control  time.Time `json:"control,omitzero"`
-	Reported time.Time `json:"reported,omitzero"`
+	Share   float64   `json:"share,omitempty"`
+	Control time.Time `json:"control,omitzero"`
 	// Held is the share-seconds the job has held in finished stints (its
 	// measured work, the estimator's training data), RunFrom when its
 	// current stint of holding RunShare began; MapWork what it had held when
@@ -171,21 +170,21 @@ func (b *Broker) estimate(s wire.JobSpec) (mean, sd, upper float64, source strin
 	return avg, (up - avg) / upperZ, up, "profile", nil
 }
 
-// committed lists the admitted jobs not yet done whose VMs share a host
-// with hosts (all of them when hosts is nil): MRM's queue, each with the
+// committed lists the admitted deadline jobs not yet done whose VMs share a
+// host with hosts: MRM's queue, each with the
 // time it still needs at the reserved share and its deadline, in seconds
 // from now, in deadline order. A job behind its estimate is due when EDF
 // can finish it, not before: it is committed, and the queue after it must
 // still fit.
-func (b *Broker) committed(now time.Time, hosts map[string]bool, except string) []strategies.Queued {
+func (b *Broker) committed(now time.Time, hosts map[string]bool) []strategies.Queued {
 	var q []strategies.Queued
 	phi := b.cfg.DeadlineShare
 	b.store.each(func(rec *planRecord, _ uint64) {
 		j := rec.Job
-		if j == nil || j.Done || j.Deadline.IsZero() || rec.Plan.ID == except || rec.Plan.Status != wire.PlanRunning && rec.Plan.Status != planStarting {
+		if j == nil || j.Done || j.Deadline.IsZero() || rec.Plan.Status != wire.PlanRunning && rec.Plan.Status != planStarting {
 			return
 		}
-		if hosts != nil && !slices.ContainsFunc(rec.Plan.VMs, func(v wire.PlanVM) bool { return hosts[v.Host] }) {
+		if !slices.ContainsFunc(rec.Plan.VMs, func(v wire.PlanVM) bool { return hosts[v.Host] }) {
 			return
 		}
 		q = append(q, strategies.Queued{Work: j.Work * (1 - j.Progress) / phi, Deadline: j.Deadline.Sub(now).Seconds()})
@@ -249,7 +248,7 @@ type pricing struct {
 	exec           float64 // credits·1e-6 the run costs at the reserved share
 }
 
-func (b *Broker) price(now time.Time, user string, s wire.JobSpec, except string) (*pricing, error) {
+func (b *Broker) price(now time.Time, user string, s wire.JobSpec) (*pricing, error) {
 	hosts, err := b.jobHosts(user, s)
 	if err != nil {
 		return nil, err
@@ -260,7 +259,7 @@ func (b *Broker) price(now time.Time, user string, s wire.JobSpec, except string
 	}
 	phi := b.cfg.DeadlineShare
 	p.run = p.work / phi
-	p.queue = b.committed(now, hosts, except)
+	p.queue = b.committed(now, hosts)
 	sum := p.run
 	for _, q := range p.queue {
 		sum += q.Work
@@ -337,7 +336,7 @@ func (b *Broker) Quote(ctx context.Context, req *wire.QuoteRequest) (wire.QuoteR
 	b.admit.Lock()
 	defer b.admit.Unlock()
 	now := b.cfg.Now()
-	p, err := b.price(now, req.User, req.Job, "")
+	p, err := b.price(now, req.User, req.Job)
 	if err != nil {
 		return wire.QuoteReply{}, err
 	}
@@ -419,7 +418,7 @@ func (b *Broker) Submit(ctx context.Context, req *wire.SubmitRequest) (wire.Subm
 		return wire.SubmitReply{}, clash
 	}
 	now := b.cfg.Now()
-	p, err := b.price(now, req.User, req.Job, "")
+	p, err := b.price(now, req.User, req.Job)
 	if err != nil {
 		return wire.SubmitReply{}, err
 	}
@@ -469,7 +468,7 @@ func (b *Broker) Submit(ctx context.Context, req *wire.SubmitRequest) (wire.Subm
 	if bal, ok := b.balance(ctx, req.User); ok && price > bal {
 		return wire.SubmitReply{}, fmt.Errorf("%w: finishing by then costs %s, the balance is %s", ErrUnaffordable, price, bal)
 	}
-	job := &jobRec{Spec: req.Job, Work: p.work, Admitted: now, Price: price, Reported: now}
+	job := &jobRec{Spec: req.Job, Work: p.work, Admitted: now, Price: price}
 	// A late job keeps running, for a quarter of its window past its
 	// deadline; a best-effort one for ten runs (at least an hour); a done
 	// one ends its plan at once.
@@ -507,10 +506,9 @@ type jobRun struct {
 // the map station while it has maps left, the shuffle station after.
 func (b *Broker) jobShares() jobRun {
 	type entry struct {
-		id       string
-		job      *jobRec
-		deadline time.Time
-		hosts    []string
+		id    string
+		job   *jobRec
+		hosts []string
 	}
 	var dl, be []entry
 	b.store.each(func(rec *planRecord, _ uint64) {
@@ -518,7 +516,7 @@ func (b *Broker) jobShares() jobRun {
 		if j == nil || j.Done || rec.Plan.Status != wire.PlanRunning && rec.Plan.Status != planStarting {
 			return
 		}
-		e := entry{id: rec.Plan.ID, job: j, deadline: j.Deadline}
+		e := entry{id: rec.Plan.ID, job: j}
 		for _, v := range rec.Plan.VMs {
 			e.hosts = append(e.hosts, v.Host)
 		}
@@ -529,8 +527,8 @@ func (b *Broker) jobShares() jobRun {
 		}
 	})
 	sort.Slice(dl, func(i, k int) bool {
-		if !dl[i].deadline.Equal(dl[k].deadline) {
-			return dl[i].deadline.Before(dl[k].deadline)
+		if di, dk := dl[i].job.Deadline, dl[k].job.Deadline; !di.Equal(dk) {
+			return di.Before(dk)
 		}
 		return dl[i].id < dl[k].id
 	})
@@ -711,7 +709,6 @@ func (b *Broker) JobProgress(ctx context.Context, req *wire.ProgressRequest) (wi
 	rec, err := b.mutate(ctx, id, func(rec *planRecord) error {
 		j := rec.Job
 		nj := *j
-		nj.Reported = now
 		nj.Progress = max(j.Progress, req.Progress)
 		nj.MapsDone, nj.RedsDone = max(j.MapsDone, req.MapsDone), max(j.RedsDone, req.ReducesDone)
 		if nj.MapWork == 0 && nj.MapsDone >= j.Spec.Maps {
