@@ -30,6 +30,24 @@ func TotalWorkWithQ(stages []StageProgress) float64 {
 	return done / total
 }
 
+// MapReduceProgress is TotalWorkWithQ over a MapReduce job's two stages,
+// maps and reduces, each weighted by its tasks times their average time
+// (mapSecs, reduceSecs; queueing left out): what the YARN monitor and the
+// simulator report of a running job. It is exactly 1 when all is done.
+func MapReduceProgress(mapsDone, maps int, mapSecs float64, reducesDone, reduces int, reduceSecs float64) float64 {
+	frac := func(done, total int) float64 {
+		if total <= 0 {
+			return 1 // an empty stage has no weight; avoid 0/0
+		}
+		return float64(done) / float64(total)
+	}
+	secs := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+	return TotalWorkWithQ([]StageProgress{
+		{Fraction: frac(mapsDone, maps), Time: secs(float64(maps) * mapSecs)},
+		{Fraction: frac(reducesDone, reduces), Time: secs(float64(reduces) * reduceSecs)},
+	})
+}
+
 // CTable is C(p, a): a job's remaining time at progress p with allocation
 // a, sampled offline (by the simulator) on a grid of progress points and
 // allocations; between progress points it interpolates linearly.

@@ -22,17 +22,7 @@ const tableBackgroundRate = 1000
 // (Maps·Map.Mean and Reduces·(Shuffle.Mean+Reduce.Mean)), queue times 0.
 // It is 0 before anything is done and exactly 1 when everything is.
 func JobProgress(job JobSpec, mapsDone, reducesDone int) float64 {
-	frac := func(done, total int) float64 {
-		if total <= 0 {
-			return 1 // an empty stage has no weight; avoid 0/0
-		}
-		return float64(done) / float64(total)
-	}
-	secs := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
-	return strategies.TotalWorkWithQ([]strategies.StageProgress{
-		{Fraction: frac(mapsDone, job.Maps), Time: secs(float64(job.Maps) * job.Map.Mean)},
-		{Fraction: frac(reducesDone, job.Reduces), Time: secs(float64(job.Reduces) * (job.Shuffle.Mean + job.Reduce.Mean))},
-	})
+	return strategies.MapReduceProgress(mapsDone, job.Maps, job.Map.Mean, reducesDone, job.Reduces, job.Shuffle.Mean+job.Reduce.Mean)
 }
 
 // JockeyTable builds Jockey's C(p, a) offline (seed 002 §4) by simulating

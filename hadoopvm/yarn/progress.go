@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/url"
-	"time"
 
 	"github.com/mrmarket/mrmarket/strategies"
 )
@@ -75,15 +74,5 @@ func (p Progress) Fraction(mapSecs, reduceSecs float64) float64 {
 	if p.Done {
 		return 1
 	}
-	frac := func(done, total int) float64 {
-		if total <= 0 {
-			return 0
-		}
-		return min(float64(done)/float64(total), 1)
-	}
-	secs := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
-	return strategies.TotalWorkWithQ([]strategies.StageProgress{
-		{Fraction: frac(p.MapsDone, p.Maps), Time: secs(float64(p.Maps) * mapSecs)},
-		{Fraction: frac(p.ReducesDone, p.Reduces), Time: secs(float64(p.Reduces) * reduceSecs)},
-	})
+	return strategies.MapReduceProgress(p.MapsDone, p.Maps, mapSecs, p.ReducesDone, p.Reduces, reduceSecs)
 }
