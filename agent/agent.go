@@ -94,10 +94,6 @@ type Agent struct {
 	util     map[string]float64
 	quiet    map[string]int // consecutive ticks below IdleBelow
 	state    wire.HostState
-
-	nonces     wire.NonceCache
-	whoisMu    sync.Mutex
-	whoisCache map[string]cachedPrincipal
 }
 
 // New makes an agent and enforces the initial shares.

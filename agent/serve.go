@@ -9,89 +9,53 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mrmarket/mrmarket/internal/service"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
-// Serve answers the agent's subjects on nc: bid changes and state requests
-// for its host. stop unsubscribes.
+// whoisTTL is how long an agent trusts a cached identity (a bid change
+// should not wait on the bank), and whoisSize how many it remembers.
+const (
+	whoisTTL  = time.Minute
+	whoisSize = 256
+)
+
+// Endpoints is the agent's table: bid changes and state requests for its
+// host, on subjects of their own (no queue group: one agent per host). Bids
+// must be signed by the broker or an admin when the agent knows identities
+// (Config.Identities): a bid names the hold it charges, so a bid from anyone
+// else could spend another user's money. a may be nil to list the table;
+// its subjects then have "*" for the host.
+func Endpoints(a *Agent) service.Table {
+	host := "*"
+	if a != nil {
+		host = a.Host()
+	}
+	return service.Table{
+		service.Op(service.Endpoint{Name: "bid", Subject: wire.AgentBidSubject(host), Signed: true, What: "place bids",
+			Allow: []service.Allow{service.Role(wire.RoleBroker), service.Role(wire.RoleAdmin)}}, nil, a.SetBids),
+		service.Op(service.Endpoint{Name: "state", Subject: wire.AgentStateSubject(host)}, nil,
+			func(context.Context, *wire.StateRequest) (wire.HostState, error) { return a.State(), nil }),
+	}
+}
+
+// Serve answers the agent's subjects (Endpoints) on nc; several agents may
+// share a connection. stop stops answering.
 func Serve(nc *nats.Conn, a *Agent) (stop func(), err error) {
-	host := a.Host()
-	observe := func(op string) func(string) {
-		return func(code string) { a.cfg.Metrics.Request("agent", op, code) }
+	auth := &service.Authorizer{}
+	if a.cfg.Identities != nil {
+		auth = &service.Authorizer{Identities: a.cfg.Identities, Whois: service.NewWhoisCache(whoisTTL, whoisSize)}
 	}
-	bids, err := wire.ServeSigned(nc, wire.AgentBidSubject(host), "", observe("bid"),
-		func(ctx context.Context, r *wire.BidRequest, c wire.Caller) (any, error) {
-			if err := a.authorizeBid(ctx, c); err != nil {
-				return nil, err
-			}
-			return a.SetBids(ctx, r)
-		})
+	svc, err := service.Serve(nc, "mrm-agent", service.Version, Endpoints(a), service.Options{
+		Auth:        auth,
+		Observe:     func(op, code string) { a.cfg.Metrics.Request("agent", op, code) },
+		Description: "mrmarket's agent of host " + a.Host(),
+		Metadata:    map[string]string{"host": a.Host()},
+	})
 	if err != nil {
 		return nil, err
 	}
-	state, err := wire.ServeObserved(nc, wire.AgentStateSubject(host), "", observe("state"),
-		func(context.Context, *wire.StateRequest) (any, error) { return a.State(), nil })
-	if err != nil {
-		_ = bids.Unsubscribe()
-		return nil, err
-	}
-	stop = func() {
-		_ = bids.Unsubscribe()
-		_ = state.Unsubscribe()
-	}
-	if err := nc.Flush(); err != nil {
-		stop()
-		return nil, err
-	}
-	return stop, nil
-}
-
-// authorizeBid admits bid changes signed by the broker or an admin, once.
-func (a *Agent) authorizeBid(ctx context.Context, c wire.Caller) error {
-	if a.cfg.Identities == nil {
-		return nil
-	}
-	if !c.Signed() {
-		return wire.ErrUnsigned
-	}
-	p, err := a.whois(ctx, c.Key)
-	if err != nil {
-		return err
-	}
-	if p.Role != wire.RoleBroker && p.Role != wire.RoleAdmin {
-		return fmt.Errorf("%w: %s (%s) may not place bids", wire.ErrRole, p.Name, p.Role)
-	}
-	return a.nonces.Use(c, time.Now())
-}
-
-// whoisTTL is how long the agent trusts a cached identity.
-const whoisTTL = time.Minute
-
-// whois resolves a key through Identities, cached for whoisTTL: a bid
-// change should not wait on the bank.
-func (a *Agent) whois(ctx context.Context, key string) (wire.Principal, error) {
-	a.whoisMu.Lock()
-	e, ok := a.whoisCache[key]
-	a.whoisMu.Unlock()
-	if ok && time.Since(e.at) < whoisTTL {
-		return e.p, nil
-	}
-	p, err := a.cfg.Identities.Whois(ctx, key)
-	if err != nil {
-		return p, err
-	}
-	a.whoisMu.Lock()
-	if a.whoisCache == nil {
-		a.whoisCache = map[string]cachedPrincipal{}
-	}
-	a.whoisCache[key] = cachedPrincipal{p, time.Now()}
-	a.whoisMu.Unlock()
-	return p, nil
-}
-
-type cachedPrincipal struct {
-	p  wire.Principal
-	at time.Time
+	return func() { _ = svc.Stop() }, nil
 }
 
 // Run ticks a on its clock every period until ctx ends. Errors are counted

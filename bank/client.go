@@ -19,84 +19,80 @@ type Client struct {
 	Keys   wire.Keyring
 }
 
-func (c Client) call(ctx context.Context, subject string, req, res any) error {
-	return wire.CallAs(ctx, c.NC, nil, subject, req, res)
-}
+// signAs is whom a request is signed as; the zero value sends it unsigned.
+type signAs struct{ role, name string }
 
-func (c Client) callAs(ctx context.Context, role, name, subject string, req, res any) error {
-	s, err := wire.SignerFor(c.Signer, c.Keys, role, name)
-	if err != nil {
-		return err
+var asAdmin = signAs{wire.RoleAdmin, "admin"}
+
+// call is every method's one path: sign as who (or not), send, decode.
+func call[Rep any](ctx context.Context, c Client, who signAs, subject string, req wire.Message) (Rep, error) {
+	var s *wire.Signer
+	if who.role != "" {
+		var err error
+		if s, err = wire.SignerFor(c.Signer, c.Keys, who.role, who.name); err != nil {
+			var zero Rep
+			return zero, err
+		}
 	}
-	return wire.CallAs(ctx, c.NC, s, subject, req, res)
+	return wire.Do[Rep](ctx, c.NC, s, subject, req)
 }
 
 // Grant mints money into a user's account (admin).
-func (c Client) Grant(ctx context.Context, req *wire.GrantRequest) (rep wire.GrantReply, err error) {
-	req.V = wire.Version
-	return rep, c.callAs(ctx, wire.RoleAdmin, "admin", wire.BankGrant, req, &rep)
+func (c Client) Grant(ctx context.Context, req *wire.GrantRequest) (wire.GrantReply, error) {
+	return call[wire.GrantReply](ctx, c, asAdmin, wire.BankGrant, req)
 }
 
 // Hold moves a user's money into escrow (the user or the broker).
-func (c Client) Hold(ctx context.Context, req *wire.HoldRequest) (rep wire.HoldReply, err error) {
-	req.V = wire.Version
-	return rep, c.callAs(ctx, wire.RoleUser, req.User, wire.BankHold, req, &rep)
+func (c Client) Hold(ctx context.Context, req *wire.HoldRequest) (wire.HoldReply, error) {
+	return call[wire.HoldReply](ctx, c, signAs{wire.RoleUser, req.User}, wire.BankHold, req)
 }
 
 // Capture sends one tick's capture batch (the host's agent).
-func (c Client) Capture(ctx context.Context, req *wire.CaptureBatch) (rep wire.CaptureReply, err error) {
-	req.V = wire.Version
-	return rep, c.callAs(ctx, wire.RoleAgent, req.Host, wire.BankCapture, req, &rep)
+func (c Client) Capture(ctx context.Context, req *wire.CaptureBatch) (wire.CaptureReply, error) {
+	return call[wire.CaptureReply](ctx, c, signAs{wire.RoleAgent, req.Host}, wire.BankCapture, req)
 }
 
 // Release closes a hold and returns its remainder (its user or the broker).
-func (c Client) Release(ctx context.Context, req *wire.ReleaseRequest) (rep wire.ReleaseReply, err error) {
-	req.V = wire.Version
-	return rep, c.callAs(ctx, wire.RoleUser, req.User, wire.BankRelease, req, &rep)
+func (c Client) Release(ctx context.Context, req *wire.ReleaseRequest) (wire.ReleaseReply, error) {
+	return call[wire.ReleaseReply](ctx, c, signAs{wire.RoleUser, req.User}, wire.BankRelease, req)
 }
 
 // Extend adds money to an open hold (its user or the broker).
-func (c Client) Extend(ctx context.Context, req *wire.ExtendRequest) (rep wire.HoldReply, err error) {
-	req.V = wire.Version
-	return rep, c.callAs(ctx, wire.RoleUser, req.User, wire.BankExtend, req, &rep)
+func (c Client) Extend(ctx context.Context, req *wire.ExtendRequest) (wire.HoldReply, error) {
+	return call[wire.HoldReply](ctx, c, signAs{wire.RoleUser, req.User}, wire.BankExtend, req)
 }
 
 // Transfer moves money from one user to another (the payer).
-func (c Client) Transfer(ctx context.Context, req *wire.TransferRequest) (rep wire.TransferReply, err error) {
-	req.V = wire.Version
-	return rep, c.callAs(ctx, wire.RoleUser, req.From, wire.BankTransfer, req, &rep)
+func (c Client) Transfer(ctx context.Context, req *wire.TransferRequest) (wire.TransferReply, error) {
+	return call[wire.TransferReply](ctx, c, signAs{wire.RoleUser, req.From}, wire.BankTransfer, req)
 }
 
 // SetIncome sets an income schedule (admin).
-func (c Client) SetIncome(ctx context.Context, req *wire.IncomeSetRequest) (rep wire.IncomeSetReply, err error) {
-	req.V = wire.Version
-	return rep, c.callAs(ctx, wire.RoleAdmin, "admin", wire.BankIncome, req, &rep)
+func (c Client) SetIncome(ctx context.Context, req *wire.IncomeSetRequest) (wire.IncomeSetReply, error) {
+	return call[wire.IncomeSetReply](ctx, c, asAdmin, wire.BankIncome, req)
 }
 
 // AddPrincipal registers an identity (admin).
-func (c Client) AddPrincipal(ctx context.Context, req *wire.PrincipalRequest) (rep wire.Principal, err error) {
-	req.V = wire.Version
-	return rep, c.callAs(ctx, wire.RoleAdmin, "admin", wire.BankPrincipal, req, &rep)
+func (c Client) AddPrincipal(ctx context.Context, req *wire.PrincipalRequest) (wire.Principal, error) {
+	return call[wire.Principal](ctx, c, asAdmin, wire.BankPrincipal, req)
 }
 
 // Whois finds the principal of a public key.
-func (c Client) Whois(ctx context.Context, key string) (rep wire.Principal, err error) {
-	return rep, c.call(ctx, wire.BankWhois, &wire.WhoisRequest{Versioned: wire.Versioned{V: wire.Version}, Key: key}, &rep)
+func (c Client) Whois(ctx context.Context, key string) (wire.Principal, error) {
+	return call[wire.Principal](ctx, c, signAs{}, wire.BankWhois, &wire.WhoisRequest{Key: key})
 }
 
 // Balance reports a user's account.
-func (c Client) Balance(ctx context.Context, req *wire.BalanceRequest) (rep wire.BalanceReply, err error) {
-	req.V = wire.Version
-	return rep, c.call(ctx, wire.BankBalance, req, &rep)
+func (c Client) Balance(ctx context.Context, req *wire.BalanceRequest) (wire.BalanceReply, error) {
+	return call[wire.BalanceReply](ctx, c, signAs{}, wire.BankBalance, req)
 }
 
 // Statement lists an account's transfers.
-func (c Client) Statement(ctx context.Context, req *wire.StatementRequest) (rep wire.StatementReply, err error) {
-	req.V = wire.Version
-	return rep, c.call(ctx, wire.BankStatement, req, &rep)
+func (c Client) Statement(ctx context.Context, req *wire.StatementRequest) (wire.StatementReply, error) {
+	return call[wire.StatementReply](ctx, c, signAs{}, wire.BankStatement, req)
 }
 
 // Ledger returns the ledger and its invariant check.
-func (c Client) Ledger(ctx context.Context) (rep wire.LedgerReply, err error) {
-	return rep, c.call(ctx, wire.BankLedger, &wire.LedgerRequest{Versioned: wire.Versioned{V: wire.Version}}, &rep)
+func (c Client) Ledger(ctx context.Context) (wire.LedgerReply, error) {
+	return call[wire.LedgerReply](ctx, c, signAs{}, wire.BankLedger, &wire.LedgerRequest{})
 }

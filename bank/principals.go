@@ -54,11 +54,15 @@ func (b *Bank) Whois(ctx context.Context, key string) (wire.Principal, error) {
 	return p, nil
 }
 
-// useNonce records a signed request's nonce; a second use is a replay.
+// storeNonces is the bank's nonce store for its Authorizer: a signed
+// request's nonce is recorded in the store, and a second use is a replay.
 // Nonces live in the store so a replay is refused across restarts and by
-// every bank replica.
-func (b *Bank) useNonce(ctx context.Context, c wire.Caller) error {
-	return b.st.run(ctx, func(t tx) error {
+// every bank replica; Tick forgets those older than the signature window.
+type storeNonces struct{ b *Bank }
+
+// Use records c's nonce; wire.ErrReplay if it was recorded before.
+func (n storeNonces) Use(ctx context.Context, c wire.Caller, _ time.Time) error {
+	return n.b.st.run(ctx, func(t tx) error {
 		res, err := t.exec(ctx, `INSERT INTO nonces (key, nonce, at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`, c.Key, c.Nonce, c.Time.UnixNano())
 		if err != nil {
 			return err

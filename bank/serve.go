@@ -2,137 +2,66 @@ package bank
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/mrmarket/mrmarket/internal/service"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
-// Serve answers the bank's subjects on nc in the bank's queue group, so
-// replicas share the load. Every mutating request must be signed by a
-// registered principal whose role allows it, and each signature is usable
-// once (see authorize); reads (balance, statement, ledger, whois) are open
-// to any client of the NATS account. stop unsubscribes.
-func Serve(nc *nats.Conn, b *Bank) (stop func(), err error) {
-	var subs []*nats.Subscription
-	stop = func() {
-		for _, s := range subs {
-			_ = s.Unsubscribe()
-		}
-	}
-	observe := func(op string) func(string) {
-		return func(code string) { b.metrics.Request("bank", op, code) }
-	}
-	add := func(s *nats.Subscription, err error) error {
-		if err == nil {
-			subs = append(subs, s)
-		}
-		return err
-	}
+// Who may do what at the bank (see the package doc, "Principals and
+// signatures").
+var (
+	adminOnly = []service.Allow{service.Role(wire.RoleAdmin)}
+	// ownMoney: a user moves only its own money.
+	ownMoney = []service.Allow{service.Role(wire.RoleAdmin), service.Own(wire.RoleUser)}
+	// ownOrBroker: also the broker, which acts on users' signed spends.
+	ownOrBroker = []service.Allow{service.Role(wire.RoleAdmin), service.Own(wire.RoleUser), service.Role(wire.RoleBroker)}
+	// ownHost: a host's provider account is credited by its own agent and
+	// nobody else.
+	ownHost = []service.Allow{service.Own(wire.RoleAgent)}
+)
+
+// Endpoints is the bank's table: every subject it answers, in the bank's
+// queue group so replicas share the load. Mutating requests must be signed
+// by a registered principal whose role allows them, each signature usable
+// once; reads (balance, statement, ledger, whois) are open to any client of
+// the NATS account. b may be nil to list the table.
+func Endpoints(b *Bank) service.Table {
 	q := wire.QueueBank
-	for _, err := range []error{
-		add(wire.ServeSigned(nc, wire.BankGrant, q, observe("grant"), func(ctx context.Context, r *wire.GrantRequest, c wire.Caller) (any, error) {
-			if err := b.authorize(ctx, c, "grant", adminOnly); err != nil {
-				return nil, err
-			}
-			return b.Grant(ctx, r)
-		})),
-		add(wire.ServeSigned(nc, wire.BankIncome, q, observe("income"), func(ctx context.Context, r *wire.IncomeSetRequest, c wire.Caller) (any, error) {
-			if err := b.authorize(ctx, c, "set income", adminOnly); err != nil {
-				return nil, err
-			}
-			return b.SetIncome(ctx, r)
-		})),
-		add(wire.ServeSigned(nc, wire.BankPrincipal, q, observe("principal"), func(ctx context.Context, r *wire.PrincipalRequest, c wire.Caller) (any, error) {
-			if err := b.authorize(ctx, c, "register principals", adminOnly); err != nil {
-				return nil, err
-			}
-			return b.AddPrincipal(ctx, r)
-		})),
-		add(wire.ServeSigned(nc, wire.BankHold, q, observe("hold"), func(ctx context.Context, r *wire.HoldRequest, c wire.Caller) (any, error) {
-			if err := b.authorize(ctx, c, "hold money of "+r.User, userOrBroker(r.User)); err != nil {
-				return nil, err
-			}
-			return b.Hold(ctx, r)
-		})),
-		add(wire.ServeSigned(nc, wire.BankRelease, q, observe("release"), func(ctx context.Context, r *wire.ReleaseRequest, c wire.Caller) (any, error) {
-			if err := b.authorize(ctx, c, "release holds of "+r.User, userOrBroker(r.User)); err != nil {
-				return nil, err
-			}
-			return b.Release(ctx, r)
-		})),
-		add(wire.ServeSigned(nc, wire.BankExtend, q, observe("extend"), func(ctx context.Context, r *wire.ExtendRequest, c wire.Caller) (any, error) {
-			if err := b.authorize(ctx, c, "extend holds of "+r.User, userOrBroker(r.User)); err != nil {
-				return nil, err
-			}
-			return b.Extend(ctx, r)
-		})),
-		add(wire.ServeSigned(nc, wire.BankTransfer, q, observe("transfer"), func(ctx context.Context, r *wire.TransferRequest, c wire.Caller) (any, error) {
-			if err := b.authorize(ctx, c, "move money of "+r.From, user(r.From)); err != nil {
-				return nil, err
-			}
-			return b.Transfer(ctx, r)
-		})),
-		add(wire.ServeSigned(nc, wire.BankCapture, q, observe("capture"), func(ctx context.Context, r *wire.CaptureBatch, c wire.Caller) (any, error) {
-			if err := b.authorize(ctx, c, "capture for host "+r.Host, agentOf(r.Host)); err != nil {
-				return nil, err
-			}
-			return b.Capture(ctx, r)
-		})),
-		add(wire.ServeObserved(nc, wire.BankBalance, q, observe("balance"), func(ctx context.Context, r *wire.BalanceRequest) (any, error) { return b.Balance(ctx, r) })),
-		add(wire.ServeObserved(nc, wire.BankStatement, q, observe("statement"), func(ctx context.Context, r *wire.StatementRequest) (any, error) { return b.Statement(ctx, r) })),
-		add(wire.ServeObserved(nc, wire.BankLedger, q, observe("ledger"), func(ctx context.Context, _ *wire.LedgerRequest) (any, error) { return b.Ledger(ctx) })),
-		add(wire.ServeObserved(nc, wire.BankWhois, q, observe("whois"), func(ctx context.Context, r *wire.WhoisRequest) (any, error) { return b.Whois(ctx, r.Key) })),
-	} {
-		if err != nil {
-			stop()
-			return nil, err
-		}
+	signed := func(name, subject, what string, allow []service.Allow) service.Endpoint {
+		return service.Endpoint{Name: name, Subject: subject, Queue: q, Signed: true, Allow: allow, What: what}
 	}
-	if err := nc.Flush(); err != nil {
-		stop()
+	open := func(name, subject string) service.Endpoint {
+		return service.Endpoint{Name: name, Subject: subject, Queue: q}
+	}
+	return service.Table{
+		service.Op(signed("grant", wire.BankGrant, "grant", adminOnly), nil, b.Grant),
+		service.Op(signed("income", wire.BankIncome, "set income", adminOnly), nil, b.SetIncome),
+		service.Op(signed("principal", wire.BankPrincipal, "register principals", adminOnly), nil, b.AddPrincipal),
+		service.Op(signed("hold", wire.BankHold, "hold money of", ownOrBroker), func(r *wire.HoldRequest) string { return r.User }, b.Hold),
+		service.Op(signed("release", wire.BankRelease, "release holds of", ownOrBroker), func(r *wire.ReleaseRequest) string { return r.User }, b.Release),
+		service.Op(signed("extend", wire.BankExtend, "extend holds of", ownOrBroker), func(r *wire.ExtendRequest) string { return r.User }, b.Extend),
+		service.Op(signed("transfer", wire.BankTransfer, "move money of", ownMoney), func(r *wire.TransferRequest) string { return r.From }, b.Transfer),
+		service.Op(signed("capture", wire.BankCapture, "capture for host", ownHost), func(r *wire.CaptureBatch) string { return r.Host }, b.Capture),
+		service.Op(open("balance", wire.BankBalance), nil, b.Balance),
+		service.Op(open("statement", wire.BankStatement), nil, b.Statement),
+		service.Op(open("ledger", wire.BankLedger), nil, func(ctx context.Context, _ *wire.LedgerRequest) (wire.LedgerReply, error) { return b.Ledger(ctx) }),
+		service.Op(open("whois", wire.BankWhois), nil, func(ctx context.Context, r *wire.WhoisRequest) (wire.Principal, error) { return b.Whois(ctx, r.Key) }),
+	}
+}
+
+// Serve answers the bank's subjects (Endpoints) on nc. The bank is its own
+// registry of identities and keeps nonces in its store, so a replay is
+// refused across restarts and by every replica. stop stops answering.
+func Serve(nc *nats.Conn, b *Bank) (stop func(), err error) {
+	svc, err := service.Serve(nc, "mrm-bank", service.Version, Endpoints(b), service.Options{
+		Auth:        &service.Authorizer{Identities: b, Nonces: storeNonces{b}},
+		Observe:     func(op, code string) { b.metrics.Request("bank", op, code) },
+		Description: "mrmarket's ledger",
+	})
+	if err != nil {
 		return nil, err
 	}
-	return stop, nil
-}
-
-// A policy says whether a principal may do something.
-type policy func(p wire.Principal) bool
-
-func adminOnly(p wire.Principal) bool { return p.Role == wire.RoleAdmin }
-
-// user allows the user named and admins.
-func user(name string) policy {
-	return func(p wire.Principal) bool {
-		return p.Role == wire.RoleAdmin || p.Role == wire.RoleUser && p.Name == name
-	}
-}
-
-// userOrBroker allows the user named, the broker (which acts on users'
-// signed spend requests) and admins.
-func userOrBroker(name string) policy {
-	return func(p wire.Principal) bool { return p.Role == wire.RoleBroker || user(name)(p) }
-}
-
-// agentOf allows only the agent of host: a host's provider account is
-// credited by its own agent and nobody else.
-func agentOf(host string) policy {
-	return func(p wire.Principal) bool { return p.Role == wire.RoleAgent && p.Name == host }
-}
-
-// authorize checks that c signed the request, is a registered principal
-// allowed by may, and has not used this signature before.
-func (b *Bank) authorize(ctx context.Context, c wire.Caller, what string, may policy) error {
-	if !c.Signed() {
-		return wire.ErrUnsigned
-	}
-	p, err := b.Whois(ctx, c.Key)
-	if err != nil {
-		return err
-	}
-	if !may(p) {
-		return fmt.Errorf("%w: %s (%s) may not %s", wire.ErrRole, p.Name, p.Role, what)
-	}
-	return b.useNonce(ctx, c)
+	return func() { _ = svc.Stop() }, nil
 }

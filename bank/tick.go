@@ -51,7 +51,7 @@ func (b *Bank) Tick(ctx context.Context, now time.Time) (int, error) {
 	if err := b.st.run(ctx, func(t tx) error { return b.payIncome(ctx, t, now) }); err != nil {
 		return released, err
 	}
-	_, err = b.st.db.ExecContext(ctx, b.st.rebind(`DELETE FROM nonces WHERE at < ?`), time.Now().Add(-2*wire.MaxSkew).UnixNano())
+	_, err = b.st.db.ExecContext(ctx, b.st.rebind(`DELETE FROM nonces WHERE at < ?`), now.Add(-2*wire.MaxSkew).UnixNano())
 	if err != nil {
 		return released, storeErr("purging nonces", err)
 	}

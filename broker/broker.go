@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mrmarket/mrmarket/internal/obs"
+	"github.com/mrmarket/mrmarket/internal/service"
 	"github.com/mrmarket/mrmarket/internal/wire"
 	"github.com/mrmarket/mrmarket/strategies"
 )
@@ -37,9 +38,7 @@ type Bank interface {
 }
 
 // Identities resolves a signing key to its principal.
-type Identities interface {
-	Whois(ctx context.Context, key string) (wire.Principal, error)
-}
+type Identities = service.Identities
 
 // Agents is how the broker reaches the hosts' agents: over NATS (the
 // default, signed by Config.Signer), or in-process in the simulator.
@@ -104,8 +103,9 @@ type Config struct {
 	// JobOrder is the overlap policy (Lin et al.) best-effort jobs share
 	// the reserved share by: maxsrpt (default), splitsrpt, klps or fifo.
 	JobOrder string
-	// Identities, when set, makes Serve require spend, cancel and adjust
-	// requests signed by the user they act for (or an admin).
+	// Identities, when set, makes Serve require the requests that change
+	// plans and jobs (see Endpoints) signed, once each, by the user they act
+	// for (or an admin).
 	Identities Identities
 }
 
@@ -123,20 +123,13 @@ type Broker struct {
 	// beStats is each host's best-effort price history (bestEffortPrice).
 	beStats map[string]*strategies.PriceStats
 
-	nonces wire.NonceCache
-	whois  map[string]whoisEntry
-	bids   int64 // bid requests sent, for benchmarks
+	bids int64 // bid requests sent, for benchmarks
 }
 
 // vmPlace is a VM's host and its index in the host's state.
 type vmPlace struct {
 	host  string
 	index int
-}
-
-type whoisEntry struct {
-	p  wire.Principal
-	at time.Time
 }
 
 // New makes a broker.
@@ -185,7 +178,7 @@ func New(cfg Config) (*Broker, error) {
 		return nil, err
 	}
 	b := &Broker{cfg: cfg, hosts: map[string]wire.HostState{}, vmAt: map[string]vmPlace{},
-		stats: map[string]*strategies.PriceStats{}, beStats: map[string]*strategies.PriceStats{}, whois: map[string]whoisEntry{}}
+		stats: map[string]*strategies.PriceStats{}, beStats: map[string]*strategies.PriceStats{}}
 	if cfg.Plans != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -359,35 +352,4 @@ func (b *Broker) Healthy() error {
 		return fmt.Errorf("broker NATS connection is %s", b.cfg.NC.Status())
 	}
 	return nil
-}
-
-// whoisTTL is how long the broker trusts a cached identity.
-const whoisTTL = time.Minute
-
-// authorize checks that a request for user was signed by that user (or an
-// admin) and is not a replay. Without Identities it allows anything.
-func (b *Broker) authorize(ctx context.Context, c wire.Caller, user string) error {
-	if b.cfg.Identities == nil {
-		return nil
-	}
-	if !c.Signed() {
-		return wire.ErrUnsigned
-	}
-	b.mu.Lock()
-	e, ok := b.whois[c.Key]
-	b.mu.Unlock()
-	if !ok || time.Since(e.at) > whoisTTL {
-		p, err := b.cfg.Identities.Whois(ctx, c.Key)
-		if err != nil {
-			return err
-		}
-		e = whoisEntry{p, time.Now()}
-		b.mu.Lock()
-		b.whois[c.Key] = e
-		b.mu.Unlock()
-	}
-	if !(e.p.Role == wire.RoleAdmin || e.p.Role == wire.RoleUser && e.p.Name == user) {
-		return fmt.Errorf("%w: %s (%s) may not spend for %s", wire.ErrRole, e.p.Name, e.p.Role, user)
-	}
-	return b.nonces.Use(c, time.Now())
 }

@@ -8,19 +8,50 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mrmarket/mrmarket/internal/service"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
+// whoisTTL is how long the broker trusts a cached identity, and whoisSize
+// how many it remembers.
+const (
+	whoisTTL  = time.Minute
+	whoisSize = 4096
+)
+
+// Endpoints is the broker's table, in the broker's queue group so replicas
+// share the load. Plans and jobs change only by requests signed by the user
+// they act for (or an admin), when the broker knows identities
+// (Config.Identities); prices, predictions and listings are open. b may be
+// nil to list the table.
+func Endpoints(b *Broker) service.Table {
+	q := wire.QueueBroker
+	userOnly := []service.Allow{service.Role(wire.RoleAdmin), service.Own(wire.RoleUser)}
+	signed := func(name, subject string) service.Endpoint {
+		return service.Endpoint{Name: name, Subject: subject, Queue: q, Signed: true, Allow: userOnly, What: "spend for"}
+	}
+	open := func(name, subject string) service.Endpoint {
+		return service.Endpoint{Name: name, Subject: subject, Queue: q}
+	}
+	return service.Table{
+		service.Op(signed("spend", wire.BrokerSpend), func(r *wire.SpendRequest) string { return r.User }, b.Spend),
+		service.Op(signed("cancel", wire.BrokerCancel), func(r *wire.CancelRequest) string { return r.User }, b.Cancel),
+		service.Op(signed("adjust", wire.BrokerAdjust), func(r *wire.AdjustRequest) string { return r.User }, b.Adjust),
+		service.Op(signed("quote", wire.BrokerQuote), func(r *wire.QuoteRequest) string { return r.User }, b.Quote),
+		service.Op(signed("submit", wire.BrokerSubmit), func(r *wire.SubmitRequest) string { return r.User }, b.Submit),
+		service.Op(signed("progress", wire.BrokerProgress), func(r *wire.ProgressRequest) string { return r.User }, b.JobProgress),
+		service.Op(open("jobs", wire.BrokerJobs), nil, func(_ context.Context, r *wire.JobsRequest) (wire.JobsReply, error) { return b.Jobs(r), nil }),
+		service.Op(open("predict", wire.BrokerPredict), nil, func(_ context.Context, r *wire.PredictRequest) (wire.PredictReply, error) { return b.Predict(r) }),
+		service.Op(open("plans", wire.BrokerPlans), nil, func(_ context.Context, r *wire.PlansRequest) (wire.PlansReply, error) { return b.Plans(r), nil }),
+		service.Op(open("price", wire.BrokerPrice), nil, func(_ context.Context, r *wire.PriceRequest) (wire.PriceReply, error) { return b.Price(r) }),
+		service.Op(open("vms", wire.BrokerVMs), nil, func(_ context.Context, r *wire.VMsRequest) (wire.VMsReply, error) { return b.VMs(r), nil }),
+	}
+}
+
 // Serve feeds b with every host's state (the live subject, after catching
 // up from the MRM_HOSTS bucket when it exists) and answers the broker's
-// subjects in the broker's queue group. stop unsubscribes.
+// subjects (Endpoints). stop unsubscribes and stops answering.
 func Serve(nc *nats.Conn, b *Broker) (stop func(), err error) {
-	var subs []*nats.Subscription
-	stop = func() {
-		for _, s := range subs {
-			_ = s.Unsubscribe()
-		}
-	}
 	states, err := nc.Subscribe(wire.AllHostStates, func(m *nats.Msg) {
 		var st wire.HostState
 		if err := wire.Decode(m.Data, &st); err != nil {
@@ -32,74 +63,28 @@ func Serve(nc *nats.Conn, b *Broker) (stop func(), err error) {
 	if err != nil {
 		return nil, err
 	}
-	subs = append(subs, states)
 	if err := catchUp(nc, b); err != nil {
-		stop()
+		_ = states.Unsubscribe()
 		return nil, err
 	}
-	observe := func(op string) func(string) {
-		return func(code string) { b.cfg.Metrics.Request("broker", op, code) }
+	auth := &service.Authorizer{}
+	if b.cfg.Identities != nil {
+		auth = &service.Authorizer{Identities: b.cfg.Identities, Whois: service.NewWhoisCache(whoisTTL, whoisSize)}
 	}
-	add := func(s *nats.Subscription, err error) error {
-		if err == nil {
-			subs = append(subs, s)
-		}
-		return err
-	}
-	q := wire.QueueBroker
-	for _, err := range []error{
-		add(wire.ServeSigned(nc, wire.BrokerSpend, q, observe("spend"), func(ctx context.Context, r *wire.SpendRequest, c wire.Caller) (any, error) {
-			if err := b.authorize(ctx, c, r.User); err != nil {
-				return nil, err
-			}
-			return b.Spend(ctx, r)
-		})),
-		add(wire.ServeSigned(nc, wire.BrokerCancel, q, observe("cancel"), func(ctx context.Context, r *wire.CancelRequest, c wire.Caller) (any, error) {
-			if err := b.authorize(ctx, c, r.User); err != nil {
-				return nil, err
-			}
-			return b.Cancel(ctx, r)
-		})),
-		add(wire.ServeSigned(nc, wire.BrokerAdjust, q, observe("adjust"), func(ctx context.Context, r *wire.AdjustRequest, c wire.Caller) (any, error) {
-			if err := b.authorize(ctx, c, r.User); err != nil {
-				return nil, err
-			}
-			return b.Adjust(ctx, r)
-		})),
-		add(wire.ServeSigned(nc, wire.BrokerQuote, q, observe("quote"), func(ctx context.Context, r *wire.QuoteRequest, c wire.Caller) (any, error) {
-			if err := b.authorize(ctx, c, r.User); err != nil {
-				return nil, err
-			}
-			return b.Quote(ctx, r)
-		})),
-		add(wire.ServeSigned(nc, wire.BrokerSubmit, q, observe("submit"), func(ctx context.Context, r *wire.SubmitRequest, c wire.Caller) (any, error) {
-			if err := b.authorize(ctx, c, r.User); err != nil {
-				return nil, err
-			}
-			return b.Submit(ctx, r)
-		})),
-		add(wire.ServeSigned(nc, wire.BrokerProgress, q, observe("progress"), func(ctx context.Context, r *wire.ProgressRequest, c wire.Caller) (any, error) {
-			if err := b.authorize(ctx, c, r.User); err != nil {
-				return nil, err
-			}
-			return b.JobProgress(ctx, r)
-		})),
-		add(wire.ServeObserved(nc, wire.BrokerJobs, q, observe("jobs"), func(_ context.Context, r *wire.JobsRequest) (any, error) { return b.Jobs(r), nil })),
-		add(wire.ServeObserved(nc, wire.BrokerPredict, q, observe("predict"), func(_ context.Context, r *wire.PredictRequest) (any, error) { return b.Predict(r) })),
-		add(wire.ServeObserved(nc, wire.BrokerPlans, q, observe("plans"), func(_ context.Context, r *wire.PlansRequest) (any, error) { return b.Plans(r), nil })),
-		add(wire.ServeObserved(nc, wire.BrokerPrice, q, observe("price"), func(_ context.Context, r *wire.PriceRequest) (any, error) { return b.Price(r) })),
-		add(wire.ServeObserved(nc, wire.BrokerVMs, q, observe("vms"), func(_ context.Context, r *wire.VMsRequest) (any, error) { return b.VMs(r), nil })),
-	} {
-		if err != nil {
-			stop()
-			return nil, err
-		}
-	}
-	if err := nc.Flush(); err != nil {
-		stop()
+	svc, err := service.Serve(nc, "mrm-broker", service.Version, Endpoints(b), service.Options{
+		Auth:        auth,
+		Observe:     func(op, code string) { b.cfg.Metrics.Request("broker", op, code) },
+		Description: "mrmarket's broker: prices, spend plans, deadlines",
+		Metadata:    map[string]string{"replica": b.cfg.Replica},
+	})
+	if err != nil {
+		_ = states.Unsubscribe()
 		return nil, err
 	}
-	return stop, nil
+	return func() {
+		_ = states.Unsubscribe()
+		_ = svc.Stop()
+	}, nil
 }
 
 // catchUp reads the last state of every host from the MRM_HOSTS bucket.
@@ -146,76 +131,73 @@ type Client struct {
 	Keys   wire.Keyring
 }
 
-func (c Client) callAs(ctx context.Context, user, subject string, req, res any) error {
-	s, err := wire.SignerFor(c.Signer, c.Keys, wire.RoleUser, user)
-	if err != nil {
-		return err
+// signedBy is the user a request is signed as; "" sends it unsigned.
+type signedBy string
+
+// call is every method's one path: sign as user (or not), send, decode.
+func call[Rep any](ctx context.Context, c Client, user signedBy, subject string, req wire.Message) (Rep, error) {
+	var s *wire.Signer
+	if user != "" {
+		var err error
+		if s, err = wire.SignerFor(c.Signer, c.Keys, wire.RoleUser, string(user)); err != nil {
+			var zero Rep
+			return zero, err
+		}
 	}
-	return wire.CallAs(ctx, c.NC, s, subject, req, res)
+	return wire.Do[Rep](ctx, c.NC, s, subject, req)
 }
 
 // Spend starts a plan.
-func (c Client) Spend(ctx context.Context, req *wire.SpendRequest) (rep wire.SpendReply, err error) {
-	req.V = wire.Version
-	return rep, c.callAs(ctx, req.User, wire.BrokerSpend, req, &rep)
+func (c Client) Spend(ctx context.Context, req *wire.SpendRequest) (wire.SpendReply, error) {
+	return call[wire.SpendReply](ctx, c, signedBy(req.User), wire.BrokerSpend, req)
 }
 
 // Cancel ends a plan now.
-func (c Client) Cancel(ctx context.Context, req *wire.CancelRequest) (rep wire.Plan, err error) {
-	req.V = wire.Version
-	return rep, c.callAs(ctx, req.User, wire.BrokerCancel, req, &rep)
+func (c Client) Cancel(ctx context.Context, req *wire.CancelRequest) (wire.Plan, error) {
+	return call[wire.Plan](ctx, c, signedBy(req.User), wire.BrokerCancel, req)
 }
 
 // Adjust gives a running plan more or less budget.
-func (c Client) Adjust(ctx context.Context, req *wire.AdjustRequest) (rep wire.Plan, err error) {
-	req.V = wire.Version
-	return rep, c.callAs(ctx, req.User, wire.BrokerAdjust, req, &rep)
+func (c Client) Adjust(ctx context.Context, req *wire.AdjustRequest) (wire.Plan, error) {
+	return call[wire.Plan](ctx, c, signedBy(req.User), wire.BrokerAdjust, req)
 }
 
 // Predict asks a what-if question of a host's price history.
-func (c Client) Predict(ctx context.Context, req *wire.PredictRequest) (rep wire.PredictReply, err error) {
-	req.V = wire.Version
-	return rep, wire.Call(ctx, c.NC, wire.BrokerPredict, req, &rep)
+func (c Client) Predict(ctx context.Context, req *wire.PredictRequest) (wire.PredictReply, error) {
+	return call[wire.PredictReply](ctx, c, "", wire.BrokerPredict, req)
 }
 
 // Plans lists plans.
-func (c Client) Plans(ctx context.Context, req *wire.PlansRequest) (rep wire.PlansReply, err error) {
-	req.V = wire.Version
-	return rep, wire.Call(ctx, c.NC, wire.BrokerPlans, req, &rep)
+func (c Client) Plans(ctx context.Context, req *wire.PlansRequest) (wire.PlansReply, error) {
+	return call[wire.PlansReply](ctx, c, "", wire.BrokerPlans, req)
 }
 
 // Price reports host prices.
-func (c Client) Price(ctx context.Context, req *wire.PriceRequest) (rep wire.PriceReply, err error) {
-	req.V = wire.Version
-	return rep, wire.Call(ctx, c.NC, wire.BrokerPrice, req, &rep)
+func (c Client) Price(ctx context.Context, req *wire.PriceRequest) (wire.PriceReply, error) {
+	return call[wire.PriceReply](ctx, c, "", wire.BrokerPrice, req)
 }
 
 // VMs lists VMs.
-func (c Client) VMs(ctx context.Context, req *wire.VMsRequest) (rep wire.VMsReply, err error) {
-	req.V = wire.Version
-	return rep, wire.Call(ctx, c.NC, wire.BrokerVMs, req, &rep)
+func (c Client) VMs(ctx context.Context, req *wire.VMsRequest) (wire.VMsReply, error) {
+	return call[wire.VMsReply](ctx, c, "", wire.BrokerVMs, req)
 }
 
 // Quote asks for a job's price-deadline curve.
-func (c Client) Quote(ctx context.Context, req *wire.QuoteRequest) (rep wire.QuoteReply, err error) {
-	req.V = wire.Version
-	return rep, c.callAs(ctx, req.User, wire.BrokerQuote, req, &rep)
+func (c Client) Quote(ctx context.Context, req *wire.QuoteRequest) (wire.QuoteReply, error) {
+	return call[wire.QuoteReply](ctx, c, signedBy(req.User), wire.BrokerQuote, req)
 }
 
 // Submit admits a job with a deadline.
-func (c Client) Submit(ctx context.Context, req *wire.SubmitRequest) (rep wire.SubmitReply, err error) {
-	req.V = wire.Version
-	return rep, c.callAs(ctx, req.User, wire.BrokerSubmit, req, &rep)
+func (c Client) Submit(ctx context.Context, req *wire.SubmitRequest) (wire.SubmitReply, error) {
+	return call[wire.SubmitReply](ctx, c, signedBy(req.User), wire.BrokerSubmit, req)
 }
 
 // Progress reports a job's progress.
-func (c Client) Progress(ctx context.Context, req *wire.ProgressRequest) (rep wire.Job, err error) {
-	req.V = wire.Version
-	return rep, c.callAs(ctx, req.User, wire.BrokerProgress, req, &rep)
+func (c Client) Progress(ctx context.Context, req *wire.ProgressRequest) (wire.Job, error) {
+	return call[wire.Job](ctx, c, signedBy(req.User), wire.BrokerProgress, req)
 }
 
 // Jobs lists admitted jobs.
-func (c Client) Jobs(ctx context.Context, req *wire.JobsRequest) (rep wire.JobsReply, err error) {
-	req.V = wire.Version
-	return rep, wire.Call(ctx, c.NC, wire.BrokerJobs, req, &rep)
+func (c Client) Jobs(ctx context.Context, req *wire.JobsRequest) (wire.JobsReply, error) {
+	return call[wire.JobsReply](ctx, c, "", wire.BrokerJobs, req)
 }

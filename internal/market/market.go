@@ -140,89 +140,127 @@ func Start(ctx context.Context, cfg Config) (m *Market, err error) {
 			started.Close()
 		}
 	}()
-
-	m.URL = cfg.NATSURL
-	if m.URL == "" {
-		ns, err := natsutil.StartServer(natsutil.ServerOptions{Dir: filepath.Join(cfg.Dir, "nats"), Host: cfg.NATSHost, Port: cfg.NATSPort})
-		if err != nil {
-			return nil, err
-		}
-		m.Server = ns
-		m.URL = ns.ClientURL()
+	if err := m.startNATS(); err != nil {
+		return nil, err
 	}
-	connect := func(name string) (*nats.Conn, error) {
-		nc, err := natsutil.Connect(m.URL, name)
-		if err != nil {
-			return nil, err
-		}
-		m.conns = append(m.conns, nc)
-		return nc, nil
-	}
-
-	// Bank.
-	bankNC, err := connect("mrmarket-bank")
+	assets, err := m.startBank(ctx, now)
 	if err != nil {
 		return nil, err
 	}
-	assets, err := natsutil.EnsureAssets(ctx, bankNC)
+	brokerSigner, err := m.registerIdentities(ctx)
 	if err != nil {
 		return nil, err
 	}
-	m.Bank, err = bank.Open(filepath.Join(cfg.Dir, "bank.db"), bank.Options{Now: now, Metrics: m.Metrics})
+	if err := m.startAgents(ctx, now, assets); err != nil {
+		return nil, err
+	}
+	if err := m.startBroker(now, assets, brokerSigner); err != nil {
+		return nil, err
+	}
+	// Every agent publishes its first state so the broker knows the VMs.
+	t0 := now()
+	if err := m.tickAgents(ctx, t0); err != nil {
+		return nil, err
+	}
+	if err := m.awaitBroker(ctx, t0); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// startNATS starts the embedded server, unless the market uses an
+// external one.
+func (m *Market) startNATS() error {
+	m.URL = m.cfg.NATSURL
+	if m.URL != "" {
+		return nil
+	}
+	ns, err := natsutil.StartServer(natsutil.ServerOptions{Dir: filepath.Join(m.cfg.Dir, "nats"), Host: m.cfg.NATSHost, Port: m.cfg.NATSPort})
+	if err != nil {
+		return err
+	}
+	m.Server = ns
+	m.URL = ns.ClientURL()
+	return nil
+}
+
+// startBank opens the bank in the data directory and serves it on its own
+// connection, which also makes sure the JetStream assets exist.
+func (m *Market) startBank(ctx context.Context, now func() time.Time) (*natsutil.Assets, error) {
+	nc, err := m.NC("mrmarket-bank")
+	if err != nil {
+		return nil, err
+	}
+	assets, err := natsutil.EnsureAssets(ctx, nc)
+	if err != nil {
+		return nil, err
+	}
+	m.Bank, err = bank.Open(filepath.Join(m.cfg.Dir, "bank.db"), bank.Options{Now: now, Metrics: m.Metrics})
 	if err != nil {
 		return nil, err
 	}
 	bk := m.Bank
 	m.stops = append(m.stops, func() { _ = bk.Close() })
-	stop, err := bank.Serve(bankNC, m.Bank)
+	stop, err := bank.Serve(nc, m.Bank)
 	if err != nil {
 		return nil, err
 	}
 	m.stops = append(m.stops, stop)
+	return assets, nil
+}
 
-	// Identities: kept in the data directory, registered with the bank.
-	m.keys = wire.CredsDir(filepath.Join(cfg.Dir, "creds"))
-	register := func(role, name string) (*wire.Signer, error) {
-		s, err := m.keys.Ensure(role, name)
-		if err != nil {
-			return nil, err
-		}
-		_, err = m.Bank.AddPrincipal(ctx, &wire.PrincipalRequest{Key: s.Public(), Name: name, Role: role})
-		return s, err
-	}
-	if _, err := register(wire.RoleAdmin, "admin"); err != nil {
-		return nil, err
-	}
-	brokerSigner, err := register(wire.RoleBroker, "broker")
+// register makes sure (role, name) has credentials in the data directory
+// and is a principal of the bank.
+func (m *Market) register(ctx context.Context, role, name string) (*wire.Signer, error) {
+	s, err := m.keys.Ensure(role, name)
 	if err != nil {
 		return nil, err
 	}
-	for _, h := range cfg.Hosts {
+	_, err = m.Bank.AddPrincipal(ctx, &wire.PrincipalRequest{Key: s.Public(), Name: name, Role: role})
+	return s, err
+}
+
+// registerIdentities registers the admin, the broker and every VM owner;
+// it returns the broker's signer. (Agents register as they start.)
+func (m *Market) registerIdentities(ctx context.Context) (*wire.Signer, error) {
+	m.keys = wire.CredsDir(filepath.Join(m.cfg.Dir, "creds"))
+	if _, err := m.register(ctx, wire.RoleAdmin, "admin"); err != nil {
+		return nil, err
+	}
+	brokerSigner, err := m.register(ctx, wire.RoleBroker, "broker")
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range m.cfg.Hosts {
 		for _, vm := range h.VMs {
-			if _, err := register(wire.RoleUser, vm.Owner); err != nil {
+			if _, err := m.register(ctx, wire.RoleUser, vm.Owner); err != nil {
 				return nil, err
 			}
 		}
 	}
+	return brokerSigner, nil
+}
 
-	// Agents, one connection each, capturing through the bank over NATS,
-	// each keeping its bid book in the data directory if asked to.
+// startAgents starts one agent per host, each on its own connection,
+// capturing through the bank over NATS and keeping its bid book in the
+// data directory if asked to.
+func (m *Market) startAgents(ctx context.Context, now func() time.Time, assets *natsutil.Assets) error {
 	stateFile := func(string) string { return "" }
-	if cfg.AgentState {
-		agentDir := filepath.Join(cfg.Dir, "agents")
+	if m.cfg.AgentState {
+		agentDir := filepath.Join(m.cfg.Dir, "agents")
 		if err := os.MkdirAll(agentDir, 0o750); err != nil {
-			return nil, fmt.Errorf("market: %w", err)
+			return fmt.Errorf("market: %w", err)
 		}
 		stateFile = func(host string) string { return filepath.Join(agentDir, host+".json") }
 	}
-	for _, h := range cfg.Hosts {
-		nc, err := connect("mrmarket-agent-" + h.ID)
+	for _, h := range m.cfg.Hosts {
+		nc, err := m.NC("mrmarket-agent-" + h.ID)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		agentSigner, err := register(wire.RoleAgent, h.ID)
+		agentSigner, err := m.register(ctx, wire.RoleAgent, h.ID)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		sim := agent.NewSimEnforcer(now, h.CPUs, h.VMs...)
 		a, err := agent.New(agent.Config{
@@ -237,46 +275,41 @@ func Start(ctx context.Context, cfg Config) (m *Market, err error) {
 			StateFile:  stateFile(h.ID),
 		})
 		if err != nil {
-			return nil, err
+			return err
 		}
 		stop, err := agent.Serve(nc, a)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		m.stops = append(m.stops, stop)
 		m.Agents = append(m.Agents, a)
 		m.Sims[h.ID] = sim
 	}
+	return nil
+}
 
-	// Broker.
-	brokerNC, err := connect("mrmarket-broker")
+// startBroker starts the broker on its own connection, signing its holds
+// and bids as the broker and checking users' signatures through the bank.
+func (m *Market) startBroker(now func() time.Time, assets *natsutil.Assets, signer *wire.Signer) error {
+	nc, err := m.NC("mrmarket-broker")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	m.Broker, err = broker.New(broker.Config{
-		NC: brokerNC, Bank: bank.Client{NC: brokerNC, Signer: brokerSigner}, Now: now,
-		Settle: cfg.Settle, Metrics: m.Metrics, Signer: brokerSigner, Identities: bank.Client{NC: brokerNC},
-		Tick: cfg.TickPeriod, Plans: assets.Plans, Replica: "broker-1",
+		NC: nc, Bank: bank.Client{NC: nc, Signer: signer}, Now: now,
+		Settle: m.cfg.Settle, Metrics: m.Metrics, Signer: signer, Identities: bank.Client{NC: nc},
+		Tick: m.cfg.TickPeriod, Plans: assets.Plans, Replica: "broker-1",
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	m.stops = append(m.stops, m.Broker.Close)
-	stop, err = broker.Serve(brokerNC, m.Broker)
+	stop, err := broker.Serve(nc, m.Broker)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	m.stops = append(m.stops, stop)
-
-	// Every agent publishes its first state so the broker knows the VMs.
-	t0 := now()
-	if err := m.tickAgents(ctx, t0); err != nil {
-		return nil, err
-	}
-	if err := m.awaitBroker(ctx, t0); err != nil {
-		return nil, err
-	}
-	return m, nil
+	return nil
 }
 
 // NC returns a new client connection to the market's NATS (closed with the market).

@@ -175,14 +175,20 @@ type Caller struct {
 // Signed reports whether the request was signed.
 func (c Caller) Signed() bool { return c.Key != "" }
 
-// VerifyMsg checks m's signature and freshness against now. An unsigned
-// message gives a zero Caller and no error; a message with any signing
-// header must carry all of them, correctly.
+// VerifyMsg checks m's signature and freshness against now (see Verify).
 func VerifyMsg(m *nats.Msg, now time.Time) (Caller, error) {
-	if m.Header == nil || m.Header.Get(HeaderKey) == "" && m.Header.Get(HeaderSig) == "" {
+	return Verify(m.Subject, m.Header, m.Data, now)
+}
+
+// Verify checks the signature of a request on subject with headers h and
+// body, and its freshness against now. An unsigned request gives a zero
+// Caller and no error; a request with any signing header must carry all of
+// them, correctly.
+func Verify(subject string, h nats.Header, body []byte, now time.Time) (Caller, error) {
+	if h == nil || h.Get(HeaderKey) == "" && h.Get(HeaderSig) == "" {
 		return Caller{}, nil
 	}
-	key, ts, nonce, sig := m.Header.Get(HeaderKey), m.Header.Get(HeaderTime), m.Header.Get(HeaderNonce), m.Header.Get(HeaderSig)
+	key, ts, nonce, sig := h.Get(HeaderKey), h.Get(HeaderTime), h.Get(HeaderNonce), h.Get(HeaderSig)
 	if CheckPublicKey(key) != nil || ts == "" || nonce == "" || len(nonce) > 64 || sig == "" {
 		return Caller{}, fmt.Errorf("%w: incomplete signing headers", ErrBadSignature)
 	}
@@ -198,7 +204,7 @@ func VerifyMsg(m *nats.Msg, now time.Time) (Caller, error) {
 	if err != nil {
 		return Caller{}, fmt.Errorf("%w: %v", ErrBadSignature, err)
 	}
-	if err := pk.Verify(signingPayload(m.Subject, ts, nonce, m.Data), rawSig); err != nil {
+	if err := pk.Verify(signingPayload(subject, ts, nonce, body), rawSig); err != nil {
 		return Caller{}, ErrBadSignature
 	}
 	at := time.Unix(0, nanos)

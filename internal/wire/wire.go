@@ -10,8 +10,12 @@
 // micro-credits; rates are floats in micro-credits per second; durations are
 // Go duration strings ("10m", "1h30m").
 //
-// Signing of mutating requests (NKeys over subject, body, time and nonce) is
-// not part of this version of the contract yet; see the [bank] issue.
+// Mutating requests are signed (sign.go: NKeys over subject, body, time and
+// nonce, in headers, the body untouched). Clients call with Call, CallAs or
+// the typed Do; components serve their subjects through package
+// internal/service, which verifies, decodes, authorizes and replies with this
+// package's envelope. docs/SUBJECTS.md lists every subject and who may send
+// it.
 package wire
 
 import (

@@ -1,14 +1,12 @@
 package wire_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/mrmarket/mrmarket/internal/natsutil"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -79,58 +77,6 @@ func TestToErrorKeepsCategory(t *testing.T) {
 	err := wire.DecodeReply(wire.EncodeReply(nil, myErr), &res)
 	if !errors.Is(err, wire.ErrNotFound) || errors.Is(err, wire.ErrForbidden) {
 		t.Fatalf("decoded reply error %v does not match its category", err)
-	}
-}
-
-func TestServeAndCallOverNATS(t *testing.T) {
-	ns, err := natsutil.StartServer(natsutil.ServerOptions{Dir: t.TempDir(), Port: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Shutdown()
-	nc, err := natsutil.Connect(ns.ClientURL(), "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-
-	calls := 0
-	sub, err := wire.Serve(nc, "test.grant", "q", func(_ context.Context, req *wire.GrantRequest) (any, error) {
-		calls++
-		if req.User == "panic" {
-			panic("boom")
-		}
-		if req.User == "nobody" {
-			return nil, wire.Errorf(wire.ErrNotFound, "unknown user %q", req.User)
-		}
-		return wire.GrantReply{User: req.User, Amount: req.Amount}, nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	ctx := context.Background()
-
-	var rep wire.GrantReply
-	if err := wire.Call(ctx, nc, "test.grant", &wire.GrantRequest{Versioned: wire.Versioned{V: 1}, ID: "g", User: "alice", Amount: 3}, &rep); err != nil || rep.Amount != 3 {
-		t.Fatalf("call: %+v %v", rep, err)
-	}
-	err = wire.Call(ctx, nc, "test.grant", &wire.GrantRequest{Versioned: wire.Versioned{V: 1}, ID: "g", User: "nobody", Amount: 3}, &rep)
-	if !errors.Is(err, wire.ErrNotFound) || !strings.Contains(err.Error(), "nobody") {
-		t.Fatalf("not found: %v", err)
-	}
-	err = wire.Call(ctx, nc, "test.grant", &wire.GrantRequest{Versioned: wire.Versioned{V: 1}, ID: "g", User: "panic", Amount: 3}, &rep)
-	if !errors.Is(err, wire.ErrInternal) {
-		t.Fatalf("panic: %v", err)
-	}
-	before := calls
-	err = wire.CallRaw(ctx, nc, "test.grant", []byte(`{"v":1,"id":"g","user":"alice","amount":-3}`), &rep)
-	if !errors.Is(err, wire.ErrBadRequest) || calls != before {
-		t.Fatalf("bad request reached the handler or was accepted: %v", err)
-	}
-	err = wire.Call(ctx, nc, "test.nobody", &wire.GrantRequest{}, &rep)
-	if !errors.Is(err, wire.ErrUnavailable) {
-		t.Fatalf("no responders: %v", err)
 	}
 }
 

@@ -1,0 +1,111 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/mrmarket/mrmarket/internal/wire"
+)
+
+// Identities resolves a signing key to its principal (bank.Client and the
+// bank itself have it).
+type Identities interface {
+	Whois(ctx context.Context, key string) (wire.Principal, error)
+}
+
+// Nonces remembers the nonces of signed requests: Use refuses one seen
+// before with wire.ErrReplay. now is the Authorizer's clock, for stores that
+// expire nonces themselves.
+type Nonces interface {
+	Use(ctx context.Context, c wire.Caller, now time.Time) error
+}
+
+// MemoryNonces keeps nonces in the process's memory (wire.NonceCache, which
+// forgets them once their signature could no longer be fresh): replays are
+// refused by this process only, and not across its restarts.
+type MemoryNonces struct{ cache wire.NonceCache }
+
+// Use records c's nonce; wire.ErrReplay if it was seen.
+func (m *MemoryNonces) Use(_ context.Context, c wire.Caller, now time.Time) error {
+	return m.cache.Use(c, now)
+}
+
+// Authorizer decides who may send what, for every endpoint of a table. The
+// zero value allows everything and verifies signatures on the wall clock.
+// It must not be copied after first use.
+type Authorizer struct {
+	// Identities resolves signers; nil allows every request, signed or not.
+	Identities Identities
+	// Whois, when set, caches Identities' answers (the broker and the
+	// agents ask the bank over NATS; the bank asks itself and needs none).
+	Whois *WhoisCache
+	// Nonces refuses replays; nil keeps them in memory (MemoryNonces).
+	Nonces Nonces
+	// Now is the clock of signature freshness, nonce and whois expiry; nil
+	// is the wall clock.
+	Now func() time.Time
+
+	memory MemoryNonces // when Nonces is nil
+}
+
+// now is a's clock.
+func (a *Authorizer) now() time.Time {
+	if a.Now == nil {
+		return time.Now()
+	}
+	return a.Now()
+}
+
+// verify checks a request's signature, if it has one, and its freshness.
+func (a *Authorizer) verify(subject string, h nats.Header, body []byte) (wire.Caller, error) {
+	return wire.Verify(subject, h, body, a.now())
+}
+
+// Authorize decides whether caller may send req on e: an open endpoint, or
+// no Identities, admits anyone; a signed endpoint needs a signature, a known
+// key, a role e allows (for the principal req acts for, where e says so)
+// and a nonce not used before — checked last, so a refused request does not
+// spend its nonce.
+func (a *Authorizer) Authorize(ctx context.Context, e *Endpoint, caller wire.Caller, req any) error {
+	if !e.Signed || a.Identities == nil {
+		return nil
+	}
+	if !caller.Signed() {
+		return wire.ErrUnsigned
+	}
+	p, err := a.whois(ctx, caller.Key)
+	if err != nil {
+		return err
+	}
+	if ok, actsFor := e.admits(p, req); !ok {
+		what := e.What
+		if actsFor != "" {
+			what += " " + actsFor
+		}
+		return fmt.Errorf("%w: %s (%s) may not %s", wire.ErrRole, p.Name, p.Role, what)
+	}
+	if a.Nonces == nil {
+		return a.memory.Use(ctx, caller, a.now())
+	}
+	return a.Nonces.Use(ctx, caller, a.now())
+}
+
+// whois resolves key, through the cache when there is one. Failures are not
+// cached: a key registered a moment later is known at once.
+func (a *Authorizer) whois(ctx context.Context, key string) (wire.Principal, error) {
+	if a.Whois == nil {
+		return a.Identities.Whois(ctx, key)
+	}
+	if p, ok := a.Whois.Get(key, a.now()); ok {
+		return p, nil
+	}
+	p, err := a.Identities.Whois(ctx, key)
+	if err != nil {
+		return p, err
+	}
+	a.Whois.Put(key, p, a.now())
+	return p, nil
+}
