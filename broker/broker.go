@@ -84,8 +84,12 @@ type Config struct {
 	// plans (seed 003 §7.4: 0.9).
 	MaxBoost float64
 	// Plans is the MRM_PLANS bucket shared by the replicas; nil keeps plans
-	// in this process's memory.
+	// in this process's memory (Memory's, or the replica's own).
 	Plans jetstream.KeyValue
+	// Memory, when set and Plans is not, is an in-memory plan store this
+	// replica shares with others in the same process (brokertest's
+	// failover scripts).
+	Memory *MemoryPlans
 	// Replica names this replica (default: random).
 	Replica string
 	// Metrics, when set, counts requests and running plans.
@@ -194,6 +198,8 @@ func New(cfg Config) (*Broker, error) {
 			return nil, err
 		}
 		b.store = s
+	} else if cfg.Memory != nil {
+		b.store = cfg.Memory.s
 	} else {
 		b.store = newMemStore()
 	}

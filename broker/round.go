@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -435,7 +436,10 @@ func (b *Broker) cancelAll(ctx context.Context, rec *planRecord, now time.Time) 
 	for vm, bid := range rec.Bids {
 		byHost[bid.Host] = append(byHost[bid.Host], vm)
 	}
-	for h, vms := range byHost {
+	// In host order, like a round's requests: a deterministic simulation
+	// needs it.
+	for _, h := range slices.Sorted(maps.Keys(byHost)) {
+		vms := byHost[h]
 		slices.Sort(vms)
 		req := &wire.BidRequest{Versioned: wire.Versioned{V: wire.Version}, Cancel: vms, Plan: rec.Plan.ID}
 		if err := b.cfg.Agents.Bid(ctx, h, req); err != nil {

@@ -100,6 +100,13 @@ type memStore struct {
 	rev   uint64
 }
 
+// MemoryPlans is a plan store in this process's memory that several
+// replicas may share (Config.Memory): failover without JetStream.
+type MemoryPlans struct{ s *memStore }
+
+// NewMemoryPlans makes an empty shared plan store.
+func NewMemoryPlans() *MemoryPlans { return &MemoryPlans{newMemStore()} }
+
 func newMemStore() *memStore {
 	return &memStore{plans: map[string]versioned{}, beats: map[string]time.Time{}}
 }
