@@ -65,12 +65,6 @@ func (r *planRecord) clone() *planRecord {
 	return &c
 }
 
-// Errors of plan stores.
-var (
-	errExists = errors.New("broker: plan exists")
-	errStale  = errors.New("broker: plan changed meanwhile")
-)
-
 // versioned is a plan with the revision it was read at.
 type versioned struct {
 	rec *planRecord
