@@ -85,7 +85,7 @@ func (b *Broker) candidates(r *round) []versioned {
 		if rec.Plan.Status != wire.PlanRunning && rec.Plan.Status != planStarting {
 			return
 		}
-		if _, alive := b.alive(r, rec.Plan.Owner); alive {
+		if _, alive := b.ownerAlive(r, rec.Plan.Owner); alive {
 			return
 		}
 		out = append(out, versioned{rec, rev})
@@ -94,13 +94,14 @@ func (b *Broker) candidates(r *round) []versioned {
 	return out
 }
 
-// alive reports whether replica is another replica whose heartbeat is at
-// most two ticks old, and whether it has beaten at all.
-func (b *Broker) alive(r *round, replica string) (heard, alive bool) {
-	if replica == b.cfg.Replica {
+// ownerAlive reports whether a plan's owner has a heartbeat (heard) and
+// is another replica whose heartbeat is at most two ticks old (alive: its
+// plans are left alone). This replica is heard, and not another.
+func (b *Broker) ownerAlive(r *round, owner string) (heard, alive bool) {
+	if owner == b.cfg.Replica {
 		return true, false
 	}
-	last, ok := r.beats[replica]
+	last, ok := r.beats[owner]
 	return ok, ok && r.now.Sub(last) <= 2*b.cfg.Tick
 }
 
@@ -110,7 +111,7 @@ func (b *Broker) decide(r *round, v versioned) step {
 	rec := v.rec
 	st := step{plan: v}
 	if rec.Plan.Owner != b.cfg.Replica {
-		heard, alive := b.alive(r, rec.Plan.Owner)
+		heard, alive := b.ownerAlive(r, rec.Plan.Owner)
 		if alive {
 			return st
 		}

@@ -18,87 +18,88 @@ func vm(name, host string, idle bool) strategies.VM {
 	return strategies.VM{Name: name, Host: host, Idle: idle}
 }
 
-// TestRegisteredStrategies is each registered strategy over fixed
-// snapshots: the exact budgets and durations the broker turns into bids,
-// and the stages it records.
+// registeredCases are each registered strategy over fixed snapshots: the
+// exact budgets and durations the broker turns into bids, and the stages
+// it records.
+var registeredCases = []struct {
+	name     string
+	strategy string
+	s        strategies.Snapshot
+	want     []alloc
+	stage    []int
+}{
+	{"fair splits evenly, the first VMs a micro-credit more", "fair",
+		strategies.Snapshot{Remaining: 10_000_001, Left: time.Hour, VMs: []strategies.VM{vm("a1", "h1", false), vm("a2", "h2", true)}},
+		[]alloc{{"a1", "h1", 5_000_001, time.Hour}, {"a2", "h2", 5_000_000, time.Hour}}, nil},
+	{"fair with no time left spends nothing", "fair",
+		strategies.Snapshot{Remaining: 10, VMs: []strategies.VM{vm("a1", "h1", false)}, Stage: []int{1}}, nil, []int{1}},
+	{"workflow weighs the workflows, each VM once", "workflow", strategies.Snapshot{Remaining: 9_000_001, Left: time.Hour,
+		Stage: []int{0, 0}, Workflows: []strategies.Workflow{
+			{Name: "high", Weight: 1, Stages: []strategies.Stage{{Weight: 1, VMs: []strategies.VM{vm("a1", "h1", true), vm("a3", "h2", false)}}, {Weight: 1, VMs: []strategies.VM{vm("a1", "h1", true)}}}},
+			{Name: "low", Weight: 0.5, Stages: []strategies.Stage{{Weight: 1, VMs: []strategies.VM{vm("a2", "h1", false), vm("a4", "h2", false)}}}}}},
+		[]alloc{{"a1", "h1", 3_000_001, time.Hour}, {"a3", "h2", 3_000_000, time.Hour}, {"a2", "h1", 1_500_000, time.Hour}, {"a4", "h2", 1_500_000, time.Hour}},
+		[]int{0, 0}},
+	{"workflow weights all zero spend nothing", "workflow", strategies.Snapshot{Remaining: 100, Left: time.Hour,
+		Workflows: []strategies.Workflow{{Stages: []strategies.Stage{{VMs: []strategies.VM{vm("a1", "h1", false)}}}}}, Stage: []int{0}}, nil, []int{0}},
+	{"stage funds each workflow's active stage over its slice of the time left", "stage", digg(false, false, 0),
+		[]alloc{{"a1", "h1", 6_666_667, time.Hour}, {"a3", "h2", 6_666_666, time.Hour}, {"a2", "h1", 1_833_333, 90 * time.Minute}},
+		[]int{0, 0}},
+	{"stage moves past a stage whose VMs are all idle", "stage", digg(true, false, 0),
+		[]alloc{{"a5", "h1", 7_333_334, 90 * time.Minute}, {"a2", "h1", 1_833_333, 90 * time.Minute}},
+		[]int{1, 0}},
+	{"the last stage spends even when idle", "stage", digg(true, true, 0),
+		[]alloc{{"a1", "h1", 7_333_334, 3 * time.Hour}, {"a3", "h2", 7_333_333, 3 * time.Hour}, {"a2", "h1", 1_833_333, 90 * time.Minute}},
+		[]int{2, 0}},
+	{"stage never moves back", "stage", digg(false, false, 1),
+		[]alloc{{"a5", "h1", 7_333_334, 90 * time.Minute}, {"a2", "h1", 1_833_333, 90 * time.Minute}},
+		[]int{1, 0}},
+	{"stage-bottleneck boosts the active stage's busy VMs", "stage-bottleneck", mapReduce(false),
+		[]alloc{{"m1", "h1", 2_700_000, 30 * time.Minute}, {"m2", "h1", 900_000, 30 * time.Minute}, {"m3", "h2", 2_700_000, 30 * time.Minute}, {"m4", "h2", 900_000, 30 * time.Minute}},
+		[]int{0}},
+	{"stage-bottleneck moves on when the stage is idle", "stage-bottleneck", mapReduce(true),
+		[]alloc{{"r1", "h1", 9_600_000, time.Hour}},
+		[]int{1}},
+	{"bottleneck: idle VMs give f of the flat rate to the busy ones", "bottleneck", strategies.Snapshot{Remaining: 10_800_000, Left: time.Hour, Boost: 0.9,
+		VMs: []strategies.VM{vm("a1", "h1", true), vm("a2", "h2", false), vm("a3", "h3", false)}},
+		[]alloc{{"a1", "h1", 359_999, time.Hour}, {"a2", "h2", 5_220_000, time.Hour}, {"a3", "h3", 5_220_000, time.Hour}}, nil},
+	{"bottleneck: all idle spend (1 − f) of the flat rate", "bottleneck", strategies.Snapshot{Remaining: 3_600_000, Left: time.Hour, Boost: 0.5,
+		VMs: []strategies.VM{vm("a1", "h1", true), vm("a2", "h2", true)}},
+		[]alloc{{"a1", "h1", 900_000, time.Hour}, {"a2", "h2", 900_000, time.Hour}}, nil},
+	{"bottleneck: the micro-credits rounding puts over the budget come off the largest", "bottleneck",
+		strategies.Snapshot{Remaining: 449383877780846980, Left: 3*time.Hour + 41*time.Minute + 20*time.Second, Boost: 0.19,
+			VMs: []strategies.VM{vm("a1", "h1", true), vm("a2", "h2", false)}},
+		[]alloc{{"a1", "h1", 182000470501243040, 3*time.Hour + 41*time.Minute + 20*time.Second}, {"a2", "h2", 267383407279603940, 3*time.Hour + 41*time.Minute + 20*time.Second}}, nil},
+	{"bottleneck: a boost out of range spends nothing", "bottleneck", strategies.Snapshot{Remaining: 100, Left: time.Hour, Boost: 1,
+		VMs: []strategies.VM{vm("a1", "h1", true)}}, nil, nil},
+	{"best response: equal hosts share equally, a host's part split over its VMs, own rates left out", "best-response",
+		strategies.Snapshot{Remaining: 2_000_000, Left: 1000 * time.Second,
+			VMs:    []strategies.VM{vm("a1", "h1", false), vm("a1b", "h1", false), vm("a2", "h2", false)},
+			Prices: map[string]float64{"h1": 1500, "h2": 1000}, OwnRates: map[string]float64{"a1": 300, "a1b": 200}},
+		[]alloc{{"a1", "h1", 500_000, 1000 * time.Second}, {"a1b", "h1", 500_000, 1000 * time.Second}, {"a2", "h2", 1_000_000, 1000 * time.Second}}, nil},
+	{"best response: a host worth nothing gets nothing, a free one ε", "best-response",
+		strategies.Snapshot{Remaining: 1_000_000, Left: 1000 * time.Second,
+			VMs:         []strategies.VM{vm("a1", "h1", false), vm("a2", "h2", false), vm("a3", "h3", false)},
+			Prices:      map[string]float64{"h1": 1000, "h2": 1000, "h3": 0},
+			HostWeights: map[string]float64{"h2": 0}},
+		[]alloc{{"a1", "h1", 999_999, 1000 * time.Second}, {"a3", "h3", 1, 1000 * time.Second}}, nil},
+	{"deadline: a waiting job bids nothing", "deadline", job(0, nil), nil, nil},
+	{"deadline: a best-effort job buys its share against the best-effort rates, over its predicted run", "deadline",
+		job(0.8, func(_ *strategies.Snapshot, j *strategies.Job) { j.Deadline = false }),
+		[]alloc{{"d1", "h1", 500_000, 125 * time.Second}, {"d2", "h2", 125_000, 125 * time.Second}, {"d3", "h2", 125_000, 125 * time.Second}}, nil},
+	{"deadline: a deadline job spends its budget over its run, up to the rate buying 0.95 of each host", "deadline", job(0.8, nil),
+		[]alloc{{"d1", "h1", 2_375_000, 125 * time.Second}, {"d2", "h2", 593_750, 125 * time.Second}, {"d3", "h2", 593_750, 125 * time.Second}}, nil},
+	{"deadline: its control loop's share, if higher, and the others' shares on a host raise its rate; a small budget scales it down", "deadline",
+		job(0.8, func(s *strategies.Snapshot, j *strategies.Job) {
+			j.Control, j.HostShares, s.Remaining = 0.9, map[string]float64{"h1": 0.8, "h2": 0.85}, 10_000
+		}),
+		[]alloc{{"d1", "h1", 5_000, 111111111111 * time.Nanosecond}, {"d2", "h2", 2_499, 111111111111 * time.Nanosecond}, {"d3", "h2", 2_499, 111111111111 * time.Nanosecond}}, nil},
+	{"deadline: a run shorter than a tick is bid over a tick", "deadline",
+		job(0.8, func(_ *strategies.Snapshot, j *strategies.Job) { j.Deadline, j.Progress = false, 0.99 }),
+		[]alloc{{"d1", "h1", 40_000, 10 * time.Second}, {"d2", "h2", 10_000, 10 * time.Second}, {"d3", "h2", 10_000, 10 * time.Second}}, nil},
+}
+
 func TestRegisteredStrategies(t *testing.T) {
-	cases := []struct {
-		name     string
-		strategy string
-		s        strategies.Snapshot
-		want     []alloc
-		stage    []int
-	}{
-		{"fair splits evenly, the first VMs a micro-credit more", "fair",
-			strategies.Snapshot{Remaining: 10_000_001, Left: time.Hour, VMs: []strategies.VM{vm("a1", "h1", false), vm("a2", "h2", true)}},
-			[]alloc{{"a1", "h1", 5_000_001, time.Hour}, {"a2", "h2", 5_000_000, time.Hour}}, nil},
-		{"fair with no time left spends nothing", "fair",
-			strategies.Snapshot{Remaining: 10, VMs: []strategies.VM{vm("a1", "h1", false)}, Stage: []int{1}}, nil, []int{1}},
-		{"workflow weighs the workflows, each VM once", "workflow", strategies.Snapshot{Remaining: 9_000_001, Left: time.Hour,
-			Stage: []int{0, 0}, Workflows: []strategies.Workflow{
-				{Name: "high", Weight: 1, Stages: []strategies.Stage{{Weight: 1, VMs: []strategies.VM{vm("a1", "h1", true), vm("a3", "h2", false)}}, {Weight: 1, VMs: []strategies.VM{vm("a1", "h1", true)}}}},
-				{Name: "low", Weight: 0.5, Stages: []strategies.Stage{{Weight: 1, VMs: []strategies.VM{vm("a2", "h1", false), vm("a4", "h2", false)}}}}}},
-			[]alloc{{"a1", "h1", 3_000_001, time.Hour}, {"a3", "h2", 3_000_000, time.Hour}, {"a2", "h1", 1_500_000, time.Hour}, {"a4", "h2", 1_500_000, time.Hour}},
-			[]int{0, 0}},
-		{"workflow weights all zero spend nothing", "workflow", strategies.Snapshot{Remaining: 100, Left: time.Hour,
-			Workflows: []strategies.Workflow{{Stages: []strategies.Stage{{VMs: []strategies.VM{vm("a1", "h1", false)}}}}}, Stage: []int{0}}, nil, []int{0}},
-		{"stage funds each workflow's active stage over its slice of the time left", "stage", digg(false, false, 0),
-			[]alloc{{"a1", "h1", 6_666_667, time.Hour}, {"a3", "h2", 6_666_666, time.Hour}, {"a2", "h1", 1_833_333, 90 * time.Minute}},
-			[]int{0, 0}},
-		{"stage moves past a stage whose VMs are all idle", "stage", digg(true, false, 0),
-			[]alloc{{"a5", "h1", 7_333_334, 90 * time.Minute}, {"a2", "h1", 1_833_333, 90 * time.Minute}},
-			[]int{1, 0}},
-		{"the last stage spends even when idle", "stage", digg(true, true, 0),
-			[]alloc{{"a1", "h1", 7_333_334, 3 * time.Hour}, {"a3", "h2", 7_333_333, 3 * time.Hour}, {"a2", "h1", 1_833_333, 90 * time.Minute}},
-			[]int{2, 0}},
-		{"stage never moves back", "stage", digg(false, false, 1),
-			[]alloc{{"a5", "h1", 7_333_334, 90 * time.Minute}, {"a2", "h1", 1_833_333, 90 * time.Minute}},
-			[]int{1, 0}},
-		{"stage-bottleneck boosts the active stage's busy VMs", "stage-bottleneck", mapReduce(false),
-			[]alloc{{"m1", "h1", 2_700_000, 30 * time.Minute}, {"m2", "h1", 900_000, 30 * time.Minute}, {"m3", "h2", 2_700_000, 30 * time.Minute}, {"m4", "h2", 900_000, 30 * time.Minute}},
-			[]int{0}},
-		{"stage-bottleneck moves on when the stage is idle", "stage-bottleneck", mapReduce(true),
-			[]alloc{{"r1", "h1", 9_600_000, time.Hour}},
-			[]int{1}},
-		{"bottleneck: idle VMs give f of the flat rate to the busy ones", "bottleneck", strategies.Snapshot{Remaining: 10_800_000, Left: time.Hour, Boost: 0.9,
-			VMs: []strategies.VM{vm("a1", "h1", true), vm("a2", "h2", false), vm("a3", "h3", false)}},
-			[]alloc{{"a1", "h1", 359_999, time.Hour}, {"a2", "h2", 5_220_000, time.Hour}, {"a3", "h3", 5_220_000, time.Hour}}, nil},
-		{"bottleneck: all idle spend (1 − f) of the flat rate", "bottleneck", strategies.Snapshot{Remaining: 3_600_000, Left: time.Hour, Boost: 0.5,
-			VMs: []strategies.VM{vm("a1", "h1", true), vm("a2", "h2", true)}},
-			[]alloc{{"a1", "h1", 900_000, time.Hour}, {"a2", "h2", 900_000, time.Hour}}, nil},
-		{"bottleneck: the micro-credits rounding puts over the budget come off the largest", "bottleneck",
-			strategies.Snapshot{Remaining: 449383877780846980, Left: 3*time.Hour + 41*time.Minute + 20*time.Second, Boost: 0.19,
-				VMs: []strategies.VM{vm("a1", "h1", true), vm("a2", "h2", false)}},
-			[]alloc{{"a1", "h1", 182000470501243040, 3*time.Hour + 41*time.Minute + 20*time.Second}, {"a2", "h2", 267383407279603940, 3*time.Hour + 41*time.Minute + 20*time.Second}}, nil},
-		{"bottleneck: a boost out of range spends nothing", "bottleneck", strategies.Snapshot{Remaining: 100, Left: time.Hour, Boost: 1,
-			VMs: []strategies.VM{vm("a1", "h1", true)}}, nil, nil},
-		{"best response: equal hosts share equally, a host's part split over its VMs, own rates left out", "best-response",
-			strategies.Snapshot{Remaining: 2_000_000, Left: 1000 * time.Second,
-				VMs:    []strategies.VM{vm("a1", "h1", false), vm("a1b", "h1", false), vm("a2", "h2", false)},
-				Prices: map[string]float64{"h1": 1500, "h2": 1000}, OwnRates: map[string]float64{"a1": 300, "a1b": 200}},
-			[]alloc{{"a1", "h1", 500_000, 1000 * time.Second}, {"a1b", "h1", 500_000, 1000 * time.Second}, {"a2", "h2", 1_000_000, 1000 * time.Second}}, nil},
-		{"best response: a host worth nothing gets nothing, a free one ε", "best-response",
-			strategies.Snapshot{Remaining: 1_000_000, Left: 1000 * time.Second,
-				VMs:         []strategies.VM{vm("a1", "h1", false), vm("a2", "h2", false), vm("a3", "h3", false)},
-				Prices:      map[string]float64{"h1": 1000, "h2": 1000, "h3": 0},
-				HostWeights: map[string]float64{"h2": 0}},
-			[]alloc{{"a1", "h1", 999_999, 1000 * time.Second}, {"a3", "h3", 1, 1000 * time.Second}}, nil},
-		{"deadline: a waiting job bids nothing", "deadline", job(0, nil), nil, nil},
-		{"deadline: a best-effort job buys its share against the best-effort rates, over its predicted run", "deadline",
-			job(0.8, func(_ *strategies.Snapshot, j *strategies.Job) { j.Deadline = false }),
-			[]alloc{{"d1", "h1", 500_000, 125 * time.Second}, {"d2", "h2", 125_000, 125 * time.Second}, {"d3", "h2", 125_000, 125 * time.Second}}, nil},
-		{"deadline: a deadline job spends its budget over its run, up to the rate buying 0.95 of each host", "deadline", job(0.8, nil),
-			[]alloc{{"d1", "h1", 2_375_000, 125 * time.Second}, {"d2", "h2", 593_750, 125 * time.Second}, {"d3", "h2", 593_750, 125 * time.Second}}, nil},
-		{"deadline: its control loop's share, if higher, and the others' shares on a host raise its rate; a small budget scales it down", "deadline",
-			job(0.8, func(s *strategies.Snapshot, j *strategies.Job) {
-				j.Control, j.HostShares, s.Remaining = 0.9, map[string]float64{"h1": 0.8, "h2": 0.85}, 10_000
-			}),
-			[]alloc{{"d1", "h1", 5_000, 111111111111 * time.Nanosecond}, {"d2", "h2", 2_499, 111111111111 * time.Nanosecond}, {"d3", "h2", 2_499, 111111111111 * time.Nanosecond}}, nil},
-		{"deadline: a run shorter than a tick is bid over a tick", "deadline",
-			job(0.8, func(_ *strategies.Snapshot, j *strategies.Job) { j.Deadline, j.Progress = false, 0.99 }),
-			[]alloc{{"d1", "h1", 40_000, 10 * time.Second}, {"d2", "h2", 10_000, 10 * time.Second}, {"d3", "h2", 10_000, 10 * time.Second}}, nil},
-	}
-	for _, c := range cases {
+	for _, c := range registeredCases {
 		t.Run(c.name, func(t *testing.T) {
 			st, err := strategies.ByName(c.strategy)
 			if err != nil {

@@ -193,7 +193,7 @@ func cmdSpend(h *Harness, d *datadriven.TestData, say func(string, ...any)) {
 		}
 	}
 	r := h.live(optStr(d, "replica", ""))
-	rep, err, died := h.call(r, func(b *broker.Broker) (wire.SpendReply, error) { return b.Spend(context.Background(), req) })
+	rep, died, err := h.call(r, func(b *broker.Broker) (wire.SpendReply, error) { return b.Spend(context.Background(), req) })
 	switch {
 	case died:
 		say("%s died while spending %s", r.name, req.ID)
@@ -206,7 +206,7 @@ func cmdSpend(h *Harness, d *datadriven.TestData, say func(string, ...any)) {
 
 // call runs f on replica r; if r dies in it (Kill at its next bid), f is
 // left hanging and call reports the death.
-func (h *Harness) call(r *replica, f func(b *broker.Broker) (wire.SpendReply, error)) (wire.SpendReply, error, bool) {
+func (h *Harness) call(r *replica, f func(b *broker.Broker) (wire.SpendReply, error)) (wire.SpendReply, bool, error) {
 	type result struct {
 		rep wire.SpendReply
 		err error
@@ -220,10 +220,10 @@ func (h *Harness) call(r *replica, f func(b *broker.Broker) (wire.SpendReply, er
 	}()
 	select {
 	case res := <-done:
-		return res.rep, res.err, false
+		return res.rep, false, res.err
 	case <-r.died:
 		r.dead = true
-		return wire.SpendReply{}, nil, true
+		return wire.SpendReply{}, true, nil
 	}
 }
 
