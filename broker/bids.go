@@ -20,17 +20,16 @@ type bidChange struct {
 }
 
 // replan runs one round of a plan outside Tick (Spend, Adjust): allocate,
-// then rebid.
+// then apply the bid changes.
 func (b *Broker) replan(ctx context.Context, rec *planRecord, now time.Time, v roundView) (changed bool, errs []error) {
-	return b.rebid(ctx, rec, now, b.allocate(rec, now, v))
+	d := b.allocate(rec, now, v)
+	return b.apply(ctx, rec, now, d.Stage, bidChanges(rec, d.Allocs, now))
 }
 
-// rebid sends the bids that take rec from its bids in force to what want
-// allocates, one request per host, and applies to rec what the hosts took.
-// It reports whether rec changed, and the errors of the hosts that did not
-// take their change.
-func (b *Broker) rebid(ctx context.Context, rec *planRecord, now time.Time, want strategies.Decision) (changed bool, errs []error) {
-	changes := bidChanges(rec, want.Allocs, now)
+// apply sends a plan's bid changes, one request per host, and applies to
+// rec the stages and what the hosts took. It reports whether rec changed,
+// and the errors of the hosts that did not take their change.
+func (b *Broker) apply(ctx context.Context, rec *planRecord, now time.Time, stage []int, changes []bidChange) (changed bool, errs []error) {
 	results := b.send(ctx, changes)
 	for i, err := range results {
 		if err != nil {
@@ -38,7 +37,7 @@ func (b *Broker) rebid(ctx context.Context, rec *planRecord, now time.Time, want
 			errs = append(errs, fmt.Errorf("%s: %w", changes[i].host, err))
 		}
 	}
-	changed = settleRound(rec, now, want.Stage, changes, results)
+	changed = settleRound(rec, now, stage, changes, results)
 	if accountRun(rec, now, changed, func() float64 { return b.heldShare(rec) }) {
 		changed = true
 	}

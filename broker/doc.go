@@ -33,19 +33,21 @@
 // VMs), or deadline (below).
 //
 // A round is a planner and an executor, as in Nomad's scheduler. The
-// planner (decide) changes nothing: per plan it decides to leave it alone
-// (its owner is alive, or nothing would change), take it over from a dead
+// planner (round.decide) is a pure function of the round, the plan and
+// what its strategy wants: per plan it decides to leave it alone (its
+// owner is alive, or nothing would change), take it over from a dead
 // replica, fail a plan a dead replica left half-started, settle and
-// release it Settle after its end, or send the bids its strategy's
-// allocations change (bidChanges: one request per host). The executor
-// does the compare-and-set writes, bank releases and bid requests, then
-// applies what the hosts took to the record (settleRound, a pure
-// function). Plans run side by side (errgroup, at most roundWorkers) and
-// so do a plan's requests (at most maxInFlight); with Serial both run one
-// at a time in a fixed order, as a deterministic simulation needs. Bids
-// are a budget over a duration from now, so the budgets a round sends
-// never add up to more than the plan has left, and the bank's hold caps it
-// all. Only bids whose rate moves by more than 1% are sent.
+// release it Settle after its end, or the new stages and the bid changes
+// the strategy's allocations make (bidChanges: one request per host).
+// The executor does the compare-and-set writes, bank releases and bid
+// requests, then applies what the hosts took to the record (settleRound,
+// a pure function). Plans run side by side (errgroup, at most
+// roundWorkers) and so do a plan's requests (at most maxInFlight); with
+// Serial both run one at a time in a fixed order, as a deterministic
+// simulation needs. Bids are a budget over a duration from now, so the
+// budgets a round sends never add up to more than the plan has left, and
+// the bank's hold caps it all. Only bids whose rate moves by more than 1%
+// are sent.
 //
 // # Deadlines
 //

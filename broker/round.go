@@ -21,12 +21,15 @@ const roundWorkers = 16
 // agents.
 const maxInFlight = 256
 
-// round is what a Tick knows as it starts: the time, the replicas'
-// heartbeats, and what a plan's strategy needs of the other plans.
+// round is what a Tick knows as it starts: the time, this replica's
+// rules, the replicas' heartbeats, and what a plan's strategy needs of the
+// other plans.
 type round struct {
-	now   time.Time
-	beats map[string]time.Time
-	view  roundView
+	now          time.Time
+	replica      string
+	tick, settle time.Duration
+	beats        map[string]time.Time
+	view         roundView
 }
 
 // roundView is what a round of one plan needs to know of the others: the
@@ -47,12 +50,15 @@ const (
 )
 
 // step is the planner's decision for one plan: the plan as read, whether
-// to take it over from a silent owner first, and what to do with it.
+// to take it over from a silent owner first, and what to do with it — for
+// actRebid, the active stages and the bid request for each host whose
+// bids change.
 type step struct {
 	plan     versioned
 	takeOver bool
 	action   action
-	want     strategies.Decision // actRebid: the strategy's allocations and stages
+	stage    []int
+	changes  []bidChange
 }
 
 // Tick runs one broker round at now: it beats its heartbeat, then for each
@@ -65,11 +71,14 @@ func (b *Broker) Tick(ctx context.Context, now time.Time) error {
 	if err := b.store.heartbeat(ctx, b.cfg.Replica, now); err != nil {
 		return err
 	}
-	r := &round{now: now, beats: b.store.heartbeats(), view: roundView{boosts: b.cappedBoosts(), jobs: b.edf()}}
-	plans := b.candidates(r)
+	r := &round{now: now, replica: b.cfg.Replica, tick: b.cfg.Tick, settle: b.cfg.Settle, beats: b.store.heartbeats(),
+		view: roundView{boosts: b.cappedBoosts(), jobs: b.edf()}}
+	plans := r.candidates(b.store)
 	errs := make([][]error, len(plans))
 	b.parallel(len(plans), roundWorkers, func(i int) {
-		if st := b.decide(r, plans[i]); st.action != actNone {
+		v := plans[i]
+		want := func() strategies.Decision { return b.allocate(v.rec, now, r.view) }
+		if st := r.decide(v, want); st.action != actNone {
 			errs[i] = b.execute(ctx, r, st)
 		}
 	})
@@ -79,13 +88,13 @@ func (b *Broker) Tick(ctx context.Context, now time.Time) error {
 
 // candidates are the running and starting plans this replica owns or whose
 // owner is silent, by id. They are shared: cloned before any change.
-func (b *Broker) candidates(r *round) []versioned {
+func (r *round) candidates(store planStore) []versioned {
 	var out []versioned
-	b.store.each(func(rec *planRecord, rev uint64) {
+	store.each(func(rec *planRecord, rev uint64) {
 		if rec.Plan.Status != wire.PlanRunning && rec.Plan.Status != planStarting {
 			return
 		}
-		if _, alive := b.ownerAlive(r, rec.Plan.Owner); alive {
+		if _, alive := r.ownerAlive(rec.Plan.Owner); alive {
 			return
 		}
 		out = append(out, versioned{rec, rev})
@@ -97,25 +106,27 @@ func (b *Broker) candidates(r *round) []versioned {
 // ownerAlive reports whether a plan's owner has a heartbeat (heard) and
 // is another replica whose heartbeat is at most two ticks old (alive: its
 // plans are left alone). This replica is heard, and not another.
-func (b *Broker) ownerAlive(r *round, owner string) (heard, alive bool) {
-	if owner == b.cfg.Replica {
+func (r *round) ownerAlive(owner string) (heard, alive bool) {
+	if owner == r.replica {
 		return true, false
 	}
 	last, ok := r.beats[owner]
-	return ok, ok && r.now.Sub(last) <= 2*b.cfg.Tick
+	return ok, ok && r.now.Sub(last) <= 2*r.tick
 }
 
-// decide is the planner: what to do with one plan this round. It changes
-// nothing; its one read beyond the plan is the strategy's snapshot.
-func (b *Broker) decide(r *round, v versioned) step {
+// decide is the planner, a pure function of the round, the plan as read
+// and what its strategy wants (asked only of a plan this replica runs on):
+// leave the plan alone, take it over from a dead owner, fail it if that
+// owner died starting it, settle it at its end, or send its bid changes.
+func (r *round) decide(v versioned, want func() strategies.Decision) step {
 	rec := v.rec
 	st := step{plan: v}
-	if rec.Plan.Owner != b.cfg.Replica {
-		heard, alive := b.ownerAlive(r, rec.Plan.Owner)
+	if rec.Plan.Owner != r.replica {
+		heard, alive := r.ownerAlive(rec.Plan.Owner)
 		if alive {
 			return st
 		}
-		if rec.Plan.Status == planStarting && !heard && r.now.Sub(rec.Plan.Start) <= 2*b.cfg.Tick {
+		if rec.Plan.Status == planStarting && !heard && r.now.Sub(rec.Plan.Start) <= 2*r.tick {
 			// A plan being started by a replica we have not heard from
 			// yet: give it the benefit of the doubt once.
 			return st
@@ -128,14 +139,14 @@ func (b *Broker) decide(r *round, v versioned) step {
 	}
 	switch {
 	case rec.Plan.Status != wire.PlanRunning: // Spend is starting it here
-	case !r.now.Before(rec.Plan.End.Add(b.cfg.Settle)):
+	case !r.now.Before(rec.Plan.End.Add(r.settle)):
 		st.action = actSettle
 	default:
 		// A plan taken over is re-planned whatever it wants; the usual
 		// round of one of ours changes nothing and copies nothing.
-		st.want = b.allocate(rec, r.now, r.view)
-		if st.takeOver || needsChange(rec, st.want, r.now) {
-			st.action = actRebid
+		d := want()
+		if st.takeOver || needsChange(rec, d, r.now) {
+			st.action, st.stage, st.changes = actRebid, d.Stage, bidChanges(rec, d.Allocs, r.now)
 		}
 	}
 	return st
@@ -159,7 +170,7 @@ func (b *Broker) execute(ctx context.Context, r *round, st step) []error {
 	case actSettle:
 		return b.settle(ctx, rec, rev, r.now)
 	}
-	changed, errs := b.rebid(ctx, rec, r.now, st.want)
+	changed, errs := b.apply(ctx, rec, r.now, st.stage, st.changes)
 	if changed {
 		if _, err := b.store.update(ctx, rec, rev); err != nil && !errors.Is(err, errStale) {
 			errs = append(errs, err)
