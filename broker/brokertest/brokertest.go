@@ -56,6 +56,7 @@ type Harness struct {
 	hosts   []*host
 	settled map[string]money.Micro // hold → what replaced and cancelled bids charged
 	bank    bankState
+	sent    map[string][]wire.BidRequest // host → every request it was sent
 	log     []string
 }
 
@@ -107,7 +108,7 @@ func New(t testing.TB, cfg broker.Config) *Harness {
 		cfg.Settle = 20 * time.Second
 	}
 	h := &Harness{t: t, cfg: cfg, plans: broker.NewMemoryPlans(), stop: make(chan struct{}), now: T0,
-		settled: map[string]money.Micro{}, bank: bankState{users: map[string]*account{}, holds: map[string]*holdRec{}}}
+		settled: map[string]money.Micro{}, sent: map[string][]wire.BidRequest{}, bank: bankState{users: map[string]*account{}, holds: map[string]*holdRec{}}}
 	t.Cleanup(func() {
 		close(h.stop)
 		h.hung.Wait()
@@ -130,7 +131,7 @@ func (h *Harness) AddReplica(name string) *broker.Broker {
 	r := &replica{name: name, died: make(chan struct{})}
 	cfg := h.cfg
 	cfg.Replica, cfg.Serial, cfg.Memory, cfg.Now = name, true, h.plans, h.Now
-	cfg.Agents, cfg.Bank = agents{h, r}, Bank{h}
+	cfg.Agents, cfg.Bank = agents{h, r}, h.Bank()
 	b, err := broker.New(cfg)
 	if err != nil {
 		h.t.Fatal(err)
@@ -323,6 +324,16 @@ func (h *Harness) logf(format string, args ...any) {
 	defer h.mu.Unlock()
 	h.log = append(h.log, fmt.Sprintf(format, args...))
 }
+
+// Sent is every bid request host was sent, taken or refused, in order.
+func (h *Harness) Sent(host string) []wire.BidRequest {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.sent[host])
+}
+
+// Bank is the harness's bank.
+func (h *Harness) Bank() Bank { return Bank{h} }
 
 // Log returns what happened since it was last called, one line each.
 func (h *Harness) Log() []string {

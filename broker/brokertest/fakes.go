@@ -27,6 +27,7 @@ func (a agents) Bid(_ context.Context, hostName string, req *wire.BidRequest) er
 		return fmt.Errorf("%w: replica %s is gone", wire.ErrUnavailable, a.r.name)
 	}
 	defer h.mu.Unlock()
+	h.sent[hostName] = append(h.sent[hostName], *req)
 	line := fmt.Sprintf("%s → %s: %s", a.r.name, hostName, formatRequest(req))
 	var ho *host
 	for _, x := range h.hosts {

@@ -151,7 +151,7 @@ func cmdReplicas(h *Harness, d *datadriven.TestData, _ func(string, ...any)) {
 }
 
 func cmdGrant(h *Harness, d *datadriven.TestData, _ func(string, ...any)) {
-	Bank{h}.Grant(str(h, d, "user"), credits(h, d, "amount"))
+	h.Bank().Grant(str(h, d, "user"), credits(h, d, "amount"))
 }
 
 func cmdHost(h *Harness, d *datadriven.TestData, _ func(string, ...any)) {
@@ -280,7 +280,7 @@ func cmdJobs(h *Harness, _ *datadriven.TestData, say func(string, ...any)) {
 }
 
 func cmdBalance(h *Harness, d *datadriven.TestData, say func(string, ...any)) {
-	b, _ := Bank{h}.Balance(context.Background(), &wire.BalanceRequest{User: str(h, d, "user")})
+	b, _ := h.Bank().Balance(context.Background(), &wire.BalanceRequest{User: str(h, d, "user")})
 	say("%s balance=%s held=%s spent=%s granted=%s", b.User, b.Balance, b.Held, b.Spent, b.Granted)
 }
 
