@@ -172,13 +172,18 @@ func cancelChanges(rec *planRecord) []bidChange {
 	return out
 }
 
-// dropBids settles all of rec's bids at what they charged by now.
+// dropBids settles all of rec's bids, and its VMs show none.
 func dropBids(rec *planRecord, now time.Time) {
+	payBids(rec, now)
+	for i := range rec.Plan.VMs {
+		rec.Plan.VMs[i].Budget, rec.Plan.VMs[i].Rate = 0, 0
+	}
+}
+
+// payBids settles all of rec's bids at what they charged by now.
+func payBids(rec *planRecord, now time.Time) {
 	for vm, bid := range rec.Bids {
 		rec.Plan.Spent += bid.charged(now)
 		delete(rec.Bids, vm)
-	}
-	for i := range rec.Plan.VMs {
-		rec.Plan.VMs[i].Budget, rec.Plan.VMs[i].Rate = 0, 0
 	}
 }

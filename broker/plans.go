@@ -167,19 +167,30 @@ func (b *Broker) mutate(ctx context.Context, id string, f func(rec *planRecord) 
 	return nil, fmt.Errorf("%w: plan %q kept changing", wire.ErrUnavailable, id)
 }
 
+// usersPlan is plan id as stored, if it started (it may have ended since)
+// and is user's.
+func (b *Broker) usersPlan(id, user string) (versioned, error) {
+	v, ok := b.store.get(id)
+	switch {
+	case !ok || v.rec.Plan.Status == wire.PlanFailed || v.rec.Plan.Status == planStarting:
+		return v, fmt.Errorf("%w %q", ErrUnknownPlan, id)
+	case v.rec.Plan.User != user:
+		return v, fmt.Errorf("%w: plan %q belongs to another user", ErrNotOwner, id)
+	}
+	return v, nil
+}
+
 // Cancel ends a running plan now and releases what it did not spend.
 // Cancelling a finished plan changes nothing and returns it.
 func (b *Broker) Cancel(ctx context.Context, req *wire.CancelRequest) (wire.Plan, error) {
 	if err := req.Validate(); err != nil {
 		return wire.Plan{}, err
 	}
-	v, ok := b.store.get(req.Plan)
-	switch {
-	case !ok || v.rec.Plan.Status == wire.PlanFailed || v.rec.Plan.Status == planStarting:
-		return wire.Plan{}, fmt.Errorf("%w %q", ErrUnknownPlan, req.Plan)
-	case v.rec.Plan.User != req.User:
-		return wire.Plan{}, fmt.Errorf("%w: plan %q belongs to another user", ErrNotOwner, req.Plan)
-	case v.rec.Plan.Status != wire.PlanRunning:
+	v, err := b.usersPlan(req.Plan, req.User)
+	if err != nil {
+		return wire.Plan{}, err
+	}
+	if v.rec.Plan.Status != wire.PlanRunning {
 		return v.rec.Plan, nil
 	}
 	now := b.cfg.Now()
@@ -216,12 +227,10 @@ func (b *Broker) Adjust(ctx context.Context, req *wire.AdjustRequest) (wire.Plan
 	if err := req.Validate(); err != nil {
 		return wire.Plan{}, err
 	}
-	v, ok := b.store.get(req.Plan)
+	v, err := b.usersPlan(req.Plan, req.User)
 	switch {
-	case !ok || v.rec.Plan.Status == wire.PlanFailed || v.rec.Plan.Status == planStarting:
-		return wire.Plan{}, fmt.Errorf("%w %q", ErrUnknownPlan, req.Plan)
-	case v.rec.Plan.User != req.User:
-		return wire.Plan{}, fmt.Errorf("%w: plan %q belongs to another user", ErrNotOwner, req.Plan)
+	case err != nil:
+		return wire.Plan{}, err
 	case v.rec.Plan.Status != wire.PlanRunning:
 		return wire.Plan{}, fmt.Errorf("%w: %q is %s", ErrNotRunning, req.Plan, v.rec.Plan.Status)
 	case v.rec.Adjusts[req.ID]:

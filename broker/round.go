@@ -202,10 +202,7 @@ func (b *Broker) settle(ctx context.Context, rec *planRecord, rev uint64, now ti
 		b.cfg.Metrics.Error("broker", "release")
 		return []error{fmt.Errorf("releasing plan %s: %w", rec.Plan.ID, err)}
 	}
-	for vm, bid := range rec.Bids {
-		rec.Plan.Spent += bid.charged(now)
-		delete(rec.Bids, vm)
-	}
+	payBids(rec, now)
 	rec.Plan.Status, rec.Plan.Released = wire.PlanDone, rel.Hold.Released
 	if _, err := b.store.update(ctx, rec, rev); err != nil && !errors.Is(err, errStale) {
 		return []error{err}

@@ -22,19 +22,19 @@ type Stage struct {
 	VMs    []VM
 }
 
-// vms lists the workflow's VMs, all stages, each once.
+// vms lists the workflow's VMs, all stages, each once (where it first
+// appears).
 func (w Workflow) vms() []VM {
-	var out []VM
-	seen := map[string]bool{}
+	var all []VM
 	for _, s := range w.Stages {
-		for _, v := range s.VMs {
-			if !seen[v.Name] {
-				seen[v.Name] = true
-				out = append(out, v)
-			}
-		}
+		all = append(all, s.VMs...)
 	}
-	return out
+	seen := make(map[string]bool, len(all))
+	return slices.DeleteFunc(all, func(v VM) bool {
+		dup := seen[v.Name]
+		seen[v.Name] = true
+		return dup
+	})
 }
 
 // workflowParts splits total over the workflows by weight (Eq. 8).
