@@ -19,7 +19,8 @@ import (
 	"github.com/mrmarket/mrmarket/strategies"
 )
 
-// Sentinel errors of the broker, each wrapping its reply code.
+// Sentinel errors of the broker, each wrapping its reply code (the last
+// two are the plan store's own, never replied).
 var (
 	ErrUnknownVM   = fmt.Errorf("%w: unknown VM", wire.ErrNotFound)
 	ErrUnknownHost = fmt.Errorf("%w: unknown host", wire.ErrNotFound)
@@ -28,6 +29,16 @@ var (
 	ErrPlanReused  = fmt.Errorf("%w: plan id already used for a different spend", wire.ErrConflict)
 	ErrNotRunning  = fmt.Errorf("%w: plan is not running", wire.ErrConflict)
 	ErrLess        = fmt.Errorf("%w: cannot give back more than the plan has not spent", wire.ErrInsufficient)
+
+	// Of the deadline service.
+	ErrDeadline     = fmt.Errorf("%w: the deadline cannot be met", wire.ErrConflict)
+	ErrUnaffordable = fmt.Errorf("%w: the job's price is above what the user can pay", wire.ErrInsufficient)
+	ErrJobRunning   = fmt.Errorf("%w: a job of that name is already admitted", wire.ErrConflict)
+	ErrUnknownJob   = fmt.Errorf("%w: unknown job", wire.ErrNotFound)
+	ErrVMBusy       = fmt.Errorf("%w: the VM runs another plan", wire.ErrConflict)
+
+	errExists = errors.New("broker: plan exists")
+	errStale  = errors.New("broker: plan changed meanwhile")
 )
 
 // Bank is what the broker needs of the bank (bank.Client has it).
@@ -83,8 +94,12 @@ type Config struct {
 	// plans (seed 003 §7.4: 0.9).
 	MaxBoost float64
 	// Plans is the MRM_PLANS bucket shared by the replicas; nil keeps plans
-	// in this process's memory.
+	// in this process's memory (Memory's, or the replica's own).
 	Plans jetstream.KeyValue
+	// Memory, when set and Plans is not, is an in-memory plan store this
+	// replica shares with others in the same process (brokertest's
+	// failover scripts).
+	Memory *MemoryPlans
 	// Replica names this replica (default: random).
 	Replica string
 	// Metrics, when set, counts requests and running plans.
@@ -187,6 +202,8 @@ func New(cfg Config) (*Broker, error) {
 			return nil, err
 		}
 		b.store = s
+	} else if cfg.Memory != nil {
+		b.store = cfg.Memory.s
 	} else {
 		b.store = newMemStore()
 	}

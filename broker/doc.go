@@ -16,19 +16,38 @@
 //
 // # Rounds
 //
-// Every tick, for every plan it runs, the broker asks the plan's strategy
-// (package strategies) how to spend what remains over the time left, given
-// the hosts' prices and which VMs are idle: fair (constant rate), workflow
-// and stage priority (weights, stages advancing when all of a stage's VMs
-// are idle), bottleneck elimination (boosts capped system-wide at MaxBoost),
-// best response (across the plan's hosts, against the others' rates), or
-// our stage-bottleneck: stage priority across a workflow's stages with
-// bottleneck elimination among the active stage's VMs (its boost counted
-// in the same cap).
-// Bids are a budget over a duration from now, so the budgets a round sends
-// never add up to more than the plan has left, and the bank's hold caps it
-// all. Only bids whose rate moves by more than 1% are sent, one request per
-// host.
+// Every tick, for every plan it runs, the broker spends what remains over
+// the time left as the plan's strategy says. The strategies are package
+// strategies' registry, keyed by the plan's strategy name, and they are
+// the only way the broker computes rates: allocate gathers a snapshot of
+// the plan (what it has left and the time left, its VMs with their hosts
+// and idleness, and whatever else the strategy reads — its workflows and
+// active stages, its boost capped with everyone else's at MaxBoost, its
+// hosts' prices and its own rates there, or its job and the EDF decision)
+// and the strategy answers with a budget over a duration for each VM and
+// the new stages: fair (constant rate), workflow and stage priority
+// (weights, stages advancing when all of a stage's VMs are idle),
+// bottleneck elimination, best response (across the plan's hosts, against
+// the others' rates), our stage-bottleneck (stage priority across a
+// workflow's stages, bottleneck elimination among the active stage's
+// VMs), or deadline (below).
+//
+// A round is a planner and an executor, as in Nomad's scheduler. The
+// planner (round.decide) is a pure function of the round, the plan and
+// what its strategy wants: per plan it decides to leave it alone (its
+// owner is alive, or nothing would change), take it over from a dead
+// replica, fail a plan a dead replica left half-started, settle and
+// release it Settle after its end, or the new stages and the bid changes
+// the strategy's allocations make (bidChanges: one request per host).
+// The executor does the compare-and-set writes, bank releases and bid
+// requests, then applies what the hosts took to the record (settleRound,
+// a pure function). Plans run side by side (errgroup, at most
+// roundWorkers) and so do a plan's requests (at most maxInFlight); with
+// Serial both run one at a time in a fixed order, as a deterministic
+// simulation needs. Bids are a budget over a duration from now, so the
+// budgets a round sends never add up to more than the plan has left, and
+// the bank's hold caps it all. Only bids whose rate moves by more than 1%
+// are sent.
 //
 // # Deadlines
 //
@@ -53,15 +72,16 @@
 // Submit admits at a deadline (no earlier than the earliest finish) or at
 // the earliest deadline a budget pays, holds the price, and runs the job as
 // a plan of strategy "deadline" ending a quarter of its window after the
-// deadline. Execution is EDF over hosts: each round, in deadline order, a
-// job runs if no earlier job holds one of its hosts; a running job bids on
-// each host the rate that buys max(Φ, controller share) (at most 0.95)
-// against the others' rates there, and spends its hold over its predicted
-// run if that buys more — a tighter deadline's higher price buys a larger
-// share. A waiting job bids nothing. Since at every moment some job due no
-// later than a waiting one runs at Φ or more, each job finishes no later
-// than in the single-server EDF schedule admission checked — as long as
-// the estimates hold and prices stay below those the quote assumed.
+// deadline. Execution is EDF over hosts (strategies.EDF, decided once a
+// round over all jobs): in deadline order, a job runs if no earlier job
+// holds one of its hosts; a running job bids on each host the rate that
+// buys max(Φ, controller share) (at most 0.95) against the others' rates
+// there, and spends its hold over its predicted run if that buys more — a
+// tighter deadline's higher price buys a larger share. A waiting job bids
+// nothing. Since at every moment some job due no later than a waiting one
+// runs at Φ or more, each job finishes no later than in the single-server
+// EDF schedule admission checked — as long as the estimates hold and
+// prices stay below those the quote assumed.
 //
 // A best-effort job (submitted with a budget and no deadline) waits while
 // a deadline job holds one of its hosts; the best-effort jobs on free hosts
@@ -90,5 +110,21 @@
 // old, the first replica to win the compare-and-set takes its plans over, so
 // a survivor runs them from its next round (within three ticks of the
 // death), and no plan is ever run by two replicas for one revision.
-// Without a bucket, plans live in the process's memory.
+// Without a bucket, plans live in the process's memory — the replica's
+// own, or a MemoryPlans several replicas in one process share.
+//
+// # Files and tests
+//
+// broker.go holds the registry of hosts and prices; plans.go spend, cancel
+// and adjust; round.go the planner and executor of Tick; allocate.go the
+// snapshot a strategy reads; bids.go the bid changes, their sending and
+// settling; store.go the plan stores. The deadline service is in
+// estimation.go (processing times), admission.go (prices, Quote, Submit),
+// execution.go (EDF's inputs, the share-seconds a job held) and control.go
+// (progress, the control loop, the jobs' view).
+//
+// Package brokertest runs real replicas with no network (shared in-memory
+// plans, recording agents and bank, an injected clock); the scripts in
+// testdata/*.txt drive it (TestScripts; go test -rewrite rewrites their
+// expected output) and show every bid request and release each step makes.
 package broker

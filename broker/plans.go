@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
@@ -44,41 +45,15 @@ func (b *Broker) spend(ctx context.Context, req *wire.SpendRequest, job *jobRec)
 		}
 		failedRev = v.rev
 	}
-	var hosts []string
-	var planVMs []wire.PlanVM
-	b.mu.Lock()
-	for _, vm := range req.AllVMs() {
-		host, st, ok := b.vmInfo(vm)
-		switch {
-		case !ok:
-			b.mu.Unlock()
-			return wire.SpendReply{}, fmt.Errorf("%w %q (see `mrmarket vms`)", ErrUnknownVM, vm)
-		case st.Owner != req.User:
-			b.mu.Unlock()
-			return wire.SpendReply{}, fmt.Errorf("%w: VM %q belongs to another user", ErrNotOwner, vm)
-		}
-		hosts = append(hosts, host)
-		planVMs = append(planVMs, wire.PlanVM{VM: vm, Host: host})
+	hosts, vms, err := b.place(req.User, req.AllVMs())
+	if err != nil {
+		return wire.SpendReply{}, err
 	}
-	b.mu.Unlock()
-	slices.Sort(hosts)
-	hosts = slices.Compact(hosts)
-
 	now := b.cfg.Now()
-	rec := &planRecord{Request: fp, Bids: map[string]bidRec{}, Plan: wire.Plan{
-		ID: id, User: req.User, Strategy: req.Strategy, Budget: req.Budget, Duration: req.Duration,
-		Start: now, End: now.Add(req.Duration.D()), Hold: "hold-" + id + "-" + randomHex()[:6], Status: wire.PlanRunning,
-		Workflows: req.Workflows, Boost: req.Boost, HostWeights: req.HostWeights, Owner: b.cfg.Replica,
-		Stage: make([]int, len(req.Workflows)), VMs: planVMs,
-	}, Job: job}
-	if len(req.Workflows) == 0 {
-		rec.Plan.Stage = nil
-	}
+	rec := b.newPlan(id, fp, req, vms, now, job)
 	// The plan is recorded first, as "starting" (failed until it runs), so
 	// a replica that dies half-way leaves a record a survivor cleans up.
-	rec.Plan.Status = planStarting
 	var rev uint64
-	var err error
 	if failedRev != 0 {
 		rev, err = b.store.update(ctx, rec, failedRev)
 		if errors.Is(err, errStale) {
@@ -94,31 +69,68 @@ func (b *Broker) spend(ctx context.Context, req *wire.SpendRequest, job *jobRec)
 	if err != nil {
 		return wire.SpendReply{}, err
 	}
-	fail := func(cause error) (wire.SpendReply, error) {
-		rec.Plan.Status = wire.PlanFailed
-		b.cancelAll(ctx, rec, now)
-		if _, rerr := b.cfg.Bank.Release(ctx, &wire.ReleaseRequest{Hold: rec.Plan.Hold, User: rec.Plan.User}); rerr != nil && !errors.Is(rerr, wire.ErrNotFound) {
-			b.cfg.Metrics.Error("broker", "release")
-			cause = fmt.Errorf("%w (and releasing its hold failed: %v; the bank frees it at expiry)", cause, rerr)
-		}
-		if _, uerr := b.store.update(ctx, rec, rev); uerr != nil {
-			b.cfg.Metrics.Error("broker", "store")
-		}
-		return wire.SpendReply{}, cause
-	}
 	if _, err := b.cfg.Bank.Hold(ctx, &wire.HoldRequest{ID: rec.Plan.Hold, User: req.User, Amount: req.Budget,
 		Expires: rec.Plan.End.Add(b.cfg.Settle + b.cfg.HoldGrace), Hosts: hosts, Memo: "plan " + id}); err != nil {
-		return fail(err)
+		return b.rollBack(ctx, rec, rev, now, err)
 	}
 	if _, failed := b.replan(ctx, rec, now, b.view(req.Strategy)); len(failed) > 0 {
-		return fail(fmt.Errorf("placing bids: %w", errors.Join(failed...)))
+		return b.rollBack(ctx, rec, rev, now, fmt.Errorf("placing bids: %w", errors.Join(failed...)))
 	}
 	rec.Plan.Status = wire.PlanRunning
 	if _, err := b.store.update(ctx, rec, rev); err != nil {
-		return fail(err)
+		return b.rollBack(ctx, rec, rev, now, err)
 	}
 	b.countRunning()
 	return wire.SpendReply{Plan: rec.Plan}, nil
+}
+
+// place checks that every VM is known and user's, and gives the hosts
+// (sorted, each once) and the plan's VMs where they are.
+func (b *Broker) place(user string, vms []string) (hosts []string, out []wire.PlanVM, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, vm := range vms {
+		host, st, ok := b.vmInfo(vm)
+		switch {
+		case !ok:
+			return nil, nil, fmt.Errorf("%w %q (see `mrmarket vms`)", ErrUnknownVM, vm)
+		case st.Owner != user:
+			return nil, nil, fmt.Errorf("%w: VM %q belongs to another user", ErrNotOwner, vm)
+		}
+		hosts = append(hosts, host)
+		out = append(out, wire.PlanVM{VM: vm, Host: host})
+	}
+	slices.Sort(hosts)
+	return slices.Compact(hosts), out, nil
+}
+
+// newPlan is the record of a plan being started now.
+func (b *Broker) newPlan(id, fp string, req *wire.SpendRequest, vms []wire.PlanVM, now time.Time, job *jobRec) *planRecord {
+	rec := &planRecord{Request: fp, Bids: map[string]bidRec{}, Plan: wire.Plan{
+		ID: id, User: req.User, Strategy: req.Strategy, Budget: req.Budget, Duration: req.Duration,
+		Start: now, End: now.Add(req.Duration.D()), Hold: "hold-" + id + "-" + randomHex()[:6], Status: planStarting,
+		Workflows: req.Workflows, Boost: req.Boost, HostWeights: req.HostWeights, Owner: b.cfg.Replica,
+		Stage: make([]int, len(req.Workflows)), VMs: vms,
+	}, Job: job}
+	if len(req.Workflows) == 0 {
+		rec.Plan.Stage = nil
+	}
+	return rec
+}
+
+// rollBack fails a plan that could not start: its bids cancelled, its
+// hold released, the record failed (its id free again).
+func (b *Broker) rollBack(ctx context.Context, rec *planRecord, rev uint64, now time.Time, cause error) (wire.SpendReply, error) {
+	rec.Plan.Status = wire.PlanFailed
+	b.cancelAll(ctx, rec, now)
+	if _, err := b.cfg.Bank.Release(ctx, &wire.ReleaseRequest{Hold: rec.Plan.Hold, User: rec.Plan.User}); err != nil && !errors.Is(err, wire.ErrNotFound) {
+		b.cfg.Metrics.Error("broker", "release")
+		cause = fmt.Errorf("%w (and releasing its hold failed: %v; the bank frees it at expiry)", cause, err)
+	}
+	if _, err := b.store.update(ctx, rec, rev); err != nil {
+		b.cfg.Metrics.Error("broker", "store")
+	}
+	return wire.SpendReply{}, cause
 }
 
 // planStarting marks a plan being set up; it is not a wire status, and a
@@ -155,19 +167,30 @@ func (b *Broker) mutate(ctx context.Context, id string, f func(rec *planRecord) 
 	return nil, fmt.Errorf("%w: plan %q kept changing", wire.ErrUnavailable, id)
 }
 
+// usersPlan is plan id as stored, if it started (it may have ended since)
+// and is user's.
+func (b *Broker) usersPlan(id, user string) (versioned, error) {
+	v, ok := b.store.get(id)
+	switch {
+	case !ok || v.rec.Plan.Status == wire.PlanFailed || v.rec.Plan.Status == planStarting:
+		return v, fmt.Errorf("%w %q", ErrUnknownPlan, id)
+	case v.rec.Plan.User != user:
+		return v, fmt.Errorf("%w: plan %q belongs to another user", ErrNotOwner, id)
+	}
+	return v, nil
+}
+
 // Cancel ends a running plan now and releases what it did not spend.
 // Cancelling a finished plan changes nothing and returns it.
 func (b *Broker) Cancel(ctx context.Context, req *wire.CancelRequest) (wire.Plan, error) {
 	if err := req.Validate(); err != nil {
 		return wire.Plan{}, err
 	}
-	v, ok := b.store.get(req.Plan)
-	switch {
-	case !ok || v.rec.Plan.Status == wire.PlanFailed || v.rec.Plan.Status == planStarting:
-		return wire.Plan{}, fmt.Errorf("%w %q", ErrUnknownPlan, req.Plan)
-	case v.rec.Plan.User != req.User:
-		return wire.Plan{}, fmt.Errorf("%w: plan %q belongs to another user", ErrNotOwner, req.Plan)
-	case v.rec.Plan.Status != wire.PlanRunning:
+	v, err := b.usersPlan(req.Plan, req.User)
+	if err != nil {
+		return wire.Plan{}, err
+	}
+	if v.rec.Plan.Status != wire.PlanRunning {
 		return v.rec.Plan, nil
 	}
 	now := b.cfg.Now()
@@ -204,12 +227,10 @@ func (b *Broker) Adjust(ctx context.Context, req *wire.AdjustRequest) (wire.Plan
 	if err := req.Validate(); err != nil {
 		return wire.Plan{}, err
 	}
-	v, ok := b.store.get(req.Plan)
+	v, err := b.usersPlan(req.Plan, req.User)
 	switch {
-	case !ok || v.rec.Plan.Status == wire.PlanFailed || v.rec.Plan.Status == planStarting:
-		return wire.Plan{}, fmt.Errorf("%w %q", ErrUnknownPlan, req.Plan)
-	case v.rec.Plan.User != req.User:
-		return wire.Plan{}, fmt.Errorf("%w: plan %q belongs to another user", ErrNotOwner, req.Plan)
+	case err != nil:
+		return wire.Plan{}, err
 	case v.rec.Plan.Status != wire.PlanRunning:
 		return wire.Plan{}, fmt.Errorf("%w: %q is %s", ErrNotRunning, req.Plan, v.rec.Plan.Status)
 	case v.rec.Adjusts[req.ID]:

@@ -65,12 +65,6 @@ func (r *planRecord) clone() *planRecord {
 	return &c
 }
 
-// Errors of plan stores.
-var (
-	errExists = errors.New("broker: plan exists")
-	errStale  = errors.New("broker: plan changed meanwhile")
-)
-
 // versioned is a plan with the revision it was read at.
 type versioned struct {
 	rec *planRecord
@@ -99,6 +93,13 @@ type memStore struct {
 	beats map[string]time.Time
 	rev   uint64
 }
+
+// MemoryPlans is a plan store in this process's memory that several
+// replicas may share (Config.Memory): failover without JetStream.
+type MemoryPlans struct{ s *memStore }
+
+// NewMemoryPlans makes an empty shared plan store.
+func NewMemoryPlans() *MemoryPlans { return &MemoryPlans{newMemStore()} }
 
 func newMemStore() *memStore {
 	return &memStore{plans: map[string]versioned{}, beats: map[string]time.Time{}}

@@ -1,13 +1,9 @@
 package strategies
 
 import (
-	"errors"
 	"fmt"
 	"math"
 )
-
-// ErrInfeasible means no allocation can meet the deadline.
-var ErrInfeasible = errors.New("strategies: the deadline cannot be met")
 
 // ARIAProfile is a MapReduce job's profile (seed 004 §3), durations in
 // seconds: map tasks, the first reduce wave's shuffle (its part after the

@@ -1,13 +1,11 @@
 package strategies
 
 import (
-	"errors"
 	"math"
 	"sort"
-)
 
-// ErrBestResponse means the best-response inputs are unusable.
-var ErrBestResponse = errors.New("strategies: best response needs a positive budget rate, and non-negative finite prices and weights")
+	"github.com/mrmarket/mrmarket/internal/money"
+)
 
 // HostPrice is what best response knows of a host: y, the sum of the other
 // users' rates on it, and w, how much the user values a whole host.
@@ -43,6 +41,50 @@ const Epsilon = 1e-6
 
 // Name is "best-response".
 func (BestResponse) Name() string { return "best-response" }
+
+// Reads the plan's VMs, its hosts' prices and its own rates there.
+func (BestResponse) Reads() Reads { return ReadsVMs | ReadsPrices }
+
+// Allocate spreads the rate s.Remaining/s.Left over the plan's hosts
+// against the others' rates there (a host's price less the plan's own
+// rates on it), each host's part split evenly over the plan's VMs on it.
+func (br BestResponse) Allocate(s Snapshot) Decision {
+	if !s.spendable() {
+		return s.nothing()
+	}
+	// Each host's price less the plan's own rates there: the others' rates.
+	others, perHost := map[string]float64{}, map[string]int{}
+	for _, v := range s.VMs {
+		if _, ok := others[v.Host]; !ok {
+			others[v.Host] = s.Prices[v.Host]
+		}
+		if r, ok := s.OwnRates[v.Name]; ok {
+			others[v.Host] -= r
+		}
+		perHost[v.Host]++
+	}
+	hosts := make([]HostPrice, 0, len(others))
+	for h, y := range others {
+		w := 1.0
+		if hw, ok := s.HostWeights[h]; ok {
+			w = hw
+		}
+		hosts = append(hosts, HostPrice{Host: h, Price: max(y, 0), Weight: w})
+	}
+	sort.Slice(hosts, func(i, j int) bool { return hosts[i].Host < hosts[j].Host })
+	x, err := br.Rates(float64(s.Remaining)/s.Left.Seconds(), hosts)
+	if err != nil {
+		return s.nothing()
+	}
+	out := make([]Allocation, 0, len(s.VMs))
+	for _, v := range s.VMs {
+		rate := x[v.Host] / float64(perHost[v.Host])
+		if b := money.Micro(math.Floor(rate * s.Left.Seconds())); b > 0 {
+			out = append(out, Allocation{VM: v.Name, Host: v.Host, Budget: b, Duration: s.Left})
+		}
+	}
+	return Decision{Allocs: out, Stage: s.Stage}
+}
 
 // Rates returns x_j for every host (0 for hosts dropped).
 func (BestResponse) Rates(rate float64, hosts []HostPrice) (map[string]float64, error) {

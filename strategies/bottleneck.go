@@ -3,6 +3,10 @@ package strategies
 import (
 	"fmt"
 	"math"
+	"slices"
+	"time"
+
+	"github.com/mrmarket/mrmarket/internal/money"
 )
 
 // BottleneckElimination moves spending from a plan's idle VMs to its busy
@@ -16,6 +20,61 @@ type BottleneckElimination struct {
 
 // Name is "bottleneck".
 func (BottleneckElimination) Name() string { return "bottleneck" }
+
+// Reads the plan's VMs and its capped boost.
+func (BottleneckElimination) Reads() Reads { return ReadsVMs | ReadsBoost }
+
+// Allocate spends s.Remaining over s.VMs for the time left at the plan's
+// capped boost s.Boost (the receiver's Boost is not used: the broker caps
+// every plan's boost with the others').
+func (BottleneckElimination) Allocate(s Snapshot) Decision {
+	if !s.spendable() {
+		return s.nothing()
+	}
+	be := BottleneckElimination{Boost: s.Boost}
+	return Decision{Allocs: be.budgets(make([]Allocation, 0, len(s.VMs)), s.VMs, s.Remaining, s.Left), Stage: s.Stage}
+}
+
+// budgets appends total spent over vms for d by Alg. 5.1: ActiveIdle's
+// rates, each budget rounded down, nothing for a boost out of range. Rates
+// is the same rule over maps; this is the hot loop of a large round.
+func (s BottleneckElimination) budgets(out []Allocation, vms []VM, total money.Micro, d time.Duration) []Allocation {
+	if len(vms) == 0 || s.Check() != nil {
+		return out
+	}
+	ni := 0
+	for _, v := range vms {
+		if v.Idle {
+			ni++
+		}
+	}
+	flat := float64(total) / d.Seconds() / float64(len(vms))
+	active, idle := s.ActiveIdle(flat, ni, len(vms)-ni)
+	from := len(out)
+	var sum money.Micro
+	for _, v := range vms {
+		rate := active
+		if v.Idle {
+			rate = idle
+		}
+		b := money.Micro(math.Floor(rate * d.Seconds()))
+		sum += b
+		out = append(out, Allocation{VM: v.Name, Host: v.Host, Budget: b, Duration: d})
+	}
+	// Floating point may round the boosted rates a micro-credit over the
+	// total: take it back from the largest budget.
+	if over := sum - total; over > 0 {
+		top := from
+		for i := from; i < len(out); i++ {
+			if out[i].Budget > out[top].Budget {
+				top = i
+			}
+		}
+		out[top].Budget -= over
+	}
+	kept := slices.DeleteFunc(out[from:], func(a Allocation) bool { return a.Budget <= 0 })
+	return out[:from+len(kept)]
+}
 
 // Check validates the boost.
 func (s BottleneckElimination) Check() error {

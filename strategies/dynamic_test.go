@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/big"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -62,16 +63,13 @@ func TestWeightSplitIsExact(t *testing.T) {
 
 func TestWorkflowPriority(t *testing.T) {
 	wfs := []strategies.Workflow{
-		{Name: "high", Weight: 1, Stages: []strategies.Stage{{Targets: []strategies.Target{{VM: "a1", Host: "h1"}, {VM: "a2", Host: "h2"}}}}},
-		{Name: "low", Weight: 0.5, Stages: []strategies.Stage{{Targets: []strategies.Target{{VM: "b1", Host: "h1"}, {VM: "b2", Host: "h2"}}}}},
+		{Name: "high", Weight: 1, Stages: []strategies.Stage{{VMs: []strategies.VM{{Name: "a1", Host: "h1"}, {Name: "a2", Host: "h2"}}}}},
+		{Name: "low", Weight: 0.5, Stages: []strategies.Stage{{VMs: []strategies.VM{{Name: "b1", Host: "h1"}, {Name: "b2", Host: "h2"}}}}},
 	}
-	allocs, err := strategies.WorkflowPriority{}.PlanWorkflows(3_000_001, wfs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := strategies.WorkflowPriority{}.Allocate(strategies.Snapshot{Remaining: 3_000_001, Left: time.Hour, Workflows: wfs, Stage: []int{0, 0}})
 	got := map[string]money.Micro{}
 	var sum money.Micro
-	for _, a := range allocs {
+	for _, a := range d.Allocs {
 		got[a.VM] = a.Budget
 		sum += a.Budget
 	}
@@ -84,23 +82,27 @@ func TestWorkflowPriority(t *testing.T) {
 // weighted parts, and the whole budget is spent by the end.
 func TestStagePrioritySpendsTheBudget(t *testing.T) {
 	stages := []strategies.Stage{
-		{Name: "join", Weight: 20, Targets: []strategies.Target{{VM: "a"}, {VM: "b"}}},
-		{Name: "dist", Weight: 1, Targets: []strategies.Target{{VM: "a"}}},
-		{Name: "pearson", Weight: 1, Targets: []strategies.Target{{VM: "b"}, {VM: "c"}}},
+		{Name: "join", Weight: 20, VMs: []strategies.VM{{Name: "a"}, {Name: "b"}}},
+		{Name: "dist", Weight: 1, VMs: []strategies.VM{{Name: "a"}}},
+		{Name: "pearson", Weight: 1, VMs: []strategies.VM{{Name: "b"}, {Name: "c"}}},
 	}
 	budget, d := money.Micro(2_200_000), 3*time.Hour
 	remaining, left := budget, d
 	var spent float64
 	for s := range stages {
-		rates, err := strategies.StagePriority{}.Rates(remaining, left, stages, s)
-		if err != nil {
-			t.Fatal(err)
+		dec := strategies.StagePriority{}.Allocate(strategies.Snapshot{Remaining: remaining, Left: left,
+			Workflows: []strategies.Workflow{{Name: "w", Weight: 1, Stages: stages}}, Stage: []int{s}})
+		if !slices.Equal(dec.Stage, []int{s}) {
+			t.Fatalf("stage %d moved to %v", s, dec.Stage)
 		}
-		var stageRate float64
-		for _, r := range rates {
-			stageRate += r
+		// Each stage spends its part over its slice of the time left: an hour.
+		var cost float64
+		for _, a := range dec.Allocs {
+			if a.Duration != time.Hour {
+				t.Fatalf("stage %d spends over %s", s, a.Duration)
+			}
+			cost += float64(a.Budget)
 		}
-		cost := stageRate * time.Hour.Seconds()
 		spent += cost
 		remaining -= money.Micro(math.Round(cost))
 		left -= time.Hour

@@ -1,7 +1,6 @@
 package strategies
 
 import (
-	"errors"
 	"math"
 	"sort"
 	"time"
@@ -99,9 +98,6 @@ type Jockey struct {
 	alloc    float64
 	started  bool
 }
-
-// ErrNoTable means the controller has no C(p, a) samples.
-var ErrNoTable = errors.New("strategies: Jockey needs a C(p, a) table")
 
 // Step is one control period at elapsed time since the job started and
 // progress p; it returns the smoothed allocation and the raw one.

@@ -2,16 +2,10 @@ package strategies
 
 import (
 	"container/heap"
-	"errors"
 	"fmt"
 	"math"
 	"sort"
 )
-
-// ErrOverlapJob reports an overlap job with a negative, NaN or infinite
-// release or size (or, for SimulateOverlap, a job without map or shuffle
-// work).
-var ErrOverlapJob = errors.New("strategies: invalid overlap job")
 
 // checkOverlapJob is the validation SimulateOverlap and OverlapLowerBound
 // share: release and sizes finite and non-negative.

@@ -1,14 +1,10 @@
 package strategies
 
 import (
-	"errors"
 	"math"
 
 	"gonum.org/v1/gonum/stat/distuv"
 )
-
-// ErrNoHistory means a price prediction has no observations yet.
-var ErrNoHistory = errors.New("strategies: no price history for this host yet")
 
 // PriceStats are online statistics of one host's price (Welford's running
 // moments), the input of the Prediction strategy (seed 003 §5.4).

@@ -1,7 +1,6 @@
 package strategies
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"math/big"
@@ -9,9 +8,6 @@ import (
 
 	"github.com/mrmarket/mrmarket/internal/money"
 )
-
-// ErrWeights means weights are missing, negative, not finite or all zero.
-var ErrWeights = errors.New("strategies: weights must be finite, non-negative and not all zero")
 
 // WeightSplit divides total by weights exactly (seed 003, Eqs. 8 and 9):
 // part i is total·w_i/Σw rounded down, and the micro-credits rounding left

@@ -1,102 +1,213 @@
-// Package strategies holds mrmarket's spending strategies: pure functions
-// from a snapshot of a plan's inputs to per-VM allocations. Nothing here does
-// I/O or reads a clock; the broker gathers the inputs, calls a Strategy, and
-// turns the allocations into bids. That keeps every strategy testable over a
-// fixed snapshot and lets the simulator run exactly the code the broker runs.
+// Package strategies holds mrmarket's spending strategies and the
+// deadline algorithms behind the broker's deadline service: pure code, no
+// I/O and no clock, so each is testable over a fixed input and the
+// simulator runs exactly the code the broker runs.
 //
-// Today there is one strategy, the constant-rate "fair" split of seed 003:
-// the budget divided evenly over the plan's VMs, each spent at a constant
-// rate for the whole duration. The [strategies] issue adds workflow and stage
-// priority, bottleneck elimination and best response behind the same
-// interface.
+// # Strategies are the allocation
+//
+// The registered strategies (ByName, keyed by a plan's strategy name) are
+// the only way the broker computes rates. Each round, for each plan it
+// runs, the broker gathers a Snapshot of the plan — what it has left to
+// spend and the time left, its VMs with their hosts and idleness, and
+// whatever else the strategy Reads: its workflows and active stages, its
+// capped boost, its hosts' prices and its own rates there, or its job's
+// state and the EDF decision — and the strategy answers with a Decision:
+// a budget over a duration for each VM to fund (never more in all than the
+// plan has left) and the new active stages. The broker then sends the bids
+// that changed.
+//
+//   - fair (FairShare): the budget left, evenly over the VMs, for the time
+//     left — seed 003's baseline.
+//   - workflow (WorkflowPriority): split over the workflows by weight
+//     (Eq. 8), each part evenly over the workflow's VMs.
+//   - stage (StagePriority): each workflow's part split over its remaining
+//     stages by weight (Eq. 9), the active stage's part spent in an equal
+//     slice of the time left; a stage whose VMs are all idle is done.
+//   - stage-bottleneck (StagePriority with Boosted): the same across
+//     stages, bottleneck elimination among the active stage's VMs.
+//   - bottleneck (BottleneckElimination): idle VMs give a fraction of the
+//     flat rate to the busy ones (Alg. 5.1), boosts capped system-wide
+//     (CapBoosts).
+//   - best-response (BestResponse): the rate spread over the plan's hosts
+//     against the others' rates there (§5.4).
+//   - deadline (DeadlineEDF): an admitted job's share of its hosts, as EDF
+//     decided over all jobs (EDF), realised as rates.
+//
+// The rest of the package is what those and the deadline service build
+// on: WeightSplit, CapBoosts, BestResponse.Rates, MRM's queue, price and
+// estimator (mrm.go, estimate.go), ARIA's bounds and slots, Jockey's
+// control loop, Lin et al.'s overlap policies and the price predictions.
 package strategies
 
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/mrmarket/mrmarket/internal/money"
 )
 
-// Errors returned by strategies.
+// Errors returned by the package's algorithms (estimate.go has the
+// estimator's ErrTooFewJobs).
 var (
-	// ErrNoTargets means a plan named no VMs.
-	ErrNoTargets = errors.New("strategies: a plan needs at least one VM")
-	// ErrBudget means the budget cannot give every VM at least one micro-credit.
-	ErrBudget = errors.New("strategies: budget too small for the plan's VMs")
-	// ErrDuration means the plan's duration is not positive.
-	ErrDuration = errors.New("strategies: duration must be greater than zero")
 	// ErrUnknown means no strategy has the name asked for.
 	ErrUnknown = errors.New("strategies: unknown strategy")
+	// ErrWeights means weights are missing, negative, not finite or all zero.
+	ErrWeights = errors.New("strategies: weights must be finite, non-negative and not all zero")
+	// ErrBestResponse means the best-response inputs are unusable.
+	ErrBestResponse = errors.New("strategies: best response needs a positive budget rate, and non-negative finite prices and weights")
+	// ErrInfeasible means no allocation can meet the deadline.
+	ErrInfeasible = errors.New("strategies: the deadline cannot be met")
+	// ErrNoTable means Jockey's controller has no C(p, a) samples.
+	ErrNoTable = errors.New("strategies: Jockey needs a C(p, a) table")
+	// ErrOverlapJob reports an overlap job with a negative, NaN or infinite
+	// release or size (or, for SimulateOverlap, a job without map or
+	// shuffle work).
+	ErrOverlapJob = errors.New("strategies: invalid overlap job")
+	// ErrNoHistory means a price prediction has no observations yet.
+	ErrNoHistory = errors.New("strategies: no price history for this host yet")
 )
 
-// Target is a VM a plan may spend on, and the host it runs on.
-type Target struct {
-	VM   string
-	Host string
+// Strategy is a registered allocation rule: given a snapshot of one plan,
+// what each of its VMs should spend. A strategy never allocates more in
+// all than the snapshot's Remaining, funds each VM at most once, and
+// leaves out what it cannot fund (a VM whose part rounds to nothing, a
+// plan with no time or money left).
+type Strategy interface {
+	// Name is the plan strategy the strategy is registered under.
+	Name() string
+	// Reads says which of a snapshot's optional parts the strategy looks
+	// at; the broker gathers only those.
+	Reads() Reads
+	// Allocate decides one plan's round.
+	Allocate(s Snapshot) Decision
 }
 
-// Allocation is the part of a plan's budget a VM spends over the plan's
-// duration; its constant rate is Budget/Duration.
+// Reads names the optional parts of a Snapshot.
+type Reads uint8
+
+// The optional parts of a Snapshot.
+const (
+	ReadsVMs       Reads = 1 << iota // VMs
+	ReadsWorkflows                   // Workflows
+	ReadsBoost                       // Boost
+	ReadsPrices                      // Prices and OwnRates
+	ReadsJob                         // Job
+)
+
+// Snapshot is one plan at one moment, as its strategy sees it. Remaining,
+// Left, Stage and HostWeights are always there; the rest only when the
+// strategy Reads them.
+type Snapshot struct {
+	// Remaining is what the plan has neither spent nor committed to bids
+	// that ran, and Left the time to its end.
+	Remaining money.Micro
+	Left      time.Duration
+	// VMs are the plan's VMs the broker knows, in the plan's order.
+	VMs []VM
+	// Workflows are the plan's workflows, each stage with those of its
+	// VMs the broker knows; Stage is each workflow's active stage.
+	Workflows []Workflow
+	Stage     []int
+	// Boost is the plan's bottleneck-elimination boost, capped with
+	// everyone else's (CapBoosts).
+	Boost float64
+	// Prices is each of the plan's hosts' price (the sum of the rates of
+	// every bid on it) and OwnRates the rate of the plan's bid running on
+	// each of its VMs.
+	Prices   map[string]float64
+	OwnRates map[string]float64
+	// HostWeights are best response's values of a whole host (default 1).
+	HostWeights map[string]float64
+	// Job is a deadline plan's job and what EDF decided for it.
+	Job *Job
+}
+
+// VM is a plan's VM as a round sees it.
+type VM struct {
+	Name string
+	Host string // where its bid goes
+	Idle bool
+}
+
+// Allocation is what a round wants one VM to have: Budget over Duration
+// from now, at the constant rate Budget/Duration.
 type Allocation struct {
-	VM     string
-	Host   string
-	Budget money.Micro
-}
-
-// Input is everything a strategy may look at.
-type Input struct {
+	VM       string
+	Host     string
 	Budget   money.Micro
 	Duration time.Duration
-	Targets  []Target
 }
 
-func (in Input) check() error {
-	switch {
-	case len(in.Targets) == 0:
-		return ErrNoTargets
-	case in.Duration <= 0:
-		return ErrDuration
-	case in.Budget < money.Micro(len(in.Targets)):
-		return fmt.Errorf("%w: %s for %d VMs", ErrBudget, in.Budget, len(in.Targets))
+// Decision is a strategy's answer for one plan: its VMs' allocations, in
+// the plan's order, and each workflow's active stage.
+type Decision struct {
+	Allocs []Allocation
+	Stage  []int
+}
+
+// spendable reports whether the snapshot has money and time to spend.
+func (s Snapshot) spendable() bool { return s.Left > 0 && s.Remaining > 0 }
+
+// nothing is the decision to spend nothing and stay at the same stages.
+func (s Snapshot) nothing() Decision { return Decision{Stage: s.Stage} }
+
+// registry holds the registered strategies by name.
+var registry = map[string]Strategy{}
+
+func register(ss ...Strategy) {
+	for _, s := range ss {
+		registry[s.Name()] = s
 	}
-	return nil
 }
 
-// Strategy turns a plan's inputs into allocations whose budgets sum exactly
-// to the plan's budget.
-type Strategy interface {
-	Name() string
-	Plan(in Input) ([]Allocation, error)
+func init() {
+	register(FairShare{}, WorkflowPriority{}, StagePriority{}, StagePriority{Boosted: true},
+		BottleneckElimination{}, BestResponse{}, DeadlineEDF{})
 }
 
-// FairShare spends the budget evenly over the targets at a constant rate
-// (seed 003's baseline): budgets differ by at most one micro-credit and sum
-// exactly to the plan's budget.
+// ByName returns the strategy registered as name.
+func ByName(name string) (Strategy, error) {
+	if s, ok := registry[name]; ok {
+		return s, nil
+	}
+	return nil, fmt.Errorf("%w %q (known: %v)", ErrUnknown, name, Names())
+}
+
+// Names lists the registered strategies' names, sorted.
+func Names() []string { return slices.Sorted(maps.Keys(registry)) }
+
+// FairShare spends the budget left evenly over the plan's VMs at a
+// constant rate for the time left (seed 003's baseline): budgets differ by
+// at most one micro-credit and sum to what is left.
 type FairShare struct{}
 
 // Name is "fair".
 func (FairShare) Name() string { return "fair" }
 
-// Plan splits in.Budget evenly over in.Targets, in their order.
-func (FairShare) Plan(in Input) ([]Allocation, error) {
-	if err := in.check(); err != nil {
-		return nil, err
+// Reads the plan's VMs.
+func (FairShare) Reads() Reads { return ReadsVMs }
+
+// Allocate splits s.Remaining evenly over s.VMs, in their order.
+func (FairShare) Allocate(s Snapshot) Decision {
+	if !s.spendable() {
+		return s.nothing()
 	}
-	parts := money.Split(in.Budget, len(in.Targets))
-	out := make([]Allocation, len(in.Targets))
-	for i, t := range in.Targets {
-		out[i] = Allocation{VM: t.VM, Host: t.Host, Budget: parts[i]}
-	}
-	return out, nil
+	return Decision{Allocs: even(make([]Allocation, 0, len(s.VMs)), s.VMs, s.Remaining, s.Left), Stage: s.Stage}
 }
 
-// ByName returns the strategy called name.
-func ByName(name string) (Strategy, error) {
-	switch name {
-	case "fair":
-		return FairShare{}, nil
+// even appends total split evenly over vms for d (money.Split: the first
+// parts a micro-credit larger), leaving out parts of nothing.
+func even(out []Allocation, vms []VM, total money.Micro, d time.Duration) []Allocation {
+	if len(vms) == 0 {
+		return out
 	}
-	return nil, fmt.Errorf("%w %q (known: fair)", ErrUnknown, name)
+	for i, part := range money.Split(total, len(vms)) {
+		if part > 0 {
+			out = append(out, Allocation{VM: vms[i].Name, Host: vms[i].Host, Budget: part, Duration: d})
+		}
+	}
+	return out
 }

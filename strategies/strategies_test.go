@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -11,27 +12,29 @@ import (
 	"github.com/mrmarket/mrmarket/strategies"
 )
 
-func targets(n int) []strategies.Target {
-	ts := make([]strategies.Target, n)
-	for i := range ts {
-		ts[i] = strategies.Target{VM: fmt.Sprintf("vm-%d", i), Host: fmt.Sprintf("host-%d", i%3)}
+func vms(n int) []strategies.VM {
+	out := make([]strategies.VM, n)
+	for i := range out {
+		out[i] = strategies.VM{Name: fmt.Sprintf("vm-%d", i), Host: fmt.Sprintf("host-%d", i%3)}
 	}
-	return ts
+	return out
 }
+
+func fair(s strategies.Snapshot) strategies.Decision { return strategies.FairShare{}.Allocate(s) }
 
 func TestFairShareSpendsExactlyTheBudgetEvenly(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 5))
 	for range 1000 {
 		n := 1 + rng.IntN(50)
 		b := money.Micro(n) + money.Micro(rng.Int64N(int64(money.Max)-int64(n)))
-		allocs, err := strategies.FairShare{}.Plan(strategies.Input{Budget: b, Duration: time.Hour, Targets: targets(n)})
-		if err != nil {
-			t.Fatal(err)
+		allocs := fair(strategies.Snapshot{Remaining: b, Left: time.Hour, VMs: vms(n)}).Allocs
+		if len(allocs) != n {
+			t.Fatalf("%d VMs, %d allocations", n, len(allocs))
 		}
 		var sum money.Micro
 		lo, hi := allocs[0].Budget, allocs[0].Budget
 		for i, a := range allocs {
-			if a.VM != fmt.Sprintf("vm-%d", i) || a.Host != fmt.Sprintf("host-%d", i%3) {
+			if a.VM != fmt.Sprintf("vm-%d", i) || a.Host != fmt.Sprintf("host-%d", i%3) || a.Duration != time.Hour {
 				t.Fatalf("allocation %d is %+v", i, a)
 			}
 			sum += a.Budget
@@ -43,18 +46,30 @@ func TestFairShareSpendsExactlyTheBudgetEvenly(t *testing.T) {
 	}
 }
 
-func TestFairShareRefusesWhatCannotBeFunded(t *testing.T) {
+// TestFairShareFundsOnlyWhatItCan: a plan with no VMs known, no time or no
+// money left gets nothing; a budget too small for every VM funds the first
+// ones with a micro-credit each and never spends more than it has.
+func TestFairShareFundsOnlyWhatItCan(t *testing.T) {
 	cases := []struct {
-		in   strategies.Input
-		want error
+		s    strategies.Snapshot
+		want int // VMs funded
 	}{
-		{strategies.Input{Budget: 10, Duration: time.Hour}, strategies.ErrNoTargets},
-		{strategies.Input{Budget: 10, Duration: 0, Targets: targets(1)}, strategies.ErrDuration},
-		{strategies.Input{Budget: 2, Duration: time.Hour, Targets: targets(3)}, strategies.ErrBudget},
+		{strategies.Snapshot{Remaining: 10, Left: time.Hour}, 0},
+		{strategies.Snapshot{Remaining: 10, Left: 0, VMs: vms(1)}, 0},
+		{strategies.Snapshot{Remaining: 0, Left: time.Hour, VMs: vms(1)}, 0},
+		{strategies.Snapshot{Remaining: 2, Left: time.Hour, VMs: vms(3)}, 2},
 	}
 	for _, c := range cases {
-		if _, err := (strategies.FairShare{}).Plan(c.in); !errors.Is(err, c.want) {
-			t.Errorf("%+v: got %v, want %v", c.in, err, c.want)
+		d := fair(c.s)
+		var sum money.Micro
+		for _, a := range d.Allocs {
+			if a.Budget != 1 && c.want == 2 {
+				t.Errorf("%+v: allocation %+v", c.s, a)
+			}
+			sum += a.Budget
+		}
+		if len(d.Allocs) != c.want || sum > c.s.Remaining {
+			t.Errorf("%+v: got %+v, want %d VMs funded", c.s, d.Allocs, c.want)
 		}
 	}
 }
@@ -66,17 +81,26 @@ func TestByName(t *testing.T) {
 	if _, err := strategies.ByName("greedy"); !errors.Is(err, strategies.ErrUnknown) {
 		t.Fatalf("greedy: %v", err)
 	}
+	want := []string{"best-response", "bottleneck", "deadline", "fair", "stage", "stage-bottleneck", "workflow"}
+	if got := strategies.Names(); !slices.Equal(got, want) {
+		t.Fatalf("registered %v, want %v", got, want)
+	}
+	for _, name := range want {
+		if s, err := strategies.ByName(name); err != nil || s.Name() != name {
+			t.Fatalf("%s: %v %v", name, s, err)
+		}
+	}
 }
 
 func ExampleFairShare() {
-	allocs, _ := strategies.FairShare{}.Plan(strategies.Input{
-		Budget: 10_000_001, Duration: time.Hour,
-		Targets: []strategies.Target{{VM: "a1", Host: "host-1"}, {VM: "a2", Host: "host-2"}},
+	d := strategies.FairShare{}.Allocate(strategies.Snapshot{
+		Remaining: 10_000_001, Left: time.Hour,
+		VMs: []strategies.VM{{Name: "a1", Host: "host-1"}, {Name: "a2", Host: "host-2"}},
 	})
-	for _, a := range allocs {
-		fmt.Println(a.VM, a.Host, a.Budget)
+	for _, a := range d.Allocs {
+		fmt.Println(a.VM, a.Host, a.Budget, a.Duration)
 	}
 	// Output:
-	// a1 host-1 5.000001
-	// a2 host-2 5
+	// a1 host-1 5.000001 1h0m0s
+	// a2 host-2 5 1h0m0s
 }

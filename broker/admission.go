@@ -1,0 +1,363 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"time"
+
+	"gonum.org/v1/gonum/stat/distuv"
+
+	"github.com/mrmarket/mrmarket/internal/money"
+	"github.com/mrmarket/mrmarket/internal/wire"
+	"github.com/mrmarket/mrmarket/strategies"
+)
+
+// The deadline service's admission: MRM's queue and prices, quotes, and
+// submits that admit a job as a plan of strategy "deadline".
+
+// Defaults of the deadline service.
+const (
+	defaultDeadlineShare = 0.8
+	maxDeadlineShare     = strategies.MaxDeadlineShare
+	defaultMinHistory    = 5
+	jockeyPeriod         = time.Minute
+	controlSlack         = 1.2
+	maxHistory           = 200
+	upperZ               = 1.64 // the estimate's one-sided 95 % bound
+)
+
+// committed lists the admitted deadline jobs not yet done whose VMs share a
+// host with hosts: MRM's queue, each with the
+// time it still needs at the reserved share and its deadline, in seconds
+// from now, in deadline order. A job behind its estimate is due when EDF
+// can finish it, not before: it is committed, and the queue after it must
+// still fit.
+func (b *Broker) committed(now time.Time, hosts map[string]bool) []strategies.Queued {
+	var q []strategies.Queued
+	phi := b.cfg.DeadlineShare
+	b.store.each(func(rec *planRecord, _ uint64) {
+		j := rec.Job
+		if j == nil || j.Done || j.Deadline.IsZero() || rec.Plan.Status != wire.PlanRunning && rec.Plan.Status != planStarting {
+			return
+		}
+		if !slices.ContainsFunc(rec.Plan.VMs, func(v wire.PlanVM) bool { return hosts[v.Host] }) {
+			return
+		}
+		q = append(q, strategies.Queued{Work: j.Work * (1 - j.Progress) / phi, Deadline: j.Deadline.Sub(now).Seconds()})
+	})
+	sort.SliceStable(q, func(i, k int) bool { return q[i].Deadline < q[k].Deadline })
+	done := 0.0
+	for i := range q {
+		done += q[i].Work
+		q[i].Deadline = max(q[i].Deadline, done)
+	}
+	return q
+}
+
+// jobHosts checks the job's VMs are known and the user's, and gives their hosts.
+func (b *Broker) jobHosts(user string, s wire.JobSpec) (map[string]bool, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	hosts := map[string]bool{}
+	for _, vm := range s.VMs {
+		host, st, ok := b.vmInfo(vm)
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("%w %q (see `mrmarket vms`)", ErrUnknownVM, vm)
+		case st.Owner != user:
+			return nil, fmt.Errorf("%w: VM %q belongs to another user", ErrNotOwner, vm)
+		}
+		hosts[host] = true
+	}
+	return hosts, nil
+}
+
+// costRate is what holding share phi of every host of the job costs per
+// second against the hosts' best-effort rates, at prices they are unlikely
+// to exceed: the best-effort price now or its mean plus 1.64 standard
+// deviations, whichever is higher (at least 1 µ/s per host).
+func (b *Broker) costRate(hosts map[string]bool, phi float64) float64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	total := 0.0
+	for h := range hosts {
+		y := b.bestEffortPrice(b.hosts[h])
+		if st := b.beStats[h]; st != nil && st.N > 1 {
+			y = max(y, st.Mean+upperZ*st.StdDev())
+		}
+		r, err := strategies.RateForShare(phi, y)
+		if err == nil {
+			total += max(r, 1)
+		}
+	}
+	return total
+}
+
+// pricing is everything a quote or an admission computes.
+type pricing struct {
+	mean, sd, work float64 // processing time at a full share
+	source         string
+	run            float64 // seconds at the reserved share
+	queue          []strategies.Queued
+	gamma          float64 // γ̄: the mean run time of the queue and the job
+	earliest       float64 // seconds from now
+	exec           float64 // credits·1e-6 the run costs at the reserved share
+}
+
+func (b *Broker) price(now time.Time, user string, s wire.JobSpec) (*pricing, error) {
+	hosts, err := b.jobHosts(user, s)
+	if err != nil {
+		return nil, err
+	}
+	p := &pricing{}
+	if p.mean, p.sd, p.work, p.source, err = b.estimate(s); err != nil {
+		return nil, err
+	}
+	phi := b.cfg.DeadlineShare
+	p.run = p.work / phi
+	p.queue = b.committed(now, hosts)
+	sum := p.run
+	for _, q := range p.queue {
+		sum += q.Work
+	}
+	p.gamma = sum / float64(len(p.queue)+1)
+	if p.earliest, err = strategies.EarliestFinish(0, p.queue, p.run); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrDeadline, err)
+	}
+	p.exec = b.costRate(hosts, phi) * p.run
+	return p, nil
+}
+
+// at is the price of finishing by d seconds from now: the run's cost at
+// the reserved share plus MRM's Eq. 13 with κ = Kappa·cost/run, so a
+// zero-slack deadline on an empty queue costs 1+Kappa times the run and a
+// far one approaches the run's cost.
+func (p *pricing) at(d, kappa float64) money.Micro {
+	k := kappa * p.exec / p.run
+	v := p.exec + strategies.MRMPrice(0, p.queue, p.run, d, k, p.gamma)
+	if v > float64(money.Max) || math.IsNaN(v) {
+		return money.Max
+	}
+	return money.Micro(math.Ceil(v))
+}
+
+// confidence is the probability, by the estimate, that the job needs no
+// more time than it can have by d: the most work that fits by d (the
+// largest run EarliestFinish still ends by d), against N(mean, sd).
+func (p *pricing) confidence(d, phi float64) float64 {
+	lo, hi := 0.0, d
+	for range 50 {
+		mid := (lo + hi) / 2
+		if f, err := strategies.EarliestFinish(0, p.queue, mid); err == nil && f <= d+1e-9 {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	if p.sd <= 0 {
+		if lo*phi >= p.mean-1e-9 {
+			return 1
+		}
+		return 0
+	}
+	return distuv.Normal{Mu: p.mean, Sigma: p.sd}.CDF(lo * phi)
+}
+
+// balancer is the part of bank.Client quotes use to tell a user what they
+// can afford; a bank without it is not asked.
+type balancer interface {
+	Balance(ctx context.Context, req *wire.BalanceRequest) (wire.BalanceReply, error)
+}
+
+func (b *Broker) balance(ctx context.Context, user string) (money.Micro, bool) {
+	bank, ok := b.cfg.Bank.(balancer)
+	if !ok {
+		return 0, false
+	}
+	rep, err := bank.Balance(ctx, &wire.BalanceRequest{User: user})
+	if err != nil {
+		return 0, false
+	}
+	return rep.Balance, true
+}
+
+// Quote is a job's price-deadline curve (MRM §5): from the earliest finish
+// the committed jobs leave, Points deadlines a tenth of the job's run
+// apart, each with its price, the estimate's confidence and whether the
+// user's balance pays for it. Nothing is held.
+func (b *Broker) Quote(ctx context.Context, req *wire.QuoteRequest) (wire.QuoteReply, error) {
+	if err := req.Validate(); err != nil {
+		return wire.QuoteReply{}, err
+	}
+	b.admit.Lock()
+	defer b.admit.Unlock()
+	now := b.cfg.Now()
+	p, err := b.price(now, req.User, req.Job)
+	if err != nil {
+		return wire.QuoteReply{}, err
+	}
+	n := req.Points
+	if n == 0 {
+		n = 10
+	}
+	bal, known := b.balance(ctx, req.User)
+	rep := wire.QuoteReply{Job: req.Job.Name, Work: p.work, Mean: p.mean, SD: p.sd, Source: p.source,
+		Share: b.cfg.DeadlineShare, Earliest: at(now, p.earliest), Queued: len(p.queue), Balance: bal}
+	step := max(p.run/10, b.cfg.Tick.Seconds())
+	for i := range n {
+		d := p.earliest + float64(i)*step
+		price := p.at(d, b.cfg.DeadlineKappa)
+		rep.Curve = append(rep.Curve, wire.QuotePoint{Deadline: at(now, d), Price: price,
+			Confidence: p.confidence(d, b.cfg.DeadlineShare), Affordable: !known || price <= bal})
+	}
+	rep.MapSlots, rep.ReduceSlots = b.ariaSlots(req.Job, p.earliest*b.cfg.DeadlineShare)
+	return rep, nil
+}
+
+// ariaSlots is ARIA's minimum (map, reduce) allocation (Eq. 15) to finish
+// the job's tasks in d seconds at a full share; 0, 0 when none does.
+func (b *Broker) ariaSlots(s wire.JobSpec, d float64) (int, int) {
+	m, r, err := strategies.ARIASlots(ariaProfile(s.Profile), s.Maps, s.Reduces, d, math.MaxInt32, math.MaxInt32)
+	if err != nil {
+		return 0, 0
+	}
+	return m, r
+}
+
+func at(now time.Time, secs float64) time.Time {
+	return now.Add(time.Duration(secs * float64(time.Second))).Truncate(time.Millisecond)
+}
+
+// Submit admits a job with a committed deadline (the one asked for, or the
+// earliest whose price fits the budget), holds its price and runs it as a
+// plan of strategy "deadline": EDF on committed deadlines, realised as
+// spending (see the package doc). A deadline earlier than the earliest
+// feasible finish, or a price above the budget or the balance, is refused
+// and nothing is held.
+func (b *Broker) Submit(ctx context.Context, req *wire.SubmitRequest) (wire.SubmitReply, error) {
+	if err := req.Validate(); err != nil {
+		return wire.SubmitReply{}, err
+	}
+	id := req.ID
+	if id == "" {
+		id = "job-" + randomHex()
+	}
+	if v, ok := b.store.get(id); ok && v.rec.Job != nil && v.rec.Plan.Status != wire.PlanFailed {
+		if v.rec.Plan.User != req.User || v.rec.Job.Spec.Name != req.Job.Name {
+			return wire.SubmitReply{}, ErrPlanReused
+		}
+		return wire.SubmitReply{Job: b.jobView(v.rec, b.cfg.Now()), Plan: v.rec.Plan}, nil
+	}
+	b.admit.Lock()
+	defer b.admit.Unlock()
+	if err := b.clash(req); err != nil {
+		return wire.SubmitReply{}, err
+	}
+	now := b.cfg.Now()
+	p, err := b.price(now, req.User, req.Job)
+	if err != nil {
+		return wire.SubmitReply{}, err
+	}
+	d, price, err := p.terms(req, now, b.cfg.DeadlineKappa)
+	if err != nil {
+		return wire.SubmitReply{}, err
+	}
+	if req.Budget > 0 && price > req.Budget {
+		return wire.SubmitReply{}, fmt.Errorf("%w: finishing by then costs %s, the budget is %s", ErrUnaffordable, price, req.Budget)
+	}
+	if bal, ok := b.balance(ctx, req.User); ok && price > bal {
+		return wire.SubmitReply{}, fmt.Errorf("%w: finishing by then costs %s, the balance is %s", ErrUnaffordable, price, bal)
+	}
+	job := &jobRec{Spec: req.Job, Work: p.work, Admitted: now, Price: price}
+	// A late job keeps running, for a quarter of its window past its
+	// deadline; a best-effort one for ten runs (at least an hour); a done
+	// one ends its plan at once.
+	end := now.Add(max(time.Duration(10*p.run*float64(time.Second)), time.Hour))
+	if !req.BestEffort {
+		job.Deadline = at(now, d)
+		end = job.Deadline.Add(max(job.Deadline.Sub(now)/4, 10*b.cfg.Tick))
+	}
+	rep, err := b.spend(ctx, &wire.SpendRequest{ID: id, User: req.User, Budget: price,
+		Duration: wire.Duration(end.Sub(now)), VMs: req.Job.VMs, Strategy: wire.StrategyDeadline}, job)
+	if err != nil {
+		return wire.SubmitReply{}, err
+	}
+	v, _ := b.store.get(id)
+	if v.rec == nil {
+		return wire.SubmitReply{}, fmt.Errorf("%w: job %s vanished", wire.ErrInternal, id)
+	}
+	return wire.SubmitReply{Job: b.jobView(v.rec, now), Plan: rep.Plan}, nil
+}
+
+// clash refuses a job of a name the user already runs, or on a VM a
+// running plan uses: a VM takes one plan's bid at a time, so a job runs
+// on VMs of its own.
+func (b *Broker) clash(req *wire.SubmitRequest) error {
+	var clash error
+	b.store.each(func(rec *planRecord, _ uint64) {
+		if rec.Plan.Status != wire.PlanRunning && rec.Plan.Status != planStarting || clash != nil {
+			return
+		}
+		if j := rec.Job; j != nil && !j.Done && rec.Plan.User == req.User && j.Spec.Name == req.Job.Name {
+			clash = fmt.Errorf("%w: %q (plan %s)", ErrJobRunning, req.Job.Name, rec.Plan.ID)
+			return
+		}
+		if rec.Job != nil && rec.Job.Done {
+			return
+		}
+		for _, v := range rec.Plan.VMs {
+			if slices.Contains(req.Job.VMs, v.VM) {
+				clash = fmt.Errorf("%w: VM %q is in plan %s; give the job VMs of its own", ErrVMBusy, v.VM, rec.Plan.ID)
+				return
+			}
+		}
+	})
+	return clash
+}
+
+// terms are what a submit asks for, priced: the deadline (seconds from
+// now; none for a best-effort job) and the price to hold — the deadline
+// asked for, or the earliest one the budget pays, or for a best-effort
+// job the budget, if it pays the run at today's prices.
+func (p *pricing) terms(req *wire.SubmitRequest, now time.Time, kappa float64) (d float64, price money.Micro, err error) {
+	switch {
+	case req.BestEffort:
+		// No deadline, no premium: the budget pays the run at the shares the
+		// overlap order gives it; below the run's cost at today's prices it
+		// would stall half way.
+		if cost := money.Micro(math.Ceil(p.exec)); req.Budget < cost {
+			return 0, 0, fmt.Errorf("%w: the run costs about %s at today's prices, the budget is %s", ErrUnaffordable, cost, req.Budget)
+		}
+		return 0, req.Budget, nil
+	case !req.Deadline.IsZero():
+		d = req.Deadline.Sub(now).Seconds()
+		if d < p.earliest-1e-6 {
+			return 0, 0, fmt.Errorf("%w: the earliest finish is %s (%.0f s from now)", ErrDeadline, at(now, p.earliest).Format(time.RFC3339), p.earliest)
+		}
+		if d > wire.MaxDuration.Seconds()/2 {
+			return 0, 0, wire.Errorf(wire.ErrBadRequest, "deadline %s is too far", req.Deadline.Format(time.RFC3339))
+		}
+		return d, p.at(d, kappa), nil
+	}
+	// The price falls with the deadline: the earliest one the budget
+	// pays, to the second, by bisection up to ten runs beyond.
+	lo, hi := p.earliest, p.earliest+10*p.run+3600
+	if p.at(hi, kappa) > req.Budget {
+		return 0, 0, fmt.Errorf("%w: even a deadline %.0f s away costs %s, the budget is %s", ErrUnaffordable, hi, p.at(hi, kappa), req.Budget)
+	}
+	if p.at(lo, kappa) > req.Budget {
+		for hi-lo > 0.5 {
+			if mid := (lo + hi) / 2; p.at(mid, kappa) <= req.Budget {
+				hi = mid
+			} else {
+				lo = mid
+			}
+		}
+		lo = hi
+	}
+	d = math.Ceil(lo)
+	return d, p.at(d, kappa), nil
+}

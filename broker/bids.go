@@ -1,0 +1,189 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"github.com/mrmarket/mrmarket/internal/wire"
+	"github.com/mrmarket/mrmarket/strategies"
+)
+
+// bidChange is one host's part of a plan's round: the request it is sent.
+type bidChange struct {
+	host string
+	req  *wire.BidRequest
+}
+
+// replan runs one round of a plan outside Tick (Spend, Adjust): allocate,
+// then apply the bid changes.
+func (b *Broker) replan(ctx context.Context, rec *planRecord, now time.Time, v roundView) (changed bool, errs []error) {
+	d := b.allocate(rec, now, v)
+	return b.apply(ctx, rec, now, d.Stage, bidChanges(rec, d.Allocs, now))
+}
+
+// apply sends a plan's bid changes, one request per host, and applies to
+// rec the stages and what the hosts took. It reports whether rec changed,
+// and the errors of the hosts that did not take their change.
+func (b *Broker) apply(ctx context.Context, rec *planRecord, now time.Time, stage []int, changes []bidChange) (changed bool, errs []error) {
+	results := b.send(ctx, changes)
+	for i, err := range results {
+		if err != nil {
+			b.cfg.Metrics.Error("broker", "bids")
+			errs = append(errs, fmt.Errorf("%s: %w", changes[i].host, err))
+		}
+	}
+	changed = settleRound(rec, now, stage, changes, results)
+	if accountRun(rec, now, changed, func() float64 { return b.heldShare(rec) }) {
+		changed = true
+	}
+	return changed, errs
+}
+
+// bidChanges is what takes rec from its bids in force to want: for each
+// host, in order, the bids to set (those whose rate moves past the
+// tolerance, or all of them if keeping any would commit more than the
+// plan has left) and the plan's bids to cancel.
+func bidChanges(rec *planRecord, want []strategies.Allocation, now time.Time) []bidChange {
+	type change struct {
+		set    []wire.Bid
+		cancel []string
+	}
+	changes := map[string]*change{}
+	at := func(h string) *change {
+		if changes[h] == nil {
+			changes[h] = &change{}
+		}
+		return changes[h]
+	}
+	wanted := make(map[string]bool, len(want))
+	for _, a := range want {
+		wanted[a.VM] = true
+	}
+	for vm, cur := range rec.Bids {
+		if !wanted[vm] && !cur.ended(now) {
+			at(cur.Host).cancel = append(at(cur.Host).cancel, vm)
+		}
+	}
+	keepAny := !overCommits(rec, want, now) // else every bid is sent anew
+	for _, a := range want {
+		if cur, ok := rec.Bids[a.VM]; ok && keepAny && keeps(cur, a, now) {
+			continue
+		}
+		at(a.Host).set = append(at(a.Host).set, wire.Bid{VM: a.VM, Owner: rec.Plan.User, Plan: rec.Plan.ID, Hold: rec.Plan.Hold,
+			Budget: a.Budget, Duration: wire.Duration(a.Duration)})
+	}
+	out := make([]bidChange, 0, len(changes))
+	for _, h := range slices.Sorted(maps.Keys(changes)) {
+		c := changes[h]
+		sort.Slice(c.set, func(i, j int) bool { return c.set[i].VM < c.set[j].VM })
+		sort.Strings(c.cancel)
+		req := &wire.BidRequest{Versioned: wire.Versioned{V: wire.Version}, Set: c.set, Cancel: c.cancel}
+		if len(c.cancel) > 0 {
+			req.Plan = rec.Plan.ID
+		}
+		out = append(out, bidChange{h, req})
+	}
+	return out
+}
+
+// send sends each change to its host and gives each one's error: many
+// requests in flight (at most maxInFlight), since a round over thousands
+// of hosts must not wait for each agent in turn.
+func (b *Broker) send(ctx context.Context, changes []bidChange) []error {
+	results := make([]error, len(changes))
+	b.parallel(len(changes), maxInFlight, func(i int) {
+		atomic.AddInt64(&b.bids, 1)
+		results[i] = b.cfg.Agents.Bid(ctx, changes[i].host, changes[i].req)
+	})
+	return results
+}
+
+// settleRound applies to rec what the hosts took of a round: the active
+// stages; on each host that took its change, the cancelled and replaced
+// bids settled at what they charged and the new ones in force; bids that
+// ran their course paid in full; and each of the plan's VMs showing its
+// bid. It reports whether rec changed.
+func settleRound(rec *planRecord, now time.Time, stage []int, changes []bidChange, results []error) (changed bool) {
+	changed = !slices.Equal(stage, rec.Plan.Stage)
+	rec.Plan.Stage = stage
+	for i, c := range changes {
+		if results[i] != nil {
+			continue
+		}
+		changed = true
+		for _, vm := range c.req.Cancel {
+			rec.Plan.Spent += rec.Bids[vm].charged(now)
+			delete(rec.Bids, vm)
+		}
+		for _, bid := range c.req.Set {
+			if cur, ok := rec.Bids[bid.VM]; ok {
+				rec.Plan.Spent += cur.charged(now)
+			}
+			rec.Bids[bid.VM] = bidRec{Host: c.host, Budget: bid.Budget, Start: now, Duration: bid.Duration}
+		}
+	}
+	for vm, cur := range rec.Bids {
+		if cur.ended(now) {
+			rec.Plan.Spent += cur.Budget
+			delete(rec.Bids, vm)
+			changed = true
+		}
+	}
+	for i := range rec.Plan.VMs {
+		v := &rec.Plan.VMs[i]
+		if bid, ok := rec.Bids[v.VM]; ok {
+			v.Host, v.Budget, v.Rate = bid.Host, bid.Budget, bid.rate()
+		} else {
+			v.Budget, v.Rate = 0, 0
+		}
+	}
+	return changed
+}
+
+// cancelAll removes every bid of the plan from its hosts, host by host in
+// order, and settles them. A host that does not answer keeps charging
+// until the hold is released, which bounds it.
+func (b *Broker) cancelAll(ctx context.Context, rec *planRecord, now time.Time) {
+	for _, c := range cancelChanges(rec) {
+		if err := b.cfg.Agents.Bid(ctx, c.host, c.req); err != nil {
+			b.cfg.Metrics.Error("broker", "cancel_bids")
+		}
+	}
+	dropBids(rec, now)
+}
+
+// cancelChanges are the requests that cancel all of rec's bids, by host.
+func cancelChanges(rec *planRecord) []bidChange {
+	byHost := map[string][]string{}
+	for vm, bid := range rec.Bids {
+		byHost[bid.Host] = append(byHost[bid.Host], vm)
+	}
+	out := make([]bidChange, 0, len(byHost))
+	for _, h := range slices.Sorted(maps.Keys(byHost)) {
+		vms := byHost[h]
+		slices.Sort(vms)
+		out = append(out, bidChange{h, &wire.BidRequest{Versioned: wire.Versioned{V: wire.Version}, Cancel: vms, Plan: rec.Plan.ID}})
+	}
+	return out
+}
+
+// dropBids settles all of rec's bids, and its VMs show none.
+func dropBids(rec *planRecord, now time.Time) {
+	payBids(rec, now)
+	for i := range rec.Plan.VMs {
+		rec.Plan.VMs[i].Budget, rec.Plan.VMs[i].Rate = 0, 0
+	}
+}
+
+// payBids settles all of rec's bids at what they charged by now.
+func payBids(rec *planRecord, now time.Time) {
+	for vm, bid := range rec.Bids {
+		rec.Plan.Spent += bid.charged(now)
+		delete(rec.Bids, vm)
+	}
+}

@@ -1,0 +1,162 @@
+package broker
+
+import (
+	"time"
+
+	"github.com/mrmarket/mrmarket/internal/money"
+	"github.com/mrmarket/mrmarket/internal/wire"
+	"github.com/mrmarket/mrmarket/strategies"
+)
+
+// The deadline service's execution: EDF over the admitted jobs
+// (strategies.EDF), each job's round by the registered "deadline" strategy
+// (strategies.DeadlineEDF) over what is gathered here, and the accounting
+// of the share-seconds each job held.
+
+// jobRec is an admitted job, kept on its plan's record so every replica
+// sees it and a survivor runs it.
+type jobRec struct {
+	Spec     wire.JobSpec `json:"spec"`
+	Work     float64      `json:"work"` // seconds at a full share: the estimate's upper bound
+	Admitted time.Time    `json:"admitted"`
+	Deadline time.Time    `json:"deadline"`
+	Price    money.Micro  `json:"price"`
+	Progress float64      `json:"progress"`
+	MapsDone int          `json:"maps_done"`
+	RedsDone int          `json:"reduces_done"`
+	Done     bool         `json:"done,omitempty"`
+	Finished time.Time    `json:"finished,omitzero"`
+	// Share is what the control loop (Jockey with a C(p, a) table, else ARIA
+	// over the tasks left) last said the job needs; the job holds at least
+	// the reserved share whenever it runs.
+	Share   float64   `json:"share,omitempty"`
+	Control time.Time `json:"control,omitzero"`
+	// Held is the share-seconds the job has held in finished stints (its
+	// measured work, the estimator's training data), RunFrom when its
+	// current stint of holding RunShare began; MapWork what it had held when
+	// its maps were done.
+	Held     float64   `json:"held"`
+	RunFrom  time.Time `json:"run_from,omitzero"`
+	RunShare float64   `json:"run_share,omitempty"`
+	MapWork  float64   `json:"map_work,omitempty"`
+}
+
+// held is the share-seconds the job has held by now.
+func (j *jobRec) held(now time.Time) float64 {
+	h := j.Held
+	if !j.RunFrom.IsZero() {
+		h += now.Sub(j.RunFrom).Seconds() * j.RunShare
+	}
+	return h
+}
+
+// edf decides which admitted jobs run now and at what share
+// (strategies.EDF over the running and starting jobs not yet done).
+func (b *Broker) edf() strategies.EDFRun {
+	var jobs []strategies.EDFJob
+	b.store.each(func(rec *planRecord, _ uint64) {
+		j := rec.Job
+		if j == nil || j.Done || rec.Plan.Status != wire.PlanRunning && rec.Plan.Status != planStarting {
+			return
+		}
+		e := strategies.EDFJob{ID: rec.Plan.ID, Deadline: j.Deadline}
+		for _, v := range rec.Plan.VMs {
+			e.Hosts = append(e.Hosts, v.Host)
+		}
+		if j.Deadline.IsZero() {
+			x, y := overlapWork(j.Spec)
+			e.Overlap = strategies.OverlapNow{
+				OverlapJob: strategies.OverlapJob{Release: j.Admitted.Sub(time.Time{}).Seconds(), Map: x, Shuffle: y},
+				MapLeft:    x * (1 - frac(j.MapsDone, j.Spec.Maps)), ShuffleLeft: y * (1 - frac(j.RedsDone, j.Spec.Reduces))}
+		}
+		jobs = append(jobs, e)
+	})
+	return strategies.EDF(jobs, b.cfg.DeadlineShare, b.cfg.JobOrder)
+}
+
+// overlapWork is a job's map and shuffle work in Lin et al.'s model:
+// seconds at a full share of its slots (ARIA's averages).
+func overlapWork(s wire.JobSpec) (x, y float64) {
+	p := s.Profile
+	x = float64(s.Maps) * p.MapAvg / float64(s.MapSlots)
+	if s.Reduces > 0 {
+		y = p.Sh1Avg + float64(s.Reduces)*(p.ShTypAvg+p.ReduceAvg)/float64(s.ReduceSlots)
+	}
+	return x, y
+}
+
+func frac(done, total int) float64 {
+	if total <= 0 {
+		return 1
+	}
+	return min(float64(done)/float64(total), 1)
+}
+
+// jobInput is what the deadline strategy reads of a plan's job: its state,
+// EDF's decision, and, when it runs, the best-effort prices of the hosts
+// of vms (its known VMs); b.mu must be held.
+func (b *Broker) jobInput(rec *planRecord, run strategies.EDFRun, vms []strategies.VM) *strategies.Job {
+	j := rec.Job
+	if j == nil {
+		return nil
+	}
+	in := &strategies.Job{Deadline: !j.Deadline.IsZero(), Done: j.Done, Work: j.Work, Progress: j.Progress, Control: j.Share,
+		Share: run.Share[rec.Plan.ID], HostShares: run.Host, MinDuration: b.cfg.Tick}
+	if j.Done || in.Share <= 0 {
+		return in // it waits: no prices needed
+	}
+	in.BestEffort = map[string]float64{}
+	for _, v := range vms {
+		if _, ok := in.BestEffort[v.Host]; !ok {
+			in.BestEffort[v.Host] = b.bestEffortPrice(b.hosts[v.Host])
+		}
+	}
+	return in
+}
+
+// accountRun closes the job's stint at now and opens a new one with the
+// share its bids buy (share, asked only then), when its bids changed or
+// it started or stopped running. It reports whether it changed the record.
+func accountRun(rec *planRecord, now time.Time, changed bool, share func() float64) bool {
+	j := rec.Job
+	if j == nil || j.Done {
+		return false
+	}
+	running := len(rec.Bids) > 0
+	if !changed && running == !j.RunFrom.IsZero() {
+		return false
+	}
+	nj := *j
+	nj.Held, nj.RunFrom, nj.RunShare = j.held(now), time.Time{}, 0
+	if running {
+		nj.RunFrom, nj.RunShare = now, share()
+	}
+	rec.Job = &nj
+	return true
+}
+
+// heldShare is the mean share of its hosts a plan's bids buy against the
+// others' rates there (as the hosts last reported them).
+func (b *Broker) heldShare(rec *planRecord) float64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	mine := map[string]float64{}
+	for _, bid := range rec.Bids {
+		mine[bid.Host] += bid.rate()
+	}
+	if len(mine) == 0 {
+		return 0
+	}
+	total := 0.0
+	for h, r := range mine {
+		st := b.hosts[h]
+		y := st.Price
+		for _, v := range st.VMs {
+			if v.Plan == rec.Plan.ID {
+				y -= v.Rate
+			}
+		}
+		total += r / (r + max(y, 0))
+	}
+	return total / float64(len(mine))
+}
