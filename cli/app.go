@@ -80,16 +80,6 @@ func natsHealth(nc *nats.Conn) obs.HealthFunc {
 	}
 }
 
-// bankClient signs with the credentials of --creds.
-func bankClient(c *ucli.Context, nc *nats.Conn) bank.Client {
-	return bank.Client{NC: nc, Keys: wire.CredsDir(c.String("creds"))}
-}
-
-// brokerClient signs with the credentials of --creds.
-func brokerClient(c *ucli.Context, nc *nats.Conn) broker.Client {
-	return broker.Client{NC: nc, Keys: wire.CredsDir(c.String("creds"))}
-}
-
 // App returns the mrmarket command tree writing to stdout and stderr.
 func App(stdout, stderr io.Writer) *ucli.App {
 	return &ucli.App{
@@ -168,6 +158,39 @@ func ExitCode(err error) int {
 	}
 	// urfave/cli reports unknown flags and missing arguments as plain errors.
 	return ExitBadInput
+}
+
+// clients are the market's services as one command reaches them: over one
+// connection, signing with the credentials of --creds.
+type clients struct {
+	bank   bank.Client
+	broker broker.Client
+}
+
+// call is a command's round trip to the market: it connects to --nats, runs
+// do against the bank and broker, prints the reply (JSON with --json,
+// otherwise human) and closes the connection. Commands parse and check
+// their flags before, so bad input never waits on the network.
+func call[Rep any](c *ucli.Context, do func(ctx context.Context, cl clients) (Rep, error), human func(w io.Writer, rep Rep) error) error {
+	return withClients(c, func(cl clients) error {
+		rep, err := do(c.Context, cl)
+		if err != nil {
+			return err
+		}
+		return show(c, rep, human)
+	})
+}
+
+// withClients runs use on a connection to the market named by --nats, which
+// it closes afterwards; for commands that talk more than once (jobs watch).
+func withClients(c *ucli.Context, use func(cl clients) error) error {
+	nc, err := connect(c)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	keys := wire.CredsDir(c.String("creds"))
+	return use(clients{bank: bank.Client{NC: nc, Keys: keys}, broker: broker.Client{NC: nc, Keys: keys}})
 }
 
 // connect opens a client connection to the market named by --nats, failing

@@ -1,12 +1,12 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
 	"time"
 
-	"github.com/nats-io/nuid"
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/mrmarket/mrmarket/bank"
@@ -116,22 +116,15 @@ func incomeCommand() *ucli.Command {
 						return err
 					}
 				}
-				nc, err := connect(c)
-				if err != nil {
-					return err
-				}
-				defer nc.Close()
-				rep, err := bankClient(c, nc).SetIncome(c.Context, &wire.IncomeSetRequest{User: user, Amount: amount, Every: wire.Duration(c.Duration("every"))})
-				if err != nil {
-					return err
-				}
-				return output(c, rep, func(w io.Writer) error {
-					t := newTable(w, "USER", "AMOUNT", "EVERY", "SINCE", "LAST PERIOD")
-					for _, s := range rep.Schedules {
-						t.row(s.User, s.Amount.String(), s.Every.D().String(), stamp(s.Anchor), fmt.Sprint(s.LastPeriod))
-					}
-					return t.flush()
-				})
+				req := &wire.IncomeSetRequest{User: user, Amount: amount, Every: wire.Duration(c.Duration("every"))}
+				return call(c, func(ctx context.Context, cl clients) (wire.IncomeSetReply, error) { return cl.bank.SetIncome(ctx, req) },
+					func(w io.Writer, rep wire.IncomeSetReply) error {
+						t := newTable(w, "USER", "AMOUNT", "EVERY", "SINCE", "LAST PERIOD")
+						for _, s := range rep.Schedules {
+							t.row(s.User, s.Amount.String(), s.Every.D().String(), stamp(s.Anchor), fmt.Sprint(s.LastPeriod))
+						}
+						return t.flush()
+					})
 			},
 		}},
 	}
@@ -163,19 +156,11 @@ func principalCommand() *ucli.Command {
 				if err := req.Validate(); err != nil {
 					return usageError{err}
 				}
-				nc, err := connect(c)
-				if err != nil {
-					return err
-				}
-				defer nc.Close()
-				p, err := bankClient(c, nc).AddPrincipal(c.Context, req)
-				if err != nil {
-					return err
-				}
-				return output(c, p, func(w io.Writer) error {
-					_, err := fmt.Fprintf(w, "%s %s registered: key %s, credentials %s\n", p.Role, p.Name, p.Key, keys.Path(p.Role, p.Name))
-					return err
-				})
+				return call(c, func(ctx context.Context, cl clients) (wire.Principal, error) { return cl.bank.AddPrincipal(ctx, req) },
+					func(w io.Writer, p wire.Principal) error {
+						_, err := fmt.Fprintf(w, "%s %s registered: key %s, credentials %s\n", p.Role, p.Name, p.Key, keys.Path(p.Role, p.Name))
+						return err
+					})
 			},
 		}},
 	}
@@ -201,27 +186,15 @@ func transferCommand() *ucli.Command {
 			if err != nil {
 				return err
 			}
-			id := c.String("id")
-			if id == "" {
-				id = "transfer-" + nuid.Next()
-			}
-			req := &wire.TransferRequest{ID: id, From: from, To: c.String("to"), Amount: amount, Memo: c.String("memo")}
+			req := &wire.TransferRequest{ID: idOrNew(c, "transfer"), From: from, To: c.String("to"), Amount: amount, Memo: c.String("memo")}
 			if err := req.Validate(); err != nil {
 				return usageError{err}
 			}
-			nc, err := connect(c)
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			rep, err := bankClient(c, nc).Transfer(c.Context, req)
-			if err != nil {
-				return err
-			}
-			return output(c, rep, func(w io.Writer) error {
-				_, err := fmt.Fprintf(w, "moved %s from %s to %s; %s's balance %s (transfer %s)\n", amount, from, req.To, from, rep.Balance, rep.Transfer)
-				return err
-			})
+			return call(c, func(ctx context.Context, cl clients) (wire.TransferReply, error) { return cl.bank.Transfer(ctx, req) },
+				func(w io.Writer, rep wire.TransferReply) error {
+					_, err := fmt.Fprintf(w, "moved %s from %s to %s; %s's balance %s (transfer %s)\n", amount, from, req.To, from, rep.Balance, rep.Transfer)
+					return err
+				})
 		},
 	}
 }
@@ -240,27 +213,20 @@ func statementCommand() *ucli.Command {
 			if err := req.Validate(); err != nil {
 				return usageError{err}
 			}
-			nc, err := connect(c)
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			rep, err := bankClient(c, nc).Statement(c.Context, req)
-			if err != nil {
-				return err
-			}
-			return output(c, rep, func(w io.Writer) error {
-				fmt.Fprintf(w, "%s: balance %s\n", rep.Account, rep.Balance)
-				t := newTable(w, "AT", "KIND", "AMOUNT", "COUNTERPARTY", "TRANSFER", "MEMO")
-				for _, e := range rep.Entries {
-					amt := e.Amount.String()
-					if e.Amount > 0 {
-						amt = "+" + amt
-					}
-					t.row(stamp(e.At), e.Kind, amt, e.Counterparty, e.Transfer, strings.TrimSpace(e.Memo))
-				}
-				return t.flush()
-			})
+			return call(c, func(ctx context.Context, cl clients) (wire.StatementReply, error) { return cl.bank.Statement(ctx, req) }, printStatement)
 		},
 	}
+}
+
+func printStatement(w io.Writer, rep wire.StatementReply) error {
+	fmt.Fprintf(w, "%s: balance %s\n", rep.Account, rep.Balance)
+	t := newTable(w, "AT", "KIND", "AMOUNT", "COUNTERPARTY", "TRANSFER", "MEMO")
+	for _, e := range rep.Entries {
+		amt := e.Amount.String()
+		if e.Amount > 0 {
+			amt = "+" + amt
+		}
+		t.row(stamp(e.At), e.Kind, amt, e.Counterparty, e.Transfer, strings.TrimSpace(e.Memo))
+	}
+	return t.flush()
 }

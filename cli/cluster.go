@@ -11,112 +11,122 @@ import (
 )
 
 func clusterCommand() *ucli.Command {
-	hostsFlag := func() ucli.Flag {
-		return &ucli.StringSliceFlag{Name: "host", Usage: "a hypervisor as id=libvirt-uri (repeat), e.g. host-1=qemu+ssh://h1/system"}
-	}
-	hosts := func(c *ucli.Context) ([]cluster.Host, error) {
-		hs, err := cluster.ParseHosts(c.StringSlice("host"))
-		if err == nil && len(hs) == 0 {
-			err = fmt.Errorf("%w: at least one --host", cluster.ErrSpec)
-		}
-		if err != nil {
-			return nil, usageError{err}
-		}
-		return hs, nil
-	}
-	printMembers := func(c *ucli.Context, ms []cluster.Member) error {
-		return output(c, ms, func(w io.Writer) error {
-			t := newTable(w, "CLUSTER", "VM", "ROLE", "HOST", "OWNER", "RUNNING")
-			for _, m := range ms {
-				t.row(m.Cluster, m.VM, m.Role, m.Host, m.Owner, fmt.Sprint(m.Running))
-			}
-			return t.flush()
-		})
-	}
 	return &ucli.Command{
-		Name:  "cluster",
-		Usage: "provision a user's virtual Hadoop cluster as libvirt domains",
-		Subcommands: []*ucli.Command{{
-			Name:  "create",
-			Usage: "define and start a master and workers, with owner metadata and cloud-init seeds",
-			UsageText: "mrmarket cluster create --name digg --owner alice --workers 8 --image /var/lib/libvirt/images/hadoop.qcow2 \\\n" +
-				"     --host host-1=qemu:///system --host host-2=qemu+ssh://h2/system --seed-dir /var/lib/mrmarket/seeds --seed-iso",
-			Flags: []ucli.Flag{flagJSON(), hostsFlag(),
-				&ucli.StringFlag{Name: "name", Usage: "cluster name"},
-				&ucli.StringFlag{Name: "owner", Usage: "the user who owns (and pays for) the VMs"},
-				&ucli.IntFlag{Name: "workers", Usage: "worker nodes", Value: 2},
-				&ucli.StringFlag{Name: "image", Usage: "base qcow2 image with Hadoop 3 in /opt/hadoop"},
-				&ucli.UintFlag{Name: "memory", Usage: "MiB per VM", Value: 2048},
-				&ucli.UintFlag{Name: "vcpus", Usage: "vCPUs per VM", Value: 2},
-				&ucli.StringFlag{Name: "network", Usage: "libvirt network", Value: "default"},
-				&ucli.StringFlag{Name: "seed-dir", Usage: "where the cloud-init seeds are written", Value: ".data/seeds"},
-				&ucli.BoolFlag{Name: "seed-iso", Usage: "pack each seed as a cidata ISO (cloud-localds or genisoimage)"},
-				&ucli.StringFlag{Name: "domain-type", Usage: "libvirt domain type: kvm, qemu (TCG) or test", Value: "kvm"},
-			},
-			Action: func(c *ucli.Context) error {
-				hs, err := hosts(c)
-				if err != nil {
-					return err
-				}
-				s := cluster.Spec{Name: c.String("name"), Owner: c.String("owner"), Workers: c.Int("workers"), Hosts: hs,
-					Image: c.String("image"), MemoryMiB: c.Uint("memory"), VCPUs: c.Uint("vcpus"), Network: c.String("network"),
-					SeedDir: c.String("seed-dir"), BuildSeedImage: c.Bool("seed-iso"), DomainType: c.String("domain-type")}
-				if _, err := cluster.Plan(s); err != nil {
-					return usageError{err}
-				}
-				conn := &cluster.Connector{}
-				defer conn.Close()
-				nodes, err := conn.Create(s)
-				if err != nil {
-					return wire.Errorf(wire.ErrUnavailable, "%v", err)
-				}
-				return output(c, nodes, func(w io.Writer) error {
+		Name:        "cluster",
+		Usage:       "provision a user's virtual Hadoop cluster as libvirt domains",
+		Subcommands: []*ucli.Command{clusterCreateCommand(), clusterListCommand(), clusterDeleteCommand()},
+	}
+}
+
+func clusterCreateCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "create",
+		Usage: "define and start a master and workers, with owner metadata and cloud-init seeds",
+		UsageText: "mrmarket cluster create --name digg --owner alice --workers 8 --image /var/lib/libvirt/images/hadoop.qcow2 \\\n" +
+			"     --host host-1=qemu:///system --host host-2=qemu+ssh://h2/system --seed-dir /var/lib/mrmarket/seeds --seed-iso",
+		Flags: []ucli.Flag{flagJSON(), flagHosts(),
+			&ucli.StringFlag{Name: "name", Usage: "cluster name"},
+			&ucli.StringFlag{Name: "owner", Usage: "the user who owns (and pays for) the VMs"},
+			&ucli.IntFlag{Name: "workers", Usage: "worker nodes", Value: 2},
+			&ucli.StringFlag{Name: "image", Usage: "base qcow2 image with Hadoop 3 in /opt/hadoop"},
+			&ucli.UintFlag{Name: "memory", Usage: "MiB per VM", Value: 2048},
+			&ucli.UintFlag{Name: "vcpus", Usage: "vCPUs per VM", Value: 2},
+			&ucli.StringFlag{Name: "network", Usage: "libvirt network", Value: "default"},
+			&ucli.StringFlag{Name: "seed-dir", Usage: "where the cloud-init seeds are written", Value: ".data/seeds"},
+			&ucli.BoolFlag{Name: "seed-iso", Usage: "pack each seed as a cidata ISO (cloud-localds or genisoimage)"},
+			&ucli.StringFlag{Name: "domain-type", Usage: "libvirt domain type: kvm, qemu (TCG) or test", Value: "kvm"},
+		},
+		Action: func(c *ucli.Context) error {
+			hs, err := parseHosts(c)
+			if err != nil {
+				return err
+			}
+			s := cluster.Spec{Name: c.String("name"), Owner: c.String("owner"), Workers: c.Int("workers"), Hosts: hs,
+				Image: c.String("image"), MemoryMiB: c.Uint("memory"), VCPUs: c.Uint("vcpus"), Network: c.String("network"),
+				SeedDir: c.String("seed-dir"), BuildSeedImage: c.Bool("seed-iso"), DomainType: c.String("domain-type")}
+			if _, err := cluster.Plan(s); err != nil {
+				return usageError{err}
+			}
+			return onLibvirt(c, func(conn *cluster.Connector) ([]cluster.Node, error) { return conn.Create(s) },
+				func(w io.Writer, nodes []cluster.Node) error {
 					t := newTable(w, "VM", "ROLE", "HOST")
 					for _, n := range nodes {
 						t.row(n.VM, n.Role, n.Host)
 					}
 					return t.flush()
 				})
-			},
-		}, {
-			Name:      "list",
-			Usage:     "list the cluster VMs on hosts",
-			UsageText: "mrmarket cluster list --host host-1=qemu:///system",
-			Flags:     []ucli.Flag{flagJSON(), hostsFlag()},
-			Action: func(c *ucli.Context) error {
-				hs, err := hosts(c)
-				if err != nil {
-					return err
-				}
-				conn := &cluster.Connector{}
-				defer conn.Close()
-				ms, err := conn.List(hs)
-				if err != nil {
-					return wire.Errorf(wire.ErrUnavailable, "%v", err)
-				}
-				return printMembers(c, ms)
-			},
-		}, {
-			Name:      "delete",
-			Usage:     "destroy and undefine a cluster's VMs",
-			UsageText: "mrmarket cluster delete --name digg --host host-1=qemu:///system",
-			Flags:     []ucli.Flag{flagJSON(), hostsFlag(), &ucli.StringFlag{Name: "name", Usage: "cluster name"}},
-			Action: func(c *ucli.Context) error {
-				hs, err := hosts(c)
-				if err != nil {
-					return err
-				}
-				if err := wire.CheckName("--name", c.String("name")); err != nil {
-					return usageError{err}
-				}
-				conn := &cluster.Connector{}
-				defer conn.Close()
-				gone, err := conn.Delete(c.String("name"), hs)
-				if err != nil {
-					return wire.Errorf(wire.ErrUnavailable, "%v", err)
-				}
-				return printMembers(c, gone)
-			},
-		}},
+		},
 	}
+}
+
+func clusterListCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "list",
+		Usage:     "list the cluster VMs on hosts",
+		UsageText: "mrmarket cluster list --host host-1=qemu:///system",
+		Flags:     []ucli.Flag{flagJSON(), flagHosts()},
+		Action: func(c *ucli.Context) error {
+			hs, err := parseHosts(c)
+			if err != nil {
+				return err
+			}
+			return onLibvirt(c, func(conn *cluster.Connector) ([]cluster.Member, error) { return conn.List(hs) }, printMembers)
+		},
+	}
+}
+
+func clusterDeleteCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "delete",
+		Usage:     "destroy and undefine a cluster's VMs",
+		UsageText: "mrmarket cluster delete --name digg --host host-1=qemu:///system",
+		Flags:     []ucli.Flag{flagJSON(), flagHosts(), &ucli.StringFlag{Name: "name", Usage: "cluster name"}},
+		Action: func(c *ucli.Context) error {
+			hs, err := parseHosts(c)
+			if err != nil {
+				return err
+			}
+			if err := wire.CheckName("--name", c.String("name")); err != nil {
+				return usageError{err}
+			}
+			return onLibvirt(c, func(conn *cluster.Connector) ([]cluster.Member, error) { return conn.Delete(c.String("name"), hs) }, printMembers)
+		},
+	}
+}
+
+func flagHosts() ucli.Flag {
+	return &ucli.StringSliceFlag{Name: "host", Usage: "a hypervisor as id=libvirt-uri (repeat), e.g. host-1=qemu+ssh://h1/system"}
+}
+
+// parseHosts reads the --host flags: at least one.
+func parseHosts(c *ucli.Context) ([]cluster.Host, error) {
+	hs, err := cluster.ParseHosts(c.StringSlice("host"))
+	if err == nil && len(hs) == 0 {
+		err = fmt.Errorf("%w: at least one --host", cluster.ErrSpec)
+	}
+	if err != nil {
+		return nil, usageError{err}
+	}
+	return hs, nil
+}
+
+// onLibvirt is call's counterpart for the hypervisors: it runs do on
+// libvirt connections that it closes afterwards, and prints the result.
+// libvirt failing exits as unavailable.
+func onLibvirt[Rep any](c *ucli.Context, do func(conn *cluster.Connector) (Rep, error), human func(w io.Writer, rep Rep) error) error {
+	conn := &cluster.Connector{}
+	defer conn.Close()
+	rep, err := do(conn)
+	if err != nil {
+		return wire.Errorf(wire.ErrUnavailable, "%v", err)
+	}
+	return show(c, rep, human)
+}
+
+func printMembers(w io.Writer, ms []cluster.Member) error {
+	t := newTable(w, "CLUSTER", "VM", "ROLE", "HOST", "OWNER", "RUNNING")
+	for _, m := range ms {
+		t.row(m.Cluster, m.VM, m.Role, m.Host, m.Owner, fmt.Sprint(m.Running))
+	}
+	return t.flush()
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/mrmarket/mrmarket/broker"
 	"github.com/mrmarket/mrmarket/hadoopvm/yarn"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
@@ -90,40 +92,33 @@ func quoteCommand() *ucli.Command {
 			if err := req.Validate(); err != nil {
 				return usageError{err}
 			}
-			nc, err := connect(c)
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			rep, err := brokerClient(c, nc).Quote(c.Context, req)
-			if err != nil {
-				return err
-			}
-			return output(c, rep, func(w io.Writer) error {
-				fmt.Fprintf(w, "job %s: %.0f s at a full share (estimate from %s: mean %.0f s, sd %.1f s); runs at share %.2f\n",
-					rep.Job, rep.Work, rep.Source, rep.Mean, rep.SD, rep.Share)
-				fmt.Fprintf(w, "earliest finish %s after %d admitted job(s); ARIA's minimum there: %d map and %d reduce slots; balance %s\n",
-					stamp(rep.Earliest), rep.Queued, rep.MapSlots, rep.ReduceSlots, rep.Balance)
-				t := newTable(w, "DEADLINE", "PRICE", "CONFIDENCE", "AFFORDABLE")
-				any := false
-				for _, p := range rep.Curve {
-					ok := "no"
-					if p.Affordable {
-						ok, any = "yes", true
-					}
-					t.row(stamp(p.Deadline), p.Price.String(), fmt.Sprintf("%.1f%%", 100*p.Confidence), ok)
-				}
-				if err := t.flush(); err != nil {
-					return err
-				}
-				if !any {
-					_, err := fmt.Fprintf(w, "your balance (%s) pays for none of these deadlines\n", rep.Balance)
-					return err
-				}
-				return nil
-			})
+			return call(c, func(ctx context.Context, cl clients) (wire.QuoteReply, error) { return cl.broker.Quote(ctx, req) }, printQuote)
 		},
 	}
+}
+
+func printQuote(w io.Writer, rep wire.QuoteReply) error {
+	fmt.Fprintf(w, "job %s: %.0f s at a full share (estimate from %s: mean %.0f s, sd %.1f s); runs at share %.2f\n",
+		rep.Job, rep.Work, rep.Source, rep.Mean, rep.SD, rep.Share)
+	fmt.Fprintf(w, "earliest finish %s after %d admitted job(s); ARIA's minimum there: %d map and %d reduce slots; balance %s\n",
+		stamp(rep.Earliest), rep.Queued, rep.MapSlots, rep.ReduceSlots, rep.Balance)
+	t := newTable(w, "DEADLINE", "PRICE", "CONFIDENCE", "AFFORDABLE")
+	any := false
+	for _, p := range rep.Curve {
+		ok := "no"
+		if p.Affordable {
+			ok, any = "yes", true
+		}
+		t.row(stamp(p.Deadline), p.Price.String(), fmt.Sprintf("%.1f%%", 100*p.Confidence), ok)
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	if !any {
+		_, err := fmt.Fprintf(w, "your balance (%s) pays for none of these deadlines\n", rep.Balance)
+		return err
+	}
+	return nil
 }
 
 func submitCommand() *ucli.Command {
@@ -177,27 +172,20 @@ func submitCommand() *ucli.Command {
 			if err := req.Validate(); err != nil {
 				return usageError{err}
 			}
-			nc, err := connect(c)
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			rep, err := brokerClient(c, nc).Submit(c.Context, req)
-			if err != nil {
-				return err
-			}
-			return output(c, rep, func(w io.Writer) error {
-				j := rep.Job
-				if j.Deadline.IsZero() {
-					_, err := fmt.Fprintf(w, "job %s (%s): admitted best-effort, %s held (hold %s); %s\n", j.ID, j.Name, j.Price, rep.Plan.Hold, j.Status)
-					return err
-				}
-				_, err := fmt.Fprintf(w, "job %s (%s): admitted, deadline %s, price %s held (hold %s); %s, predicted finish %s\n",
-					j.ID, j.Name, stamp(j.Deadline), j.Price, rep.Plan.Hold, j.Status, stamp(j.Predict))
-				return err
-			})
+			return call(c, func(ctx context.Context, cl clients) (wire.SubmitReply, error) { return cl.broker.Submit(ctx, req) }, printSubmit)
 		},
 	}
+}
+
+func printSubmit(w io.Writer, rep wire.SubmitReply) error {
+	j := rep.Job
+	if j.Deadline.IsZero() {
+		_, err := fmt.Fprintf(w, "job %s (%s): admitted best-effort, %s held (hold %s); %s\n", j.ID, j.Name, j.Price, rep.Plan.Hold, j.Status)
+		return err
+	}
+	_, err := fmt.Fprintf(w, "job %s (%s): admitted, deadline %s, price %s held (hold %s); %s, predicted finish %s\n",
+		j.ID, j.Name, stamp(j.Deadline), j.Price, rep.Plan.Hold, j.Status, stamp(j.Predict))
+	return err
 }
 
 func jobsCommand() *ucli.Command {
@@ -208,23 +196,16 @@ func jobsCommand() *ucli.Command {
 		Subcommands: []*ucli.Command{jobsWatchCommand()},
 		Flags:       []ucli.Flag{flagNATS(), flagCreds(), flagJSON(), flagUser()},
 		Action: func(c *ucli.Context) error {
-			nc, err := connect(c)
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			rep, err := brokerClient(c, nc).Jobs(c.Context, &wire.JobsRequest{User: c.String("user")})
-			if err != nil {
-				return err
-			}
-			return output(c, rep, func(w io.Writer) error {
-				t := newTable(w, "JOB", "USER", "NAME", "STATUS", "DEADLINE", "PREDICTED", "PROGRESS", "SHARE", "SPENT", "PRICE")
-				for _, j := range rep.Jobs {
-					t.row(j.ID, j.User, j.Name, j.Status, stamp(j.Deadline), stamp(j.Predict), fmt.Sprintf("%.0f%%", 100*j.Progress),
-						fmt.Sprintf("%.2f", j.Share), j.Spent.String(), j.Price.String())
-				}
-				return t.flush()
-			})
+			req := &wire.JobsRequest{User: c.String("user")}
+			return call(c, func(ctx context.Context, cl clients) (wire.JobsReply, error) { return cl.broker.Jobs(ctx, req) },
+				func(w io.Writer, rep wire.JobsReply) error {
+					t := newTable(w, "JOB", "USER", "NAME", "STATUS", "DEADLINE", "PREDICTED", "PROGRESS", "SHARE", "SPENT", "PRICE")
+					for _, j := range rep.Jobs {
+						t.row(j.ID, j.User, j.Name, j.Status, stamp(j.Deadline), stamp(j.Predict), fmt.Sprintf("%.0f%%", 100*j.Progress),
+							fmt.Sprintf("%.2f", j.Share), j.Spent.String(), j.Price.String())
+					}
+					return t.flush()
+				})
 		},
 	}
 }
@@ -262,39 +243,39 @@ func jobsWatchCommand() *ucli.Command {
 				return badInput("--every must be at least 10ms")
 			}
 			mon := &yarn.Monitor{RM: c.String("yarn"), History: c.String("history")}
-			nc, err := connect(c)
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			bc := brokerClient(c, nc)
-			reduceSecs := spec.Profile.ShTypAvg + spec.Profile.ReduceAvg
-			for {
-				p, err := mon.JobProgress(c.Context, user, spec.Name)
-				if err != nil {
-					return wire.Errorf(wire.ErrUnavailable, "%v", err)
-				}
-				job, err := bc.Progress(c.Context, &wire.ProgressRequest{User: user, Job: spec.Name, Progress: p.Fraction(spec.Profile.MapAvg, reduceSecs),
-					MapsDone: p.MapsDone, ReducesDone: p.ReducesDone, Done: p.Done})
-				if err != nil {
-					return err
-				}
-				if err := output(c, job, func(w io.Writer) error {
-					_, err := fmt.Fprintf(w, "%s %s: %s, %.0f%% (%d/%d maps, %d/%d reduces), share %.2f, deadline %s, predicted %s\n",
-						job.ID, job.Name, job.Status, 100*job.Progress, p.MapsDone, p.Maps, p.ReducesDone, p.Reduces, job.Share, stamp(job.Deadline), stamp(job.Predict))
-					return err
-				}); err != nil {
-					return err
-				}
-				if p.Done || c.Bool("once") {
-					return nil
-				}
-				select {
-				case <-c.Context.Done():
-					return nil
-				case <-time.After(c.Duration("every")):
-				}
-			}
+			return withClients(c, func(cl clients) error { return watchJob(c, mon, cl.broker, user, spec) })
 		},
+	}
+}
+
+// watchJob reports the job's progress from YARN every --every until it is
+// done (or once with --once), printing each report.
+func watchJob(c *ucli.Context, mon *yarn.Monitor, bc broker.Client, user string, spec wire.JobSpec) error {
+	reduceSecs := spec.Profile.ShTypAvg + spec.Profile.ReduceAvg
+	for {
+		p, err := mon.JobProgress(c.Context, user, spec.Name)
+		if err != nil {
+			return wire.Errorf(wire.ErrUnavailable, "%v", err)
+		}
+		job, err := bc.Progress(c.Context, &wire.ProgressRequest{User: user, Job: spec.Name, Progress: p.Fraction(spec.Profile.MapAvg, reduceSecs),
+			MapsDone: p.MapsDone, ReducesDone: p.ReducesDone, Done: p.Done})
+		if err != nil {
+			return err
+		}
+		if err := output(c, job, func(w io.Writer) error {
+			_, err := fmt.Fprintf(w, "%s %s: %s, %.0f%% (%d/%d maps, %d/%d reduces), share %.2f, deadline %s, predicted %s\n",
+				job.ID, job.Name, job.Status, 100*job.Progress, p.MapsDone, p.Maps, p.ReducesDone, p.Reduces, job.Share, stamp(job.Deadline), stamp(job.Predict))
+			return err
+		}); err != nil {
+			return err
+		}
+		if p.Done || c.Bool("once") {
+			return nil
+		}
+		select {
+		case <-c.Context.Done():
+			return nil
+		case <-time.After(c.Duration("every")):
+		}
 	}
 }

@@ -43,6 +43,11 @@ func output(c *ucli.Context, v any, human func(w io.Writer) error) error {
 	return human(c.App.Writer)
 }
 
+// show is output for a reply with its own printer.
+func show[Rep any](c *ucli.Context, rep Rep, human func(w io.Writer, rep Rep) error) error {
+	return output(c, rep, func(w io.Writer) error { return human(w, rep) })
+}
+
 // perHour renders a rate in micro-credits per second as credits per hour.
 func perHour(rate float64) string {
 	return fmt.Sprintf("%.4f/h", rate*3600/float64(money.PerCredit))

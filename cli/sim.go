@@ -18,106 +18,128 @@ import (
 // simCommand is `mrmarket sim`: the papers' experiments on the simulator.
 func simCommand() *ucli.Command {
 	return &ucli.Command{
-		Name:  "sim",
-		Usage: "reproduce the papers' results on the simulator, with the product's broker, strategies and agents",
-		Subcommands: []*ucli.Command{{
-			Name:      "list",
-			Usage:     "list the experiments",
-			UsageText: "mrmarket sim list",
-			Flags:     []ucli.Flag{flagJSON()},
-			Action: func(c *ucli.Context) error {
-				type entry struct {
-					Name, Title, Source string
-					DefaultRuns         int `json:"default_runs"`
-				}
-				var list []entry
-				for _, e := range experiments.List() {
-					list = append(list, entry{e.Name, e.Title, e.Source, e.DefaultRuns})
-				}
-				return output(c, list, func(w io.Writer) error {
-					t := newTable(w, "EXPERIMENT", "RUNS", "SOURCE", "TITLE")
-					for _, e := range list {
-						t.row(e.Name, fmt.Sprint(e.DefaultRuns), e.Source, e.Title)
-					}
-					return t.flush()
-				})
-			},
-		}, {
-			Name:  "run",
-			Usage: "run an experiment: the paper's figure beside ours (mean ± sd over runs) and their ratio",
-			UsageText: "mrmarket sim run s003-stage [--seed 1] [--runs 25] [--json] [--out results/]\n\n" +
-				"Each run is a seed; the same seed gives the same numbers. --out writes EXPERIMENT.json and .svg.",
-			Flags: []ucli.Flag{flagJSON(),
-				&ucli.Uint64Flag{Name: "seed", Usage: "the first run's seed", Value: 1},
-				&ucli.IntFlag{Name: "runs", Usage: "runs (seeds) per configuration (default: the experiment's)"},
-				&ucli.StringFlag{Name: "out", Usage: "directory to write EXPERIMENT.json and EXPERIMENT.svg into"},
-			},
-			Action: func(c *ucli.Context) error {
-				if c.NArg() == 0 {
-					return badInput("name one experiment (see `mrmarket sim list`)")
-				}
-				if err := flagsAfter(c); err != nil {
-					return err
-				}
-				e, err := experiments.Get(c.Args().First())
-				if err != nil {
-					return usageError{err}
-				}
-				if r := c.Int("runs"); r < 0 || r > 10_000 {
-					return badInput("--runs must be between 1 and 10000, got %d", r)
-				}
-				cfg := experiments.Config{Seed: c.Uint64("seed"), Runs: c.Int("runs")}
-				if !c.Bool("json") {
-					cfg.Progress = progressBar(c.App.ErrWriter, e.Name)
-				}
-				res, err := e.Run(c.Context, cfg)
-				if err != nil {
-					return err
-				}
-				if dir := c.String("out"); dir != "" {
-					if err := experiments.Save(dir, res); err != nil {
-						return err
-					}
-				}
-				return output(c, res, func(w io.Writer) error { return printResult(w, res) })
-			},
-		}, {
-			Name:      "results",
-			Usage:     "run every experiment and write RESULTS.md with its tables and plots (make results)",
-			UsageText: "mrmarket sim results --out docs [--runs N] [--seed 1]",
-			Flags: []ucli.Flag{
-				&ucli.StringFlag{Name: "out", Usage: "directory for RESULTS.md; the data and plots go in its results/", Value: "docs"},
-				&ucli.IntFlag{Name: "runs", Usage: "runs per configuration (default: each experiment's)"},
-				&ucli.Uint64Flag{Name: "seed", Usage: "the first run's seed", Value: 1},
-			},
-			Action: func(c *ucli.Context) error {
-				if r := c.Int("runs"); r < 0 || r > 10_000 {
-					return badInput("--runs must be between 1 and 10000, got %d", r)
-				}
-				dir := c.String("out")
-				var all []experiments.Result
-				for _, e := range experiments.List() {
-					res, err := e.Run(c.Context, experiments.Config{Seed: c.Uint64("seed"), Runs: c.Int("runs"), Progress: progressBar(c.App.ErrWriter, e.Name)})
-					if err != nil {
-						return err
-					}
-					if err := experiments.Save(filepath.Join(dir, "results"), res); err != nil {
-						return err
-					}
-					all = append(all, res)
-				}
-				var page bytes.Buffer
-				if err := experiments.WriteMarkdown(&page, all, "results", time.Now()); err != nil {
-					return err
-				}
-				if err := os.WriteFile(filepath.Join(dir, "RESULTS.md"), page.Bytes(), 0o644); err != nil {
-					return err
-				}
-				fmt.Fprintf(c.App.Writer, "wrote %s and %d experiments' data and plots in %s\n", filepath.Join(dir, "RESULTS.md"), len(all), filepath.Join(dir, "results"))
-				return nil
-			},
-		}},
+		Name:        "sim",
+		Usage:       "reproduce the papers' results on the simulator, with the product's broker, strategies and agents",
+		Subcommands: []*ucli.Command{simListCommand(), simRunCommand(), simResultsCommand()},
 	}
+}
+
+// experimentEntry is one line of `sim list`.
+type experimentEntry struct {
+	Name, Title, Source string
+	DefaultRuns         int `json:"default_runs"`
+}
+
+func simListCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "list",
+		Usage:     "list the experiments",
+		UsageText: "mrmarket sim list",
+		Flags:     []ucli.Flag{flagJSON()},
+		Action: func(c *ucli.Context) error {
+			var list []experimentEntry
+			for _, e := range experiments.List() {
+				list = append(list, experimentEntry{e.Name, e.Title, e.Source, e.DefaultRuns})
+			}
+			return show(c, list, func(w io.Writer, list []experimentEntry) error {
+				t := newTable(w, "EXPERIMENT", "RUNS", "SOURCE", "TITLE")
+				for _, e := range list {
+					t.row(e.Name, fmt.Sprint(e.DefaultRuns), e.Source, e.Title)
+				}
+				return t.flush()
+			})
+		},
+	}
+}
+
+func simRunCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "run",
+		Usage: "run an experiment: the paper's figure beside ours (mean ± sd over runs) and their ratio",
+		UsageText: "mrmarket sim run s003-stage [--seed 1] [--runs 25] [--json] [--out results/]\n\n" +
+			"Each run is a seed; the same seed gives the same numbers. --out writes EXPERIMENT.json and .svg.",
+		Flags: []ucli.Flag{flagJSON(),
+			&ucli.Uint64Flag{Name: "seed", Usage: "the first run's seed", Value: 1},
+			&ucli.IntFlag{Name: "runs", Usage: "runs (seeds) per configuration (default: the experiment's)"},
+			&ucli.StringFlag{Name: "out", Usage: "directory to write EXPERIMENT.json and EXPERIMENT.svg into"},
+		},
+		Action: func(c *ucli.Context) error {
+			if c.NArg() == 0 {
+				return badInput("name one experiment (see `mrmarket sim list`)")
+			}
+			if err := flagsAfter(c); err != nil {
+				return err
+			}
+			e, err := experiments.Get(c.Args().First())
+			if err != nil {
+				return usageError{err}
+			}
+			if err := checkRuns(c); err != nil {
+				return err
+			}
+			cfg := experiments.Config{Seed: c.Uint64("seed"), Runs: c.Int("runs")}
+			if !c.Bool("json") {
+				cfg.Progress = progressBar(c.App.ErrWriter, e.Name)
+			}
+			res, err := e.Run(c.Context, cfg)
+			if err != nil {
+				return err
+			}
+			if dir := c.String("out"); dir != "" {
+				if err := experiments.Save(dir, res); err != nil {
+					return err
+				}
+			}
+			return show(c, res, printResult)
+		},
+	}
+}
+
+func simResultsCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "results",
+		Usage:     "run every experiment and write RESULTS.md with its tables and plots (make results)",
+		UsageText: "mrmarket sim results --out docs [--runs N] [--seed 1]",
+		Flags: []ucli.Flag{
+			&ucli.StringFlag{Name: "out", Usage: "directory for RESULTS.md; the data and plots go in its results/", Value: "docs"},
+			&ucli.IntFlag{Name: "runs", Usage: "runs per configuration (default: each experiment's)"},
+			&ucli.Uint64Flag{Name: "seed", Usage: "the first run's seed", Value: 1},
+		},
+		Action: func(c *ucli.Context) error {
+			if err := checkRuns(c); err != nil {
+				return err
+			}
+			dir := c.String("out")
+			var all []experiments.Result
+			for _, e := range experiments.List() {
+				res, err := e.Run(c.Context, experiments.Config{Seed: c.Uint64("seed"), Runs: c.Int("runs"), Progress: progressBar(c.App.ErrWriter, e.Name)})
+				if err != nil {
+					return err
+				}
+				if err := experiments.Save(filepath.Join(dir, "results"), res); err != nil {
+					return err
+				}
+				all = append(all, res)
+			}
+			var page bytes.Buffer
+			if err := experiments.WriteMarkdown(&page, all, "results", time.Now()); err != nil {
+				return err
+			}
+			if err := os.WriteFile(filepath.Join(dir, "RESULTS.md"), page.Bytes(), 0o644); err != nil {
+				return err
+			}
+			fmt.Fprintf(c.App.Writer, "wrote %s and %d experiments' data and plots in %s\n", filepath.Join(dir, "RESULTS.md"), len(all), filepath.Join(dir, "results"))
+			return nil
+		},
+	}
+}
+
+// checkRuns checks --runs: 0 is each experiment's default.
+func checkRuns(c *ucli.Context) error {
+	if r := c.Int("runs"); r < 0 || r > 10_000 {
+		return badInput("--runs must be between 1 and 10000, got %d", r)
+	}
+	return nil
 }
 
 // flagsAfter applies the flags given after the experiment's name

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -49,30 +50,29 @@ func bankCommand() *ucli.Command {
 				if err != nil {
 					return err
 				}
-				id := c.String("id")
-				if id == "" {
-					id = "grant-" + nuid.Next()
-				}
-				nc, err := connect(c)
-				if err != nil {
-					return err
-				}
-				defer nc.Close()
-				rep, err := bankClient(c, nc).Grant(c.Context, &wire.GrantRequest{ID: id, User: user, Amount: amount, Memo: c.String("memo")})
-				if err != nil {
-					return err
-				}
-				return output(c, rep, func(w io.Writer) error {
-					note := ""
-					if rep.Replayed {
-						note = " (already applied; nothing changed)"
-					}
-					_, err := fmt.Fprintf(w, "granted %s to %s%s; balance %s (transfer %s)\n", rep.Amount, rep.User, note, rep.Balance, rep.Transfer)
-					return err
-				})
+				req := &wire.GrantRequest{ID: idOrNew(c, "grant"), User: user, Amount: amount, Memo: c.String("memo")}
+				return call(c, func(ctx context.Context, cl clients) (wire.GrantReply, error) { return cl.bank.Grant(ctx, req) }, printGrant)
 			},
 		}, bankServeCommand(), incomeCommand(), principalCommand()},
 	}
+}
+
+// idOrNew is --id, or a new id with the prefix: an idempotency id the user
+// may choose, so that repeating the command applies it once.
+func idOrNew(c *ucli.Context, prefix string) string {
+	if id := c.String("id"); id != "" {
+		return id
+	}
+	return prefix + "-" + nuid.Next()
+}
+
+func printGrant(w io.Writer, rep wire.GrantReply) error {
+	note := ""
+	if rep.Replayed {
+		note = " (already applied; nothing changed)"
+	}
+	_, err := fmt.Fprintf(w, "granted %s to %s%s; balance %s (transfer %s)\n", rep.Amount, rep.User, note, rep.Balance, rep.Transfer)
+	return err
 }
 
 func balanceCommand() *ucli.Command {
@@ -86,33 +86,27 @@ func balanceCommand() *ucli.Command {
 			if err != nil {
 				return err
 			}
-			nc, err := connect(c)
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			rep, err := bankClient(c, nc).Balance(c.Context, &wire.BalanceRequest{User: user})
-			if err != nil {
-				return err
-			}
-			return output(c, rep, func(w io.Writer) error {
-				t := newTable(w, "USER", "BALANCE", "HELD", "SPENT", "GRANTED")
-				t.row(rep.User, rep.Balance.String(), rep.Held.String(), rep.Spent.String(), rep.Granted.String())
-				if err := t.flush(); err != nil {
-					return err
-				}
-				if len(rep.Holds) > 0 {
-					fmt.Fprintln(w)
-					t = newTable(w, "HOLD", "STATUS", "AMOUNT", "CAPTURED", "RELEASED", "EXPIRES")
-					for _, h := range rep.Holds {
-						t.row(h.ID, h.Status, h.Amount.String(), h.Captured.String(), h.Released.String(), stamp(h.Expires))
-					}
-					return t.flush()
-				}
-				return nil
-			})
+			req := &wire.BalanceRequest{User: user}
+			return call(c, func(ctx context.Context, cl clients) (wire.BalanceReply, error) { return cl.bank.Balance(ctx, req) }, printBalance)
 		},
 	}
+}
+
+func printBalance(w io.Writer, rep wire.BalanceReply) error {
+	t := newTable(w, "USER", "BALANCE", "HELD", "SPENT", "GRANTED")
+	t.row(rep.User, rep.Balance.String(), rep.Held.String(), rep.Spent.String(), rep.Granted.String())
+	if err := t.flush(); err != nil {
+		return err
+	}
+	if len(rep.Holds) > 0 {
+		fmt.Fprintln(w)
+		t = newTable(w, "HOLD", "STATUS", "AMOUNT", "CAPTURED", "RELEASED", "EXPIRES")
+		for _, h := range rep.Holds {
+			t.row(h.ID, h.Status, h.Amount.String(), h.Captured.String(), h.Released.String(), stamp(h.Expires))
+		}
+		return t.flush()
+	}
+	return nil
 }
 
 func spendCommand() *ucli.Command {
@@ -150,63 +144,80 @@ func spendCommand() *ucli.Command {
 			if c.String("more") != "" || c.String("less") != "" {
 				return adjustPlan(c, user)
 			}
-			budget, err := parseAmount("budget", c.String("budget"))
+			req, err := spendRequest(c, user)
 			if err != nil {
 				return err
 			}
-			d := c.Duration("duration")
-			if d <= 0 {
-				return badInput("--duration must be greater than zero (e.g. 30m, 2h)")
-			}
-			req := &wire.SpendRequest{ID: c.String("id"), User: user, Budget: budget, Duration: wire.Duration(d),
-				Strategy: c.String("strategy"), Boost: c.Float64("boost")}
-			for _, v := range c.StringSlice("vm") {
-				for _, p := range strings.Split(v, ",") {
-					if p = strings.TrimSpace(p); p != "" {
-						req.VMs = append(req.VMs, p)
-					}
-				}
-			}
-			if file := c.String("plan"); file != "" {
-				if req.Workflows, err = readPlanFile(file); err != nil {
-					return err
-				}
-			}
-			if len(req.VMs) == 0 && len(req.Workflows) == 0 {
-				return badInput("at least one --vm (see `mrmarket vms`) or a --plan file is required")
-			}
-			for _, hw := range c.StringSlice("host-weight") {
-				h, w, ok := strings.Cut(hw, "=")
-				f, err := strconv.ParseFloat(w, 64)
-				if !ok || err != nil {
-					return badInput("--host-weight %q: want host=weight", hw)
-				}
-				if req.HostWeights == nil {
-					req.HostWeights = map[string]float64{}
-				}
-				req.HostWeights[h] = f
-			}
-			req.V = wire.Version
-			if err := req.Validate(); err != nil {
-				return usageError{err}
-			}
-			nc, err := connect(c)
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			rep, err := brokerClient(c, nc).Spend(c.Context, req)
-			if err != nil {
-				return err
-			}
-			return output(c, rep, func(w io.Writer) error {
-				p := rep.Plan
-				fmt.Fprintf(w, "plan %s: %s spends %s over %s (%s), hold %s, ends %s\n",
-					p.ID, p.User, p.Budget, p.Duration.D(), p.Strategy, p.Hold, stamp(p.End))
-				return printPlanVMs(w, p)
-			})
+			return call(c, func(ctx context.Context, cl clients) (wire.SpendReply, error) { return cl.broker.Spend(ctx, req) }, printSpend)
 		},
 	}
+}
+
+// spendRequest is the plan the flags describe, checked.
+func spendRequest(c *ucli.Context, user string) (*wire.SpendRequest, error) {
+	budget, err := parseAmount("budget", c.String("budget"))
+	if err != nil {
+		return nil, err
+	}
+	d := c.Duration("duration")
+	if d <= 0 {
+		return nil, badInput("--duration must be greater than zero (e.g. 30m, 2h)")
+	}
+	req := &wire.SpendRequest{ID: c.String("id"), User: user, Budget: budget, Duration: wire.Duration(d),
+		Strategy: c.String("strategy"), Boost: c.Float64("boost"), VMs: splitList(c.StringSlice("vm"))}
+	if file := c.String("plan"); file != "" {
+		if req.Workflows, err = readPlanFile(file); err != nil {
+			return nil, err
+		}
+	}
+	if len(req.VMs) == 0 && len(req.Workflows) == 0 {
+		return nil, badInput("at least one --vm (see `mrmarket vms`) or a --plan file is required")
+	}
+	if req.HostWeights, err = parseHostWeights(c.StringSlice("host-weight")); err != nil {
+		return nil, err
+	}
+	req.V = wire.Version
+	if err := req.Validate(); err != nil {
+		return nil, usageError{err}
+	}
+	return req, nil
+}
+
+// splitList is the items of repeated, comma-separated flag values.
+func splitList(values []string) []string {
+	var out []string
+	for _, v := range values {
+		for _, p := range strings.Split(v, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// parseHostWeights reads --host-weight host=weight flags (nil when none).
+func parseHostWeights(flags []string) (map[string]float64, error) {
+	var weights map[string]float64
+	for _, hw := range flags {
+		h, w, ok := strings.Cut(hw, "=")
+		f, err := strconv.ParseFloat(w, 64)
+		if !ok || err != nil {
+			return nil, badInput("--host-weight %q: want host=weight", hw)
+		}
+		if weights == nil {
+			weights = map[string]float64{}
+		}
+		weights[h] = f
+	}
+	return weights, nil
+}
+
+func printSpend(w io.Writer, rep wire.SpendReply) error {
+	p := rep.Plan
+	fmt.Fprintf(w, "plan %s: %s spends %s over %s (%s), hold %s, ends %s\n",
+		p.ID, p.User, p.Budget, p.Duration.D(), p.Strategy, p.Hold, stamp(p.End))
+	return printPlanVMs(w, p)
 }
 
 // readPlanFile reads a workflow descriptor, strictly.
@@ -250,19 +261,11 @@ func adjustPlan(c *ucli.Context, user string) error {
 	if err := req.Validate(); err != nil {
 		return usageError{err}
 	}
-	nc, err := connect(c)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	p, err := brokerClient(c, nc).Adjust(c.Context, req)
-	if err != nil {
-		return err
-	}
-	return output(c, p, func(w io.Writer) error {
-		_, err := fmt.Fprintf(w, "plan %s now spends %s (settled so far %s), ends %s\n", p.ID, p.Budget, p.Spent, stamp(p.End))
-		return err
-	})
+	return call(c, func(ctx context.Context, cl clients) (wire.Plan, error) { return cl.broker.Adjust(ctx, req) },
+		func(w io.Writer, p wire.Plan) error {
+			_, err := fmt.Fprintf(w, "plan %s now spends %s (settled so far %s), ends %s\n", p.ID, p.Budget, p.Spent, stamp(p.End))
+			return err
+		})
 }
 
 func printPlanVMs(w io.Writer, p wire.Plan) error {
@@ -287,19 +290,12 @@ func cancelCommand() *ucli.Command {
 			if c.String("plan") == "" {
 				return badInput("--plan is required (see `mrmarket plans`)")
 			}
-			nc, err := connect(c)
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			p, err := brokerClient(c, nc).Cancel(c.Context, &wire.CancelRequest{Plan: c.String("plan"), User: user})
-			if err != nil {
-				return err
-			}
-			return output(c, p, func(w io.Writer) error {
-				_, err := fmt.Fprintf(w, "plan %s %s; %s released to %s\n", p.ID, p.Status, p.Released, p.User)
-				return err
-			})
+			req := &wire.CancelRequest{Plan: c.String("plan"), User: user}
+			return call(c, func(ctx context.Context, cl clients) (wire.Plan, error) { return cl.broker.Cancel(ctx, req) },
+				func(w io.Writer, p wire.Plan) error {
+					_, err := fmt.Fprintf(w, "plan %s %s; %s released to %s\n", p.ID, p.Status, p.Released, p.User)
+					return err
+				})
 		},
 	}
 }
@@ -311,23 +307,16 @@ func plansCommand() *ucli.Command {
 		UsageText: "mrmarket plans [--user alice]",
 		Flags:     []ucli.Flag{flagNATS(), flagCreds(), flagJSON(), flagUser()},
 		Action: func(c *ucli.Context) error {
-			nc, err := connect(c)
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			rep, err := brokerClient(c, nc).Plans(c.Context, &wire.PlansRequest{User: c.String("user")})
-			if err != nil {
-				return err
-			}
-			return output(c, rep, func(w io.Writer) error {
-				t := newTable(w, "PLAN", "USER", "STATUS", "STRATEGY", "BUDGET", "SETTLED", "DURATION", "VMS", "ENDS", "RELEASED")
-				for _, p := range rep.Plans {
-					t.row(p.ID, p.User, p.Status, p.Strategy, p.Budget.String(), p.Spent.String(), p.Duration.D().String(),
-						fmt.Sprint(len(p.VMs)), stamp(p.End), p.Released.String())
-				}
-				return t.flush()
-			})
+			req := &wire.PlansRequest{User: c.String("user")}
+			return call(c, func(ctx context.Context, cl clients) (wire.PlansReply, error) { return cl.broker.Plans(ctx, req) },
+				func(w io.Writer, rep wire.PlansReply) error {
+					t := newTable(w, "PLAN", "USER", "STATUS", "STRATEGY", "BUDGET", "SETTLED", "DURATION", "VMS", "ENDS", "RELEASED")
+					for _, p := range rep.Plans {
+						t.row(p.ID, p.User, p.Status, p.Strategy, p.Budget.String(), p.Spent.String(), p.Duration.D().String(),
+							fmt.Sprint(len(p.VMs)), stamp(p.End), p.Released.String())
+					}
+					return t.flush()
+				})
 		},
 	}
 }
@@ -350,22 +339,15 @@ func priceCommand() *ucli.Command {
 			if c.String("what-if") != "" {
 				return whatIf(c)
 			}
-			nc, err := connect(c)
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			rep, err := brokerClient(c, nc).Price(c.Context, &wire.PriceRequest{Host: c.String("host")})
-			if err != nil {
-				return err
-			}
-			return output(c, rep, func(w io.Writer) error {
-				t := newTable(w, "HOST", "PRICE", "VMS", "FUNDED", "UPDATED")
-				for _, h := range rep.Hosts {
-					t.row(h.Host, perHour(h.Price), fmt.Sprint(h.VMs), fmt.Sprint(h.Funded), stamp(h.Updated))
-				}
-				return t.flush()
-			})
+			req := &wire.PriceRequest{Host: c.String("host")}
+			return call(c, func(ctx context.Context, cl clients) (wire.PriceReply, error) { return cl.broker.Price(ctx, req) },
+				func(w io.Writer, rep wire.PriceReply) error {
+					t := newTable(w, "HOST", "PRICE", "VMS", "FUNDED", "UPDATED")
+					for _, h := range rep.Hosts {
+						t.row(h.Host, perHour(h.Price), fmt.Sprint(h.VMs), fmt.Sprint(h.Funded), stamp(h.Updated))
+					}
+					return t.flush()
+				})
 		},
 	}
 }
@@ -378,20 +360,12 @@ func whatIf(c *ucli.Context) error {
 	if err := req.Validate(); err != nil {
 		return usageError{err}
 	}
-	nc, err := connect(c)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	rep, err := brokerClient(c, nc).Predict(c.Context, req)
-	if err != nil {
-		return err
-	}
-	return output(c, rep, func(w io.Writer) error {
-		_, err := fmt.Fprintf(w, "%s (price %s ± %s over %d observations): spending %s buys a share of %.3f with probability %.3f\n",
-			rep.Host, perHour(rep.MeanPrice), perHour(rep.StdDevPrice), rep.Observations, perHour(rep.Spending), rep.Performance, rep.Guarantee)
-		return err
-	})
+	return call(c, func(ctx context.Context, cl clients) (wire.PredictReply, error) { return cl.broker.Predict(ctx, req) },
+		func(w io.Writer, rep wire.PredictReply) error {
+			_, err := fmt.Fprintf(w, "%s (price %s ± %s over %d observations): spending %s buys a share of %.3f with probability %.3f\n",
+				rep.Host, perHour(rep.MeanPrice), perHour(rep.StdDevPrice), rep.Observations, perHour(rep.Spending), rep.Performance, rep.Guarantee)
+			return err
+		})
 }
 
 func vmsCommand() *ucli.Command {
@@ -404,32 +378,26 @@ func vmsCommand() *ucli.Command {
 			&ucli.StringFlag{Name: "host", Usage: "only this host's VMs"},
 		},
 		Action: func(c *ucli.Context) error {
-			nc, err := connect(c)
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			rep, err := brokerClient(c, nc).VMs(c.Context, &wire.VMsRequest{Owner: c.String("owner"), Host: c.String("host")})
-			if err != nil {
-				return err
-			}
-			return output(c, rep, func(w io.Writer) error {
-				t := newTable(w, "HOST", "VM", "OWNER", "PLAN", "RATE", "SHARE", "UTIL", "CHARGED", "ENDS")
-				for _, v := range rep.VMs {
-					plan := v.Plan
-					if plan == "" {
-						plan = "-"
-					}
-					util := pct(v.Util)
-					if v.Idle {
-						util += " idle"
-					}
-					t.row(v.Host, v.VM, v.Owner, plan, perHour(v.Rate), pct(v.Share), util, v.Charged.String(), stamp(v.Ends))
-				}
-				return t.flush()
-			})
+			req := &wire.VMsRequest{Owner: c.String("owner"), Host: c.String("host")}
+			return call(c, func(ctx context.Context, cl clients) (wire.VMsReply, error) { return cl.broker.VMs(ctx, req) }, printVMs)
 		},
 	}
+}
+
+func printVMs(w io.Writer, rep wire.VMsReply) error {
+	t := newTable(w, "HOST", "VM", "OWNER", "PLAN", "RATE", "SHARE", "UTIL", "CHARGED", "ENDS")
+	for _, v := range rep.VMs {
+		plan := v.Plan
+		if plan == "" {
+			plan = "-"
+		}
+		util := pct(v.Util)
+		if v.Idle {
+			util += " idle"
+		}
+		t.row(v.Host, v.VM, v.Owner, plan, perHour(v.Rate), pct(v.Share), util, v.Charged.String(), stamp(v.Ends))
+	}
+	return t.flush()
 }
 
 func ledgerCommand() *ucli.Command {
@@ -439,25 +407,13 @@ func ledgerCommand() *ucli.Command {
 		UsageText: "mrmarket ledger",
 		Flags:     []ucli.Flag{flagNATS(), flagCreds(), flagJSON()},
 		Action: func(c *ucli.Context) error {
-			nc, err := connect(c)
-			if err != nil {
-				return err
+			var rep wire.LedgerReply // kept to judge the invariant after printing it
+			ledger := func(ctx context.Context, cl clients) (wire.LedgerReply, error) {
+				var err error
+				rep, err = cl.bank.Ledger(ctx)
+				return rep, err
 			}
-			defer nc.Close()
-			rep, err := bankClient(c, nc).Ledger(c.Context)
-			if err != nil {
-				return err
-			}
-			if err := output(c, rep, func(w io.Writer) error {
-				t := newTable(w, "ACCOUNT", "KIND", "BALANCE")
-				for _, a := range rep.Accounts {
-					t.row(a.ID, a.Kind, a.Balance.String())
-				}
-				if err := t.flush(); err != nil {
-					return err
-				}
-				return printInvariant(w, rep)
-			}); err != nil {
+			if err := call(c, ledger, printLedger); err != nil {
 				return err
 			}
 			if len(rep.Violations) > 0 {
@@ -466,6 +422,17 @@ func ledgerCommand() *ucli.Command {
 			return nil
 		},
 	}
+}
+
+func printLedger(w io.Writer, rep wire.LedgerReply) error {
+	t := newTable(w, "ACCOUNT", "KIND", "BALANCE")
+	for _, a := range rep.Accounts {
+		t.row(a.ID, a.Kind, a.Balance.String())
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	return printInvariant(w, rep)
 }
 
 func printInvariant(w io.Writer, rep wire.LedgerReply) error {

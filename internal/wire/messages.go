@@ -677,53 +677,18 @@ func (r *SpendRequest) Validate() error {
 	if len(r.VMs) > 0 && len(r.Workflows) > 0 {
 		return Errorf(ErrBadRequest, "a plan names VMs or workflows, not both")
 	}
-	for _, w := range r.Workflows {
-		if err := checkWeight("workflow "+w.Name, w.Weight); err != nil {
-			return err
-		}
-		if len(w.Stages) == 0 {
-			return Errorf(ErrBadRequest, "workflow %q has no stages", w.Name)
-		}
-		for _, st := range w.Stages {
-			if err := checkWeight("stage "+st.Name, st.Weight); err != nil {
-				return err
-			}
-			if len(st.VMs) == 0 {
-				return Errorf(ErrBadRequest, "stage %q of workflow %q has no VMs", st.Name, w.Name)
-			}
-		}
+	if err := checkWorkflows(r.Workflows); err != nil {
+		return err
 	}
 	vms := r.AllVMs()
 	if len(vms) == 0 || len(vms) > MaxPlanVMs {
 		return Errorf(ErrBadRequest, "a plan needs 1 to %d VMs, got %d", MaxPlanVMs, len(vms))
 	}
-	// A VM belongs to one workflow, but the stages of a workflow run one
-	// after the other and may use the same VMs.
-	owner := map[string]int{}
-	for w, wf := range r.Workflows {
-		for _, st := range wf.Stages {
-			inStage := map[string]bool{}
-			for _, vm := range st.VMs {
-				if inStage[vm] {
-					return Errorf(ErrBadRequest, "vm %q listed twice in stage %q", vm, st.Name)
-				}
-				inStage[vm] = true
-				if o, ok := owner[vm]; ok && o != w {
-					return Errorf(ErrBadRequest, "vm %q is in two workflows", vm)
-				}
-				owner[vm] = w
-			}
-		}
+	if err := checkWorkflowVMs(r.Workflows); err != nil {
+		return err
 	}
-	seen := map[string]bool{}
-	for _, vm := range vms {
-		if err := CheckName("vm", vm); err != nil {
-			return err
-		}
-		if seen[vm] && len(r.Workflows) == 0 {
-			return Errorf(ErrBadRequest, "vm %q listed twice", vm)
-		}
-		seen[vm] = true
+	if err := checkPlanVMs(vms, len(r.Workflows) == 0); err != nil {
+		return err
 	}
 	if r.Budget < money.Micro(len(vms)) {
 		return Errorf(ErrBadRequest, "budget %s cannot fund %d VMs (at least 0.000001 each)", r.Budget, len(vms))
@@ -739,6 +704,70 @@ func (r *SpendRequest) Validate() error {
 			return err
 		}
 	}
+	return r.checkStrategy()
+}
+
+// checkWorkflows checks the weights and that no workflow or stage is empty.
+func checkWorkflows(workflows []WorkflowSpec) error {
+	for _, w := range workflows {
+		if err := checkWeight("workflow "+w.Name, w.Weight); err != nil {
+			return err
+		}
+		if len(w.Stages) == 0 {
+			return Errorf(ErrBadRequest, "workflow %q has no stages", w.Name)
+		}
+		for _, st := range w.Stages {
+			if err := checkWeight("stage "+st.Name, st.Weight); err != nil {
+				return err
+			}
+			if len(st.VMs) == 0 {
+				return Errorf(ErrBadRequest, "stage %q of workflow %q has no VMs", st.Name, w.Name)
+			}
+		}
+	}
+	return nil
+}
+
+// checkWorkflowVMs: a VM belongs to one workflow, but the stages of a
+// workflow run one after the other and may use the same VMs.
+func checkWorkflowVMs(workflows []WorkflowSpec) error {
+	owner := map[string]int{}
+	for w, wf := range workflows {
+		for _, st := range wf.Stages {
+			inStage := map[string]bool{}
+			for _, vm := range st.VMs {
+				if inStage[vm] {
+					return Errorf(ErrBadRequest, "vm %q listed twice in stage %q", vm, st.Name)
+				}
+				inStage[vm] = true
+				if o, ok := owner[vm]; ok && o != w {
+					return Errorf(ErrBadRequest, "vm %q is in two workflows", vm)
+				}
+				owner[vm] = w
+			}
+		}
+	}
+	return nil
+}
+
+// checkPlanVMs checks the VMs' names and, for a plan of plain VMs
+// (unique), that none is listed twice.
+func checkPlanVMs(vms []string, unique bool) error {
+	seen := map[string]bool{}
+	for _, vm := range vms {
+		if err := CheckName("vm", vm); err != nil {
+			return err
+		}
+		if seen[vm] && unique {
+			return Errorf(ErrBadRequest, "vm %q listed twice", vm)
+		}
+		seen[vm] = true
+	}
+	return nil
+}
+
+// checkStrategy checks that the strategy is known and has what it needs.
+func (r *SpendRequest) checkStrategy() error {
 	switch r.Strategy {
 	case StrategyFair, StrategyBottleneck, StrategyBestResp, StrategyDeadline:
 	case StrategyWorkflow, StrategyStage, StrategyStageBottleneck:
