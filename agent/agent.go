@@ -162,7 +162,8 @@ func New(cfg Config) (*Agent, error) {
 	a.lastTick = now
 	a.lastUse, _ = cfg.Enforcer.Usage(ctx)
 	if err := a.enforce(ctx, false); err != nil {
-		a.cfg.Metrics.Error("agent", "apply") // the first tick's reconcile retries
+		a.cfg.Metrics.Error("agent", "apply")
+		a.cfg.Logger.Warn("agent: applying the initial shares failed; the first tick retries", "host", cfg.Host, "err", err)
 	}
 	a.mu.Lock()
 	a.snapshot(now)
