@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
+	"log/slog"
 	"sort"
 	"sync"
 	"time"
@@ -32,8 +32,13 @@ type Config struct {
 	Publisher Publisher
 	// Metrics, when set, exports price, shares, captures and errors.
 	Metrics *obs.Metrics
-	// Now is the clock; nil means the wall clock.
+	// Now is the agent's one clock: bids start, captures are numbered and
+	// Run ticks on it; nil means the wall clock.
 	Now func() time.Time
+	// Logger receives the failures no caller sees: Run's failed ticks and
+	// the bank, state-file and enforcer failures SetBids only counts. nil
+	// means slog.Default(), so a failure is never silent.
+	Logger *slog.Logger
 	// Capacity is the host's CPUs, to turn CPU time into utilisation; default 1.
 	Capacity float64
 	// IdleBelow and IdleTicks: a VM whose utilisation stays below IdleBelow
@@ -78,9 +83,27 @@ func (b *bid) charged(now time.Time) money.Micro {
 func (b *bid) key() legKey { return legKey{b.Hold, b.VM} }
 
 // Agent is one host's market agent. Its methods are safe for concurrent use.
+//
+// mu guards the book and is never held across I/O; the other mutexes order
+// I/O (see the package doc, "Locks and I/O").
 type Agent struct {
 	cfg Config
 
+	// tickMu runs ticks one at a time; SetBids never takes it. lastTick and
+	// lastUse, the previous tick's measurement, are the ticks' own.
+	tickMu   sync.Mutex
+	lastTick time.Time
+	lastUse  map[string]time.Duration
+
+	// enforceMu serializes the Enforcer's share I/O; applied is the last
+	// set Apply accepted.
+	enforceMu sync.Mutex
+	applied   map[string]float64
+
+	// saveMu serializes state-file writes.
+	saveMu sync.Mutex
+
+	// mu guards the book, everything below.
 	mu       sync.Mutex
 	vms      map[string]VM
 	bids     map[string]*bid // by VM
@@ -88,9 +111,7 @@ type Agent struct {
 	captured map[legKey]money.Micro
 	round    int64
 	ticks    int64
-	desired  map[string]float64
-	lastTick time.Time
-	lastUse  map[string]time.Duration
+	desired  map[string]float64 // the shares the book calls for; replaced, never changed in place
 	util     map[string]float64
 	quiet    map[string]int // consecutive ticks below IdleBelow
 	state    wire.HostState
@@ -107,6 +128,9 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
 	if cfg.Capacity <= 0 {
 		cfg.Capacity = 1
 	}
@@ -122,15 +146,24 @@ func New(cfg Config) (*Agent, error) {
 	if err := a.load(); err != nil {
 		return nil, err
 	}
-	if err := a.refreshVMs(ctx, cfg.Now()); err != nil {
+	list, err := a.listVMs(ctx)
+	if err != nil {
 		return nil, err
 	}
-	a.lastTick = cfg.Now()
-	a.lastUse, _ = cfg.Enforcer.Usage(ctx)
+	now := cfg.Now()
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.enforce(ctx, a.lastTick)
-	a.snapshot(a.lastTick)
+	a.setVMs(list, now)
+	a.desired = Shares(a.vmIDs(), a.rates(now))
+	a.mu.Unlock()
+	a.lastTick = now
+	a.lastUse, _ = cfg.Enforcer.Usage(ctx)
+	if err := a.enforce(ctx, false); err != nil {
+		a.cfg.Metrics.Error("agent", "apply")
+		a.cfg.Logger.Warn("agent: applying the initial shares failed; the first tick retries", "host", cfg.Host, "err", err)
+	}
+	a.mu.Lock()
+	a.snapshot(now)
+	a.mu.Unlock()
 	return a, nil
 }
 
@@ -140,12 +173,18 @@ func (a *Agent) Host() string { return a.cfg.Host }
 // Now is the agent's clock.
 func (a *Agent) Now() time.Time { return a.cfg.Now() }
 
-// refreshVMs reloads the VM list; bids on VMs that are gone are settled and dropped.
-func (a *Agent) refreshVMs(ctx context.Context, now time.Time) error {
+// listVMs asks the Enforcer for the host's VMs (I/O: without mu).
+func (a *Agent) listVMs(ctx context.Context) ([]VM, error) {
 	list, err := a.cfg.Enforcer.VMs(ctx)
 	if err != nil {
-		return fmt.Errorf("agent %s: listing VMs: %w", a.cfg.Host, err)
+		return nil, fmt.Errorf("agent %s: listing VMs: %w", a.cfg.Host, err)
 	}
+	return list, nil
+}
+
+// setVMs takes in the VM list under mu; bids on VMs that are gone are
+// settled and dropped.
+func (a *Agent) setVMs(list []VM, now time.Time) {
 	vms := make(map[string]VM, len(list))
 	for _, vm := range list {
 		vms[vm.ID] = vm
@@ -157,7 +196,6 @@ func (a *Agent) refreshVMs(ctx context.Context, now time.Time) error {
 			delete(a.bids, id)
 		}
 	}
-	return nil
 }
 
 // settle charges b up to now into its key's total, to be captured.
@@ -168,28 +206,72 @@ func (a *Agent) settle(b *bid, now time.Time) {
 
 // SetBids applies a bid change: all of it or, if any part is invalid, none.
 // Replaced and cancelled bids are settled and captured at once; the new
-// shares are enforced before it returns.
+// shares are enforced before it returns. The book changes under mu; the
+// capture, the state file and the Enforcer are written without it, so a
+// tick waiting on a slow bank does not hold a bid change up.
 func (a *Agent) SetBids(ctx context.Context, req *wire.BidRequest) (wire.HostState, error) {
 	if err := req.Validate(); err != nil {
 		return wire.HostState{}, err
 	}
 	a.mu.Lock()
-	defer a.mu.Unlock()
+	if err := a.checkBids(req); err != nil {
+		a.mu.Unlock()
+		return wire.HostState{}, err
+	}
+	now := a.cfg.Now()
+	a.changeBids(req, now)
+	batch := a.captureBatch(now)
+	a.mu.Unlock()
+	// Settled charges go to the bank now, so a plan's hold can be released
+	// right after; if the bank is away, later rounds retry them.
+	if err := a.capture(ctx, batch); err != nil {
+		a.failed("capture", err)
+	}
+	a.mu.Lock()
+	a.desired = Shares(a.vmIDs(), a.rates(now))
+	st := a.snapshot(now)
+	a.mu.Unlock()
+	if err := a.save(); err != nil {
+		// Without the file a restart forgets this change: it can only
+		// under-charge, never charge twice, but it must be seen.
+		a.failed("save_state", err)
+	}
+	if err := a.enforce(ctx, false); err != nil {
+		a.failed("apply", err) // the next tick's reconcile retries
+	}
+	return st, nil
+}
+
+// failed counts and logs a failure SetBids does not return: the change is
+// in the book, and the next tick retries what failed.
+func (a *Agent) failed(kind string, err error) {
+	a.cfg.Metrics.Error("agent", kind)
+	a.cfg.Logger.Warn("agent: bid change: "+kind+" failed; the next tick retries", "host", a.cfg.Host, "err", err)
+}
+
+// checkBids checks, under mu, that every VM req names is here and owned by
+// the bid's owner.
+func (a *Agent) checkBids(req *wire.BidRequest) error {
 	for _, b := range req.Set {
 		vm, ok := a.vms[b.VM]
 		if !ok {
-			return wire.HostState{}, fmt.Errorf("%w: %q on %s", ErrUnknownVM, b.VM, a.cfg.Host)
+			return fmt.Errorf("%w: %q on %s", ErrUnknownVM, b.VM, a.cfg.Host)
 		}
 		if vm.Owner != b.Owner {
-			return wire.HostState{}, fmt.Errorf("%w: %q is not %s's", ErrNotOwner, b.VM, b.Owner)
+			return fmt.Errorf("%w: %q is not %s's", ErrNotOwner, b.VM, b.Owner)
 		}
 	}
 	for _, id := range req.Cancel {
 		if _, ok := a.vms[id]; !ok {
-			return wire.HostState{}, fmt.Errorf("%w: %q on %s", ErrUnknownVM, id, a.cfg.Host)
+			return fmt.Errorf("%w: %q on %s", ErrUnknownVM, id, a.cfg.Host)
 		}
 	}
-	now := a.cfg.Now()
+	return nil
+}
+
+// changeBids applies a checked req to the book under mu, settling the bids
+// it cancels or replaces at now.
+func (a *Agent) changeBids(req *wire.BidRequest, now time.Time) {
 	for _, id := range req.Cancel {
 		if b := a.bids[id]; b != nil && b.Plan == req.Plan {
 			a.settle(b, now)
@@ -204,67 +286,81 @@ func (a *Agent) SetBids(ctx context.Context, req *wire.BidRequest) (wire.HostSta
 		b.base = a.total[b.key()]
 		a.bids[nb.VM] = b
 	}
-	// Settled charges go to the bank now, so a plan's hold can be released
-	// right after; if the bank is away, later rounds retry them.
-	if err := a.capture(ctx, now); err != nil {
-		a.cfg.Metrics.Error("agent", "capture")
-	}
-	if err := a.save(); err != nil {
-		// Without the file a restart forgets this change: it can only
-		// under-charge, never charge twice, but it must be seen.
-		a.cfg.Metrics.Error("agent", "save_state")
-	}
-	a.enforce(ctx, now)
-	return a.snapshot(now), nil
 }
 
-// Tick runs one round at now: charge every bid and capture in one batch,
-// drop finished bids, reconcile the enforced shares, measure utilisation and
-// publish the host's state. Errors of the bank or the publisher are
-// returned after the round completed; the next round retries.
+// Tick runs one round at now, in phases (raft's Ready): list the VMs; under
+// mu take them in, charge every bid and build one capture batch; send it;
+// under mu take the bank's answer in, drop finished bids and derive the
+// shares; then write the state file, reconcile the enforced shares, measure
+// utilisation and publish the host's state. Errors of any phase are
+// counted and returned after the round completed; the next round retries.
 func (a *Agent) Tick(ctx context.Context, now time.Time) (wire.HostState, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.tickMu.Lock()
+	defer a.tickMu.Unlock()
 	var errs []error
-	a.ticks++
-	if err := a.refreshVMs(ctx, now); err != nil {
-		a.cfg.Metrics.Error("agent", "vms")
+	fail := func(kind string, err error) {
+		a.cfg.Metrics.Error("agent", kind)
 		errs = append(errs, err)
+	}
+	list, vmErr := a.listVMs(ctx)
+	if vmErr != nil {
+		fail("vms", vmErr)
+	}
+	a.mu.Lock()
+	a.ticks++
+	if vmErr == nil {
+		a.setVMs(list, now)
 	}
 	for _, b := range a.bids {
 		a.settle(b, now)
 	}
-	if err := a.capture(ctx, now); err != nil {
-		a.cfg.Metrics.Error("agent", "capture")
-		errs = append(errs, err)
+	batch := a.captureBatch(now)
+	a.mu.Unlock()
+	if err := a.capture(ctx, batch); err != nil {
+		fail("capture", err)
 	}
-	for id, b := range a.bids {
-		if !now.Before(b.end()) && a.captured[b.key()] >= a.total[b.key()] {
-			delete(a.bids, id) // ran its course and is paid for
-		}
-	}
+	a.mu.Lock()
+	a.dropFinished(now)
+	a.desired = Shares(a.vmIDs(), a.rates(now))
+	a.mu.Unlock()
 	if err := a.save(); err != nil {
-		a.cfg.Metrics.Error("agent", "save_state")
-		errs = append(errs, err)
+		fail("save_state", err)
 	}
-	a.reconcile(ctx, now)
-	a.measure(ctx, now)
+	if err := a.enforce(ctx, true); err != nil {
+		fail("apply", err)
+	}
+	if err := a.measure(ctx, now); err != nil {
+		fail("usage", err)
+	}
 	if m := a.cfg.Metrics; m != nil {
 		m.Ticks.WithLabelValues(a.cfg.Host).Inc()
 	}
+	a.mu.Lock()
 	st := a.snapshot(now)
+	a.mu.Unlock()
 	if a.cfg.Publisher != nil {
 		if err := a.cfg.Publisher.Publish(ctx, st); err != nil {
-			a.cfg.Metrics.Error("agent", "publish")
-			errs = append(errs, fmt.Errorf("agent %s: publishing state: %w", a.cfg.Host, err))
+			fail("publish", fmt.Errorf("agent %s: publishing state: %w", a.cfg.Host, err))
 		}
 	}
 	return st, errors.Join(errs...)
 }
 
-// capture sends one batch with a leg for every (hold, vm) charged beyond
-// what the bank confirmed, and takes in the bank's answer.
-func (a *Agent) capture(ctx context.Context, now time.Time) error {
+// dropFinished drops, under mu, the bids that ran their course and are
+// paid for.
+func (a *Agent) dropFinished(now time.Time) {
+	for id, b := range a.bids {
+		if !now.Before(b.end()) && a.captured[b.key()] >= a.total[b.key()] {
+			delete(a.bids, id)
+		}
+	}
+}
+
+// captureBatch builds, under mu, one batch with a leg for every (hold, vm)
+// charged beyond what the bank confirmed, under a new round number; nil
+// when nothing is owed. Legs carry cumulative totals, so batches that
+// overlap in flight are safe: the bank moves only what a total adds.
+func (a *Agent) captureBatch(now time.Time) *wire.CaptureBatch {
 	var keys []legKey
 	for k, t := range a.total {
 		if t > a.captured[k] {
@@ -280,7 +376,7 @@ func (a *Agent) capture(ctx context.Context, now time.Time) error {
 		}
 		return keys[i].vm < keys[j].vm
 	})
-	a.round = max(a.round+1, now.UnixMilli())
+	a.round = max(a.round+1, now.UnixMilli()) // under mu: every batch its own round
 	batch := &wire.CaptureBatch{Host: a.cfg.Host, Tick: a.round, Legs: make([]wire.CaptureLeg, len(keys))}
 	for i, k := range keys {
 		batch.Legs[i] = wire.CaptureLeg{
@@ -288,16 +384,39 @@ func (a *Agent) capture(ctx context.Context, now time.Time) error {
 			Hold: k.hold, VM: k.vm, Cumulative: a.total[k],
 		}
 	}
+	return batch
+}
+
+// capture sends batch (nil: nothing to send) to the bank without mu and
+// takes the answer in under it.
+func (a *Agent) capture(ctx context.Context, batch *wire.CaptureBatch) error {
+	if batch == nil {
+		return nil
+	}
 	rep, err := a.cfg.Capturer.Capture(ctx, batch)
 	if err != nil {
 		return fmt.Errorf("agent %s: capture: %w", a.cfg.Host, err)
 	}
-	if len(rep.Legs) != len(keys) {
-		return fmt.Errorf("agent %s: capture reply has %d legs for %d sent", a.cfg.Host, len(rep.Legs), len(keys))
+	if len(rep.Legs) != len(batch.Legs) {
+		return fmt.Errorf("agent %s: capture reply has %d legs for %d sent", a.cfg.Host, len(rep.Legs), len(batch.Legs))
 	}
+	a.mu.Lock()
+	a.takeCaptured(batch, rep)
+	a.mu.Unlock()
+	if m := a.cfg.Metrics; m != nil {
+		m.Captures.WithLabelValues(a.cfg.Host).Inc()
+		m.CapturedMicro.WithLabelValues(a.cfg.Host).Add(float64(rep.Applied))
+	}
+	return nil
+}
+
+// takeCaptured applies the bank's answer to batch under mu: the captured
+// totals rise, and a hold the bank reports exhausted or refuses drops its
+// bids (they get the floor) and its totals.
+func (a *Agent) takeCaptured(batch *wire.CaptureBatch, rep wire.CaptureReply) {
 	dead := map[string]bool{}
 	for i, res := range rep.Legs {
-		k := keys[i]
+		k := legKey{batch.Legs[i].Hold, batch.Legs[i].VM}
 		if res.Error != nil {
 			// Unknown, closed or expired hold, or a leg id clash: nothing
 			// more can be charged to this hold from here.
@@ -305,30 +424,29 @@ func (a *Agent) capture(ctx context.Context, now time.Time) error {
 			dead[k.hold] = true
 			continue
 		}
-		a.captured[k] = max(a.captured[k], res.Captured)
+		// A batch overlapping one that found the hold dead finds its total
+		// gone: nothing is owed there any more.
+		if _, ok := a.total[k]; ok {
+			a.captured[k] = max(a.captured[k], res.Captured)
+		}
 		if res.Exhausted {
 			dead[k.hold] = true
 		}
 	}
-	if m := a.cfg.Metrics; m != nil {
-		m.Captures.WithLabelValues(a.cfg.Host).Inc()
-		m.CapturedMicro.WithLabelValues(a.cfg.Host).Add(float64(rep.Applied))
+	if len(dead) == 0 {
+		return
 	}
-	if len(dead) > 0 {
-		for id, b := range a.bids {
-			if dead[b.Hold] {
-				delete(a.bids, id)
-			}
+	for id, b := range a.bids {
+		if dead[b.Hold] {
+			delete(a.bids, id)
 		}
-		for k := range a.total {
-			if dead[k.hold] {
-				delete(a.total, k)
-				delete(a.captured, k)
-			}
-		}
-		a.enforce(ctx, now)
 	}
-	return nil
+	for k := range a.total {
+		if dead[k.hold] {
+			delete(a.total, k)
+			delete(a.captured, k)
+		}
+	}
 }
 
 // rates are the funded rates at now, micro-credits per second.
@@ -351,48 +469,15 @@ func (a *Agent) vmIDs() []string {
 	return ids
 }
 
-// enforce computes the shares from the book and applies them.
-func (a *Agent) enforce(ctx context.Context, now time.Time) {
-	a.desired = Shares(a.vmIDs(), a.rates(now))
-	if err := a.cfg.Enforcer.Apply(ctx, a.desired); err != nil {
-		a.cfg.Metrics.Error("agent", "apply")
-	}
-}
-
-// reconcile re-derives the shares (bids may have ended) and re-applies them
-// if what is in force differs from them.
-func (a *Agent) reconcile(ctx context.Context, now time.Time) {
-	want := Shares(a.vmIDs(), a.rates(now))
-	got, err := a.cfg.Enforcer.Applied(ctx)
-	if err == nil && sameShares(want, got) && sameShares(want, a.desired) {
-		return
-	}
-	if err == nil && sameShares(want, a.desired) {
-		a.cfg.Metrics.Error("agent", "drift") // changed behind our back
-	}
-	a.enforce(ctx, now)
-}
-
-func sameShares(a, b map[string]float64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for vm, q := range a {
-		p, ok := b[vm]
-		if !ok || math.Abs(p-q) > 1e-9 {
-			return false
-		}
-	}
-	return true
-}
-
-// measure turns the CPU time used since the last tick into utilisation.
-func (a *Agent) measure(ctx context.Context, now time.Time) {
+// measure turns the CPU time used since the last tick into utilisation;
+// the Enforcer is read without mu.
+func (a *Agent) measure(ctx context.Context, now time.Time) error {
 	use, err := a.cfg.Enforcer.Usage(ctx)
 	if err != nil {
-		a.cfg.Metrics.Error("agent", "usage")
-		return
+		return fmt.Errorf("agent %s: reading CPU usage: %w", a.cfg.Host, err)
 	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	if dt := now.Sub(a.lastTick).Seconds(); dt > 0 {
 		for vm, u := range use {
 			a.util[vm] = (u - a.lastUse[vm]).Seconds() / (dt * a.cfg.Capacity)
@@ -404,9 +489,11 @@ func (a *Agent) measure(ctx context.Context, now time.Time) {
 		}
 	}
 	a.lastTick, a.lastUse = now, use
+	return nil
 }
 
-// snapshot builds the host's state at now from the book and records it.
+// snapshot builds the host's state at now from the book and records it;
+// under mu.
 func (a *Agent) snapshot(now time.Time) wire.HostState {
 	rates := a.rates(now)
 	st := wire.HostState{Versioned: wire.Versioned{V: wire.Version}, Host: a.cfg.Host, Time: now, Tick: a.ticks,

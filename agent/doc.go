@@ -25,7 +25,8 @@
 // the bids it funds: they get the floor.
 //
 // Capture rounds are numbered by max(previous+1, Unix milliseconds of the
-// tick), so leg ids stay unique across agent restarts.
+// tick), under the state lock, so every batch has its own round and leg ids
+// stay unique across agent restarts.
 //
 // # Enforcement
 //
@@ -42,6 +43,35 @@
 // mrm.v1.host.<id>.state and in the MRM_HOSTS bucket.
 //
 // Package agent/virt is the libvirt Enforcer for real hosts (mrmarket agent).
+//
+// # Locks and I/O
+//
+// The state lock (Agent.mu) covers the book only: VMs, bids, capture totals,
+// desired shares, utilisation, the last host state. No I/O happens under it,
+// so a slow bank (a capture may take seconds), libvirt or disk never holds
+// up a bid change or a state request. A tick runs in phases, as raft's
+// Ready does: list the VMs (I/O); under the lock take them in, charge every
+// bid and build the capture batch; send the batch (I/O); under the lock
+// take the bank's answer in (captured totals; exhausted or refused holds
+// drop their bids), drop finished bids and derive the desired shares; then
+// write the state file, reconcile the shares, read the CPU usage (and take
+// it in under the lock) and publish (I/O). SetBids changes the book under
+// the lock and captures, saves and enforces without it.
+//
+// Overlapping I/O stays correct: capture legs carry cumulative totals, so
+// batches in flight together move each micro-credit once, whatever order
+// the bank sees them in, and answers only ever raise what is known
+// captured. Each kind of write has its own mutex, and its holder reads what
+// to write under the state lock only once it holds it: the Enforcer's
+// shares (enforceMu) and the state file (saveMu) are always overwritten by
+// a newer set, never a stale one. Ticks run one at a time (tickMu), so the
+// utilisation measured compares consecutive ticks; SetBids never waits on
+// a tick.
+//
+// The agent has one clock, Config.Now: bids start, captures are numbered
+// and Run ticks on it (its wall ticker only paces). Run logs every failed
+// tick on Config.Logger (slog.Default() when nil) with the host, and
+// counts it; Tick has counted each failed phase by kind already.
 //
 // # Who may bid
 //

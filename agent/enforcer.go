@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"fmt"
+	"math"
 	"time"
 
 	"github.com/mrmarket/mrmarket/internal/wire"
@@ -34,4 +36,45 @@ type Capturer interface {
 // Publisher publishes the host's state each tick.
 type Publisher interface {
 	Publish(ctx context.Context, st wire.HostState) error
+}
+
+// enforce applies the shares the book calls for. It reads them under mu
+// only once it holds enforceMu, so whichever call applies last applies the
+// newest set: a stale set never overwrites a newer one. With reconcile (the
+// tick's level-triggered pass) it first reads back what is in force and
+// applies only on a difference; a difference while the set is the one last
+// applied is drift, changed behind the agent's back, and counted.
+func (a *Agent) enforce(ctx context.Context, reconcile bool) error {
+	a.enforceMu.Lock()
+	defer a.enforceMu.Unlock()
+	a.mu.Lock()
+	want := a.desired
+	a.mu.Unlock()
+	if reconcile && sameShares(want, a.applied) {
+		got, err := a.cfg.Enforcer.Applied(ctx)
+		if err == nil && sameShares(want, got) {
+			return nil
+		}
+		if err == nil {
+			a.cfg.Metrics.Error("agent", "drift")
+		}
+	}
+	if err := a.cfg.Enforcer.Apply(ctx, want); err != nil {
+		return fmt.Errorf("agent %s: applying shares: %w", a.cfg.Host, err)
+	}
+	a.applied = want
+	return nil
+}
+
+func sameShares(a, b map[string]float64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for vm, q := range a {
+		p, ok := b[vm]
+		if !ok || math.Abs(p-q) > 1e-9 {
+			return false
+		}
+	}
+	return true
 }

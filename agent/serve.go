@@ -58,21 +58,6 @@ func Serve(nc *nats.Conn, a *Agent) (stop func(), err error) {
 	return func() { _ = svc.Stop() }, nil
 }
 
-// Run ticks a on its clock every period until ctx ends. Errors are counted
-// in the metrics; the next tick retries.
-func Run(ctx context.Context, a *Agent, period time.Duration) {
-	t := time.NewTicker(period)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			_, _ = a.Tick(ctx, a.Now()) // counted in the metrics by Tick
-		}
-	}
-}
-
 // NATSPublisher publishes a host's state on its subject and keeps the last
 // one in the MRM_HOSTS bucket (KV may be nil), so a broker that starts later
 // catches up.

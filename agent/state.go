@@ -45,11 +45,30 @@ type savedTotal struct {
 	Captured money.Micro `json:"captured"`
 }
 
-// save writes the state file; a no-op without one.
+// save writes the state file; a no-op without one. It reads the book
+// under mu only once it holds saveMu, so writes land in the order their
+// states were read: a stale state never overwrites a newer one.
 func (a *Agent) save() error {
 	if a.cfg.StateFile == "" {
 		return nil
 	}
+	a.saveMu.Lock()
+	defer a.saveMu.Unlock()
+	a.mu.Lock()
+	s := a.savedState()
+	a.mu.Unlock()
+	data, err := json.MarshalIndent(s, "", " ")
+	if err != nil {
+		return fmt.Errorf("agent %s: state file: %w", a.cfg.Host, err)
+	}
+	if err := writeAtomic(a.cfg.StateFile, data); err != nil {
+		return fmt.Errorf("agent %s: state file: %w", a.cfg.Host, err)
+	}
+	return nil
+}
+
+// savedState is the book as the state file keeps it; under mu.
+func (a *Agent) savedState() savedState {
 	s := savedState{Version: 1, Host: a.cfg.Host, Round: a.round, Ticks: a.ticks}
 	for _, b := range a.bids {
 		s.Bids = append(s.Bids, savedBid{Bid: b.Bid, Start: b.start, Base: b.base})
@@ -64,13 +83,15 @@ func (a *Agent) save() error {
 		}
 		return s.Totals[i].VM < s.Totals[j].VM
 	})
-	data, err := json.MarshalIndent(s, "", " ")
+	return s
+}
+
+// writeAtomic replaces path with data: a temporary file, fsync, rename, so
+// a crash leaves the old file or the new one, never a torn one.
+func writeAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".agent-state-*")
 	if err != nil {
 		return err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(a.cfg.StateFile), ".agent-state-*")
-	if err != nil {
-		return fmt.Errorf("agent %s: state file: %w", a.cfg.Host, err)
 	}
 	defer os.Remove(tmp.Name())
 	if _, err := tmp.Write(data); err != nil {
@@ -84,10 +105,11 @@ func (a *Agent) save() error {
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp.Name(), a.cfg.StateFile)
+	return os.Rename(tmp.Name(), path)
 }
 
-// load reads the state file, if there is one.
+// load reads the state file, if there is one; New calls it before the
+// agent is shared.
 func (a *Agent) load() error {
 	if a.cfg.StateFile == "" {
 		return nil
