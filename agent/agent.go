@@ -35,6 +35,10 @@ type Config struct {
 	// Now is the agent's one clock: bids start, captures are numbered and
 	// Run ticks on it; nil means the wall clock.
 	Now func() time.Time
+	// SigningClock is what signing times and cached identities are checked
+	// against; nil means the wall clock (a signature's time is the signer's
+	// wall clock, whatever virtual clock the market runs on).
+	SigningClock func() time.Time
 	// Logger receives the failures no caller sees: Run's failed ticks and
 	// the bank, state-file and enforcer failures SetBids only counts. nil
 	// means slog.Default(), so a failure is never silent.

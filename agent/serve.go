@@ -42,9 +42,9 @@ func Endpoints(a *Agent) service.Table {
 // Serve answers the agent's subjects (Endpoints) on nc; several agents may
 // share a connection. stop stops answering.
 func Serve(nc *nats.Conn, a *Agent) (stop func(), err error) {
-	auth := &service.Authorizer{}
+	auth := &service.Authorizer{Now: a.cfg.SigningClock}
 	if a.cfg.Identities != nil {
-		auth = &service.Authorizer{Identities: a.cfg.Identities, Whois: service.NewWhoisCache(whoisTTL, whoisSize)}
+		auth.Identities, auth.Whois = a.cfg.Identities, service.NewWhoisCache(whoisTTL, whoisSize)
 	}
 	svc, err := service.Serve(nc, "mrm-agent", service.Version, Endpoints(a), service.Options{
 		Auth:        auth,

@@ -51,8 +51,13 @@ var migrations embed.FS
 // Options configures a bank.
 type Options struct {
 	// Now is the ledger's clock (hold expiry, income periods); nil means the
-	// wall clock. Signature freshness always uses the wall clock.
+	// wall clock.
 	Now func() time.Time
+	// SigningClock is what signing times are checked against (freshness,
+	// nonce expiry); nil means the wall clock. It is apart from Now because
+	// a signature's time is the signer's wall clock, whatever virtual clock
+	// the ledger runs on (mrmarket demo).
+	SigningClock func() time.Time
 	// Metrics, when set, counts the bank's requests and errors.
 	Metrics *obs.Metrics
 }
@@ -62,6 +67,8 @@ type Bank struct {
 	st      *store
 	now     func() time.Time
 	metrics *obs.Metrics
+	// signingClock checks signing times (Options.SigningClock); nil: wall clock.
+	signingClock func() time.Time
 
 	mu         sync.Mutex
 	principals map[string]wire.Principal // cache by key
@@ -75,7 +82,7 @@ func Open(target string, opts Options) (*Bank, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Bank{st: st, now: opts.Now, metrics: opts.Metrics, principals: map[string]wire.Principal{}}
+	b := &Bank{st: st, now: opts.Now, metrics: opts.Metrics, signingClock: opts.SigningClock, principals: map[string]wire.Principal{}}
 	if b.now == nil {
 		b.now = time.Now
 	}

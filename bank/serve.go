@@ -56,7 +56,7 @@ func Endpoints(b *Bank) service.Table {
 // refused across restarts and by every replica. stop stops answering.
 func Serve(nc *nats.Conn, b *Bank) (stop func(), err error) {
 	svc, err := service.Serve(nc, "mrm-bank", service.Version, Endpoints(b), service.Options{
-		Auth:        &service.Authorizer{Identities: b, Nonces: storeNonces{b}},
+		Auth:        &service.Authorizer{Identities: b, Nonces: storeNonces{b}, Now: b.signingClock},
 		Observe:     func(op, code string) { b.metrics.Request("bank", op, code) },
 		Description: "mrmarket's ledger",
 	})

@@ -81,6 +81,10 @@ type Config struct {
 	Bank Bank
 	// Now is the clock; nil means the wall clock.
 	Now func() time.Time
+	// SigningClock is what signing times and cached identities are checked
+	// against; nil means the wall clock (a signature's time is the signer's
+	// wall clock, whatever virtual clock the market runs on).
+	SigningClock func() time.Time
 	// Tick is how often Tick runs; a replica silent for 2 ticks loses its
 	// plans to the others. Default 1s.
 	Tick time.Duration

@@ -67,9 +67,9 @@ func Serve(nc *nats.Conn, b *Broker) (stop func(), err error) {
 		_ = states.Unsubscribe()
 		return nil, err
 	}
-	auth := &service.Authorizer{}
+	auth := &service.Authorizer{Now: b.cfg.SigningClock}
 	if b.cfg.Identities != nil {
-		auth = &service.Authorizer{Identities: b.cfg.Identities, Whois: service.NewWhoisCache(whoisTTL, whoisSize)}
+		auth.Identities, auth.Whois = b.cfg.Identities, service.NewWhoisCache(whoisTTL, whoisSize)
 	}
 	svc, err := service.Serve(nc, "mrm-broker", service.Version, Endpoints(b), service.Options{
 		Auth:        auth,
