@@ -44,8 +44,9 @@
 // Identities are NKey (ed25519) public keys registered with a name and a
 // role: admin, user, agent (named by its host) or broker. On NATS every
 // mutating request must be signed (package wire: subject, body, time, nonce);
-// a bad signature, a time more than wire.MaxSkew from the bank's signing clock (Options.SigningClock, the wall clock by default), a
-// nonce seen before (nonces are stored, so this holds across restarts and
+// a bad signature, a time more than wire.MaxSkew from the bank's signing
+// clock (Options.SigningClock, the wall clock by default), a nonce seen
+// before (nonces are stored, so this holds across restarts and
 // replicas) or an unknown key is refused. Roles: grants, income schedules
 // and principals are the admin's; a user holds, releases and transfers only
 // its own money; the broker holds and releases for users (it acts only on
