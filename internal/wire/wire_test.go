@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mrmarket/mrmarket/internal/natsutil"
+	"github.com/mrmarket/mrmarket/internal/natstest"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -83,16 +83,7 @@ func TestToErrorKeepsCategory(t *testing.T) {
 }
 
 func TestServeAndCallOverNATS(t *testing.T) {
-	ns, err := natsutil.StartServer(natsutil.ServerOptions{Dir: t.TempDir(), Port: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Shutdown()
-	nc, err := natsutil.Connect(ns.ClientURL(), "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	_, nc := natstest.Start(t)
 
 	calls := 0
 	sub, err := wire.Serve(nc, "test.grant", "q", func(_ context.Context, req *wire.GrantRequest) (any, error) {
