@@ -2,6 +2,7 @@ package bank
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"slices"
 	"time"
@@ -42,11 +43,24 @@ func (b *Bank) Capture(ctx context.Context, batch *wire.CaptureBatch) (wire.Capt
 }
 
 func (b *Bank) capture(ctx context.Context, t tx, batch *wire.CaptureBatch) (wire.CaptureReply, error) {
-	rep := wire.CaptureReply{Legs: make([]wire.LegResult, len(batch.Legs))}
 	now := b.now()
-	provider := ProviderAccount(batch.Host)
+	in, err := readCapture(ctx, t, batch)
+	if err != nil {
+		return wire.CaptureReply{Legs: make([]wire.LegResult, len(batch.Legs))}, err
+	}
+	d := decideCapture(batch, in, now)
+	return d.rep, writeCapture(ctx, t, batch, in.totals, d, now)
+}
 
-	// Read everything the batch touches.
+// captureInput is everything a batch touches, read before anything is decided.
+type captureInput struct {
+	holds  map[string]*wire.HoldInfo
+	totals map[capKey]money.Micro // captured so far on the batch's host
+	seen   map[string]seenLeg     // legs of the batch already applied, by id
+}
+
+func readCapture(ctx context.Context, t tx, batch *wire.CaptureBatch) (*captureInput, error) {
+	in := &captureInput{holds: map[string]*wire.HoldInfo{}, totals: map[capKey]money.Micro{}, seen: map[string]seenLeg{}}
 	var holdIDs, legIDs []string
 	for _, l := range batch.Legs {
 		holdIDs = append(holdIDs, l.Hold)
@@ -54,139 +68,157 @@ func (b *Bank) capture(ctx context.Context, t tx, batch *wire.CaptureBatch) (wir
 	}
 	slices.Sort(holdIDs)
 	holdIDs = slices.Compact(holdIDs)
-	holds := map[string]*wire.HoldInfo{}
-	totals := map[capKey]money.Micro{}
 	for part := range slices.Chunk(holdIDs, chunk) {
-		rows, err := t.query(ctx, `SELECT `+holdColumns+` FROM holds WHERE id IN (`+inList(len(part))+`)`, anys(part)...)
-		if err != nil {
-			return rep, err
-		}
-		for rows.Next() {
-			h, err := scanHold(rows)
-			if err != nil {
-				rows.Close()
-				return rep, err
+		err := eachRow(ctx, t, func(r *sql.Rows) error {
+			h, err := scanHold(r)
+			if err == nil {
+				in.holds[h.ID] = &h
 			}
-			holds[h.ID] = &h
-		}
-		if err := rows.Close(); err != nil {
-			return rep, err
-		}
-		rows, err = t.query(ctx, `SELECT hold, vm, total FROM captures WHERE host = ? AND hold IN (`+inList(len(part))+`)`, append([]any{batch.Host}, anys(part)...)...)
+			return err
+		}, `SELECT `+holdColumns+` FROM holds WHERE id IN (`+inList(len(part))+`)`, anys(part)...)
 		if err != nil {
-			return rep, err
+			return nil, err
 		}
-		for rows.Next() {
+		err = eachRow(ctx, t, func(r *sql.Rows) error {
 			var k capKey
 			var total int64
-			if err := rows.Scan(&k.hold, &k.vm, &total); err != nil {
-				rows.Close()
-				return rep, err
+			if err := r.Scan(&k.hold, &k.vm, &total); err != nil {
+				return err
 			}
-			totals[k] = money.Micro(total)
-		}
-		if err := rows.Close(); err != nil {
-			return rep, err
+			in.totals[k] = money.Micro(total)
+			return nil
+		}, `SELECT hold, vm, total FROM captures WHERE host = ? AND hold IN (`+inList(len(part))+`)`, append([]any{batch.Host}, anys(part)...)...)
+		if err != nil {
+			return nil, err
 		}
 	}
-	seen := map[string]seenLeg{}
 	for part := range slices.Chunk(legIDs, chunk) {
-		rows, err := t.query(ctx, `SELECT id, hold, host, vm, cumulative FROM capture_legs WHERE id IN (`+inList(len(part))+`)`, anys(part)...)
-		if err != nil {
-			return rep, err
-		}
-		for rows.Next() {
+		err := eachRow(ctx, t, func(r *sql.Rows) error {
 			var id string
 			var s seenLeg
 			var cum int64
-			if err := rows.Scan(&id, &s.hold, &s.host, &s.vm, &cum); err != nil {
-				rows.Close()
-				return rep, err
+			if err := r.Scan(&id, &s.hold, &s.host, &s.vm, &cum); err != nil {
+				return err
 			}
 			s.cumulative = money.Micro(cum)
-			seen[id] = s
-		}
-		if err := rows.Close(); err != nil {
-			return rep, err
+			in.seen[id] = s
+			return nil
+		}, `SELECT id, hold, host, vm, cumulative FROM capture_legs WHERE id IN (`+inList(len(part))+`)`, anys(part)...)
+		if err != nil {
+			return nil, err
 		}
 	}
+	return in, nil
+}
 
-	// Decide every leg.
-	type newLeg struct {
-		wire.CaptureLeg
-		applied money.Micro
+// eachRow runs a query and calls scan on each of its rows.
+func eachRow(ctx context.Context, t tx, scan func(*sql.Rows) error, q string, args ...any) error {
+	rows, err := t.query(ctx, q, args...)
+	if err != nil {
+		return err
 	}
-	var (
-		fresh     []newLeg
-		changed   []capKey
-		holdDelta = map[string]money.Micro{}
-		firstID   string
-	)
+	for rows.Next() {
+		if err := scan(rows); err != nil {
+			rows.Close()
+			return err
+		}
+	}
+	return rows.Close()
+}
+
+// captureDecision is a batch decided: the reply, and what to write.
+type captureDecision struct {
+	rep       wire.CaptureReply
+	fresh     []newLeg               // legs to record
+	changed   []capKey               // totals that moved
+	holdDelta map[string]money.Micro // captured per hold
+	firstID   string                 // the first leg that moved money names the transfer
+}
+
+type newLeg struct {
+	wire.CaptureLeg
+	applied money.Micro
+}
+
+// decideCapture applies the capture rule to every leg in order, updating
+// in's holds and totals as it goes (later legs of a hold see earlier ones).
+func decideCapture(batch *wire.CaptureBatch, in *captureInput, now time.Time) captureDecision {
+	d := captureDecision{rep: wire.CaptureReply{Legs: make([]wire.LegResult, len(batch.Legs))}, holdDelta: map[string]money.Micro{}}
 	for i, leg := range batch.Legs {
 		res := wire.LegResult{ID: leg.ID, Hold: leg.Hold, VM: leg.VM}
-		h := holds[leg.Hold]
+		h := in.holds[leg.Hold]
 		k := capKey{leg.Hold, leg.VM}
 		if h == nil {
 			res.Error = wire.ToError(fmt.Errorf("%w %q", ErrUnknownHold, leg.Hold))
-			rep.Legs[i] = res
+			d.rep.Legs[i] = res
 			continue
 		}
-		res.Captured, res.Exhausted = totals[k], h.Remaining() == 0
-		if s, ok := seen[leg.ID]; ok {
+		res.Captured, res.Exhausted = in.totals[k], h.Remaining() == 0
+		if s, ok := in.seen[leg.ID]; ok {
 			if s.hold != leg.Hold || s.host != batch.Host || s.vm != leg.VM || s.cumulative != leg.Cumulative {
 				res.Error = wire.ToError(fmt.Errorf("%w: capture leg %q", ErrIDReused, leg.ID))
 			}
-			rep.Legs[i] = res // a replay moves nothing
+			d.rep.Legs[i] = res // a replay moves nothing
 			continue
 		}
-		var refusal error
-		switch {
-		case h.Status != wire.HoldOpen:
-			refusal = fmt.Errorf("%w: %q", ErrHoldClosed, leg.Hold)
-		case !now.Before(h.Expires):
-			refusal = fmt.Errorf("%w: %q at %s", ErrHoldExpired, leg.Hold, h.Expires.Format(time.RFC3339))
-		case len(h.Hosts) > 0 && !slices.Contains(h.Hosts, batch.Host):
-			refusal = fmt.Errorf("%w: %s on hold %q", ErrNotBeneficiary, batch.Host, leg.Hold)
-		case h.Remaining() == 0 && leg.Cumulative > totals[k]:
-			refusal = fmt.Errorf("%w: hold %q is exhausted (%s captured of %s)", ErrHoldExhausted, leg.Hold, h.Captured, h.Amount)
-		}
-		if refusal != nil {
+		c := CaptureLeg(in.totals[k], leg.Cumulative, h.Remaining())
+		if refusal := refuseLeg(h, batch.Host, now, c); refusal != nil {
 			res.Error = wire.ToError(refusal)
-			rep.Legs[i] = res
+			d.rep.Legs[i] = res
 			continue
 		}
-		delta := min(max(leg.Cumulative-totals[k], 0), h.Remaining())
-		if delta > 0 {
-			h.Captured += delta
-			totals[k] += delta
-			holdDelta[leg.Hold] += delta
-			changed = append(changed, k)
-			rep.Applied += delta
-			if firstID == "" {
-				firstID = leg.ID
+		if c.Applied > 0 {
+			h.Captured += c.Applied
+			in.totals[k] = c.Total
+			d.holdDelta[leg.Hold] += c.Applied
+			d.changed = append(d.changed, k)
+			d.rep.Applied += c.Applied
+			if d.firstID == "" {
+				d.firstID = leg.ID
 			}
 		}
-		fresh = append(fresh, newLeg{leg, delta})
-		res.Applied, res.Captured, res.Exhausted = delta, totals[k], h.Remaining() == 0
-		rep.Legs[i] = res
+		d.fresh = append(d.fresh, newLeg{leg, c.Applied})
+		res.Applied, res.Captured, res.Exhausted = c.Applied, c.Total, c.Exhausted
+		d.rep.Legs[i] = res
 	}
+	return d
+}
 
-	// Write: one transfer, the holds, the totals, the legs.
-	if rep.Applied > 0 {
+// refuseLeg is why a fresh leg on hold h may not capture, or nil.
+func refuseLeg(h *wire.HoldInfo, host string, now time.Time, c LegCapture) error {
+	switch {
+	case h.Status != wire.HoldOpen:
+		return fmt.Errorf("%w: %q", ErrHoldClosed, h.ID)
+	case !now.Before(h.Expires):
+		return fmt.Errorf("%w: %q at %s", ErrHoldExpired, h.ID, h.Expires.Format(time.RFC3339))
+	case len(h.Hosts) > 0 && !slices.Contains(h.Hosts, host):
+		return fmt.Errorf("%w: %s on hold %q", ErrNotBeneficiary, host, h.ID)
+	case c.Refused:
+		return fmt.Errorf("%w: hold %q is exhausted (%s captured of %s)", ErrHoldExhausted, h.ID, h.Captured, h.Amount)
+	}
+	return nil
+}
+
+// writeCapture writes a decided batch: one transfer, the holds, the totals,
+// the legs.
+func writeCapture(ctx context.Context, t tx, batch *wire.CaptureBatch, totals map[capKey]money.Micro, d captureDecision, now time.Time) error {
+	if d.rep.Applied > 0 {
+		provider := ProviderAccount(batch.Host)
 		if err := ensureAccount(ctx, t, provider, wire.AccountProvider, now); err != nil {
-			return rep, err
+			return err
 		}
-		fp := fingerprint("capture", batch.Host, batch.Tick, len(fresh))
-		memo := fmt.Sprintf("%d legs, round %d", len(fresh), batch.Tick)
-		if err := transfer(ctx, t, "capture:"+firstID, "capture", EscrowAccount, provider, rep.Applied, fp, memo, now); err != nil {
-			return rep, err
-		}
-	}
-	for id, d := range holdDelta {
-		if _, err := t.exec(ctx, `UPDATE holds SET captured = captured + ? WHERE id = ?`, int64(d), id); err != nil {
-			return rep, err
+		fp := fingerprint("capture", batch.Host, batch.Tick, len(d.fresh))
+		memo := fmt.Sprintf("%d legs, round %d", len(d.fresh), batch.Tick)
+		if err := transfer(ctx, t, "capture:"+d.firstID, "capture", EscrowAccount, provider, d.rep.Applied, fp, memo, now); err != nil {
+			return err
 		}
 	}
+	for id, delta := range d.holdDelta {
+		if _, err := t.exec(ctx, `UPDATE holds SET captured = captured + ? WHERE id = ?`, int64(delta), id); err != nil {
+			return err
+		}
+	}
+	changed := d.changed
 	slices.SortFunc(changed, func(a, b capKey) int {
 		if a.hold != b.hold {
 			return compare(a.hold, b.hold)
@@ -201,19 +233,19 @@ func (b *Bank) capture(ctx context.Context, t tx, batch *wire.CaptureBatch) (wir
 		}
 		if _, err := t.exec(ctx, `INSERT INTO captures (hold, host, vm, total) VALUES `+rowsOf(len(part), 4)+
 			` ON CONFLICT (hold, host, vm) DO UPDATE SET total = excluded.total`, args...); err != nil {
-			return rep, err
+			return err
 		}
 	}
-	for part := range slices.Chunk(fresh, chunk) {
+	for part := range slices.Chunk(d.fresh, chunk) {
 		args := make([]any, 0, 7*len(part))
 		for _, l := range part {
 			args = append(args, l.ID, l.Hold, batch.Host, l.VM, int64(l.Cumulative), int64(l.applied), now.UnixNano())
 		}
 		if _, err := t.exec(ctx, `INSERT INTO capture_legs (id, hold, host, vm, cumulative, applied, at) VALUES `+rowsOf(len(part), 7), args...); err != nil {
-			return rep, err
+			return err
 		}
 	}
-	return rep, nil
+	return nil
 }
 
 func compare(a, b string) int {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/mrmarket/mrmarket/bank"
 	"github.com/mrmarket/mrmarket/internal/money"
+	"github.com/mrmarket/mrmarket/internal/natstest"
 	"github.com/mrmarket/mrmarket/internal/natsutil"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
@@ -102,16 +103,8 @@ const crashUsers = 5
 
 func newCrashWorld(t *testing.T, target string) *crashWorld {
 	t.Helper()
-	ns, err := natsutil.StartServer(natsutil.ServerOptions{Dir: t.TempDir(), Port: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Shutdown)
-	w := &crashWorld{target: target, url: ns.ClientURL(), keys: wire.CredsDir(filepath.Join(t.TempDir(), "creds"))}
-	if w.nc, err = nats.Connect(w.url); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(w.nc.Close)
+	ns, nc := natstest.Start(t)
+	w := &crashWorld{target: target, url: ns.ClientURL(), nc: nc, keys: wire.CredsDir(filepath.Join(t.TempDir(), "creds"))}
 	b, err := bank.Open(target, bank.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -14,7 +14,7 @@ import (
 
 	"github.com/mrmarket/mrmarket/bank"
 	"github.com/mrmarket/mrmarket/internal/money"
-	"github.com/mrmarket/mrmarket/internal/natsutil"
+	"github.com/mrmarket/mrmarket/internal/natstest"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -30,16 +30,7 @@ type served struct {
 func serveBank(t testing.TB, target string) *served {
 	t.Helper()
 	b, clock := openBank(t, target)
-	ns, err := natsutil.StartServer(natsutil.ServerOptions{Dir: t.TempDir(), Port: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Shutdown)
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	_, nc := natstest.Start(t)
 	stop, err := bank.Serve(nc, b)
 	if err != nil {
 		t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mrmarket/mrmarket/broker"
-	"github.com/mrmarket/mrmarket/internal/natsutil"
+	"github.com/mrmarket/mrmarket/internal/natstest"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -38,16 +38,7 @@ func BenchmarkRound(b *testing.B) {
 	ctx := context.Background()
 	clock := t0
 	now := func() time.Time { return clock }
-	ns, err := natsutil.StartServer(natsutil.ServerOptions{Dir: b.TempDir(), Port: -1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ns.Shutdown()
-	agentsNC, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer agentsNC.Close()
+	ns, agentsNC := natstest.Start(b)
 	ok := wire.EncodeReply(struct{}{}, nil)
 	var bidsSeen atomic.Int64
 	// 10,000 agents answer in parallel; here 8 responders share the load.
@@ -60,15 +51,8 @@ func BenchmarkRound(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer nc.Close()
-	assets, err := natsutil.EnsureAssets(ctx, nc)
-	if err != nil {
-		b.Fatal(err)
-	}
+	nc := natstest.Connect(b, ns)
+	assets := natstest.Assets(b, nc)
 	// The system-wide boost cap (0.9 by default) would leave each of 1,000
 	// plans a boost too small to move a bid; the benchmark measures churn.
 	br, err := broker.New(broker.Config{NC: nc, Bank: nullBank{}, Now: now, Tick: 10 * time.Second, Plans: assets.Plans, Replica: "bench", MaxBoost: 1000, Signer: signer})

@@ -8,13 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/mrmarket/mrmarket/agent"
 	"github.com/mrmarket/mrmarket/bank"
 	"github.com/mrmarket/mrmarket/broker"
 	"github.com/mrmarket/mrmarket/internal/money"
-	"github.com/mrmarket/mrmarket/internal/natsutil"
+	"github.com/mrmarket/mrmarket/internal/natstest"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -34,16 +32,7 @@ func noOverspend(t *testing.T, strategy string) {
 	clock := t0
 	now := func() time.Time { return clock }
 	rng := rand.New(rand.NewPCG(uint64(len(strategy)), 3))
-	ns, err := natsutil.StartServer(natsutil.ServerOptions{Dir: t.TempDir(), Port: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Shutdown()
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	_, nc := natstest.Start(t)
 	bk, err := bank.Open(filepath.Join(t.TempDir(), "bank.db"), bank.Options{Now: now})
 	if err != nil {
 		t.Fatal(err)

@@ -6,12 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/mrmarket/mrmarket/agent"
 	"github.com/mrmarket/mrmarket/bank"
 	"github.com/mrmarket/mrmarket/broker"
-	"github.com/mrmarket/mrmarket/internal/natsutil"
+	"github.com/mrmarket/mrmarket/internal/natstest"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -25,19 +23,7 @@ func TestFailover(t *testing.T) {
 	clock := t0
 	now := func() time.Time { return clock }
 	const tick = 10 * time.Second
-	ns, err := natsutil.StartServer(natsutil.ServerOptions{Dir: t.TempDir(), Port: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Shutdown()
-	conn := func() *nats.Conn {
-		nc, err := nats.Connect(ns.ClientURL())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		return nc
-	}
+	ns := natstest.Server(t)
 	bk, err := bank.Open(filepath.Join(t.TempDir(), "bank.db"), bank.Options{Now: now})
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +33,7 @@ func TestFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Two hosts, each with one of alice's VMs, their agents on NATS.
-	agentNC := conn()
+	agentNC := natstest.Connect(t, ns)
 	var agents []*agent.Agent
 	var sims []*agent.SimEnforcer
 	for _, h := range []string{"host-1", "host-2"} {
@@ -64,11 +50,8 @@ func TestFailover(t *testing.T) {
 		agents, sims = append(agents, a), append(sims, sim)
 	}
 	replica := func(name string) *broker.Broker {
-		nc := conn()
-		assets, err := natsutil.EnsureAssets(ctx, nc)
-		if err != nil {
-			t.Fatal(err)
-		}
+		nc := natstest.Connect(t, ns)
+		assets := natstest.Assets(t, nc)
 		b, err := broker.New(broker.Config{NC: nc, Bank: bk, Now: now, Tick: tick, Settle: tick, Plans: assets.Plans, Replica: name})
 		if err != nil {
 			t.Fatal(err)

@@ -10,13 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/mrmarket/mrmarket/agent"
 	"github.com/mrmarket/mrmarket/bank"
 	"github.com/mrmarket/mrmarket/cli"
 	"github.com/mrmarket/mrmarket/internal/market"
-	"github.com/mrmarket/mrmarket/internal/natsutil"
+	"github.com/mrmarket/mrmarket/internal/natstest"
+	"github.com/mrmarket/mrmarket/internal/testpoll"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -275,11 +274,7 @@ func TestBankCommands(t *testing.T) {
 // uses it with the credentials it created.
 func TestBankServe(t *testing.T) {
 	dir := t.TempDir()
-	ns, err := natsutil.StartServer(natsutil.ServerOptions{Dir: filepath.Join(dir, "nats"), Port: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Shutdown()
+	ns := natstest.Server(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int)
 	var out bytes.Buffer
@@ -291,21 +286,13 @@ func TestBankServe(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	// A second command line would race with this one on urfave/cli's global
 	// help flag, so the client side is the bank client the CLI uses.
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := natstest.Connect(t, ns)
 	bc := bank.Client{NC: nc, Keys: wire.CredsDir(filepath.Join(dir, "creds"))}
 	var rep wire.GrantReply
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	err := testpoll.Wait(10*time.Second, 20*time.Millisecond, func() (err error) {
 		rep, err = bc.Grant(ctx, &wire.GrantRequest{ID: "g", User: "dora", Amount: 3_000_000})
-		if err == nil || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err
+	})
 	if err != nil || rep.Balance != 3_000_000 {
 		t.Fatalf("grant through bank serve: %+v %v", rep, err)
 	}

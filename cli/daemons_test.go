@@ -3,6 +3,7 @@ package cli_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -14,7 +15,8 @@ import (
 	"github.com/mrmarket/mrmarket/bank"
 	"github.com/mrmarket/mrmarket/broker"
 	"github.com/mrmarket/mrmarket/cli"
-	"github.com/mrmarket/mrmarket/internal/natsutil"
+	"github.com/mrmarket/mrmarket/internal/natstest"
+	"github.com/mrmarket/mrmarket/internal/testpoll"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -29,16 +31,7 @@ type daemonWorld struct {
 func newDaemonWorld(t *testing.T) *daemonWorld {
 	t.Helper()
 	dir := t.TempDir()
-	ns, err := natsutil.StartServer(natsutil.ServerOptions{Dir: filepath.Join(dir, "nats"), Port: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Shutdown)
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	ns, nc := natstest.Start(t)
 	b, err := bank.Open(filepath.Join(dir, "bank.db"), bank.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -76,17 +69,6 @@ func runDaemon(t *testing.T, args ...string) {
 	t.Cleanup(func() { cancel(); <-done })
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 15s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // TestAgentDaemon runs `mrmarket agent` on libvirt's test driver: it
 // publishes its host's state, which a broker turns into a price.
 func TestAgentDaemon(t *testing.T) {
@@ -110,9 +92,12 @@ func TestAgentDaemon(t *testing.T) {
 	defer stop()
 	runDaemon(t, "agent", "--host", "host-9", "--libvirt", "test:///default", "--nats", w.url, "--creds", string(w.keys),
 		"--state", filepath.Join(w.dir, "agent.json"), "--http", "", "--tick", "50ms")
-	eventually(t, "the agent's state reaches the broker", func() bool {
+	testpoll.CheckFor(t, 15*time.Second, 20*time.Millisecond, func() error {
 		p, err := b.Price(&wire.PriceRequest{Host: "host-9"})
-		return err == nil && len(p.Hosts) == 1
+		if err == nil && len(p.Hosts) == 1 {
+			return nil
+		}
+		return fmt.Errorf("the agent's state reaches the broker: not within 15s (%d hosts, %v)", len(p.Hosts), err)
 	})
 }
 
@@ -120,8 +105,11 @@ func TestAgentDaemon(t *testing.T) {
 func TestBrokerDaemon(t *testing.T) {
 	w := newDaemonWorld(t)
 	runDaemon(t, "broker", "--nats", w.url, "--creds", string(w.keys), "--http", "")
-	eventually(t, "the broker answers", func() bool {
+	testpoll.CheckFor(t, 15*time.Second, 20*time.Millisecond, func() error {
 		_, err := (broker.Client{NC: w.nc}).Plans(context.Background(), &wire.PlansRequest{})
-		return err == nil
+		if err == nil {
+			return nil
+		}
+		return fmt.Errorf("the broker answers: not within 15s (%v)", err)
 	})
 }

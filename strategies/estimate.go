@@ -25,7 +25,7 @@ type Estimator struct {
 	// 95 %, the default) or 1.96.
 	Z float64
 
-	model func(x []float64) (mu, sd float64, err error)
+	model fitted
 }
 
 // Observe adds a finished job's features and measured time.
@@ -53,7 +53,7 @@ func (e *Estimator) Predict(x []float64) (mu, sd, upper float64, err error) {
 	return mu, sd, mu + z*sd, nil
 }
 
-func (e *Estimator) fit() (func([]float64) (float64, float64, error), error) {
+func (e *Estimator) fit() (fitted, error) {
 	n := len(e.Y)
 	if n < 2 {
 		return nil, fmt.Errorf("%w: %d", ErrTooFewJobs, n)
@@ -67,21 +67,20 @@ func (e *Estimator) fit() (func([]float64) (float64, float64, error), error) {
 	return fitOLS(e.X, e.Y)
 }
 
-// fitOLS is least squares with an intercept and its prediction interval
-// s·sqrt(1 + x₀ᵀ(XᵀX)⁻¹x₀); with too few jobs it falls back to the mean.
-func fitOLS(xs [][]float64, ys []float64) (func([]float64) (float64, float64, error), error) {
+// fitted is a trained estimator: a job's features → the estimate and its
+// standard deviation.
+type fitted = func(x []float64) (mu, sd float64, err error)
+
+// fitOLS is least squares with an intercept, solved through the QR
+// factorisation X = QR of the design matrix rather than the normal
+// equations, and its prediction interval s·sqrt(1 + x₀ᵀ(XᵀX)⁻¹x₀); with too
+// few jobs it falls back to the mean. A design the normal equations could not
+// invert (cond(XᵀX) = cond(X)² above gonum's tolerance) is refused as
+// before, so the estimator still falls back where it did.
+func fitOLS(xs [][]float64, ys []float64) (fitted, error) {
 	n, d := len(ys), len(xs[0])
 	if n <= d+1 {
-		var m, v float64
-		for _, y := range ys {
-			m += y
-		}
-		m /= float64(n)
-		for _, y := range ys {
-			v += (y - m) * (y - m)
-		}
-		sd := math.Sqrt(v / float64(n-1))
-		return func([]float64) (float64, float64, error) { return m, sd, nil }, nil
+		return fitMean(ys), nil
 	}
 	X := mat.NewDense(n, d+1, nil)
 	for i, x := range xs {
@@ -90,17 +89,15 @@ func fitOLS(xs [][]float64, ys []float64) (func([]float64) (float64, float64, er
 			X.Set(i, k+1, v)
 		}
 	}
-	Y := mat.NewVecDense(n, ys)
-	var xtx mat.Dense
-	xtx.Mul(X.T(), X)
-	var inv mat.Dense
-	if err := inv.Inverse(&xtx); err != nil {
+	var qr mat.QR
+	qr.Factorize(X)
+	if c := qr.Cond(); c*c > mat.ConditionTolerance {
+		return nil, fmt.Errorf("strategies: OLS: %w", mat.Condition(c*c))
+	}
+	var beta mat.VecDense
+	if err := qr.SolveVecTo(&beta, false, mat.NewVecDense(n, ys)); err != nil {
 		return nil, fmt.Errorf("strategies: OLS: %w", err)
 	}
-	var xty mat.VecDense
-	xty.MulVec(X.T(), Y)
-	var beta mat.VecDense
-	beta.MulVec(&inv, &xty)
 	var rss float64
 	for i := range n {
 		r := ys[i] - mat.Dot(X.RowView(i), &beta)
@@ -112,86 +109,38 @@ func fitOLS(xs [][]float64, ys []float64) (func([]float64) (float64, float64, er
 			return 0, 0, fmt.Errorf("strategies: %d features, the model has %d", len(x), d)
 		}
 		x0 := mat.NewVecDense(d+1, append([]float64{1}, x...))
-		var tmp mat.VecDense
-		tmp.MulVec(&inv, x0)
-		return mat.Dot(x0, &beta), s * math.Sqrt(1+mat.Dot(x0, &tmp)), nil
+		// The least-norm u with Xᵀu = x₀ is X(XᵀX)⁻¹x₀, so |u|² = x₀ᵀ(XᵀX)⁻¹x₀.
+		var u mat.VecDense
+		if err := qr.SolveVecTo(&u, true, x0); err != nil {
+			return 0, 0, fmt.Errorf("strategies: OLS: %w", err)
+		}
+		return mat.Dot(x0, &beta), s * math.Sqrt(1+mat.Dot(&u, &u)), nil
 	}, nil
 }
 
-// fitGP is Gaussian-process regression on standardised data.
-func fitGP(xs [][]float64, ys []float64) (func([]float64) (float64, float64, error), error) {
-	n, d := len(ys), len(xs[0])
-	mean, scale := make([]float64, d), make([]float64, d)
-	for k := range d {
-		for _, x := range xs {
-			mean[k] += x[k]
-		}
-		mean[k] /= float64(n)
-		for _, x := range xs {
-			scale[k] += (x[k] - mean[k]) * (x[k] - mean[k])
-		}
-		scale[k] = math.Sqrt(scale[k] / float64(n))
-		if scale[k] == 0 {
-			scale[k] = 1
-		}
-	}
-	var ym, ys2 float64
+// fitMean is the estimate of too few jobs for a line: their mean and sample
+// standard deviation, whatever the features.
+func fitMean(ys []float64) fitted {
+	var m, v float64
 	for _, y := range ys {
-		ym += y
+		m += y
 	}
-	ym /= float64(n)
+	m /= float64(len(ys))
 	for _, y := range ys {
-		ys2 += (y - ym) * (y - ym)
+		v += (y - m) * (y - m)
 	}
-	ysd := math.Sqrt(ys2 / float64(n))
-	if ysd == 0 {
-		ysd = 1
-	}
-	z := make([][]float64, n)
-	t := make([]float64, n)
-	for i, x := range xs {
-		z[i] = make([]float64, d)
-		for k := range d {
-			z[i][k] = (x[k] - mean[k]) / scale[k]
-		}
-		t[i] = (ys[i] - ym) / ysd
-	}
-	kern := func(a, b []float64, ell float64) float64 {
-		var s float64
-		for k := range a {
-			s += (a[k] - b[k]) * (a[k] - b[k])
-		}
-		return math.Exp(-s / (2 * ell * ell))
-	}
-	type fit struct {
-		ell, noise float64
-		chol       mat.Cholesky
-		alpha      *mat.VecDense
-		lml        float64
-	}
-	var best *fit
+	sd := math.Sqrt(v / float64(len(ys)-1))
+	return func([]float64) (float64, float64, error) { return m, sd, nil }
+}
+
+// fitGP is Gaussian-process regression on standardised data, with the
+// hyper-parameters of a small grid that maximise the marginal likelihood.
+func fitGP(xs [][]float64, ys []float64) (fitted, error) {
+	g := standardise(xs, ys)
+	var best *gpFit
 	for _, ell := range []float64{0.3, 0.6, 1, 2, 4} {
 		for _, noise := range []float64{0.0003, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3} {
-			K := mat.NewSymDense(n, nil)
-			for i := range n {
-				for j := i; j < n; j++ {
-					v := kern(z[i], z[j], ell)
-					if i == j {
-						v += noise
-					}
-					K.SetSym(i, j, v)
-				}
-			}
-			f := &fit{ell: ell, noise: noise}
-			if !f.chol.Factorize(K) {
-				continue
-			}
-			f.alpha = mat.NewVecDense(n, nil)
-			if err := f.chol.SolveVecTo(f.alpha, mat.NewVecDense(n, t)); err != nil {
-				continue
-			}
-			f.lml = -0.5*mat.Dot(mat.NewVecDense(n, t), f.alpha) - 0.5*f.chol.LogDet()
-			if best == nil || f.lml > best.lml {
+			if f := g.fit(ell, noise); f != nil && (best == nil || f.lml > best.lml) {
 				best = f
 			}
 		}
@@ -199,24 +148,120 @@ func fitGP(xs [][]float64, ys []float64) (func([]float64) (float64, float64, err
 	if best == nil {
 		return nil, errors.New("strategies: GP kernel is singular")
 	}
+	return g.predictor(best), nil
+}
+
+// gpData is the training set standardised: each feature and the times to
+// mean 0 and (population) standard deviation 1, a constant one left unscaled.
+type gpData struct {
+	mean, scale []float64   // per feature
+	ym, ysd     float64     // of the times
+	z           [][]float64 // standardised features
+	t           []float64   // standardised times
+}
+
+func standardise(xs [][]float64, ys []float64) *gpData {
+	n, d := len(ys), len(xs[0])
+	g := &gpData{mean: make([]float64, d), scale: make([]float64, d), z: make([][]float64, n), t: make([]float64, n)}
+	col := make([]float64, n)
+	for k := range d {
+		for i, x := range xs {
+			col[i] = x[k]
+		}
+		g.mean[k], g.scale[k] = meanSD(col)
+	}
+	g.ym, g.ysd = meanSD(ys)
+	for i, x := range xs {
+		g.z[i] = make([]float64, d)
+		for k := range d {
+			g.z[i][k] = (x[k] - g.mean[k]) / g.scale[k]
+		}
+		g.t[i] = (ys[i] - g.ym) / g.ysd
+	}
+	return g
+}
+
+// meanSD is the mean and population standard deviation of vs; the standard
+// deviation of a constant is taken as 1, so that it scales nothing.
+func meanSD(vs []float64) (m, sd float64) {
+	for _, v := range vs {
+		m += v
+	}
+	m /= float64(len(vs))
+	for _, v := range vs {
+		sd += (v - m) * (v - m)
+	}
+	sd = math.Sqrt(sd / float64(len(vs)))
+	if sd == 0 {
+		sd = 1
+	}
+	return m, sd
+}
+
+// sqExp is the squared-exponential kernel with length scale ell.
+func sqExp(a, b []float64, ell float64) float64 {
+	var s float64
+	for k := range a {
+		s += (a[k] - b[k]) * (a[k] - b[k])
+	}
+	return math.Exp(-s / (2 * ell * ell))
+}
+
+// gpFit is the GP for one pair of hyper-parameters.
+type gpFit struct {
+	ell, noise float64
+	chol       mat.Cholesky
+	alpha      *mat.VecDense // K⁻¹t
+	lml        float64       // log marginal likelihood, up to a constant
+}
+
+// fit is the GP with length scale ell and noise variance noise, or nil if
+// its kernel matrix is singular.
+func (g *gpData) fit(ell, noise float64) *gpFit {
+	n := len(g.t)
+	K := mat.NewSymDense(n, nil)
+	for i := range n {
+		for j := i; j < n; j++ {
+			v := sqExp(g.z[i], g.z[j], ell)
+			if i == j {
+				v += noise
+			}
+			K.SetSym(i, j, v)
+		}
+	}
+	f := &gpFit{ell: ell, noise: noise}
+	if !f.chol.Factorize(K) {
+		return nil
+	}
+	f.alpha = mat.NewVecDense(n, nil)
+	if err := f.chol.SolveVecTo(f.alpha, mat.NewVecDense(n, g.t)); err != nil {
+		return nil
+	}
+	f.lml = -0.5*mat.Dot(mat.NewVecDense(n, g.t), f.alpha) - 0.5*f.chol.LogDet()
+	return f
+}
+
+// predictor is the GP's posterior at a job's features, in the times' units.
+func (g *gpData) predictor(f *gpFit) fitted {
+	n, d := len(g.t), len(g.mean)
 	return func(x []float64) (float64, float64, error) {
 		if len(x) != d {
 			return 0, 0, fmt.Errorf("strategies: %d features, the model has %d", len(x), d)
 		}
 		zx := make([]float64, d)
 		for k := range d {
-			zx[k] = (x[k] - mean[k]) / scale[k]
+			zx[k] = (x[k] - g.mean[k]) / g.scale[k]
 		}
 		ks := mat.NewVecDense(n, nil)
 		for i := range n {
-			ks.SetVec(i, kern(z[i], zx, best.ell))
+			ks.SetVec(i, sqExp(g.z[i], zx, f.ell))
 		}
-		mu := mat.Dot(ks, best.alpha)
+		mu := mat.Dot(ks, f.alpha)
 		var v mat.VecDense
-		if err := best.chol.SolveVecTo(&v, ks); err != nil {
+		if err := f.chol.SolveVecTo(&v, ks); err != nil {
 			return 0, 0, err
 		}
-		variance := math.Max(1-mat.Dot(ks, &v), 0) + best.noise
-		return ym + mu*ysd, math.Sqrt(variance) * ysd, nil
-	}, nil
+		variance := math.Max(1-mat.Dot(ks, &v), 0) + f.noise
+		return g.ym + mu*g.ysd, math.Sqrt(variance) * g.ysd, nil
+	}
 }

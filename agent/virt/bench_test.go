@@ -9,13 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/mrmarket/mrmarket/agent"
 	"github.com/mrmarket/mrmarket/agent/virt"
 	"github.com/mrmarket/mrmarket/bank"
 	"github.com/mrmarket/mrmarket/internal/money"
-	"github.com/mrmarket/mrmarket/internal/natsutil"
+	"github.com/mrmarket/mrmarket/internal/natstest"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -33,16 +31,7 @@ func BenchmarkBidToLibvirt(b *testing.B) {
 			for i := range n {
 				startGuest(b, conn, fmt.Sprintf("%sg%d", prefix, i), "alice", initrd, true)
 			}
-			ns, err := natsutil.StartServer(natsutil.ServerOptions{Dir: b.TempDir(), Port: -1})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer ns.Shutdown()
-			nc, err := nats.Connect(ns.ClientURL())
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer nc.Close()
+			_, nc := natstest.Start(b)
 			bk, err := bank.Open(filepath.Join(b.TempDir(), "bank.db"), bank.Options{})
 			if err != nil {
 				b.Fatal(err)

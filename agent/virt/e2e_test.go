@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -20,7 +21,8 @@ import (
 	"github.com/mrmarket/mrmarket/agent/virt"
 	"github.com/mrmarket/mrmarket/bank"
 	"github.com/mrmarket/mrmarket/internal/money"
-	"github.com/mrmarket/mrmarket/internal/natsutil"
+	"github.com/mrmarket/mrmarket/internal/natstest"
+	"github.com/mrmarket/mrmarket/internal/testpoll"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -238,15 +240,8 @@ func TestSharesOnRealGuests(t *testing.T) {
 	}
 
 	// NATS, the bank, identities.
-	ns, err := natsutil.StartServer(natsutil.ServerOptions{Dir: t.TempDir(), Port: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Shutdown()
-	if w.nc, err = nats.Connect(ns.ClientURL()); err != nil {
-		t.Fatal(err)
-	}
-	defer w.nc.Close()
+	_, w.nc = natstest.Start(t)
+	var err error
 	if w.bank, err = bank.Open(filepath.Join(t.TempDir(), "bank.db"), bank.Options{}); err != nil {
 		t.Fatal(err)
 	}
@@ -277,13 +272,13 @@ func TestSharesOnRealGuests(t *testing.T) {
 	w.startAgent()
 	defer func() { w.stopA() }()
 	// Let the guests boot to their busy loop (TCG: a few seconds).
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	_ = testpoll.Wait(60*time.Second, 0, func() error { // booted or not, the checks below tell
 		f := fractions(t, doms, 500*time.Millisecond)
-		if math.Abs(f["g1"]-0.5) < 0.1 || time.Now().After(deadline) {
-			break
+		if math.Abs(f["g1"]-0.5) < 0.1 {
+			return nil
 		}
-	}
+		return fmt.Errorf("g1 has %.3f of the CPU", f["g1"])
+	})
 	time.Sleep(3 * time.Second)
 
 	for _, ratio := range [][2]int64{{1, 1}, {2, 1}, {3, 1}} {
@@ -295,13 +290,12 @@ func TestSharesOnRealGuests(t *testing.T) {
 
 	// A third guest: the agent discovers it at its next tick.
 	doms["g3"] = startGuest(t, conn, w.prefix+"g3", "alice", initrd, false)
-	deadline = time.Now().Add(10 * time.Second)
-	for !hasVM(w.a.State(), w.prefix+"g3") {
-		if time.Now().After(deadline) {
-			t.Fatal("the agent did not discover the third guest")
+	testpoll.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+		if hasVM(w.a.State(), w.prefix+"g3") {
+			return nil
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return errors.New("the agent did not discover the third guest")
+	})
 	time.Sleep(4 * time.Second) // its boot
 	target := map[string]float64{"g1": 1.0 / 8, "g2": 2.0 / 8, "g3": 5.0 / 8}
 	w.bid(map[string]int64{"g1": 1 * 3_600_000, "g2": 2 * 3_600_000, "g3": 5 * 3_600_000})

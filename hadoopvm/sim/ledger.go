@@ -3,17 +3,20 @@ package sim
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 
+	"github.com/mrmarket/mrmarket/bank"
 	"github.com/mrmarket/mrmarket/internal/money"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
 // Ledger takes the agents' captures in the simulator: it keeps each
-// (hold, host, vm)'s cumulative total as the bank does (a leg moves only
-// what its cumulative adds) and what each hold has paid, without the bank's
-// store, so that simulations of thousands of hosts run fast. The agents'
-// charging is the real one; only the ledger's persistence is left out.
+// (hold, host, vm)'s cumulative total and what each hold has paid, and
+// charges by the bank's own capture rule (bank.CaptureLeg), without the
+// bank's store, so that simulations of thousands of hosts run fast. The
+// agents' charging is the real one; only the ledger's persistence is left
+// out.
 type Ledger struct {
 	mu     sync.Mutex
 	totals map[[3]string]money.Micro
@@ -113,23 +116,26 @@ func (l *Ledger) Release(_ context.Context, r *wire.ReleaseRequest) (wire.Releas
 		Captured: l.paid[r.Hold], Released: rest, Status: wire.HoldClosed}}, nil
 }
 
-// Capture applies a batch (agent.Capturer).
+// Capture applies a batch (agent.Capturer) through the bank's capture rule
+// (bank.CaptureLeg). A hold no broker placed here is not capped.
 func (l *Ledger) Capture(_ context.Context, b *wire.CaptureBatch) (wire.CaptureReply, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	rep := wire.CaptureReply{Legs: make([]wire.LegResult, len(b.Legs))}
 	for i, leg := range b.Legs {
 		k := [3]string{leg.Hold, b.Host, leg.VM}
-		d := max(leg.Cumulative-l.totals[k], 0)
-		amount, held := l.holds[leg.Hold]
-		if held { // a broker's hold caps what can be captured, as in the bank
-			d = min(d, max(amount-l.paid[leg.Hold], 0))
+		left := money.Micro(math.MaxInt64)
+		if amount, held := l.holds[leg.Hold]; held {
+			left = amount - l.paid[leg.Hold]
 		}
-		l.totals[k] += d
-		l.paid[leg.Hold] += d
-		rep.Applied += d
-		rep.Legs[i] = wire.LegResult{ID: leg.ID, Hold: leg.Hold, VM: leg.VM, Applied: d, Captured: l.totals[k],
-			Exhausted: held && l.paid[leg.Hold] >= amount}
+		c := bank.CaptureLeg(l.totals[k], leg.Cumulative, left)
+		l.totals[k] = c.Total
+		l.paid[leg.Hold] += c.Applied
+		rep.Applied += c.Applied
+		rep.Legs[i] = wire.LegResult{ID: leg.ID, Hold: leg.Hold, VM: leg.VM, Applied: c.Applied, Captured: c.Total, Exhausted: c.Exhausted}
+		if c.Refused {
+			rep.Legs[i].Error = wire.ToError(fmt.Errorf("%w: hold %q is exhausted (%s paid of %s)", bank.ErrHoldExhausted, leg.Hold, l.paid[leg.Hold], l.holds[leg.Hold]))
+		}
 	}
 	return rep, nil
 }

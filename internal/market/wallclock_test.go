@@ -2,6 +2,7 @@ package market_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/mrmarket/mrmarket/bank"
 	"github.com/mrmarket/mrmarket/broker"
 	"github.com/mrmarket/mrmarket/internal/market"
+	"github.com/mrmarket/mrmarket/internal/testpoll"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -42,13 +44,16 @@ func TestRunOnTheWallClock(t *testing.T) {
 		VMs: []string{"a1"}, Strategy: wire.StrategyFair}); err != nil {
 		t.Fatal(err)
 	}
-	checkFor(t, 10*time.Second, func() bool {
+	testpoll.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		p, err := brc.Price(ctx, &wire.PriceRequest{Host: "host-1"})
 		if err != nil || len(p.Hosts) != 1 || p.Hosts[0].Price != 10_000 {
-			return false
+			return fmt.Errorf("host-1's price is not 10000 within 10s: %+v, %v", p, err)
 		}
 		bal, err := bc.Balance(ctx, &wire.BalanceRequest{User: "alice"})
-		return err == nil && bal.Spent > 0
+		if err == nil && bal.Spent > 0 {
+			return nil
+		}
+		return fmt.Errorf("alice spent nothing within 10s: %+v, %v", bal, err)
 	})
 	checkLedger(t, bc)
 }
@@ -62,17 +67,5 @@ func TestStartFailureCleansUp(t *testing.T) {
 	})
 	if err == nil {
 		t.Fatal("a host named bad.host was accepted")
-	}
-}
-
-// checkFor polls cond until it holds or timeout passes.
-func checkFor(t *testing.T, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s", timeout)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -13,23 +13,14 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/mrmarket/mrmarket/internal/natsutil"
+	"github.com/mrmarket/mrmarket/internal/natstest"
 	"github.com/mrmarket/mrmarket/internal/service"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
 func connect(t *testing.T) *nats.Conn {
 	t.Helper()
-	ns, err := natsutil.StartServer(natsutil.ServerOptions{Dir: t.TempDir(), Port: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Shutdown)
-	nc, err := natsutil.Connect(ns.ClientURL(), "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	_, nc := natstest.Start(t)
 	return nc
 }
 

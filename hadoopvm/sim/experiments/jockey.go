@@ -10,6 +10,8 @@ import (
 	"sort"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/mrmarket/mrmarket/hadoopvm/sim"
 	"github.com/mrmarket/mrmarket/internal/money"
 	"github.com/mrmarket/mrmarket/strategies"
@@ -256,22 +258,27 @@ func jockeyBuild(job sim.JobSpec, seed uint64) (jockeyModel, error) {
 
 // jockeyBuildAll builds every shape's model, on as many CPUs as there are
 // (each build is deterministic for its seed: a seed of its own, never an
-// evaluation run's), calling step as each shape, in order, is done.
+// evaluation run's), calling step as each shape, in order, is done. The
+// first error in shape order is returned, after every build has finished.
 func jockeyBuildAll(seed uint64, step func() error) ([]jockeyModel, error) {
 	shapes := jockeyShapes()
 	models := make([]jockeyModel, len(shapes))
 	errs := make([]error, len(shapes))
 	done := make([]chan struct{}, len(shapes))
-	sem := make(chan struct{}, max(runtime.GOMAXPROCS(0), 1))
-	for i, job := range shapes {
+	for i := range done {
 		done[i] = make(chan struct{})
-		go func() {
-			defer close(done[i])
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			models[i], errs[i] = jockeyBuild(job, jockeyMix(seed, 1000+uint64(i)))
-		}()
 	}
+	var g errgroup.Group
+	g.SetLimit(max(runtime.GOMAXPROCS(0), 1))
+	go func() { // g.Go blocks at the limit; meanwhile the builds are reported in order below
+		for i, job := range shapes {
+			g.Go(func() error {
+				defer close(done[i])
+				models[i], errs[i] = jockeyBuild(job, jockeyMix(seed, 1000+uint64(i)))
+				return errs[i]
+			})
+		}
+	}()
 	var first error
 	for i := range shapes {
 		<-done[i]
@@ -282,6 +289,7 @@ func jockeyBuildAll(seed uint64, step func() error) ([]jockeyModel, error) {
 			first = step()
 		}
 	}
+	_ = g.Wait() // every build is done; its error, the first in time, is one of errs
 	return models, first
 }
 
@@ -432,87 +440,109 @@ func jockeyMedian(xs []float64) float64 {
 func init() {
 	shapes := len(jockeyShapes())
 	register(Experiment{Name: "jockey", Title: "Jockey: SLOs met and allocation above the oracle, with and without adaptation and simulator",
-		Source: "seed 002 §5", DefaultRuns: 20, Steps: func(n int) int { return shapes + n },
-		run: func(ctx context.Context, cfg Config, step func() error) (Result, error) {
-			var res Result
-			models, err := jockeyBuildAll(cfg.Seed, step)
-			if err != nil {
-				return res, err
-			}
-			n := len(jockeyPolicies)
-			met, above, late := make([][]float64, n), make([][]float64, n), make([][]float64, n)
-			var ratio, machine []float64
-			for k := range cfg.Runs {
-				rng := rand.New(rand.NewPCG(jockeyMix(cfg.Seed, 2), uint64(k)))
-				var sums [4][3]float64 // per policy: met, above, alloc (jobs that met)
-				var allSums [4][2]float64
-				lates := make([][]float64, n)
-				for _, m := range models {
-					for range jockeyPerShape {
-						c := jockeyDraw(m, rng)
-						for p := range n {
-							o, err := jockeyRun(m, c, p)
-							if err != nil {
-								return res, err
-							}
-							allSums[p][0] += o.above
-							allSums[p][1] += o.alloc
-							if o.met {
-								sums[p][0]++
-								sums[p][1] += o.above
-								sums[p][2] += o.alloc
-							}
-							lates[p] = append(lates[p], o.finish.Seconds()/c.deadline.Seconds())
-						}
-					}
+		Source: "seed 002 §5", DefaultRuns: 20, Steps: func(n int) int { return shapes + n }, run: runJockey})
+}
+
+// jockeySeries are the evaluation's results, one value per run (per policy
+// where indexed by policy).
+type jockeySeries struct {
+	met, above, late [][]float64
+	ratio, machine   []float64
+}
+
+func runJockey(_ context.Context, cfg Config, step func() error) (Result, error) {
+	models, err := jockeyBuildAll(cfg.Seed, step)
+	if err != nil {
+		return Result{}, err
+	}
+	n := len(jockeyPolicies)
+	s := jockeySeries{met: make([][]float64, n), above: make([][]float64, n), late: make([][]float64, n)}
+	for k := range cfg.Runs {
+		if err := s.addRun(models, cfg.Seed, k); err != nil {
+			return Result{}, err
+		}
+		if err := step(); err != nil {
+			return Result{}, err
+		}
+	}
+	return jockeyResult(len(models), s), nil
+}
+
+// addRun evaluates run k: jockeyPerShape jobs of every shape, each under
+// every policy.
+func (s *jockeySeries) addRun(models []jockeyModel, seed uint64, k int) error {
+	n := len(jockeyPolicies)
+	rng := rand.New(rand.NewPCG(jockeyMix(seed, 2), uint64(k)))
+	var sums [4][3]float64 // per policy: met, above, alloc (jobs that met)
+	var allSums [4][2]float64
+	lates := make([][]float64, n)
+	for _, m := range models {
+		for range jockeyPerShape {
+			c := jockeyDraw(m, rng)
+			for p := range n {
+				o, err := jockeyRun(m, c, p)
+				if err != nil {
+					return err
 				}
-				jobs := float64(len(models) * jockeyPerShape)
-				frac := make([]float64, n)
-				for p := range n {
-					met[p] = append(met[p], sums[p][0]/jobs)
-					// §5: the impact of the jobs that met their SLO; if
-					// none did, of all of them [recon].
-					if sums[p][2] > 0 {
-						frac[p] = sums[p][1] / sums[p][2]
-					} else {
-						frac[p] = allSums[p][0] / allSums[p][1]
-					}
-					above[p] = append(above[p], frac[p])
-					late[p] = append(late[p], jockeyMedian(lates[p]))
+				allSums[p][0] += o.above
+				allSums[p][1] += o.alloc
+				if o.met {
+					sums[p][0]++
+					sums[p][1] += o.above
+					sums[p][2] += o.alloc
 				}
-				ratio = append(ratio, frac[jockeyMaxPolicy]/max(frac[jockeyDynamic], 1e-9))
-				machine = append(machine, allSums[jockeyMaxPolicy][1]/allSums[jockeyDynamic][1])
-				if err := step(); err != nil {
-					return res, err
-				}
+				lates[p] = append(lates[p], o.finish.Seconds()/c.deadline.Seconds())
 			}
-			paperMet := []float64{0.99, 0.82, 0.84, 1}
-			metText := []string{"99 % (1 miss in 94)", "82 % (missed 18 %)", "84 % (missed 16 %)", "100 %"}
-			for p, name := range jockeyPolicies {
-				res.Rows = append(res.Rows, row("SLOs met, "+name, paperMet[p], metText[p], "%", met[p]))
-			}
-			aboveText := []string{"+25 %", "slightly above Jockey", "lowest of the four", ""}
-			for p, name := range jockeyPolicies {
-				paper := math.NaN()
-				if p == jockeyDynamic {
-					paper = 0.25
-				}
-				res.Rows = append(res.Rows, row("allocation above the oracle, "+name, paper, aboveText[p], "%", above[p]))
-			}
-			res.Rows = append(res.Rows,
-				row("impact (allocation above the oracle), max allocation ÷ Jockey", 3, "3× less impact", "", ratio),
-				row("allocation (token-time), max allocation ÷ Jockey", math.NaN(), "", "", machine))
-			lateText := []string{"0.86 (14 % early)", "", "", "≈0.3 (70 % early)"}
-			latePaper := []float64{0.86, math.NaN(), math.NaN(), 0.3}
-			for p, name := range jockeyPolicies {
-				res.Rows = append(res.Rows, row("median finish ÷ deadline, "+name, latePaper[p], lateText[p], "", late[p]))
-			}
-			res.Notes = append(res.Notes,
-				fmt.Sprintf("%d MapReduce job shapes [recon] × %d instances per run, each alone on %d 2-core hosts with a CPU-hungry background VM; the allocation a is bought at a·y/(1−a) against the background's rate y through the agents' share rule", len(models), jockeyPerShape, jockeyHosts),
-				fmt.Sprintf("C(p, a) from sim.JockeyTable at a = %v, seeds apart from the evaluation runs: [recon] the slowest of %d simulations per (p, a), as the paper's expected utility over C's samples with a utility flat until the deadline; Amdahl's S_t + P_t/N from one profile run at the whole hosts", jockeyAllocs, jockeyTableRuns),
-				fmt.Sprintf("control every %s; Jockey and Amdahl with slack 1.2, hysteresis 0.2, dead zone 3 min; w/o adaptation: the allocation Jockey picks at progress 0, fixed; max allocation: a = %g", jockeyPeriod, jockeyMax),
-				fmt.Sprintf("[recon] evaluation perturbed against the profile: task work × exp(%g·N(0,1)) per job, a host at speed %g with probability %g, task failure probability +%g", jockeyWorkSigma, jockeySlowSpeed, jockeySlowProb, jockeyExtraFail),
-				fmt.Sprintf("[recon] deadline U[%g, %g] × C(0, 0.5), the mean of the table's runs; 100 tokens = the whole of the job's hosts; oracle ⌈100·T/(d·cores)⌉ with T the CPU the job used; allocation above the oracle over the jobs that met their SLO (§5)", jockeyDeadlineLo, jockeyDeadlineHi))
-			return res, nil
-		}})
+		}
+	}
+	jobs := float64(len(models) * jockeyPerShape)
+	frac := make([]float64, n)
+	for p := range n {
+		s.met[p] = append(s.met[p], sums[p][0]/jobs)
+		// §5: the impact of the jobs that met their SLO; if
+		// none did, of all of them [recon].
+		if sums[p][2] > 0 {
+			frac[p] = sums[p][1] / sums[p][2]
+		} else {
+			frac[p] = allSums[p][0] / allSums[p][1]
+		}
+		s.above[p] = append(s.above[p], frac[p])
+		s.late[p] = append(s.late[p], jockeyMedian(lates[p]))
+	}
+	s.ratio = append(s.ratio, frac[jockeyMaxPolicy]/max(frac[jockeyDynamic], 1e-9))
+	s.machine = append(s.machine, allSums[jockeyMaxPolicy][1]/allSums[jockeyDynamic][1])
+	return nil
+}
+
+// jockeyResult is the experiment's table, against the paper's numbers.
+func jockeyResult(shapes int, s jockeySeries) Result {
+	var res Result
+	paperMet := []float64{0.99, 0.82, 0.84, 1}
+	metText := []string{"99 % (1 miss in 94)", "82 % (missed 18 %)", "84 % (missed 16 %)", "100 %"}
+	for p, name := range jockeyPolicies {
+		res.Rows = append(res.Rows, row("SLOs met, "+name, paperMet[p], metText[p], "%", s.met[p]))
+	}
+	aboveText := []string{"+25 %", "slightly above Jockey", "lowest of the four", ""}
+	for p, name := range jockeyPolicies {
+		paper := math.NaN()
+		if p == jockeyDynamic {
+			paper = 0.25
+		}
+		res.Rows = append(res.Rows, row("allocation above the oracle, "+name, paper, aboveText[p], "%", s.above[p]))
+	}
+	res.Rows = append(res.Rows,
+		row("impact (allocation above the oracle), max allocation ÷ Jockey", 3, "3× less impact", "", s.ratio),
+		row("allocation (token-time), max allocation ÷ Jockey", math.NaN(), "", "", s.machine))
+	lateText := []string{"0.86 (14 % early)", "", "", "≈0.3 (70 % early)"}
+	latePaper := []float64{0.86, math.NaN(), math.NaN(), 0.3}
+	for p, name := range jockeyPolicies {
+		res.Rows = append(res.Rows, row("median finish ÷ deadline, "+name, latePaper[p], lateText[p], "", s.late[p]))
+	}
+	res.Notes = append(res.Notes,
+		fmt.Sprintf("%d MapReduce job shapes [recon] × %d instances per run, each alone on %d 2-core hosts with a CPU-hungry background VM; the allocation a is bought at a·y/(1−a) against the background's rate y through the agents' share rule", shapes, jockeyPerShape, jockeyHosts),
+		fmt.Sprintf("C(p, a) from sim.JockeyTable at a = %v, seeds apart from the evaluation runs: [recon] the slowest of %d simulations per (p, a), as the paper's expected utility over C's samples with a utility flat until the deadline; Amdahl's S_t + P_t/N from one profile run at the whole hosts", jockeyAllocs, jockeyTableRuns),
+		fmt.Sprintf("control every %s; Jockey and Amdahl with slack 1.2, hysteresis 0.2, dead zone 3 min; w/o adaptation: the allocation Jockey picks at progress 0, fixed; max allocation: a = %g", jockeyPeriod, jockeyMax),
+		fmt.Sprintf("[recon] evaluation perturbed against the profile: task work × exp(%g·N(0,1)) per job, a host at speed %g with probability %g, task failure probability +%g", jockeyWorkSigma, jockeySlowSpeed, jockeySlowProb, jockeyExtraFail),
+		fmt.Sprintf("[recon] deadline U[%g, %g] × C(0, 0.5), the mean of the table's runs; 100 tokens = the whole of the job's hosts; oracle ⌈100·T/(d·cores)⌉ with T the CPU the job used; allocation above the oracle over the jobs that met their SLO (§5)", jockeyDeadlineLo, jockeyDeadlineHi))
+	return res
 }
