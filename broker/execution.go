@@ -66,7 +66,7 @@ func (b *Broker) edf() strategies.EDFRun {
 		if j.Deadline.IsZero() {
 			x, y := overlapWork(j.Spec)
 			e.Overlap = strategies.OverlapNow{
-				OverlapJob: strategies.OverlapJob{Release: j.Admitted.Sub(time.Time{}).Seconds(), Map: x, Shuffle: y},
+				OverlapJob: strategies.OverlapJob{Release: j.Admitted.Sub(time.Unix(0, 0)).Seconds(), Map: x, Shuffle: y},
 				MapLeft:    x * (1 - frac(j.MapsDone, j.Spec.Maps)), ShuffleLeft: y * (1 - frac(j.RedsDone, j.Spec.Reduces))}
 		}
 		jobs = append(jobs, e)
