@@ -101,27 +101,9 @@ func RunDemo(ctx context.Context) (rep *DemoReport, err error) {
 	}
 	bankc, brokerc := bank.Client{NC: nc, Keys: m.Keys()}, broker.Client{NC: nc, Keys: m.Keys()}
 
-	credits := func(s string) money.Micro { v, _ := money.Parse(s); return v }
-	grants := map[string]money.Micro{"alice": credits("100"), "bob": credits("100"), "batch": credits("50")}
-	for _, u := range []string{"alice", "bob", "batch"} {
-		if _, err := bankc.Grant(ctx, &wire.GrantRequest{ID: "demo-grant-" + u, User: u, Amount: grants[u]}); err != nil {
-			return nil, fmt.Errorf("grant %s: %w", u, err)
-		}
-	}
-	spends := map[string]DemoSpec{
-		"alice": {Budget: credits("24"), Duration: demoDuration, VMs: []string{"alice-1", "alice-2"}},
-		"bob":   {Budget: credits("12"), Duration: demoDuration, VMs: []string{"bob-1", "bob-2"}},
-		"batch": {Budget: credits("6"), Duration: demoDuration, VMs: []string{"batch-1"}},
-	}
-	for _, u := range []string{"alice", "bob", "batch"} {
-		s := spends[u]
-		_, err := brokerc.Spend(ctx, &wire.SpendRequest{
-			ID: "demo-" + u, User: u, Budget: s.Budget, Duration: wire.Duration(s.Duration),
-			VMs: s.VMs, Strategy: wire.StrategyFair,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("spend %s: %w", u, err)
-		}
+	spends, err := demoFund(ctx, bankc, brokerc)
+	if err != nil {
+		return nil, err
 	}
 
 	rep = &DemoReport{Spends: spends}
@@ -140,19 +122,7 @@ func RunDemo(ctx context.Context) (rep *DemoReport, err error) {
 		}
 	}
 	rep.EndAt = clock.Sub(DemoStart)
-	plans, err := brokerc.Plans(ctx, &wire.PlansRequest{})
-	if err != nil {
-		return nil, err
-	}
-	rep.Plans = plans.Plans
-	for _, u := range []string{"alice", "bob", "batch"} {
-		b, err := bankc.Balance(ctx, &wire.BalanceRequest{User: u})
-		if err != nil {
-			return nil, err
-		}
-		rep.Users = append(rep.Users, DemoUser{User: u, Granted: b.Granted, Spent: b.Spent, Balance: b.Balance, Held: b.Held})
-	}
-	if rep.Ledger, err = bankc.Ledger(ctx); err != nil {
+	if err := demoAccounts(ctx, bankc, brokerc, rep); err != nil {
 		return nil, err
 	}
 	rep.Elapsed = time.Since(wallStart)
@@ -203,4 +173,49 @@ func (m *Market) snapshot(ctx context.Context, rep *DemoReport, usage0 map[strin
 		rep.Ratio = share["alice-2"] / share["bob-2"]
 	}
 	return nil
+}
+
+// demoFund grants the demo's users their budgets and starts their plans.
+func demoFund(ctx context.Context, bankc bank.Client, brokerc broker.Client) (map[string]DemoSpec, error) {
+	credits := func(s string) money.Micro { v, _ := money.Parse(s); return v }
+	grants := map[string]money.Micro{"alice": credits("100"), "bob": credits("100"), "batch": credits("50")}
+	for _, u := range []string{"alice", "bob", "batch"} {
+		if _, err := bankc.Grant(ctx, &wire.GrantRequest{ID: "demo-grant-" + u, User: u, Amount: grants[u]}); err != nil {
+			return nil, fmt.Errorf("grant %s: %w", u, err)
+		}
+	}
+	spends := map[string]DemoSpec{
+		"alice": {Budget: credits("24"), Duration: demoDuration, VMs: []string{"alice-1", "alice-2"}},
+		"bob":   {Budget: credits("12"), Duration: demoDuration, VMs: []string{"bob-1", "bob-2"}},
+		"batch": {Budget: credits("6"), Duration: demoDuration, VMs: []string{"batch-1"}},
+	}
+	for _, u := range []string{"alice", "bob", "batch"} {
+		s := spends[u]
+		_, err := brokerc.Spend(ctx, &wire.SpendRequest{
+			ID: "demo-" + u, User: u, Budget: s.Budget, Duration: wire.Duration(s.Duration),
+			VMs: s.VMs, Strategy: wire.StrategyFair,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("spend %s: %w", u, err)
+		}
+	}
+	return spends, nil
+}
+
+// demoAccounts adds the plans, the users' accounts and the ledger to rep.
+func demoAccounts(ctx context.Context, bankc bank.Client, brokerc broker.Client, rep *DemoReport) error {
+	plans, err := brokerc.Plans(ctx, &wire.PlansRequest{})
+	if err != nil {
+		return err
+	}
+	rep.Plans = plans.Plans
+	for _, u := range []string{"alice", "bob", "batch"} {
+		b, err := bankc.Balance(ctx, &wire.BalanceRequest{User: u})
+		if err != nil {
+			return err
+		}
+		rep.Users = append(rep.Users, DemoUser{User: u, Granted: b.Granted, Spent: b.Spent, Balance: b.Balance, Held: b.Held})
+	}
+	rep.Ledger, err = bankc.Ledger(ctx)
+	return err
 }
