@@ -11,6 +11,7 @@ import (
 
 	"github.com/mrmarket/mrmarket/internal/money"
 	"github.com/mrmarket/mrmarket/internal/obs"
+	"github.com/mrmarket/mrmarket/internal/service"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -60,10 +61,8 @@ type Config struct {
 	Identities Identities
 }
 
-// Identities resolves a signing key to its principal.
-type Identities interface {
-	Whois(ctx context.Context, key string) (wire.Principal, error)
-}
+// Identities resolves a signing key to its principal (bank.Client has it).
+type Identities = service.Identities
 
 // legKey is what a capture's cumulative total is kept for.
 type legKey struct{ hold, vm string }

@@ -42,12 +42,8 @@ func Endpoints(a *Agent) service.Table {
 // Serve answers the agent's subjects (Endpoints) on nc; several agents may
 // share a connection. stop stops answering.
 func Serve(nc *nats.Conn, a *Agent) (stop func(), err error) {
-	auth := &service.Authorizer{Now: a.cfg.SigningClock}
-	if a.cfg.Identities != nil {
-		auth.Identities, auth.Whois = a.cfg.Identities, service.NewWhoisCache(whoisTTL, whoisSize)
-	}
 	svc, err := service.Serve(nc, "mrm-agent", service.Version, Endpoints(a), service.Options{
-		Auth:        auth,
+		Auth:        service.Remote(a.cfg.Identities, a.cfg.SigningClock, whoisTTL, whoisSize),
 		Observe:     func(op, code string) { a.cfg.Metrics.Request("agent", op, code) },
 		Description: "mrmarket's agent of host " + a.Host(),
 		Metadata:    map[string]string{"host": a.Host()},

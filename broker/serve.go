@@ -67,12 +67,8 @@ func Serve(nc *nats.Conn, b *Broker) (stop func(), err error) {
 		_ = states.Unsubscribe()
 		return nil, err
 	}
-	auth := &service.Authorizer{Now: b.cfg.SigningClock}
-	if b.cfg.Identities != nil {
-		auth.Identities, auth.Whois = b.cfg.Identities, service.NewWhoisCache(whoisTTL, whoisSize)
-	}
 	svc, err := service.Serve(nc, "mrm-broker", service.Version, Endpoints(b), service.Options{
-		Auth:        auth,
+		Auth:        service.Remote(b.cfg.Identities, b.cfg.SigningClock, whoisTTL, whoisSize),
 		Observe:     func(op, code string) { b.cfg.Metrics.Request("broker", op, code) },
 		Description: "mrmarket's broker: prices, spend plans, deadlines",
 		Metadata:    map[string]string{"replica": b.cfg.Replica},

@@ -51,6 +51,17 @@ type Authorizer struct {
 	memory MemoryNonces // when Nonces is nil
 }
 
+// Remote is the Authorizer of a component that asks the bank who signed
+// (the broker, an agent): ids' answers cached for ttl, at most size of
+// them, on the clock now (nil: the wall clock). nil ids allows everything.
+func Remote(ids Identities, now func() time.Time, ttl time.Duration, size int) *Authorizer {
+	a := &Authorizer{Now: now}
+	if ids != nil {
+		a.Identities, a.Whois = ids, NewWhoisCache(ttl, size)
+	}
+	return a
+}
+
 // now is a's clock.
 func (a *Authorizer) now() time.Time {
 	if a.Now == nil {
