@@ -265,117 +265,147 @@ func ariaAlloc(j *ariaJob, s *ariaState, t float64, avg bool) (int, int, error) 
 	return min(m, ariaMapSlots), min(r, ariaReduceSlots), nil
 }
 
+// ariaSim is one simulation's state: the jobs' progress, the pending task
+// completions, the active jobs in EDF order and the busy slots.
+type ariaSim struct {
+	jobs       []ariaJob
+	v          ariaVariant
+	st         []ariaState
+	ev         ariaHeap
+	active     []int // EDF order
+	next, done int
+	runM, runR int
+	t, area    float64
+}
+
 // ariaSimulate runs the jobs under ARIA's EDF scheduler with arrivals
 // driven by the load threshold th (a fraction).
 func ariaSimulate(jobs []ariaJob, th float64, v ariaVariant) (ariaOutcome, error) {
-	st := make([]ariaState, len(jobs))
-	var ev ariaHeap
-	active := []int{} // EDF order
-	next, done := 0, 0
-	runM, runR := 0, 0
-	t, area := 0.0, 0.0
-	capAll := float64(ariaMapSlots + ariaReduceSlots)
+	a := &ariaSim{jobs: jobs, v: v, st: make([]ariaState, len(jobs)), active: []int{}}
+	for a.done < len(jobs) {
+		a.schedule()
+		if err := a.spawn(th); err != nil {
+			return ariaOutcome{}, err
+		}
+		if len(a.ev) == 0 {
+			return ariaOutcome{}, fmt.Errorf("aria: stalled at t=%.0f with %d jobs active", a.t, len(a.active))
+		}
+		if err := a.advance(); err != nil {
+			return ariaOutcome{}, err
+		}
+	}
+	return a.outcome(), nil
+}
 
-	launch := func(i int, strict bool) {
-		j, s := &jobs[i], &st[i]
-		for runM < ariaMapSlots && s.nextM < len(j.maps) && (!strict || s.runM < s.m) {
-			ev.push(ariaEvent{t + j.maps[s.nextM], i, true})
-			s.nextM++
-			s.runM++
-			runM++
-		}
-		if s.doneM < len(j.maps) {
-			return // reduces wait for the map stage [recon]
-		}
-		for runR < ariaReduceSlots && s.nextR < len(j.reds) && (!strict || s.runR < s.r) {
-			ev.push(ariaEvent{t + j.reds[s.nextR], i, false})
-			s.nextR++
-			s.runR++
-			runR++
-		}
+// launch starts job i's tasks on free slots: within its pair when strict.
+func (a *ariaSim) launch(i int, strict bool) {
+	j, s := &a.jobs[i], &a.st[i]
+	for a.runM < ariaMapSlots && s.nextM < len(j.maps) && (!strict || s.runM < s.m) {
+		a.ev.push(ariaEvent{a.t + j.maps[s.nextM], i, true})
+		s.nextM++
+		s.runM++
+		a.runM++
 	}
-	schedule := func() {
-		for _, i := range active {
-			launch(i, true)
-		}
-		if v.spare {
-			for _, i := range active {
-				launch(i, false)
-			}
-		}
+	if s.doneM < len(j.maps) {
+		return // reduces wait for the map stage [recon]
 	}
+	for a.runR < ariaReduceSlots && s.nextR < len(j.reds) && (!strict || s.runR < s.r) {
+		a.ev.push(ariaEvent{a.t + j.reds[s.nextR], i, false})
+		s.nextR++
+		s.runR++
+		a.runR++
+	}
+}
 
-	for done < len(jobs) {
-		schedule()
-		// Spawn jobs while the threshold allows.
-		for next < len(jobs) {
-			s := &st[next]
-			s.arrive, s.deadline = t, t+jobs[next].rel
-			m, r, err := ariaAlloc(&jobs[next], s, t, v.avg)
-			if err != nil {
-				return ariaOutcome{}, err
-			}
-			// Load: the map share plus the reduce share, running tasks and
-			// the new pair (§7.2) [recon].
-			load := float64(runM+m)/ariaMapSlots + float64(runR+r)/ariaReduceSlots
-			if len(active) > 0 && load >= th {
-				break
-			}
-			s.m, s.r = m, r
-			k, _ := slices.BinarySearchFunc(active, s.deadline, func(i int, d float64) int {
-				if st[i].deadline <= d {
-					return -1
-				}
-				return 1
-			})
-			active = slices.Insert(active, k, next)
-			next++
-			schedule()
-		}
-		if len(ev) == 0 {
-			return ariaOutcome{}, fmt.Errorf("aria: stalled at t=%.0f with %d jobs active", t, len(active))
-		}
-		// Advance to the next completions.
-		now := ev[0].t
-		area += float64(runM+runR) * (now - t)
-		t = now
-		for len(ev) > 0 && ev[0].t == t {
-			e := ev.pop()
-			j, s := &jobs[e.job], &st[e.job]
-			if e.isMap {
-				s.doneM++
-				s.runM--
-				runM--
-			} else {
-				s.doneR++
-				s.runR--
-				runR--
-			}
-			if s.doneM == len(j.maps) && s.doneR == len(j.reds) {
-				s.finish = t
-				done++
-				active = slices.DeleteFunc(active, func(i int) bool { return i == e.job })
-				continue
-			}
-			m, r, err := ariaAlloc(j, s, t, v.avg)
-			if err != nil {
-				return ariaOutcome{}, err
-			}
-			s.m, s.r = m, r
+// schedule fills free slots: each active job up to its pair in EDF order,
+// then, with spare, beyond it.
+func (a *ariaSim) schedule() {
+	for _, i := range a.active {
+		a.launch(i, true)
+	}
+	if a.v.spare {
+		for _, i := range a.active {
+			a.launch(i, false)
 		}
 	}
+}
+
+// spawn admits jobs while the threshold th allows.
+func (a *ariaSim) spawn(th float64) error {
+	for a.next < len(a.jobs) {
+		s := &a.st[a.next]
+		s.arrive, s.deadline = a.t, a.t+a.jobs[a.next].rel
+		m, r, err := ariaAlloc(&a.jobs[a.next], s, a.t, a.v.avg)
+		if err != nil {
+			return err
+		}
+		// Load: the map share plus the reduce share, running tasks and
+		// the new pair (§7.2) [recon].
+		load := float64(a.runM+m)/ariaMapSlots + float64(a.runR+r)/ariaReduceSlots
+		if len(a.active) > 0 && load >= th {
+			break
+		}
+		s.m, s.r = m, r
+		k, _ := slices.BinarySearchFunc(a.active, s.deadline, func(i int, d float64) int {
+			if a.st[i].deadline <= d {
+				return -1
+			}
+			return 1
+		})
+		a.active = slices.Insert(a.active, k, a.next)
+		a.next++
+		a.schedule()
+	}
+	return nil
+}
+
+// advance moves to the next completions, retiring finished jobs and
+// reallocating the others.
+func (a *ariaSim) advance() error {
+	now := a.ev[0].t
+	a.area += float64(a.runM+a.runR) * (now - a.t)
+	a.t = now
+	for len(a.ev) > 0 && a.ev[0].t == a.t {
+		e := a.ev.pop()
+		j, s := &a.jobs[e.job], &a.st[e.job]
+		if e.isMap {
+			s.doneM++
+			s.runM--
+			a.runM--
+		} else {
+			s.doneR++
+			s.runR--
+			a.runR--
+		}
+		if s.doneM == len(j.maps) && s.doneR == len(j.reds) {
+			s.finish = a.t
+			a.done++
+			a.active = slices.DeleteFunc(a.active, func(i int) bool { return i == e.job })
+			continue
+		}
+		m, r, err := ariaAlloc(j, s, a.t, a.v.avg)
+		if err != nil {
+			return err
+		}
+		s.m, s.r = m, r
+	}
+	return nil
+}
+
+// outcome scores the finished simulation.
+func (a *ariaSim) outcome() ariaOutcome {
 	var out ariaOutcome
-	for i := range jobs {
-		took := st[i].finish - st[i].arrive
-		if took > jobs[i].rel*(1+1e-9) {
+	for i := range a.jobs {
+		took := a.st[i].finish - a.st[i].arrive
+		if took > a.jobs[i].rel*(1+1e-9) {
 			out.missed++
-			out.exceeded += 100 * (took - jobs[i].rel) / jobs[i].rel
+			out.exceeded += 100 * (took - a.jobs[i].rel) / a.jobs[i].rel
 		}
 	}
-	if t > 0 {
-		out.load = 100 * area / capAll / t
+	if a.t > 0 {
+		out.load = 100 * a.area / float64(ariaMapSlots+ariaReduceSlots) / a.t
 	}
-	return out, nil
+	return out
 }
 
 // ariaThresholds are Table 3's load thresholds reported.
@@ -410,18 +440,35 @@ type ariaKey struct {
 	v  string
 }
 
+// ariaGot is each key's per-run metrics: missed jobs, relative deadline
+// exceeded and average load (fractions).
+type ariaGot map[ariaKey]*[3][]float64
+
+func (got ariaGot) add(k ariaKey, o ariaOutcome) {
+	if got[k] == nil {
+		got[k] = new([3][]float64)
+	}
+	g := got[k]
+	g[0] = append(g[0], float64(o.missed))
+	g[1] = append(g[1], o.exceeded/100)
+	g[2] = append(g[2], o.load/100)
+}
+
 func runARIA(ctx context.Context, cfg Config, step func() error) (Result, error) {
 	var res Result
-	got := map[ariaKey]*[3][]float64{}
-	add := func(k ariaKey, o ariaOutcome) {
-		if got[k] == nil {
-			got[k] = new([3][]float64)
-		}
-		g := got[k]
-		g[0] = append(g[0], float64(o.missed))
-		g[1] = append(g[1], o.exceeded/100)
-		g[2] = append(g[2], o.load/100)
+	got, err := ariaRuns(cfg, step)
+	if err != nil {
+		return res, err
 	}
+	res.Rows = ariaRows(got)
+	res.Notes = append(res.Notes, ariaNotes()...)
+	return res, nil
+}
+
+// ariaRuns simulates every workload, variant and threshold for each run,
+// the runs' jobs drawn from the seed.
+func ariaRuns(cfg Config, step func() error) (ariaGot, error) {
+	got := ariaGot{}
 	for _, w := range []int{1, 2} {
 		for k := range cfg.Runs {
 			rng := rand.New(rand.NewPCG(cfg.Seed, uint64(k)<<4|uint64(w)))
@@ -430,21 +477,28 @@ func runARIA(ctx context.Context, cfg Config, step func() error) (Result, error)
 				for _, th := range ariaThresholds {
 					o, err := ariaSimulate(jobs, th, v)
 					if err != nil {
-						return res, err
+						return nil, err
 					}
-					add(ariaKey{w, th, v.name}, o)
+					got.add(ariaKey{w, th, v.name}, o)
 				}
 			}
 			o, err := ariaSimulate(jobs, 0, ariaVariants[0])
 			if err != nil {
-				return res, err
+				return nil, err
 			}
-			add(ariaKey{w, 0, ""}, o)
+			got.add(ariaKey{w, 0, ""}, o)
 			if err := step(); err != nil {
-				return res, err
+				return nil, err
 			}
 		}
 	}
+	return got, nil
+}
+
+// ariaRows reports got against Table 3: every metric for ARIA, missed and
+// exceeded for the other variants, missed for one job at a time.
+func ariaRows(got ariaGot) []Row {
+	var rows []Row
 	metrics := []struct{ name, unit string }{{"missed deadlines per run", ""}, {"relative deadline exceeded", "%"}, {"average load", "%"}}
 	emit := func(k ariaKey, which ...int) {
 		label := fmt.Sprintf("W%d, threshold %g %%", k.w, k.th*100)
@@ -463,7 +517,7 @@ func runARIA(ctx context.Context, cfg Config, step func() error) (Result, error)
 					want, text = want/100, text+" %"
 				}
 			}
-			res.Rows = append(res.Rows, row(metrics[i].name+", "+label, want, text, metrics[i].unit, got[k][i]))
+			rows = append(rows, row(metrics[i].name+", "+label, want, text, metrics[i].unit, got[k][i]))
 		}
 	}
 	for _, th := range ariaThresholds {
@@ -481,13 +535,18 @@ func runARIA(ctx context.Context, cfg Config, step func() error) (Result, error)
 	for _, w := range []int{1, 2} {
 		emit(ariaKey{w, 0, ""}, 0)
 	}
-	res.Notes = append(res.Notes,
+	return rows
+}
+
+// ariaNotes are the [recon] decisions the report states.
+func ariaNotes() []string {
+	return []string{
 		fmt.Sprintf("%d jobs per run on %d map + %d reduce slots (the testbed's 64 workers × 4 + 4) [recon]; the paper averages 100 runs, default here %d (about 0.15 s a run)", ariaJobsPerRun, ariaMapSlots, ariaReduceSlots, ariaDefaultRuns),
 		"arrivals: the next job is spawned when running maps/map slots + running reduces/reduce slots + its Eq. 15 pair's two shares stays below the threshold (§7.2), or on an idle cluster [recon]",
 		"allocation: strategies.ARIASlots at arrival and after each of the job's tasks (tasks left, time left), on the average of the bounds (deadline less (C_up − C_low)/2) [recon]; 'lower bound' rows use ARIASlots as is",
 		"scheduler: EDF, each job up to its pair, then spare slots to the jobs in EDF order [recon]; 'strict' rows: Algorithm 1 alone, no job beyond its pair",
 		"reduces start after the job's map stage; profile = the job's own task averages and maxima, no separate shuffle [recon]",
 		"W1: application and input size uniform from Table 2, 64 reduces, durations N(d, 0.1·d) [recon]; W2 as Table 2, normals truncated ≥ 1 by redrawing",
-		"relative deadline exceeded: Σ over missed jobs of (T − D)/D per run, from arrival; average load: running tasks over all 512 slots; 'one job at a time' is a sanity check (T_J ≤ deadline, so 0)")
-	return res, nil
+		"relative deadline exceeded: Σ over missed jobs of (T − D)/D per run, from arrival; average load: running tasks over all 512 slots; 'one job at a time' is a sanity check (T_J ≤ deadline, so 0)",
+	}
 }

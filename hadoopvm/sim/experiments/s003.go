@@ -127,116 +127,136 @@ func compare(ctx context.Context, cfg Config, step func() error, base, strat Two
 func init() {
 	register(Experiment{Name: "s003-workflow", Title: "Workflow priority on GridMix (weights 1 vs 0.5), 40 hosts",
 		Source: "seed 003 §7.2, Fig. 6", DefaultRuns: 25, Steps: func(n int) int { return 3 * (1 + 2*n) },
-		run: func(ctx context.Context, cfg Config, step func() error) (Result, error) {
-			var res Result
-			for _, prog := range []string{workload.Queries, workload.Web, workload.Text} {
-				jobs := func(u string, vms []string) []sim.JobSpec {
-					j, _ := workload.GridMix(prog, u, u, vms, 0)
-					return j
-				}
-				base := TwoUsers{Hosts: 40, Users: [2]User{{jobs, Fair}, {jobs, Fair}}}
-				strat := TwoUsers{Hosts: 40, Users: [2]User{{jobs, Series([]float64{1, 0.5}, 1)}, {jobs, Series([]float64{0.5, 1}, 1)}}}
-				ci, gain, _, _, _, err := compare(ctx, cfg, step, base, strat, []int{0, 1})
-				if err != nil {
-					return res, err
-				}
-				paperGain := 0.10
-				if prog == workload.Text {
-					paperGain = 0.04
-				}
-				res.Rows = append(res.Rows, row("CI ("+prog+")", 0.115, "11–12 %", "%", ci),
-					row("efficiency gain ("+prog+")", paperGain, fmt.Sprintf("≈%.0f %%", 100*paperGain), "%", gain))
-			}
-			return res, nil
-		}})
-
-	diggStage := func(w []float64) TwoUsers {
-		sum := 0.0
-		for _, x := range w {
-			sum += x
-		}
-		jobs := func(u string, vms []string) []sim.JobSpec { return workload.Digg(u, u, vms, 0) }
-		return TwoUsers{Hosts: 23, Users: [2]User{{jobs, Series(w, sum/float64(len(w)))}, {jobs, Fair}}}
-	}
+		run: runS003Workflow})
 	register(Experiment{Name: "s003-stage", Title: "Stage priority on Digg (one stage ×20) against a fair-share user, 23 hosts",
 		Source: "seed 003 §7.3, Fig. 7", DefaultRuns: 25, Steps: func(n int) int { return 3 * (1 + 2*n) },
-		run: func(ctx context.Context, cfg Config, step func() error) (Result, error) {
-			var res Result
-			base := diggStage([]float64{1, 1, 1})
-			for stage, w := range [][]float64{{20, 1, 1}, {1, 20, 1}, {1, 1, 20}} {
-				ci, gain, _, _, _, err := compare(ctx, cfg, step, base, diggStage(w), []int{0})
-				if err != nil {
-					return res, err
-				}
-				paperCI, paperGain, textCI, textGain := math.NaN(), math.NaN(), "", ""
-				if stage == 1 {
-					paperCI, paperGain, textCI, textGain = 0.31, 1.87, "31 %", "187 %"
-				}
-				res.Rows = append(res.Rows, row(fmt.Sprintf("CI (stage %d ×20)", stage+1), paperCI, textCI, "%", ci),
-					row(fmt.Sprintf("efficiency gain (stage %d ×20)", stage+1), paperGain, textGain, "%", gain))
-			}
-			return res, nil
-		}})
-
-	videoToon := func(a, b func(string, []string, []sim.JobSpec) *wire.SpendRequest) TwoUsers {
-		jobs := func(u string, vms []string) []sim.JobSpec { return workload.VideoToon(u, u, vms, 0, 16) }
-		return TwoUsers{Hosts: 18, Heterogeneous: true, Users: [2]User{{jobs, a}, {jobs, b}}}
-	}
+		run: runS003Stage})
 	register(Experiment{Name: "s003-bottleneck", Title: "Bottleneck elimination on VideoToon (1S+1FS, 2S, 2FS), 18 hosts, extra load on half",
 		Source: "seed 003 §7.4, Fig. 8", DefaultRuns: 25, Steps: func(n int) int { return 2 * (1 + 2*n) },
-		run: func(ctx context.Context, cfg Config, step func() error) (Result, error) {
-			var res Result
-			fs := videoToon(Fair, Fair)
-			ci, gain, _, _, _, err := compare(ctx, cfg, step, fs, videoToon(Bottleneck(0.9), Fair), []int{0})
-			if err != nil {
-				return res, err
-			}
-			ci2, gain2, _, _, _, err := compare(ctx, cfg, step, fs, videoToon(Bottleneck(0.9), Bottleneck(0.9)), []int{0, 1})
-			if err != nil {
-				return res, err
-			}
-			res.Rows = append(res.Rows, row("CI (1S+1FS, strategic user)", 0.20, "20 %", "%", ci),
-				row("efficiency gain (1S+1FS, strategic user)", 0.62, "62 %", "%", gain),
-				row("CI (2S, both users)", math.NaN(), "", "%", ci2),
-				row("efficiency gain (2S, both users)", math.NaN(), "slightly above 2FS", "%", gain2))
-			return res, nil
-		}})
-
+		run: runS003Bottleneck})
 	register(Experiment{Name: "s003-sensitivity", Title: "Efficiency gain against decay rate r and risk aversion γ (Digg stage 2, VideoToon 1S+1FS)",
 		Source: "seed 003 §8, Fig. 9", DefaultRuns: 25, Steps: func(n int) int { return 2 * (1 + 2*n) },
-		run: func(ctx context.Context, cfg Config, step func() error) (Result, error) {
-			var res Result
-			for _, c := range []struct {
-				name        string
-				base, strat TwoUsers
-				riskAverse  float64
-				riskSeeking float64
-			}{
-				{"Digg", diggStage([]float64{1, 1, 1}), diggStage([]float64{1, 20, 1}), 0.65, 5.0},
-				{"VideoToon", videoToon(Fair, Fair), videoToon(Bottleneck(0.9), Fair), 0.30, math.NaN()},
-			} {
-				_, _, b, s, tmin, err := compare(ctx, cfg, step, c.base, c.strat, []int{0})
-				if err != nil {
-					return res, err
-				}
-				gainAt := func(r, gamma float64) []float64 {
-					var out []float64
-					for k := range b {
-						out = append(out, efficiency(s[k:k+1], tmin, r, gamma)/efficiency(b[k:k+1], tmin, r, gamma)-1)
-					}
-					return out
-				}
-				for _, r := range []float64{0.5, 1, 2, 4, 8} {
-					res.Rows = append(res.Rows, row(fmt.Sprintf("%s gain, r = %g", c.name, r), math.NaN(), "grows with r", "%", gainAt(r, 0)))
-				}
-				seekText := ""
-				if !math.IsNaN(c.riskSeeking) {
-					seekText = "≈6×"
-				}
-				res.Rows = append(res.Rows,
-					row(c.name+" gain, γ = 3 (risk averse)", c.riskAverse, fmt.Sprintf("%.0f %%", 100*c.riskAverse), "%", gainAt(decay, 3)),
-					row(c.name+" gain, γ = −3 (risk seeking)", c.riskSeeking, seekText, "%", gainAt(decay, -3)))
+		run: runS003Sensitivity})
+}
+
+// runS003Workflow is §7.2: each GridMix program, both users fair against
+// the two users weighting their own workflow 1 and the other's 0.5.
+func runS003Workflow(ctx context.Context, cfg Config, step func() error) (Result, error) {
+	var res Result
+	for _, prog := range []string{workload.Queries, workload.Web, workload.Text} {
+		jobs := func(u string, vms []string) []sim.JobSpec {
+			j, _ := workload.GridMix(prog, u, u, vms, 0)
+			return j
+		}
+		base := TwoUsers{Hosts: 40, Users: [2]User{{jobs, Fair}, {jobs, Fair}}}
+		strat := TwoUsers{Hosts: 40, Users: [2]User{{jobs, Series([]float64{1, 0.5}, 1)}, {jobs, Series([]float64{0.5, 1}, 1)}}}
+		ci, gain, _, _, _, err := compare(ctx, cfg, step, base, strat, []int{0, 1})
+		if err != nil {
+			return res, err
+		}
+		paperGain := 0.10
+		if prog == workload.Text {
+			paperGain = 0.04
+		}
+		res.Rows = append(res.Rows, row("CI ("+prog+")", 0.115, "11–12 %", "%", ci),
+			row("efficiency gain ("+prog+")", paperGain, fmt.Sprintf("≈%.0f %%", 100*paperGain), "%", gain))
+	}
+	return res, nil
+}
+
+// diggStage is §7.3's world: the first user weights Digg's stages by w
+// (its budget scaled so weight-1 stages spend the fair-share rate), the
+// second spends fairly.
+func diggStage(w []float64) TwoUsers {
+	sum := 0.0
+	for _, x := range w {
+		sum += x
+	}
+	jobs := func(u string, vms []string) []sim.JobSpec { return workload.Digg(u, u, vms, 0) }
+	return TwoUsers{Hosts: 23, Users: [2]User{{jobs, Series(w, sum/float64(len(w)))}, {jobs, Fair}}}
+}
+
+// runS003Stage is §7.3: each Digg stage in turn weighted ×20 against
+// equal weights.
+func runS003Stage(ctx context.Context, cfg Config, step func() error) (Result, error) {
+	var res Result
+	base := diggStage([]float64{1, 1, 1})
+	for stage, w := range [][]float64{{20, 1, 1}, {1, 20, 1}, {1, 1, 20}} {
+		ci, gain, _, _, _, err := compare(ctx, cfg, step, base, diggStage(w), []int{0})
+		if err != nil {
+			return res, err
+		}
+		paperCI, paperGain, textCI, textGain := math.NaN(), math.NaN(), "", ""
+		if stage == 1 {
+			paperCI, paperGain, textCI, textGain = 0.31, 1.87, "31 %", "187 %"
+		}
+		res.Rows = append(res.Rows, row(fmt.Sprintf("CI (stage %d ×20)", stage+1), paperCI, textCI, "%", ci),
+			row(fmt.Sprintf("efficiency gain (stage %d ×20)", stage+1), paperGain, textGain, "%", gain))
+	}
+	return res, nil
+}
+
+// videoToon is §7.4's world: both users run VideoToon on heterogeneous
+// hosts, spending as a and b.
+func videoToon(a, b func(string, []string, []sim.JobSpec) *wire.SpendRequest) TwoUsers {
+	jobs := func(u string, vms []string) []sim.JobSpec { return workload.VideoToon(u, u, vms, 0, 16) }
+	return TwoUsers{Hosts: 18, Heterogeneous: true, Users: [2]User{{jobs, a}, {jobs, b}}}
+}
+
+// runS003Bottleneck is §7.4: one, then both users eliminating bottlenecks
+// against both spending fairly.
+func runS003Bottleneck(ctx context.Context, cfg Config, step func() error) (Result, error) {
+	var res Result
+	fs := videoToon(Fair, Fair)
+	ci, gain, _, _, _, err := compare(ctx, cfg, step, fs, videoToon(Bottleneck(0.9), Fair), []int{0})
+	if err != nil {
+		return res, err
+	}
+	ci2, gain2, _, _, _, err := compare(ctx, cfg, step, fs, videoToon(Bottleneck(0.9), Bottleneck(0.9)), []int{0, 1})
+	if err != nil {
+		return res, err
+	}
+	res.Rows = append(res.Rows, row("CI (1S+1FS, strategic user)", 0.20, "20 %", "%", ci),
+		row("efficiency gain (1S+1FS, strategic user)", 0.62, "62 %", "%", gain),
+		row("CI (2S, both users)", math.NaN(), "", "%", ci2),
+		row("efficiency gain (2S, both users)", math.NaN(), "slightly above 2FS", "%", gain2))
+	return res, nil
+}
+
+// runS003Sensitivity is §8: the gains of §7.3's stage 2 and §7.4's 1S+1FS
+// rescored at other decay rates r and risk attitudes γ.
+func runS003Sensitivity(ctx context.Context, cfg Config, step func() error) (Result, error) {
+	var res Result
+	for _, c := range []struct {
+		name        string
+		base, strat TwoUsers
+		riskAverse  float64
+		riskSeeking float64
+	}{
+		{"Digg", diggStage([]float64{1, 1, 1}), diggStage([]float64{1, 20, 1}), 0.65, 5.0},
+		{"VideoToon", videoToon(Fair, Fair), videoToon(Bottleneck(0.9), Fair), 0.30, math.NaN()},
+	} {
+		_, _, b, s, tmin, err := compare(ctx, cfg, step, c.base, c.strat, []int{0})
+		if err != nil {
+			return res, err
+		}
+		gainAt := func(r, gamma float64) []float64 {
+			var out []float64
+			for k := range b {
+				out = append(out, efficiency(s[k:k+1], tmin, r, gamma)/efficiency(b[k:k+1], tmin, r, gamma)-1)
 			}
-			return res, nil
-		}})
+			return out
+		}
+		for _, r := range []float64{0.5, 1, 2, 4, 8} {
+			res.Rows = append(res.Rows, row(fmt.Sprintf("%s gain, r = %g", c.name, r), math.NaN(), "grows with r", "%", gainAt(r, 0)))
+		}
+		seekText := ""
+		if !math.IsNaN(c.riskSeeking) {
+			seekText = "≈6×"
+		}
+		res.Rows = append(res.Rows,
+			row(c.name+" gain, γ = 3 (risk averse)", c.riskAverse, fmt.Sprintf("%.0f %%", 100*c.riskAverse), "%", gainAt(decay, 3)),
+			row(c.name+" gain, γ = −3 (risk seeking)", c.riskSeeking, seekText, "%", gainAt(decay, -3)))
+	}
+	return res, nil
 }

@@ -55,11 +55,48 @@ func (w TwoUsers) Dedicated(seed uint64) (time.Duration, error) {
 
 func (w TwoUsers) run(seed uint64, alone bool) (Outcome, error) {
 	var out Outcome
-	rng := rand.New(rand.NewPCG(seed, 2))
 	users := [2]string{"u1", "u2"}
 	if alone {
 		users = [2]string{"u1", ""}
 	}
+	hosts, vms, mine := w.layout(rand.New(rand.NewPCG(seed, 2)), users, alone)
+	s, err := sim.New(sim.Config{Seed: seed, Start: start, Tick: 10 * time.Second}, hosts, vms)
+	if err != nil {
+		return out, err
+	}
+	b, err := broker.New(broker.Config{Agents: s.Agents(), Bank: s.Ledger(), Now: s.Now, Tick: 10 * time.Second, Settle: 20 * time.Second, Serial: true})
+	if err != nil {
+		return out, err
+	}
+	s.Attach(b)
+	s.Observe(sim.StageFeed(b))
+	fin := &finishes{s: s, last: map[string]int{}}
+	s.Observe(fin)
+	first, last, err := w.submit(s, b, fin, users, mine, alone)
+	if err != nil {
+		return out, err
+	}
+	res, err := s.Run(48 * time.Hour)
+	if err != nil {
+		return out, err
+	}
+	at := map[string]sim.JobResult{}
+	for _, j := range res {
+		at[j.ID] = j
+	}
+	for i, u := range users {
+		if u != "" {
+			out.T[i] = at[last[i]].Finish.Sub(at[first[i]].Submit)
+		}
+	}
+	out.Paid = fin.paid
+	return out, nil
+}
+
+// layout is the hosts, each with its background VM (heavier on a random
+// half, drawn from rng, when Heterogeneous; none when alone), and every
+// user's VM on each, with each user's VM ids.
+func (w TwoUsers) layout(rng *rand.Rand, users [2]string, alone bool) ([]sim.HostSpec, []sim.VMSpec, map[string][]string) {
 	var hosts []sim.HostSpec
 	var vms []sim.VMSpec
 	mine := map[string][]string{}
@@ -85,19 +122,13 @@ func (w TwoUsers) run(seed uint64, alone bool) (Outcome, error) {
 			mine[u] = append(mine[u], id)
 		}
 	}
-	s, err := sim.New(sim.Config{Seed: seed, Start: start, Tick: 10 * time.Second}, hosts, vms)
-	if err != nil {
-		return out, err
-	}
-	b, err := broker.New(broker.Config{Agents: s.Agents(), Bank: s.Ledger(), Now: s.Now, Tick: 10 * time.Second, Settle: 20 * time.Second, Serial: true})
-	if err != nil {
-		return out, err
-	}
-	s.Attach(b)
-	s.Observe(sim.StageFeed(b))
-	fin := &finishes{s: s, last: map[string]int{}}
-	s.Observe(fin)
-	var first, last [2]string
+	return hosts, vms, mine
+}
+
+// submit gives each user its workflow on its VMs: its plan first (unless
+// alone or it does not spend), then its jobs. It returns each user's first
+// and last job, between which its completion time is measured.
+func (w TwoUsers) submit(s *sim.Sim, b *broker.Broker, fin *finishes, users [2]string, mine map[string][]string, alone bool) (first, last [2]string, err error) {
 	for i, u := range users {
 		if u == "" {
 			continue
@@ -108,31 +139,17 @@ func (w TwoUsers) run(seed uint64, alone bool) (Outcome, error) {
 		if w.Users[i].Spend != nil && !alone {
 			rep, err := b.Spend(context.Background(), w.Users[i].Spend(u, mine[u], jobs))
 			if err != nil {
-				return out, err
+				return first, last, err
 			}
 			fin.holds[i] = rep.Plan.Hold
 		}
 		for _, j := range jobs {
 			if err := s.Submit(j); err != nil {
-				return out, err
+				return first, last, err
 			}
 		}
 	}
-	res, err := s.Run(48 * time.Hour)
-	if err != nil {
-		return out, err
-	}
-	at := map[string]sim.JobResult{}
-	for _, j := range res {
-		at[j.ID] = j
-	}
-	for i, u := range users {
-		if u != "" {
-			out.T[i] = at[last[i]].Finish.Sub(at[first[i]].Submit)
-		}
-	}
-	out.Paid = fin.paid
-	return out, nil
+	return first, last, nil
 }
 
 // finishes records what each user's plan had paid when its workflow's
