@@ -19,22 +19,12 @@ type Client struct {
 	Keys   wire.Keyring
 }
 
-// signAs is whom a request is signed as; the zero value sends it unsigned.
-type signAs struct{ role, name string }
+var asAdmin = wire.As{Role: wire.RoleAdmin, Name: "admin"}
 
-var asAdmin = signAs{wire.RoleAdmin, "admin"}
-
-// call is every method's one path: sign as who (or not), send, decode.
-func call[Rep any](ctx context.Context, c Client, who signAs, subject string, req wire.Message) (Rep, error) {
-	var s *wire.Signer
-	if who.role != "" {
-		var err error
-		if s, err = wire.SignerFor(c.Signer, c.Keys, who.role, who.name); err != nil {
-			var zero Rep
-			return zero, err
-		}
-	}
-	return wire.Do[Rep](ctx, c.NC, s, subject, req)
+// call is every method's one path: sign as who (the zero As: unsigned),
+// send, decode.
+func call[Rep any](ctx context.Context, c Client, who wire.As, subject string, req wire.Message) (Rep, error) {
+	return wire.DoAs[Rep](ctx, c.NC, c.Signer, c.Keys, who, subject, req)
 }
 
 // Grant mints money into a user's account (admin).
@@ -44,27 +34,27 @@ func (c Client) Grant(ctx context.Context, req *wire.GrantRequest) (wire.GrantRe
 
 // Hold moves a user's money into escrow (the user or the broker).
 func (c Client) Hold(ctx context.Context, req *wire.HoldRequest) (wire.HoldReply, error) {
-	return call[wire.HoldReply](ctx, c, signAs{wire.RoleUser, req.User}, wire.BankHold, req)
+	return call[wire.HoldReply](ctx, c, wire.As{Role: wire.RoleUser, Name: req.User}, wire.BankHold, req)
 }
 
 // Capture sends one tick's capture batch (the host's agent).
 func (c Client) Capture(ctx context.Context, req *wire.CaptureBatch) (wire.CaptureReply, error) {
-	return call[wire.CaptureReply](ctx, c, signAs{wire.RoleAgent, req.Host}, wire.BankCapture, req)
+	return call[wire.CaptureReply](ctx, c, wire.As{Role: wire.RoleAgent, Name: req.Host}, wire.BankCapture, req)
 }
 
 // Release closes a hold and returns its remainder (its user or the broker).
 func (c Client) Release(ctx context.Context, req *wire.ReleaseRequest) (wire.ReleaseReply, error) {
-	return call[wire.ReleaseReply](ctx, c, signAs{wire.RoleUser, req.User}, wire.BankRelease, req)
+	return call[wire.ReleaseReply](ctx, c, wire.As{Role: wire.RoleUser, Name: req.User}, wire.BankRelease, req)
 }
 
 // Extend adds money to an open hold (its user or the broker).
 func (c Client) Extend(ctx context.Context, req *wire.ExtendRequest) (wire.HoldReply, error) {
-	return call[wire.HoldReply](ctx, c, signAs{wire.RoleUser, req.User}, wire.BankExtend, req)
+	return call[wire.HoldReply](ctx, c, wire.As{Role: wire.RoleUser, Name: req.User}, wire.BankExtend, req)
 }
 
 // Transfer moves money from one user to another (the payer).
 func (c Client) Transfer(ctx context.Context, req *wire.TransferRequest) (wire.TransferReply, error) {
-	return call[wire.TransferReply](ctx, c, signAs{wire.RoleUser, req.From}, wire.BankTransfer, req)
+	return call[wire.TransferReply](ctx, c, wire.As{Role: wire.RoleUser, Name: req.From}, wire.BankTransfer, req)
 }
 
 // SetIncome sets an income schedule (admin).
@@ -79,20 +69,20 @@ func (c Client) AddPrincipal(ctx context.Context, req *wire.PrincipalRequest) (w
 
 // Whois finds the principal of a public key.
 func (c Client) Whois(ctx context.Context, key string) (wire.Principal, error) {
-	return call[wire.Principal](ctx, c, signAs{}, wire.BankWhois, &wire.WhoisRequest{Key: key})
+	return call[wire.Principal](ctx, c, wire.As{}, wire.BankWhois, &wire.WhoisRequest{Key: key})
 }
 
 // Balance reports a user's account.
 func (c Client) Balance(ctx context.Context, req *wire.BalanceRequest) (wire.BalanceReply, error) {
-	return call[wire.BalanceReply](ctx, c, signAs{}, wire.BankBalance, req)
+	return call[wire.BalanceReply](ctx, c, wire.As{}, wire.BankBalance, req)
 }
 
 // Statement lists an account's transfers.
 func (c Client) Statement(ctx context.Context, req *wire.StatementRequest) (wire.StatementReply, error) {
-	return call[wire.StatementReply](ctx, c, signAs{}, wire.BankStatement, req)
+	return call[wire.StatementReply](ctx, c, wire.As{}, wire.BankStatement, req)
 }
 
 // Ledger returns the ledger and its invariant check.
 func (c Client) Ledger(ctx context.Context) (wire.LedgerReply, error) {
-	return call[wire.LedgerReply](ctx, c, signAs{}, wire.BankLedger, &wire.LedgerRequest{})
+	return call[wire.LedgerReply](ctx, c, wire.As{}, wire.BankLedger, &wire.LedgerRequest{})
 }

@@ -127,73 +127,71 @@ type Client struct {
 	Keys   wire.Keyring
 }
 
-// signedBy is the user a request is signed as; "" sends it unsigned.
-type signedBy string
-
-// call is every method's one path: sign as user (or not), send, decode.
-func call[Rep any](ctx context.Context, c Client, user signedBy, subject string, req wire.Message) (Rep, error) {
-	var s *wire.Signer
-	if user != "" {
-		var err error
-		if s, err = wire.SignerFor(c.Signer, c.Keys, wire.RoleUser, string(user)); err != nil {
-			var zero Rep
-			return zero, err
-		}
+// asUser signs a request as user; no user sends it unsigned.
+func asUser(user string) wire.As {
+	if user == "" {
+		return wire.As{}
 	}
-	return wire.Do[Rep](ctx, c.NC, s, subject, req)
+	return wire.As{Role: wire.RoleUser, Name: user}
+}
+
+// call is every method's one path: sign as who (the zero As: unsigned),
+// send, decode.
+func call[Rep any](ctx context.Context, c Client, who wire.As, subject string, req wire.Message) (Rep, error) {
+	return wire.DoAs[Rep](ctx, c.NC, c.Signer, c.Keys, who, subject, req)
 }
 
 // Spend starts a plan.
 func (c Client) Spend(ctx context.Context, req *wire.SpendRequest) (wire.SpendReply, error) {
-	return call[wire.SpendReply](ctx, c, signedBy(req.User), wire.BrokerSpend, req)
+	return call[wire.SpendReply](ctx, c, asUser(req.User), wire.BrokerSpend, req)
 }
 
 // Cancel ends a plan now.
 func (c Client) Cancel(ctx context.Context, req *wire.CancelRequest) (wire.Plan, error) {
-	return call[wire.Plan](ctx, c, signedBy(req.User), wire.BrokerCancel, req)
+	return call[wire.Plan](ctx, c, asUser(req.User), wire.BrokerCancel, req)
 }
 
 // Adjust gives a running plan more or less budget.
 func (c Client) Adjust(ctx context.Context, req *wire.AdjustRequest) (wire.Plan, error) {
-	return call[wire.Plan](ctx, c, signedBy(req.User), wire.BrokerAdjust, req)
+	return call[wire.Plan](ctx, c, asUser(req.User), wire.BrokerAdjust, req)
 }
 
 // Predict asks a what-if question of a host's price history.
 func (c Client) Predict(ctx context.Context, req *wire.PredictRequest) (wire.PredictReply, error) {
-	return call[wire.PredictReply](ctx, c, "", wire.BrokerPredict, req)
+	return call[wire.PredictReply](ctx, c, wire.As{}, wire.BrokerPredict, req)
 }
 
 // Plans lists plans.
 func (c Client) Plans(ctx context.Context, req *wire.PlansRequest) (wire.PlansReply, error) {
-	return call[wire.PlansReply](ctx, c, "", wire.BrokerPlans, req)
+	return call[wire.PlansReply](ctx, c, wire.As{}, wire.BrokerPlans, req)
 }
 
 // Price reports host prices.
 func (c Client) Price(ctx context.Context, req *wire.PriceRequest) (wire.PriceReply, error) {
-	return call[wire.PriceReply](ctx, c, "", wire.BrokerPrice, req)
+	return call[wire.PriceReply](ctx, c, wire.As{}, wire.BrokerPrice, req)
 }
 
 // VMs lists VMs.
 func (c Client) VMs(ctx context.Context, req *wire.VMsRequest) (wire.VMsReply, error) {
-	return call[wire.VMsReply](ctx, c, "", wire.BrokerVMs, req)
+	return call[wire.VMsReply](ctx, c, wire.As{}, wire.BrokerVMs, req)
 }
 
 // Quote asks for a job's price-deadline curve.
 func (c Client) Quote(ctx context.Context, req *wire.QuoteRequest) (wire.QuoteReply, error) {
-	return call[wire.QuoteReply](ctx, c, signedBy(req.User), wire.BrokerQuote, req)
+	return call[wire.QuoteReply](ctx, c, asUser(req.User), wire.BrokerQuote, req)
 }
 
 // Submit admits a job with a deadline.
 func (c Client) Submit(ctx context.Context, req *wire.SubmitRequest) (wire.SubmitReply, error) {
-	return call[wire.SubmitReply](ctx, c, signedBy(req.User), wire.BrokerSubmit, req)
+	return call[wire.SubmitReply](ctx, c, asUser(req.User), wire.BrokerSubmit, req)
 }
 
 // Progress reports a job's progress.
 func (c Client) Progress(ctx context.Context, req *wire.ProgressRequest) (wire.Job, error) {
-	return call[wire.Job](ctx, c, signedBy(req.User), wire.BrokerProgress, req)
+	return call[wire.Job](ctx, c, asUser(req.User), wire.BrokerProgress, req)
 }
 
 // Jobs lists admitted jobs.
 func (c Client) Jobs(ctx context.Context, req *wire.JobsRequest) (wire.JobsReply, error) {
-	return call[wire.JobsReply](ctx, c, "", wire.BrokerJobs, req)
+	return call[wire.JobsReply](ctx, c, wire.As{}, wire.BrokerJobs, req)
 }

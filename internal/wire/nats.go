@@ -67,3 +67,21 @@ func Do[Rep any](ctx context.Context, nc *nats.Conn, signer *Signer, subject str
 	err := CallAs(ctx, nc, signer, subject, req, &rep)
 	return rep, err
 }
+
+// As is whom a client signs a request as; the zero As sends it unsigned.
+type As struct{ Role, Name string }
+
+// DoAs is Do signed as who: with fixed when set, else with the
+// credentials keys holds for who (SignerFor) — the path of every client
+// that acts for several principals (bank.Client, broker.Client).
+func DoAs[Rep any](ctx context.Context, nc *nats.Conn, fixed *Signer, keys Keyring, who As, subject string, req Message) (Rep, error) {
+	var s *Signer
+	if who != (As{}) {
+		var err error
+		if s, err = SignerFor(fixed, keys, who.Role, who.Name); err != nil {
+			var zero Rep
+			return zero, err
+		}
+	}
+	return Do[Rep](ctx, nc, s, subject, req)
+}
