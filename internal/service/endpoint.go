@@ -140,6 +140,15 @@ func (t Table) Check() error {
 	return nil
 }
 
+// roles are e's allowed roles as listed ("user (own)"); nil for none.
+func (e *Endpoint) roles() []string {
+	var out []string
+	for _, a := range e.Allow {
+		out = append(out, a.String())
+	}
+	return out
+}
+
 func (e *Endpoint) ownRoles() bool {
 	for _, a := range e.Allow {
 		if a.Own {
@@ -167,11 +176,7 @@ type Entry struct {
 func (t Table) List() []Entry {
 	out := make([]Entry, 0, len(t))
 	for _, e := range t {
-		en := Entry{Name: e.Name, Subject: e.Subject, Queue: e.Queue, Signed: e.Signed, Request: e.request}
-		for _, a := range e.Allow {
-			en.Roles = append(en.Roles, a.String())
-		}
-		out = append(out, en)
+		out = append(out, Entry{Name: e.Name, Subject: e.Subject, Queue: e.Queue, Signed: e.Signed, Roles: e.roles(), Request: e.request})
 	}
 	return out
 }

@@ -66,11 +66,7 @@ func Serve(nc *nats.Conn, name, version string, t Table, opts Options) (micro.Se
 func endpointMetadata(e *Endpoint) map[string]string {
 	md := map[string]string{"signed": fmt.Sprint(e.Signed), "request": e.request}
 	if e.Signed {
-		roles := make([]string, len(e.Allow))
-		for i, a := range e.Allow {
-			roles[i] = a.String()
-		}
-		md["roles"] = strings.Join(roles, ", ")
+		md["roles"] = strings.Join(e.roles(), ", ")
 	}
 	return md
 }
