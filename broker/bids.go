@@ -6,7 +6,6 @@ import (
 	"maps"
 	"slices"
 	"sort"
-	"sync/atomic"
 	"time"
 
 	"github.com/mrmarket/mrmarket/internal/wire"
@@ -97,7 +96,6 @@ func bidChanges(rec *planRecord, want []strategies.Allocation, now time.Time) []
 func (b *Broker) send(ctx context.Context, changes []bidChange) []error {
 	results := make([]error, len(changes))
 	b.parallel(len(changes), maxInFlight, func(i int) {
-		atomic.AddInt64(&b.bids, 1)
 		results[i] = b.cfg.Agents.Bid(ctx, changes[i].host, changes[i].req)
 	})
 	return results

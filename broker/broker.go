@@ -141,8 +141,6 @@ type Broker struct {
 	stats map[string]*strategies.PriceStats
 	// beStats is each host's best-effort price history (bestEffortPrice).
 	beStats map[string]*strategies.PriceStats
-
-	bids int64 // bid requests sent, for benchmarks
 }
 
 // vmPlace is a VM's host and its index in the host's state.
