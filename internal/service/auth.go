@@ -91,6 +91,9 @@ func (a *Authorizer) Authorize(ctx context.Context, e *Endpoint, caller wire.Cal
 	if err != nil {
 		return err
 	}
+	if in, ok := ctx.Value(incomingKey{}).(*Incoming); ok {
+		in.Principal = p
+	}
 	if ok, actsFor := e.admits(p, req); !ok {
 		what := e.What
 		if actsFor != "" {

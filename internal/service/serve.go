@@ -109,8 +109,11 @@ func serveOne(e *Endpoint, auth *Authorizer, r micro.Request) (res any, err erro
 	if err != nil {
 		return nil, err
 	}
+	in := &Incoming{Subject: r.Subject(), Reply: r.Reply(), Caller: caller}
+	in.Signed, _ = wire.SignedRequestOf(r.Subject(), nats.Header(r.Headers()), r.Data())
 	ctx, cancel := context.WithTimeout(context.Background(), wire.DefaultTimeout)
 	defer cancel()
+	ctx = withIncoming(ctx, in)
 	if err := auth.Authorize(ctx, e, caller, req); err != nil {
 		return nil, err
 	}

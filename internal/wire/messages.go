@@ -418,6 +418,9 @@ const (
 	RoleUser   = "user"
 	RoleAgent  = "agent"
 	RoleBroker = "broker"
+	// RoleBank signs the bank's answers that others act on (capture
+	// results); it is never a payer or a payee.
+	RoleBank = "bank"
 )
 
 // PrincipalRequest registers (or re-registers) the NKey public key Key as
@@ -437,10 +440,10 @@ func (r *PrincipalRequest) Validate() error {
 		return err
 	}
 	switch r.Role {
-	case RoleAdmin, RoleUser, RoleAgent, RoleBroker:
+	case RoleAdmin, RoleUser, RoleAgent, RoleBroker, RoleBank:
 		return nil
 	}
-	return Errorf(ErrBadRequest, "unknown role %q (admin, user, agent, broker)", r.Role)
+	return Errorf(ErrBadRequest, "unknown role %q (admin, user, agent, broker, bank)", r.Role)
 }
 
 // Principal is a registered identity.
