@@ -1,0 +1,231 @@
+// Package natsauth is mrmarket's NATS-native authentication and
+// authorization: which principal may connect, and what each may publish
+// and subscribe to, enforced by the NATS server itself.
+//
+// # Authentication
+//
+// Every connection authenticates with its principal's own NKey (the keys
+// in creds/ are NKey seeds): the server knows one NKey user per registered
+// principal and nothing else, so nobody connects anonymously. The users
+// are static NKey users generated from the bank's principal registry
+// (Users) and reloaded when a principal is added: the embedded server of
+// `mrmarket up` reloads at once (natsutil.Reload), a standalone
+// nats-server is given a regenerated configuration (Config, `mrmarket nats
+// config`) and `nats-server --signal reload`. Static users were chosen
+// over auth callout: the server enforces the permissions with no service
+// of ours in the connect path, and a reload is verified by the package's
+// tests to take effect for new connections without a restart.
+//
+// # Authorization
+//
+// Permissions are generated from the service tables (the []service.Entry
+// listings of bank.Endpoints, broker.Endpoints and agent.Endpoints, passed
+// in as Tables so this package depends on none of them) and the principal's
+// role and name, so the tables stay the one source of who may call what:
+//   - every principal publishes requests only on the subjects its role may
+//     call (the table entries listing its role, and open ones), and
+//     subscribes only to its own inbox prefix wire.InboxPrefix(key);
+//   - the bank alone subscribes to the bank's subjects, in queue group
+//     mrm-bank, and creates MRM_HOSTS and MRM_EVENTS;
+//   - brokers alone subscribe to the broker's subjects, in queue group
+//     mrm-broker, read the host states, and touch the MRM_PLANS and
+//     MRM_NONCES buckets (never delete or purge them);
+//   - the agent of host H subscribes only to its own agent subjects
+//     (mrm.v1.agent.H.…), publishes only its own host state
+//     (mrm.v1.host.H.state) and its own MRM_HOSTS key;
+//   - services answer through allow_responses (a reply to a request they
+//     received), never through blanket publish rights on _INBOX.>;
+//   - users have no JetStream access at all; admin may do everything
+//     (administration: streams, purges, the audit stream).
+//
+// # TLS
+//
+// The server requires TLS with a certificate from the market's own CA
+// (EnsureTLS writes ca.pem, server.pem and server-key.pem); clients verify
+// the server with the CA (--tls-ca, MRM_TLS_CA). Client certificates are
+// not used: a client proves who it is with its NKey, which already binds
+// the connection to a principal; a client certificate would be a second
+// secret per principal to issue and rotate for no added authority. The
+// server accepts them if an operator configures verify in Config's output.
+package natsauth
+
+import (
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/mrmarket/mrmarket/internal/service"
+	"github.com/mrmarket/mrmarket/internal/wire"
+)
+
+// Tables are the service tables' listings (bank.Endpoints(nil).List() and
+// so on): the one source of who may request what.
+type Tables struct {
+	Bank, Broker, Agent []service.Entry
+}
+
+// Buckets and streams whose JetStream API the roles use.
+const (
+	// BucketNonces is the brokers' shared nonce bucket.
+	BucketNonces = "MRM_NONCES"
+)
+
+// ResponseTTL is how long a service may answer a request it received.
+const ResponseTTL = 2 * time.Minute
+
+// Users are the NKey users of principals, each with its role's permissions.
+// A principal of an unknown role gets no user (it cannot connect).
+func Users(t Tables, ps []wire.Principal) []*server.NkeyUser {
+	users := make([]*server.NkeyUser, 0, len(ps))
+	seen := map[string]bool{}
+	for _, p := range ps {
+		perms := Permissions(t, p)
+		if perms == nil || seen[p.Key] {
+			continue
+		}
+		seen[p.Key] = true
+		users = append(users, &server.NkeyUser{Nkey: p.Key, Permissions: perms})
+	}
+	sort.Slice(users, func(i, j int) bool { return users[i].Nkey < users[j].Nkey })
+	return users
+}
+
+// Permissions are what principal p may publish and subscribe to; nil for
+// an unknown role.
+func Permissions(t Tables, p wire.Principal) *server.Permissions {
+	inbox := wire.InboxPrefix(p.Key) + ".>"
+	var pub, sub []string
+	switch p.Role {
+	case wire.RoleAdmin:
+		return &server.Permissions{
+			Publish:   &server.SubjectPermission{Allow: []string{">"}},
+			Subscribe: &server.SubjectPermission{Allow: []string{">"}},
+		}
+	case wire.RoleUser:
+		pub = requests(t, p.Role)
+		sub = []string{inbox}
+		return &server.Permissions{
+			Publish:   &server.SubjectPermission{Allow: pub},
+			Subscribe: &server.SubjectPermission{Allow: sub},
+		}
+	case wire.RoleAgent:
+		pub = append(requests(t, p.Role),
+			wire.HostStateSubject(p.Name),
+			"$KV."+wire.BucketHosts+"."+p.Name,
+			"$JS.API.STREAM.INFO.KV_"+wire.BucketHosts,
+			events(p.Role))
+		sub = append(serves(t.Agent, p.Name), inbox, "$SRV.>")
+	case wire.RoleBroker:
+		pub = append(requests(t, p.Role), events(p.Role),
+			"$KV."+wire.BucketPlans+".>", "$KV."+BucketNonces+".>")
+		pub = append(pub, jsOwn("KV_"+wire.BucketPlans)...)
+		pub = append(pub, jsOwn("KV_"+BucketNonces)...)
+		pub = append(pub, jsRead("KV_"+wire.BucketHosts)...)
+		sub = append(serves(t.Broker, ""), wire.AllHostStates, inbox, "$SRV.>")
+	case wire.RoleBank:
+		pub = append(requests(t, p.Role), events(p.Role))
+		pub = append(pub, jsCreate("KV_"+wire.BucketHosts)...)
+		pub = append(pub, jsCreate(wire.StreamEvents)...)
+		sub = append(serves(t.Bank, ""), inbox, "$SRV.>")
+	default:
+		return nil
+	}
+	return &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: dedup(pub)},
+		Subscribe: &server.SubjectPermission{Allow: dedup(sub)},
+		Response:  &server.ResponsePermission{MaxMsgs: 1, Expires: ResponseTTL},
+	}
+}
+
+// requests are the subjects role may send requests on: every entry of
+// every table listing the role, and every open entry.
+func requests(t Tables, role string) []string {
+	var out []string
+	for _, tab := range [][]service.Entry{t.Bank, t.Broker, t.Agent} {
+		for _, e := range tab {
+			if allows(e, role) {
+				out = append(out, e.Subject)
+			}
+		}
+	}
+	return out
+}
+
+// allows: an open entry allows anyone; a signed one the roles it lists
+// ("user (own)" counts as user).
+func allows(e service.Entry, role string) bool {
+	if len(e.Roles) == 0 {
+		return true
+	}
+	for _, r := range e.Roles {
+		if name, _, _ := strings.Cut(r, " "); name == role {
+			return true
+		}
+	}
+	return false
+}
+
+// serves are the subscriptions that serve a table: "subject queue" for an
+// entry with a queue group (only in that group), its subject otherwise;
+// a "*" in an agent's subject becomes host (its own subjects only).
+func serves(tab []service.Entry, host string) []string {
+	var out []string
+	for _, e := range tab {
+		subj := e.Subject
+		if host != "" {
+			subj = strings.ReplaceAll(subj, "*", host)
+		}
+		if e.Queue != "" {
+			subj += " " + e.Queue
+		}
+		out = append(out, subj)
+	}
+	return out
+}
+
+// events is where a role's service publishes its audit events.
+func events(role string) string { return "mrm.v1.events." + role + ".>" }
+
+// jsRead is the JetStream API to open, get from and watch stream s.
+func jsRead(s string) []string {
+	return []string{
+		"$JS.API.STREAM.INFO." + s,
+		"$JS.API.STREAM.MSG.GET." + s,
+		"$JS.API.DIRECT.GET." + s,
+		"$JS.API.DIRECT.GET." + s + ".>",
+		"$JS.API.CONSUMER.CREATE." + s,
+		"$JS.API.CONSUMER.CREATE." + s + ".>",
+		"$JS.API.CONSUMER.INFO." + s + ".>",
+		"$JS.API.CONSUMER.DELETE." + s + ".>",
+		"$JS.FC." + s + ".>",
+	}
+}
+
+// jsCreate is the JetStream API to create (or update) stream s.
+// (creating a bucket reads the account's JetStream limits: $JS.API.INFO).
+func jsCreate(s string) []string {
+	return []string{
+		"$JS.API.INFO",
+		"$JS.API.STREAM.INFO." + s,
+		"$JS.API.STREAM.CREATE." + s,
+		"$JS.API.STREAM.UPDATE." + s,
+	}
+}
+
+// jsOwn is what an owner of stream s uses: create, read, watch — never
+// delete or purge (admin's).
+func jsOwn(s string) []string { return append(jsCreate(s), jsRead(s)...) }
+
+func dedup(in []string) []string {
+	seen := map[string]bool{}
+	out := in[:0]
+	for _, s := range in {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}
