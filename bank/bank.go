@@ -60,6 +60,9 @@ type Options struct {
 	SigningClock func() time.Time
 	// Metrics, when set, counts the bank's requests and errors.
 	Metrics *obs.Metrics
+	// OnPrincipal, when set, hears every principal added or changed, after
+	// it is stored (the embedded NATS server reloads its users with it).
+	OnPrincipal func(wire.Principal)
 }
 
 // Bank is the ledger on its store.
@@ -69,6 +72,7 @@ type Bank struct {
 	metrics *obs.Metrics
 	// signingClock checks signing times (Options.SigningClock); nil: wall clock.
 	signingClock func() time.Time
+	onPrincipal  func(wire.Principal)
 
 	mu         sync.Mutex
 	principals map[string]wire.Principal // cache by key
@@ -82,7 +86,7 @@ func Open(target string, opts Options) (*Bank, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Bank{st: st, now: opts.Now, metrics: opts.Metrics, signingClock: opts.SigningClock, principals: map[string]wire.Principal{}}
+	b := &Bank{st: st, now: opts.Now, metrics: opts.Metrics, signingClock: opts.SigningClock, principals: map[string]wire.Principal{}, onPrincipal: opts.OnPrincipal}
 	if b.now == nil {
 		b.now = time.Now
 	}

@@ -27,6 +27,9 @@ func (b *Bank) AddPrincipal(ctx context.Context, req *wire.PrincipalRequest) (wi
 	b.mu.Lock()
 	b.principals[p.Key] = p
 	b.mu.Unlock()
+	if b.onPrincipal != nil {
+		b.onPrincipal(p)
+	}
 	return p, nil
 }
 
