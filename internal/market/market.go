@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -27,6 +28,7 @@ import (
 	"github.com/mrmarket/mrmarket/agent"
 	"github.com/mrmarket/mrmarket/bank"
 	"github.com/mrmarket/mrmarket/broker"
+	"github.com/mrmarket/mrmarket/internal/natsauth"
 	"github.com/mrmarket/mrmarket/internal/natsutil"
 	"github.com/mrmarket/mrmarket/internal/obs"
 	"github.com/mrmarket/mrmarket/internal/wire"
@@ -62,6 +64,9 @@ type Config struct {
 	// AgentState keeps each agent's bid book in Dir/agents across restarts
 	// (mrmarket up); it costs an fsync per tick per agent.
 	AgentState bool
+	// NATSCAFile verifies an external NATS's TLS certificate (with
+	// NATSURL); empty: Dir/tls/ca.pem when it exists, else no TLS.
+	NATSCAFile string
 }
 
 // Layout makes hosts host-1…host-n, each with perHost VMs named
@@ -105,9 +110,19 @@ type Market struct {
 	Sims     map[string]*agent.SimEnforcer // by host
 	Registry *prometheus.Registry
 	Metrics  *obs.Metrics
+	// CAFile is the CA that verifies the NATS server's certificate: the
+	// embedded server's own (Dir/tls/ca.pem), or Config.NATSCAFile.
+	CAFile   string
 	conns    []*nats.Conn
 	stops    []func()
 	keys     wire.CredsDir
+	agentKey map[string]*wire.Signer // by host, registered before NATS starts
+	bankNC   *nats.Conn
+
+	// natsMu guards the embedded server's options across reloads (a
+	// principal added at the bank) and Close.
+	natsMu   sync.Mutex
+	natsOpts natsutil.ServerOptions
 }
 
 // Keys are the market's credentials (admin, broker, agents, the VM owners),
@@ -140,21 +155,32 @@ func Start(ctx context.Context, cfg Config) (m *Market, err error) {
 			started.Close()
 		}
 	}()
-	if err := m.startNATS(); err != nil {
-		return nil, err
-	}
-	assets, err := m.startBank(ctx, now)
-	if err != nil {
+	// Identities first: the NATS server admits exactly the registered
+	// principals, each with its role's permissions (package natsauth).
+	if err := m.openBank(now); err != nil {
 		return nil, err
 	}
 	brokerSigner, err := m.registerIdentities(ctx)
 	if err != nil {
 		return nil, err
 	}
+	if err := m.registerAgents(ctx); err != nil {
+		return nil, err
+	}
+	if err := m.startNATS(ctx); err != nil {
+		return nil, err
+	}
+	if err := m.serveBank(ctx); err != nil {
+		return nil, err
+	}
+	assets, err := natsutil.OpenHosts(ctx, m.bankNC, 10*time.Second)
+	if err != nil {
+		return nil, err
+	}
 	if err := m.startAgents(ctx, now, assets); err != nil {
 		return nil, err
 	}
-	if err := m.startBroker(now, assets, brokerSigner); err != nil {
+	if err := m.startBroker(ctx, now, brokerSigner); err != nil {
 		return nil, err
 	}
 	// Every agent publishes its first state so the broker knows the VMs.
@@ -168,45 +194,134 @@ func Start(ctx context.Context, cfg Config) (m *Market, err error) {
 	return m, nil
 }
 
+// NATSTables are the service tables' listings that NATS permissions are
+// generated from (natsauth.Users).
+func NATSTables() natsauth.Tables {
+	return natsauth.Tables{Bank: bank.Endpoints(nil).List(), Broker: broker.Endpoints(nil).List(), Agent: agent.Endpoints(nil).List()}
+}
+
 // startNATS starts the embedded server, unless the market uses an
-// external one.
-func (m *Market) startNATS() error {
+// external one: TLS with the data directory's CA and server certificate
+// (created on first start, reused after), and one NKey user per registered
+// principal with its role's permissions.
+func (m *Market) startNATS(ctx context.Context) error {
 	m.URL = m.cfg.NATSURL
 	if m.URL != "" {
+		m.CAFile = m.cfg.NATSCAFile
+		if ca := natsauth.TLSDir(filepath.Join(m.cfg.Dir, "tls")).CA; m.CAFile == "" && fileExists(ca) {
+			m.CAFile = ca
+		}
 		return nil
 	}
-	ns, err := natsutil.StartServer(natsutil.ServerOptions{Dir: filepath.Join(m.cfg.Dir, "nats"), Host: m.cfg.NATSHost, Port: m.cfg.NATSPort})
+	files, err := natsauth.EnsureTLS(filepath.Join(m.cfg.Dir, "tls"), m.cfg.NATSHost)
+	if err != nil {
+		return err
+	}
+	tlsConf, err := natsauth.ServerConfig(files)
+	if err != nil {
+		return err
+	}
+	users, err := m.natsUsers(ctx)
+	if err != nil {
+		return err
+	}
+	m.natsMu.Lock()
+	defer m.natsMu.Unlock()
+	m.natsOpts = natsutil.ServerOptions{Dir: filepath.Join(m.cfg.Dir, "nats"), Host: m.cfg.NATSHost, Port: m.cfg.NATSPort, Users: users, TLS: tlsConf}
+	ns, err := natsutil.StartServer(m.natsOpts)
 	if err != nil {
 		return err
 	}
 	m.Server = ns
 	m.URL = ns.ClientURL()
+	m.CAFile = files.CA
 	return nil
 }
 
-// startBank opens the bank in the data directory and serves it on its own
-// connection, which also makes sure the JetStream assets exist.
-func (m *Market) startBank(ctx context.Context, now func() time.Time) (*natsutil.Assets, error) {
-	nc, err := m.NC("mrmarket-bank")
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// natsUsers are the NATS users of every principal the bank knows.
+func (m *Market) natsUsers(ctx context.Context) ([]*server.NkeyUser, error) {
+	ps, err := m.Bank.Principals(ctx)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("market: listing principals for NATS: %w", err)
 	}
-	assets, err := natsutil.EnsureAssets(ctx, nc)
-	if err != nil {
-		return nil, err
+	return natsauth.Users(NATSTables(), ps), nil
+}
+
+// principalAdded reloads the embedded server's users when the bank stores
+// a principal, so it connects at once, without a restart. It runs before
+// the bank answers the request that added it.
+func (m *Market) principalAdded(wire.Principal) {
+	m.natsMu.Lock()
+	defer m.natsMu.Unlock()
+	if m.Server == nil {
+		return // not started yet (it starts with every principal) or external
 	}
-	m.Bank, err = bank.Open(filepath.Join(m.cfg.Dir, "bank.db"), bank.Options{Now: now, Metrics: m.Metrics})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	users, err := m.natsUsers(ctx)
+	if err == nil {
+		m.natsOpts.Users = users
+		err = natsutil.Reload(m.Server, m.natsOpts)
+	}
 	if err != nil {
-		return nil, err
+		m.Metrics.Error("nats", "reload_users")
+	}
+}
+
+// openBank opens the bank in the data directory; its principals become
+// the NATS server's users.
+func (m *Market) openBank(now func() time.Time) error {
+	var err error
+	m.Bank, err = bank.Open(filepath.Join(m.cfg.Dir, "bank.db"), bank.Options{Now: now, Metrics: m.Metrics, OnPrincipal: m.principalAdded})
+	if err != nil {
+		return err
 	}
 	bk := m.Bank
 	m.stops = append(m.stops, func() { _ = bk.Close() })
+	return nil
+}
+
+// serveBank serves the bank on its own connection, which also makes sure
+// the JetStream assets the bank owns exist.
+func (m *Market) serveBank(ctx context.Context) error {
+	signer, err := m.bankSigner(ctx)
+	if err != nil {
+		return err
+	}
+	nc, err := m.connect("mrmarket-bank", signer)
+	if err != nil {
+		return err
+	}
+	if _, err := natsutil.EnsureBankAssets(ctx, nc); err != nil {
+		return err
+	}
 	stop, err := bank.Serve(nc, m.Bank)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	m.stops = append(m.stops, stop)
-	return assets, nil
+	m.bankNC = nc
+	return nil
+}
+
+// bankSigner is the key the bank connects with: its own (role bank) when
+// it is registered.
+func (m *Market) bankSigner(ctx context.Context) (*wire.Signer, error) {
+	if s, err := m.keys.Signer(wire.RoleBank, "bank"); err == nil {
+		if p, err := m.Bank.Whois(ctx, s.Public()); err == nil && p.Role == wire.RoleBank {
+			return s, nil
+		}
+	}
+	// TODO(trust-B): the bank's own key (creds/bank.nk, role bank) is
+	// registered by registerIdentities once [trust] B lands; until then the
+	// bank connects as the admin (admin's NATS permissions include the
+	// bank's).
+	return m.keys.Signer(wire.RoleAdmin, "admin")
 }
 
 // register makes sure (role, name) has credentials in the data directory
@@ -241,6 +356,20 @@ func (m *Market) registerIdentities(ctx context.Context) (*wire.Signer, error) {
 	return brokerSigner, nil
 }
 
+// registerAgents registers every host's agent before NATS starts, so the
+// server admits them from the start.
+func (m *Market) registerAgents(ctx context.Context) error {
+	m.agentKey = map[string]*wire.Signer{}
+	for _, h := range m.cfg.Hosts {
+		s, err := m.register(ctx, wire.RoleAgent, h.ID)
+		if err != nil {
+			return err
+		}
+		m.agentKey[h.ID] = s
+	}
+	return nil
+}
+
 // startAgents starts one agent per host, each on its own connection,
 // capturing through the bank over NATS and keeping its bid book in the
 // data directory if asked to.
@@ -254,11 +383,8 @@ func (m *Market) startAgents(ctx context.Context, now func() time.Time, assets *
 		stateFile = func(host string) string { return filepath.Join(agentDir, host+".json") }
 	}
 	for _, h := range m.cfg.Hosts {
-		nc, err := m.NC("mrmarket-agent-" + h.ID)
-		if err != nil {
-			return err
-		}
-		agentSigner, err := m.register(ctx, wire.RoleAgent, h.ID)
+		agentSigner := m.agentKey[h.ID]
+		nc, err := m.connect("mrmarket-agent-"+h.ID, agentSigner)
 		if err != nil {
 			return err
 		}
@@ -290,8 +416,12 @@ func (m *Market) startAgents(ctx context.Context, now func() time.Time, assets *
 
 // startBroker starts the broker on its own connection, signing its holds
 // and bids as the broker and checking users' signatures through the bank.
-func (m *Market) startBroker(now func() time.Time, assets *natsutil.Assets, signer *wire.Signer) error {
-	nc, err := m.NC("mrmarket-broker")
+func (m *Market) startBroker(ctx context.Context, now func() time.Time, signer *wire.Signer) error {
+	nc, err := m.connect("mrmarket-broker", signer)
+	if err != nil {
+		return err
+	}
+	assets, err := natsutil.EnsureBrokerAssets(ctx, nc)
 	if err != nil {
 		return err
 	}
@@ -312,9 +442,27 @@ func (m *Market) startBroker(now func() time.Time, assets *natsutil.Assets, sign
 	return nil
 }
 
-// NC returns a new client connection to the market's NATS (closed with the market).
+// NC returns a new client connection to the market's NATS as the admin,
+// who may send every request (a client that signs as several principals,
+// like the demo's); closed with the market.
 func (m *Market) NC(name string) (*nats.Conn, error) {
-	nc, err := natsutil.Connect(m.URL, name)
+	return m.NCAs(wire.RoleAdmin, "admin")
+}
+
+// NCAs returns a new connection as principal (role, name), whose
+// credentials are in Keys: the server grants it that role's permissions
+// only. Closed with the market.
+func (m *Market) NCAs(role, name string) (*nats.Conn, error) {
+	s, err := m.keys.Signer(role, name)
+	if err != nil {
+		return nil, err
+	}
+	return m.connect("mrmarket-"+role+"-"+name, s)
+}
+
+// connect connects as signer, verifying the server with CAFile.
+func (m *Market) connect(name string, signer *wire.Signer) (*nats.Conn, error) {
+	nc, err := natsutil.ConnectWith(m.URL, natsutil.ConnectOptions{Name: name, Signer: signer, CAFile: m.CAFile})
 	if err != nil {
 		return nil, err
 	}
@@ -442,6 +590,8 @@ func (m *Market) Close() {
 		nc.Close()
 	}
 	m.conns = nil
+	m.natsMu.Lock()
+	defer m.natsMu.Unlock()
 	if m.Server != nil {
 		m.Server.Shutdown()
 		m.Server.WaitForShutdown()
