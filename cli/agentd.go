@@ -26,7 +26,7 @@ func agentCommand() *ucli.Command {
 		Usage: "run one host's agent: enforce shares on its libvirt domains, charge bids, publish the host's state",
 		UsageText: "mrmarket agent --host host-1 --libvirt qemu:///system --nats nats://nats-1:4222 --creds /etc/mrmarket/creds\n" +
 			"   (domains are managed when their metadata names an owner: see `go doc ./agent/virt`)",
-		Flags: []ucli.Flag{flagNATS(), flagCreds(),
+		Flags: []ucli.Flag{flagNATS(), flagCreds(), flagTLSCA(),
 			&ucli.StringFlag{Name: "host", Usage: "this host's id (its agent credentials: <creds>/agents/<host>.nk)", EnvVars: []string{"MRM_HOST"}},
 			&ucli.StringFlag{Name: "libvirt", Usage: "libvirt URI", Value: "qemu:///system", EnvVars: []string{"MRM_LIBVIRT_URI"}},
 			&ucli.Float64Flag{Name: "capacity", Usage: "the host's CPUs (default: all of them)"},
@@ -62,12 +62,12 @@ func agentCommand() *ucli.Command {
 				return wire.Errorf(wire.ErrUnavailable, "%v", err)
 			}
 			defer enf.Close()
-			nc, err := natsutil.Connect(c.String("nats"), "mrmarket-agent-"+host)
+			nc, err := connectDaemon(c, "mrmarket-agent-"+host, signer)
 			if err != nil {
-				return wire.Errorf(wire.ErrUnavailable, "%v", err)
+				return err
 			}
 			defer nc.Close()
-			assets, err := natsutil.EnsureAssets(c.Context, nc)
+			assets, err := natsutil.OpenHosts(c.Context, nc, time.Minute) // the bank creates it
 			if err != nil {
 				return wire.Errorf(wire.ErrUnavailable, "%v", err)
 			}
@@ -107,7 +107,7 @@ func brokerCommand() *ucli.Command {
 		Name:      "broker",
 		Usage:     "run the broker: host prices, spend plans (run several: they share the load)",
 		UsageText: "mrmarket broker --nats nats://nats-1:4222 --creds /etc/mrmarket/creds",
-		Flags: []ucli.Flag{flagNATS(), flagCreds(),
+		Flags: []ucli.Flag{flagNATS(), flagCreds(), flagTLSCA(),
 			&ucli.DurationFlag{Name: "tick", Usage: "end plans and release their holds every", Value: defaultTick},
 			&ucli.DurationFlag{Name: "settle", Usage: "wait after a plan's end for the agents' last captures", Value: 30 * time.Second},
 			&ucli.StringFlag{Name: "http", Usage: "address for /metrics and /healthz (empty: none)", Value: "127.0.0.1:9467"},
@@ -130,12 +130,12 @@ func brokerCommand() *ucli.Command {
 			if err != nil {
 				return err
 			}
-			nc, err := natsutil.Connect(c.String("nats"), "mrmarket-broker")
+			nc, err := connectDaemon(c, "mrmarket-broker", signer)
 			if err != nil {
-				return wire.Errorf(wire.ErrUnavailable, "%v", err)
+				return err
 			}
 			defer nc.Close()
-			assets, err := natsutil.EnsureAssets(c.Context, nc)
+			assets, err := natsutil.EnsureBrokerAssets(c.Context, nc)
 			if err != nil {
 				return wire.Errorf(wire.ErrUnavailable, "%v", err)
 			}

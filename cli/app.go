@@ -12,9 +12,12 @@
 //	4  the market is unreachable (nothing answers on NATS)
 //
 // Connection and identity come from flags or the environment: MRM_NATS_URL
-// (default nats://127.0.0.1:4222), MRM_USER, and MRM_CREDS, the credentials
-// directory whose NKeys sign every request that moves money (default
-// .data/creds, where `mrmarket up --data .data` writes them).
+// (default nats://127.0.0.1:4222), MRM_USER, MRM_CREDS, the credentials
+// directory whose NKeys authenticate the connection and sign every request
+// that moves money (default .data/creds, where `mrmarket up --data .data`
+// writes them), and MRM_TLS_CA, the CA that verifies the NATS server
+// (default: the tls/ca.pem next to the credentials directory). See conn.go
+// for which principal a command connects as.
 package cli
 
 import (
@@ -25,7 +28,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	ucli "github.com/urfave/cli/v2"
@@ -92,6 +94,7 @@ func App(stdout, stderr io.Writer) *ucli.App {
 		Writer:          stdout,
 		ErrWriter:       stderr,
 		HideHelpCommand: true,
+		Flags:           []ucli.Flag{flagTLSCA()},
 		Commands: []*ucli.Command{
 			demoCommand(),
 			upCommand(),
@@ -112,6 +115,7 @@ func App(stdout, stderr io.Writer) *ucli.App {
 			priceCommand(),
 			vmsCommand(),
 			ledgerCommand(),
+			natsCommand(),
 		},
 		ExitErrHandler: func(*ucli.Context, error) {}, // Main maps errors to exit codes
 	}
@@ -189,19 +193,8 @@ func withClients(c *ucli.Context, use func(cl clients) error) error {
 		return err
 	}
 	defer nc.Close()
-	keys := wire.CredsDir(c.String("creds"))
+	keys := credsDir(c)
 	return use(clients{bank: bank.Client{NC: nc, Keys: keys}, broker: broker.Client{NC: nc, Keys: keys}})
-}
-
-// connect opens a client connection to the market named by --nats, failing
-// fast (not retrying forever) when nothing is there.
-func connect(c *ucli.Context) (*nats.Conn, error) {
-	url := c.String("nats")
-	nc, err := nats.Connect(url, nats.Name("mrmarket-cli"), nats.Timeout(3*time.Second))
-	if err != nil {
-		return nil, wire.Errorf(wire.ErrUnavailable, "cannot reach the market at %s: %v (start one with `mrmarket up`, or set MRM_NATS_URL)", url, err)
-	}
-	return nc, nil
 }
 
 // requireUser returns --user or a usage error.

@@ -25,7 +25,7 @@ func bankServeCommand() *ucli.Command {
 		Usage: "run the bank daemon on a store (SQLite file or PostgreSQL/CockroachDB)",
 		UsageText: "mrmarket bank serve --store sqlite:/var/lib/mrmarket/bank.db --nats nats://nats-1:4222 --creds /etc/mrmarket/creds\n" +
 			"   mrmarket bank serve --store postgres://mrmarket@db:5432/bank --nats …   (run several: they share the load)",
-		Flags: []ucli.Flag{flagNATS(), flagCreds(),
+		Flags: []ucli.Flag{flagNATS(), flagCreds(), flagTLSCA(),
 			&ucli.StringFlag{Name: "store", Usage: "sqlite:PATH or postgres://…", Value: "sqlite:.data/bank.db", EnvVars: []string{"MRM_BANK_STORE"}},
 			&ucli.StringFlag{Name: "http", Usage: "address for /metrics and /healthz (empty: none)", Value: "127.0.0.1:9465"},
 			&ucli.DurationFlag{Name: "tick", Usage: "how often to expire holds and pay income", Value: 5 * time.Second},
@@ -51,11 +51,14 @@ func bankServeCommand() *ucli.Command {
 			if _, err := b.AddPrincipal(c.Context, &wire.PrincipalRequest{Key: admin.Public(), Name: "admin", Role: wire.RoleAdmin}); err != nil {
 				return err
 			}
-			nc, err := natsutil.Connect(c.String("nats"), "mrmarket-bank")
+			nc, err := connectDaemon(c, "mrmarket-bank", bankConnSigner(c.Context, b, keys, admin))
 			if err != nil {
-				return wire.Errorf(wire.ErrUnavailable, "%v", err)
+				return err
 			}
 			defer nc.Close()
+			if _, err := natsutil.EnsureBankAssets(c.Context, nc); err != nil {
+				return wire.Errorf(wire.ErrUnavailable, "%v", err)
+			}
 			stop, err := bank.Serve(nc, b)
 			if err != nil {
 				return err

@@ -32,6 +32,7 @@ func newDaemonWorld(t *testing.T) *daemonWorld {
 	t.Helper()
 	dir := t.TempDir()
 	ns, nc := natstest.Start(t)
+	natstest.Assets(t, nc) // the bank's (agents wait for MRM_HOSTS)
 	b, err := bank.Open(filepath.Join(dir, "bank.db"), bank.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -90,6 +90,9 @@ func (opts ServerOptions) options() (*server.Options, error) {
 		StoreDir:   opts.Dir,
 		NoSigs:     true,
 		NoLog:      true,
+		// An open server still sends a nonce, so components that connect
+		// with their NKeys (ConnectWith) work against it too.
+		AlwaysEnableNonce: true,
 	}
 	if opts.Users != nil {
 		lim := opts.Limits.orDefault()

@@ -1,0 +1,171 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/mrmarket/mrmarket/bank"
+	"github.com/mrmarket/mrmarket/internal/natsutil"
+	"github.com/mrmarket/mrmarket/internal/wire"
+)
+
+// Connecting. Every connection authenticates with a principal's NKey (the
+// NATS server admits nobody else, and grants each role only its subjects)
+// and verifies the server's TLS certificate with the market's CA.
+//
+// Which principal a command connects as: the admin for the admin commands
+// (adminCommands); otherwise the user named by --user (MRM_USER) when its
+// credentials are in --creds; otherwise the admin when admin.nk is there;
+// otherwise the one user whose credentials are there. The CA is --tls-ca
+// (MRM_TLS_CA), by default <creds>/../tls/ca.pem when it exists (where
+// `mrmarket up --data DIR` writes it: DIR/creds and DIR/tls).
+
+// adminCommands are the commands an admin signs (by their path below
+// mrmarket): they connect as the admin even when they name a --user.
+var adminCommands = map[string]bool{
+	"bank grant":         true,
+	"bank income set":    true,
+	"bank principal add": true,
+}
+
+func flagTLSCA() *ucli.StringFlag {
+	return &ucli.StringFlag{Name: "tls-ca", Usage: "CA certificate (PEM) that verifies the NATS server (default: <creds>/../tls/ca.pem when it exists)", EnvVars: []string{"MRM_TLS_CA"}}
+}
+
+// commandPath is c's command below the app ("bank grant").
+func commandPath(c *ucli.Context) string {
+	var names []string
+	for _, l := range c.Lineage() {
+		if l.Command != nil && l.Command.Name != "" && l.Command.Name != c.App.Name {
+			names = append([]string{l.Command.Name}, names...)
+		}
+	}
+	return strings.Join(names, " ")
+}
+
+// credsDir is --creds, or MRM_CREDS, or the default, for commands with or
+// without the flag.
+func credsDir(c *ucli.Context) wire.CredsDir {
+	if d := c.String("creds"); d != "" {
+		return wire.CredsDir(d)
+	}
+	if d := os.Getenv("MRM_CREDS"); d != "" {
+		return wire.CredsDir(d)
+	}
+	return wire.CredsDir(DefaultCreds)
+}
+
+// tlsCA is --tls-ca, or the CA next to the credentials directory when it
+// exists, or none (a server without TLS).
+func tlsCA(c *ucli.Context, creds wire.CredsDir) string {
+	if ca := c.String("tls-ca"); ca != "" {
+		return ca
+	}
+	if ca := os.Getenv("MRM_TLS_CA"); ca != "" {
+		return ca
+	}
+	ca := filepath.Join(filepath.Dir(filepath.Clean(string(creds))), "tls", "ca.pem")
+	if _, err := os.Stat(ca); err == nil {
+		return ca
+	}
+	return ""
+}
+
+// connIdentity is the principal a command connects as (see above).
+func connIdentity(c *ucli.Context, keys wire.CredsDir) (*wire.Signer, error) {
+	if adminCommands[commandPath(c)] {
+		return keys.Signer(wire.RoleAdmin, "admin")
+	}
+	user := c.String("user")
+	var userErr error
+	if user != "" {
+		s, err := keys.Signer(wire.RoleUser, user)
+		if err == nil {
+			return s, nil
+		}
+		userErr = err
+	}
+	if s, err := keys.Signer(wire.RoleAdmin, "admin"); err == nil {
+		return s, nil
+	}
+	if userErr != nil {
+		return nil, userErr
+	}
+	if ents, err := os.ReadDir(filepath.Join(string(keys), "users")); err == nil {
+		var only string
+		for _, e := range ents {
+			if name, ok := strings.CutSuffix(e.Name(), ".nk"); ok && !e.IsDir() {
+				if only != "" {
+					only = ""
+					break
+				}
+				only = name
+			}
+		}
+		if only != "" {
+			return keys.Signer(wire.RoleUser, only)
+		}
+	}
+	return nil, fmt.Errorf("%w: no credentials to connect with in %s: pass --user (MRM_USER) with users/<name>.nk there, or the admin's admin.nk (--creds, MRM_CREDS)", wire.ErrForbidden, keys)
+}
+
+// connect opens a client connection to the market named by --nats as the
+// command's principal, failing fast (not retrying forever) when nothing is
+// there.
+func connect(c *ucli.Context) (*nats.Conn, error) {
+	url := c.String("nats")
+	keys := credsDir(c)
+	signer, err := connIdentity(c, keys)
+	if err != nil {
+		return nil, err
+	}
+	nc, err := natsutil.ConnectWith(url, natsutil.ConnectOptions{Name: "mrmarket-cli", Signer: signer, CAFile: tlsCA(c, keys), Timeout: 3 * time.Second})
+	if err != nil {
+		return nil, connectError(url, err)
+	}
+	return nc, nil
+}
+
+// connectDaemon connects a daemon as signer, retrying forever once
+// connected (natsutil's policy).
+func connectDaemon(c *ucli.Context, name string, signer *wire.Signer) (*nats.Conn, error) {
+	url := c.String("nats")
+	nc, err := natsutil.ConnectWith(url, natsutil.ConnectOptions{Name: name, Signer: signer, CAFile: tlsCA(c, credsDir(c))})
+	if err != nil {
+		return nil, connectError(url, err)
+	}
+	return nc, nil
+}
+
+// connectError says why a connection failed: refused credentials are
+// forbidden (exit 3), anything else unavailable (exit 4).
+func connectError(url string, err error) error {
+	if errors.Is(err, nats.ErrAuthorization) || strings.Contains(strings.ToLower(err.Error()), "authorization violation") {
+		return wire.Errorf(wire.ErrForbidden, "the NATS server at %s refused the credentials: %v (is the principal registered? `mrmarket bank principal add`)", url, err)
+	}
+	if strings.Contains(err.Error(), "x509") || strings.Contains(err.Error(), "tls") || strings.Contains(err.Error(), "secure connection") {
+		return wire.Errorf(wire.ErrUnavailable, "cannot reach the market at %s over TLS: %v (give its CA with --tls-ca or MRM_TLS_CA)", url, err)
+	}
+	return wire.Errorf(wire.ErrUnavailable, "cannot reach the market at %s: %v (start one with `mrmarket up`, or set MRM_NATS_URL)", url, err)
+}
+
+// bankConnSigner is the key `mrmarket bank serve` connects with: the
+// bank's own (creds/bank.nk) when it is registered with role bank.
+func bankConnSigner(ctx context.Context, b *bank.Bank, keys wire.CredsDir, admin *wire.Signer) *wire.Signer {
+	if s, err := wire.LoadSigner(filepath.Join(string(keys), "bank.nk")); err == nil {
+		if p, err := b.Whois(ctx, s.Public()); err == nil && p.Role == wire.RoleBank {
+			return s
+		}
+	}
+	// TODO(trust-B): the bank connects with its own key once [trust] B
+	// registers it; until then as the admin.
+	return admin
+}

@@ -1,0 +1,232 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/mrmarket/mrmarket/bank"
+	"github.com/mrmarket/mrmarket/internal/market"
+	"github.com/mrmarket/mrmarket/internal/natsauth"
+	"github.com/mrmarket/mrmarket/internal/natsutil"
+	"github.com/mrmarket/mrmarket/internal/wire"
+)
+
+// natsCommand is `mrmarket nats`: the configuration of a standalone
+// nats-server (or a cluster node) for the market.
+func natsCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "nats",
+		Usage: "configure a standalone nats-server (or cluster) for the market",
+		Subcommands: []*ucli.Command{{
+			Name:  "config",
+			Usage: "print a nats-server configuration: TLS, JetStream, limits, and one NKey user per principal with its permissions",
+			UsageText: "mrmarket nats config --data .data > mrmarket.conf && nats-server -c mrmarket.conf\n" +
+				"   mrmarket nats config --store postgres://… --creds /etc/mrmarket/creds --tls /etc/mrmarket/tls --out /etc/nats/mrmarket.conf\n" +
+				"   after `mrmarket bank principal add`: regenerate, then nats-server --signal reload (or use --follow)",
+			Description: "The users are the principals of the bank's registry (--store) and the credentials in --creds\n" +
+				"(admin.nk, bank.nk, broker.nk, agents/<host>.nk, users/<name>.nk). The TLS certificate and\n" +
+				"CA in --tls are created when missing (names: 127.0.0.1, ::1, localhost, this host, --tls-name).\n" +
+				"With --out and --follow the file is rewritten whenever a principal is added, and the server\n" +
+				"whose pid is in --pid-file is told to reload (SIGHUP).",
+			Flags: []ucli.Flag{
+				&ucli.StringFlag{Name: "data", Usage: "a market data directory: its creds/, tls/ and bank.db", Value: ".data"},
+				&ucli.StringFlag{Name: "creds", Usage: "credentials directory (default <data>/creds)"},
+				&ucli.StringFlag{Name: "tls", Usage: "TLS directory: ca.pem, server.pem, server-key.pem (default <data>/tls; created when missing)"},
+				&ucli.StringSliceFlag{Name: "tls-name", Usage: "another name or IP of the server in its certificate (repeat)"},
+				&ucli.BoolFlag{Name: "no-tls", Usage: "no TLS (not recommended)"},
+				&ucli.StringFlag{Name: "store", Usage: "the bank's store to read principals from (default sqlite:<data>/bank.db when it exists)", EnvVars: []string{"MRM_BANK_STORE"}},
+				&ucli.StringFlag{Name: "listen", Usage: "client listen address", Value: "0.0.0.0:4222"},
+				&ucli.StringFlag{Name: "name", Usage: "server name (unique per cluster node)", Value: "mrmarket"},
+				&ucli.StringFlag{Name: "store-dir", Usage: "JetStream directory (default <data>/nats-server)"},
+				&ucli.StringFlag{Name: "cluster-name", Usage: "cluster name", Value: "mrmarket"},
+				&ucli.StringFlag{Name: "cluster-listen", Usage: "route listen address (makes this a cluster node), e.g. 0.0.0.0:6222"},
+				&ucli.StringSliceFlag{Name: "route", Usage: "another node's route URL, nats-route://host:6222 (repeat)"},
+				&ucli.StringFlag{Name: "out", Usage: "write the configuration to this file (atomically) instead of stdout"},
+				&ucli.DurationFlag{Name: "follow", Usage: "with --out: check the registry this often and rewrite the file when it changes (0: once)"},
+				&ucli.StringFlag{Name: "pid-file", Usage: "with --follow: the nats-server's pid file (nats-server -P); it is sent SIGHUP after each rewrite"},
+			},
+			Action: natsConfig,
+		}},
+	}
+}
+
+func natsConfig(c *ucli.Context) error {
+	data := c.String("data")
+	opts := natsauth.ConfigOptions{
+		Name: c.String("name"), Listen: c.String("listen"), StoreDir: orDefault(c.String("store-dir"), filepath.Join(data, "nats-server")),
+		MaxPayload: natsutil.DefaultLimits.MaxPayload, MaxPending: natsutil.DefaultLimits.MaxPending,
+		MaxSubs: natsutil.DefaultLimits.MaxSubs, MaxConn: natsutil.DefaultLimits.MaxConn,
+	}
+	if l := c.String("cluster-listen"); l != "" {
+		opts.ClusterName, opts.ClusterListen, opts.Routes = c.String("cluster-name"), l, c.StringSlice("route")
+	}
+	if !c.Bool("no-tls") {
+		files, err := natsauth.EnsureTLS(orDefault(c.String("tls"), filepath.Join(data, "tls")), c.StringSlice("tls-name")...)
+		if err != nil {
+			return err
+		}
+		for _, f := range []*string{&files.CA, &files.Cert, &files.Key} {
+			if abs, err := filepath.Abs(*f); err == nil {
+				*f = abs
+			}
+		}
+		opts.TLS = files
+	}
+	if abs, err := filepath.Abs(opts.StoreDir); err == nil {
+		opts.StoreDir = abs
+	}
+	keys := wire.CredsDir(orDefault(c.String("creds"), filepath.Join(data, "creds")))
+	store := c.String("store")
+	if store == "" {
+		if db := filepath.Join(data, "bank.db"); fileExists(db) {
+			store = "sqlite:" + db
+		}
+	}
+	render := func() ([]byte, error) {
+		ps, err := configPrincipals(c.Context, store, keys)
+		if err != nil {
+			return nil, err
+		}
+		o := opts
+		o.Users = natsauth.Users(market.NATSTables(), ps)
+		var buf bytes.Buffer
+		err = natsauth.Config(&buf, o)
+		return buf.Bytes(), err
+	}
+	out := c.String("out")
+	if out == "" {
+		if c.Duration("follow") > 0 {
+			return badInput("--follow needs --out")
+		}
+		conf, err := render()
+		if err != nil {
+			return err
+		}
+		_, err = c.App.Writer.Write(conf)
+		return err
+	}
+	var last []byte
+	for {
+		conf, err := render()
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(conf, last) {
+			if err := writeAtomic(out, conf); err != nil {
+				return err
+			}
+			if last != nil {
+				if err := signalReload(c.String("pid-file")); err != nil {
+					return err
+				}
+			}
+			fmt.Fprintf(c.App.ErrWriter, "mrmarket nats config: wrote %s\n", out)
+			last = conf
+		}
+		if c.Duration("follow") <= 0 {
+			return nil
+		}
+		select {
+		case <-c.Context.Done():
+			return nil
+		case <-time.After(c.Duration("follow")):
+		}
+	}
+}
+
+// configPrincipals are the principals of the bank's store (when given)
+// and of the credentials in keys; the registry's role wins for a key in
+// both.
+func configPrincipals(ctx context.Context, store string, keys wire.CredsDir) ([]wire.Principal, error) {
+	byKey := map[string]wire.Principal{}
+	if store != "" {
+		b, err := bank.Open(store, bank.Options{})
+		if err != nil {
+			return nil, wire.Errorf(wire.ErrUnavailable, "reading principals: %v", err)
+		}
+		ps, err := b.Principals(ctx)
+		b.Close()
+		if err != nil {
+			return nil, wire.Errorf(wire.ErrUnavailable, "reading principals: %v", err)
+		}
+		for _, p := range ps {
+			byKey[p.Key] = p
+		}
+	}
+	add := func(path, role, name string) {
+		s, err := wire.LoadSigner(path)
+		if err != nil {
+			return
+		}
+		if _, ok := byKey[s.Public()]; !ok {
+			byKey[s.Public()] = wire.Principal{Key: s.Public(), Name: name, Role: role}
+		}
+	}
+	add(filepath.Join(string(keys), "admin.nk"), wire.RoleAdmin, "admin")
+	add(filepath.Join(string(keys), "bank.nk"), wire.RoleBank, "bank")
+	add(filepath.Join(string(keys), "broker.nk"), wire.RoleBroker, "broker")
+	for dir, role := range map[string]string{"agents": wire.RoleAgent, "users": wire.RoleUser} {
+		ents, _ := os.ReadDir(filepath.Join(string(keys), dir))
+		for _, e := range ents {
+			if name, ok := strings.CutSuffix(e.Name(), ".nk"); ok && !e.IsDir() && wire.CheckName(role, name) == nil {
+				add(filepath.Join(string(keys), dir, e.Name()), role, name)
+			}
+		}
+	}
+	out := make([]wire.Principal, 0, len(byKey))
+	for _, p := range byKey {
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out, nil
+}
+
+func writeAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// signalReload tells the nats-server whose pid is in pidFile to reload its
+// configuration (what nats-server --signal reload does).
+func signalReload(pidFile string) error {
+	if pidFile == "" {
+		return nil
+	}
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		return fmt.Errorf("--pid-file: %w", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return fmt.Errorf("--pid-file %s: not a pid", pidFile)
+	}
+	if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
+		return fmt.Errorf("reloading nats-server %d: %w", pid, err)
+	}
+	return nil
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
