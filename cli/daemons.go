@@ -128,7 +128,8 @@ func upCommand() *ucli.Command {
 			w := c.App.Writer
 			fmt.Fprintf(w, "mrmarket is up: %d hosts, %d VMs each, data in %s\n", len(hosts), c.Int("vms-per-host"), c.String("data"))
 			fmt.Fprintf(w, "  NATS     %s   (export MRM_NATS_URL=%s)\n", m.URL, m.URL)
-			fmt.Fprintf(w, "  creds    %s   (export MRM_CREDS=%s; they sign every request that moves money)\n", m.Keys(), m.Keys())
+			fmt.Fprintf(w, "  creds    %s   (export MRM_CREDS=%s; each principal's NKey: it connects with it and signs every request that moves money)\n", m.Keys(), m.Keys())
+			fmt.Fprintf(w, "  TLS CA   %s   (NATS requires TLS; the CLI finds the CA next to the creds, or export MRM_TLS_CA=%s)\n", m.CAFile, m.CAFile)
 			fmt.Fprintf(w, "  metrics  http://%s/metrics   health  http://%s/healthz\n", srv.Addr(), srv.Addr())
 			fmt.Fprintf(w, "try:\n  mrmarket vms\n  mrmarket bank grant --user %s --amount 100\n", users[0])
 			if len(hosts) > 0 && len(hosts[0].VMs) > 0 {

@@ -99,6 +99,10 @@ func natsConfig(c *ucli.Context) error {
 		}
 		o := opts
 		o.Users = natsauth.Users(market.NATSTables(), ps)
+		o.Who = map[string]string{}
+		for _, p := range ps {
+			o.Who[p.Key] = p.Role + " " + p.Name
+		}
 		var buf bytes.Buffer
 		err = natsauth.Config(&buf, o)
 		return buf.Bytes(), err

@@ -23,6 +23,9 @@ type ConfigOptions struct {
 	TLS TLSFiles
 	// Users are the NKey users with their permissions (Users).
 	Users []*server.NkeyUser
+	// Who names the principal of a user's key ("user alice"), written as
+	// a comment; optional.
+	Who map[string]string
 	// Limits per connection (natsutil.DefaultLimits).
 	MaxPayload int32
 	MaxPending int64
@@ -66,6 +69,9 @@ func Config(w io.Writer, o ConfigOptions) error {
 	}
 	p("authorization {\n  users: [\n")
 	for _, u := range o.Users {
+		if who := o.Who[u.Nkey]; who != "" {
+			p("    # %s\n", strings.ReplaceAll(who, "\n", " "))
+		}
 		p("    {\n      nkey: %s\n", strconv.Quote(u.Nkey))
 		if perms := u.Permissions; perms != nil {
 			p("      permissions: {\n")
