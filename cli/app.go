@@ -187,14 +187,31 @@ func call[Rep any](c *ucli.Context, do func(ctx context.Context, cl clients) (Re
 
 // withClients runs use on a connection to the market named by --nats, which
 // it closes afterwards; for commands that talk more than once (jobs watch).
+// A request the NATS server refuses to this principal (a permission
+// violation, reported asynchronously) ends the command at once as
+// forbidden rather than as a time-out.
 func withClients(c *ucli.Context, use func(cl clients) error) error {
 	nc, err := connect(c)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
+	ctx, cancel := context.WithCancelCause(c.Context)
+	defer cancel(nil)
+	nc.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			cancel(err)
+		}
+	})
+	outer := c.Context
+	c.Context = ctx
+	defer func() { c.Context = outer }()
 	keys := credsDir(c)
-	return use(clients{bank: bank.Client{NC: nc, Keys: keys}, broker: broker.Client{NC: nc, Keys: keys}})
+	err = use(clients{bank: bank.Client{NC: nc, Keys: keys}, broker: broker.Client{NC: nc, Keys: keys}})
+	if cause := context.Cause(ctx); err != nil && errors.Is(cause, nats.ErrPermissionViolation) {
+		return wire.Errorf(wire.ErrForbidden, "the NATS server refused it to this principal (%s): %v", nc.Opts.Nkey, cause)
+	}
+	return err
 }
 
 // requireUser returns --user or a usage error.
