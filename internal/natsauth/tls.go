@@ -39,7 +39,7 @@ const certLife = 10 * 365 * 24 * time.Hour
 // market's NATS (ECDSA P-256; the server's names: 127.0.0.1, ::1,
 // localhost, this machine's hostname, and extra), creating what is
 // missing and reusing what exists, so clients that trust the CA keep
-// trusting a restarted market.
+// trusting a restarted market (delete dir to issue new names).
 func EnsureTLS(dir string, extra ...string) (TLSFiles, error) {
 	f := TLSDir(dir)
 	if exists(f.CA) && exists(f.Cert) && exists(f.Key) {
@@ -91,7 +91,9 @@ func EnsureTLS(dir string, extra ...string) (TLSFiles, error) {
 	}
 	for _, n := range names {
 		if ip := net.ParseIP(n); ip != nil {
-			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+			if !ip.IsUnspecified() && !ip.IsLoopback() { // 0.0.0.0 names nothing; loopbacks are in
+				tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+			}
 		} else if n != "" && n != "localhost" {
 			tmpl.DNSNames = append(tmpl.DNSNames, n)
 		}

@@ -5,6 +5,12 @@
 // connections before the server, so a test declares what it needs in one
 // line and never writes the shutdown itself.
 //
+// Server and Start run an open server (no authentication, no TLS) for
+// tests that are not about the transport; SecureServer runs one as
+// `mrmarket up` does (TLS with its own CA, only NKey users with the
+// permissions package natsauth generates), for tests of the transport's
+// security and attack tests.
+//
 // Waiting for something to happen over NATS is package testpoll's.
 package natstest
 
