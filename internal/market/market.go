@@ -117,7 +117,6 @@ type Market struct {
 	stops    []func()
 	keys     wire.CredsDir
 	agentKey map[string]*wire.Signer // by host, registered before NATS starts
-	bankNC   *nats.Conn
 
 	// natsMu guards the embedded server's options across reloads (a
 	// principal added at the bank) and Close.
@@ -173,11 +172,7 @@ func Start(ctx context.Context, cfg Config) (m *Market, err error) {
 	if err := m.serveBank(ctx); err != nil {
 		return nil, err
 	}
-	assets, err := natsutil.OpenHosts(ctx, m.bankNC, 10*time.Second)
-	if err != nil {
-		return nil, err
-	}
-	if err := m.startAgents(ctx, now, assets); err != nil {
+	if err := m.startAgents(ctx, now); err != nil {
 		return nil, err
 	}
 	if err := m.startBroker(ctx, now, brokerSigner); err != nil {
@@ -305,7 +300,6 @@ func (m *Market) serveBank(ctx context.Context) error {
 		return err
 	}
 	m.stops = append(m.stops, stop)
-	m.bankNC = nc
 	return nil
 }
 
@@ -373,7 +367,7 @@ func (m *Market) registerAgents(ctx context.Context) error {
 // startAgents starts one agent per host, each on its own connection,
 // capturing through the bank over NATS and keeping its bid book in the
 // data directory if asked to.
-func (m *Market) startAgents(ctx context.Context, now func() time.Time, assets *natsutil.Assets) error {
+func (m *Market) startAgents(ctx context.Context, now func() time.Time) error {
 	stateFile := func(string) string { return "" }
 	if m.cfg.AgentState {
 		agentDir := filepath.Join(m.cfg.Dir, "agents")
@@ -388,12 +382,17 @@ func (m *Market) startAgents(ctx context.Context, now func() time.Time, assets *
 		if err != nil {
 			return err
 		}
+		// Its own handle: the agent writes its key over its own connection.
+		hosts, err := natsutil.OpenHosts(ctx, nc, 10*time.Second)
+		if err != nil {
+			return err
+		}
 		sim := agent.NewSimEnforcer(now, h.CPUs, h.VMs...)
 		a, err := agent.New(agent.Config{
 			Host:       h.ID,
 			Enforcer:   sim,
 			Capturer:   bank.Client{NC: nc, Signer: agentSigner},
-			Publisher:  agent.NATSPublisher{NC: nc, KV: assets.Hosts},
+			Publisher:  agent.NATSPublisher{NC: nc, KV: hosts.Hosts},
 			Metrics:    m.Metrics,
 			Now:        now,
 			Capacity:   h.CPUs,
