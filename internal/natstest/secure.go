@@ -66,20 +66,32 @@ func SecureServer(t testing.TB, tables natsauth.Tables) *Secured {
 // the server's users (a reload, no restart) and returns its signer.
 func (s *Secured) Add(t testing.TB, role, name string) *wire.Signer {
 	t.Helper()
-	signer, err := s.Keys.Ensure(role, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.AddPrincipal(t, wire.Principal{Key: signer.Public(), Name: name, Role: role})
-	return signer
+	return s.AddMany(t, role, name)[0]
 }
 
-// AddPrincipal adds p (whose key may be anyone's) to the server's users.
-func (s *Secured) AddPrincipal(t testing.TB, p wire.Principal) {
+// AddMany is Add for several principals of one role, with one reload.
+func (s *Secured) AddMany(t testing.TB, role string, names ...string) []*wire.Signer {
+	t.Helper()
+	signers := make([]*wire.Signer, len(names))
+	ps := make([]wire.Principal, len(names))
+	for i, name := range names {
+		signer, err := s.Keys.Ensure(role, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		signers[i], ps[i] = signer, wire.Principal{Key: signer.Public(), Name: name, Role: role}
+	}
+	s.AddPrincipal(t, ps...)
+	return signers
+}
+
+// AddPrincipal adds principals (whose keys may be anyone's) to the
+// server's users, with one reload.
+func (s *Secured) AddPrincipal(t testing.TB, ps ...wire.Principal) {
 	t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.ps = append(s.ps, p)
+	s.ps = append(s.ps, ps...)
 	s.opts.Users = natsauth.Users(s.tables, s.ps)
 	if err := natsutil.Reload(s.Server, s.opts); err != nil {
 		t.Fatal(err)
