@@ -45,8 +45,9 @@
 // the server with the CA (--tls-ca, MRM_TLS_CA). Client certificates are
 // not used: a client proves who it is with its NKey, which already binds
 // the connection to a principal; a client certificate would be a second
-// secret per principal to issue and rotate for no added authority. The
-// server accepts them if an operator configures verify in Config's output.
+// secret per principal to issue and rotate for no added authority. An
+// operator who wants them anyway adds verify: true to the tls block Config
+// writes and issues certificates from the same CA.
 package natsauth
 
 import (
