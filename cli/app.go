@@ -190,7 +190,17 @@ func withClients(c *ucli.Context, use func(cl clients) error) error {
 	}
 	defer nc.Close()
 	keys := wire.CredsDir(c.String("creds"))
-	return use(clients{bank: bank.Client{NC: nc, Keys: keys}, broker: broker.Client{NC: nc, Keys: keys}})
+	return use(clients{bank: bank.Client{NC: nc, Keys: keys}, broker: broker.Client{NC: nc, Keys: keys, Reader: reader(c)}})
+}
+
+// reader is who signs a command's reads that act for no user (prices, VMs,
+// everyone's plans): --user when the command has it and it is set, else the
+// admin (the zero As).
+func reader(c *ucli.Context) wire.As {
+	if u := c.String("user"); u != "" {
+		return wire.As{Role: wire.RoleUser, Name: u}
+	}
+	return wire.As{}
 }
 
 // connect opens a client connection to the market named by --nats, failing

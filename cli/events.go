@@ -1,0 +1,150 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/mrmarket/mrmarket/internal/wire"
+)
+
+// eventsCommand is `mrmarket events`: the audit stream, MRM_EVENTS.
+func eventsCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "events",
+		Usage: "show the audit stream: every request that moved money, who signed it and what it did (admin)",
+		UsageText: "mrmarket events [--since 1h] [--json]\n" +
+			"   mrmarket events --follow",
+		Description: "Each event carries the signed request that caused it, as received: with --json it can be\n" +
+			"checked by anyone against the signer's public key, without trusting the component that\n" +
+			"published it. Reading the stream needs JetStream access (the admin's connection).",
+		Flags: []ucli.Flag{flagNATS(), flagCreds(), flagJSON(),
+			&ucli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing new events until interrupted"},
+			&ucli.DurationFlag{Name: "since", Usage: "only events of the last DUR (e.g. 1h); default all"},
+		},
+		Action: func(c *ucli.Context) error {
+			if c.Duration("since") < 0 {
+				return badInput("--since must be positive")
+			}
+			nc, err := connect(c)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			js, err := jetstream.New(nc)
+			if err != nil {
+				return wire.Errorf(wire.ErrUnavailable, "jetstream: %v", err)
+			}
+			return readEvents(c.Context, js, c.Duration("since"), c.Bool("follow"), func(ev wire.Event) error {
+				if c.Bool("json") {
+					return json.NewEncoder(c.App.Writer).Encode(ev)
+				}
+				return printEvent(c.App.Writer, ev)
+			})
+		},
+	}
+}
+
+// readEvents hands each event of MRM_EVENTS (the last since of them, all
+// when 0) to show; with follow it waits for new ones until ctx ends,
+// without it returns once the stream as it was at the start is read.
+func readEvents(ctx context.Context, js jetstream.JetStream, since time.Duration, follow bool, show func(wire.Event) error) error {
+	st, err := js.Stream(ctx, wire.StreamEvents)
+	if err != nil {
+		return wire.Errorf(wire.ErrUnavailable, "audit stream %s: %v", wire.StreamEvents, err)
+	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{wire.AllEvents}}
+	if since > 0 {
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, ptr(time.Now().Add(-since))
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return wire.Errorf(wire.ErrUnavailable, "audit stream %s: %v", wire.StreamEvents, err)
+	}
+	last := info.State.LastSeq // without --follow, read up to here
+	if !follow && (info.State.Msgs == 0 || since > 0 && info.State.LastTime.Before(time.Now().Add(-since))) {
+		return nil // nothing to read
+	}
+	cons, err := st.OrderedConsumer(ctx, cfg)
+	if err != nil {
+		return wire.Errorf(wire.ErrUnavailable, "audit stream %s: %v", wire.StreamEvents, err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return wire.Errorf(wire.ErrUnavailable, "audit stream %s: %v", wire.StreamEvents, err)
+	}
+	defer it.Stop()
+	go func() { <-ctx.Done(); it.Stop() }()
+	for {
+		m, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return nil // interrupted
+			}
+			return wire.Errorf(wire.ErrUnavailable, "audit stream %s: %v", wire.StreamEvents, err)
+		}
+		var ev wire.Event
+		if err := json.Unmarshal(m.Data(), &ev); err != nil {
+			ev = wire.Event{Op: "?", Component: "?"} // not ours: still shown, as unreadable
+		}
+		if err := show(ev); err != nil {
+			return err
+		}
+		meta, err := m.Metadata()
+		if !follow && (err != nil || meta.Sequence.Stream >= last) {
+			return nil
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// printEvent is one line: time, component, op, principal, summary.
+func printEvent(w io.Writer, ev wire.Event) error {
+	who := ev.Principal.Name
+	if who == "" {
+		who = "(unsigned)"
+		if ev.Request.Key != "" {
+			who = ev.Request.Key[:8] + "…"
+		}
+	} else {
+		who += " (" + ev.Principal.Role + ")"
+	}
+	_, err := fmt.Fprintf(w, "%s  %-6s %-9s %-22s %s\n", ev.At.UTC().Format(time.RFC3339), ev.Component, ev.Op, who, summarize(ev))
+	return err
+}
+
+// summaryFields are the request fields a summary shows, in this order.
+var summaryFields = []string{"id", "user", "from", "to", "host", "plan", "hold", "amount", "budget", "more", "less", "name", "role", "key"}
+
+// summarize shows what the request asked (its id, user, amount…) and, for
+// a replayed one, that it changed nothing.
+func summarize(ev wire.Event) string {
+	var body map[string]any
+	_ = json.Unmarshal(ev.Request.Body, &body)
+	var parts []string
+	for _, f := range summaryFields {
+		if v, ok := body[f]; ok && v != "" {
+			parts = append(parts, fmt.Sprintf("%s=%v", f, v))
+		}
+	}
+	if n, ok := body["legs"].([]any); ok {
+		parts = append(parts, fmt.Sprintf("legs=%d", len(n)))
+	}
+	var res map[string]any
+	if json.Unmarshal(ev.Result, &res) == nil {
+		if r, ok := res["replayed"].(bool); ok && r {
+			parts = append(parts, "(replayed: no change)")
+		}
+	}
+	sort.SliceStable(parts, func(i, j int) bool { return false })
+	return strings.Join(parts, " ")
+}
