@@ -112,6 +112,7 @@ func App(stdout, stderr io.Writer) *ucli.App {
 			priceCommand(),
 			vmsCommand(),
 			ledgerCommand(),
+			eventsCommand(),
 		},
 		ExitErrHandler: func(*ucli.Context, error) {}, // Main maps errors to exit codes
 	}

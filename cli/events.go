@@ -1,12 +1,12 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"sort"
 	"strings"
 	"time"
 
@@ -129,7 +129,9 @@ var summaryFields = []string{"id", "user", "from", "to", "host", "plan", "hold",
 // a replayed one, that it changed nothing.
 func summarize(ev wire.Event) string {
 	var body map[string]any
-	_ = json.Unmarshal(ev.Request.Body, &body)
+	d := json.NewDecoder(bytes.NewReader(ev.Request.Body))
+	d.UseNumber() // amounts are integers of micro-credits: no 1e+07
+	_ = d.Decode(&body)
 	var parts []string
 	for _, f := range summaryFields {
 		if v, ok := body[f]; ok && v != "" {
@@ -145,6 +147,5 @@ func summarize(ev wire.Event) string {
 			parts = append(parts, "(replayed: no change)")
 		}
 	}
-	sort.SliceStable(parts, func(i, j int) bool { return false })
 	return strings.Join(parts, " ")
 }
