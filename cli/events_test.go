@@ -97,7 +97,9 @@ func TestEventsFollow(t *testing.T) {
 	defer cancel()
 	out := &syncBuffer{}
 	done := make(chan error, 1)
-	go func() { done <- cli.App(out, out).RunContext(ctx, []string{"mrmarket", "events", "--nats=" + m.URL, "--follow"}) }()
+	go func() {
+		done <- cli.App(out, out).RunContext(ctx, []string{"mrmarket", "events", "--nats=" + m.URL, "--follow"})
+	}()
 	// The stream exists before anything is published (EnsureAssets): grant
 	// until the follower, which may start after the first grant, prints one.
 	testpoll.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
