@@ -42,17 +42,34 @@ const (
 // requests waiting.
 var ErrBusy = wire.Errorf(wire.ErrUnavailable, "busy, retry: too many requests waiting from this principal")
 
+// The busy refusal, encoded once: it is what a flood is answered with.
+var (
+	busyBody        = wire.EncodeReply(nil, ErrBusy)
+	busyStatus      = statusOf(wire.CodeUnavailable)
+	busyDescription = describe(ErrBusy)
+)
+
 // overflowKey is the queue of principals past Fair.MaxQueues.
 const overflowKey = "overflow"
 
-// fairKey is whose queue a request waits in: its verified signer; an
-// unsigned request its connection, told by the reply subject's inbox (every
-// reply subject of one connection's requests shares the prefix before the
-// last token; with NATS authentication that inbox is the principal's own);
-// a publish without reply the shared anonymous queue.
-func fairKey(caller wire.Caller, reply string) string {
-	if caller.Signed() {
-		return "key:" + caller.Key
+// fairKey is whose queue a request waits in: the key it claims to be
+// signed with (the Mrm-Key header; the worker verifies the signature, so a
+// request is queued without costing the subscription a signature check);
+// an unsigned request its connection, told by the reply subject's inbox
+// (every reply subject of one connection's requests shares the prefix
+// before the last token; with NATS authentication that inbox is the
+// principal's own); a publish without reply the shared anonymous queue.
+//
+// A claimed key is not proven: a client that sends requests with another
+// principal's key in the header and a bad signature fills that principal's
+// queue (its requests are then refused busy until the forgeries are
+// refused as bad signatures, one per turn); and a client signing each
+// request with a fresh key gets a turn per key. NATS authentication (every
+// connection a registered principal, with the server's per-connection
+// limits) is what bounds both.
+func fairKey(claimedKey, reply string) string {
+	if claimedKey != "" {
+		return "key:" + claimedKey
 	}
 	if i := strings.LastIndexByte(reply, '.'); i > 0 {
 		return "conn:" + reply[:i]

@@ -91,25 +91,33 @@ func endpointMetadata(e *Endpoint) map[string]string {
 	return md
 }
 
-// handler is the one wrapper of every endpoint: verify, (queue,) decode,
+// handler is the one wrapper of every endpoint: (queue,) verify, decode,
 // authorize, handle (recovering a panic), observe, reply, audit. Without a
-// scheduler it serves in micro's goroutine; with one, a request with a bad
-// signature or one over its principal's bound is answered at once, the
-// others queued (see Fair).
+// scheduler it serves in micro's goroutine; with one it only queues the
+// request by the key it claims to be signed with (see Fair) — verifying is
+// the worker's, so that one principal's flood does not hold up the
+// subscription every principal's requests to the endpoint arrive on — and a
+// request over its principal's bound is refused at once.
 func handler(nc *nats.Conn, service string, e *Endpoint, opts Options, sched *scheduler) micro.HandlerFunc {
 	return func(r micro.Request) {
-		caller, err := opts.Auth.verify(r.Subject(), nats.Header(r.Headers()), r.Data())
-		if err != nil || sched == nil {
-			serveAndReply(service, e, opts, r, r, caller, err)
+		if sched == nil {
+			serveAndReply(service, e, opts, r, r, nil)
 			return
 		}
 		// The worker must not touch r once this handler returned: copy what
 		// it needs.
 		in := requestCopy{subject: r.Subject(), reply: r.Reply(), header: nats.Header(r.Headers()), data: r.Data()}
 		reply := queuedReply{nc: nc, reply: in.reply, stats: sched.stats[e.Name]}
-		if !sched.submit(fairKey(caller, in.reply), e, func() { serveAndReply(service, e, opts, in, reply, caller, nil) }) {
+		if !sched.submit(fairKey(in.header.Get(wire.HeaderKey), in.reply), e, func() { serveAndReply(service, e, opts, in, reply, nil) }) {
+			// Refused at once, as cheaply as can be: the flood is what
+			// arrives here.
 			sched.stats[e.Name].Busy.Add(1)
-			serveAndReply(service, e, opts, r, r, caller, ErrBusy)
+			if opts.Observe != nil {
+				opts.Observe(e.Name, wire.CodeUnavailable)
+			}
+			if in.reply != "" {
+				_ = r.Error(busyStatus, busyDescription, busyBody)
+			}
 		}
 	}
 }
@@ -140,14 +148,14 @@ type responder interface {
 	Error(code, description string, data []byte, opts ...micro.RespondOpt) error
 }
 
-// serveAndReply serves r (unless refused already: err), reports the
+// serveAndReply serves r (unless refused already: refused), reports the
 // outcome, replies through w and audits a success.
-func serveAndReply(service string, e *Endpoint, opts Options, r request, w responder, caller wire.Caller, refused error) {
+func serveAndReply(service string, e *Endpoint, opts Options, r request, w responder, refused error) {
 	var res any
 	var in *Incoming
 	err := refused
 	if err == nil {
-		res, in, err = serveOne(e, opts.Auth, r, caller)
+		res, in, err = serveOne(e, opts.Auth, r)
 	}
 	code := "ok"
 	if err != nil {
@@ -169,12 +177,16 @@ func serveAndReply(service string, e *Endpoint, opts Options, r request, w respo
 	}
 }
 
-func serveOne(e *Endpoint, auth *Authorizer, r request, caller wire.Caller) (res any, in *Incoming, err error) {
+func serveOne(e *Endpoint, auth *Authorizer, r request) (res any, in *Incoming, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			res, err = nil, wire.Errorf(wire.ErrInternal, "handler panic: %v", p)
 		}
 	}()
+	caller, err := auth.verify(r.Subject(), nats.Header(r.Headers()), r.Data())
+	if err != nil {
+		return nil, nil, err
+	}
 	req, err := e.decode(r.Data())
 	if err != nil {
 		return nil, nil, err
