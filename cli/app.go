@@ -13,8 +13,9 @@
 //
 // Connection and identity come from flags or the environment: MRM_NATS_URL
 // (default nats://127.0.0.1:4222), MRM_USER, and MRM_CREDS, the credentials
-// directory whose NKeys sign every request that moves money (default
-// .data/creds, where `mrmarket up --data .data` writes them).
+// directory whose NKeys sign every request (default .data/creds, where
+// `mrmarket up --data .data` writes them): reads too, as the user (--user)
+// or else as the admin.
 package cli
 
 import (

@@ -42,7 +42,9 @@ func TestReadsMineOwnAsAndReplayable(t *testing.T) {
 		service.Op(service.Endpoint{Name: "statement", Subject: "t.statement", Signed: true, Replayable: true, What: "read",
 			Allow: []service.Allow{service.Role(wire.RoleAdmin), service.OwnAs(wire.RoleAgent, provider)}},
 			func(r *wire.StatementRequest) string { return r.Account },
-			func(context.Context, *wire.StatementRequest) (wire.StatementReply, error) { return wire.StatementReply{}, nil }),
+			func(context.Context, *wire.StatementRequest) (wire.StatementReply, error) {
+				return wire.StatementReply{}, nil
+			}),
 	}
 	serve(t, nc, table, service.Options{Auth: &service.Authorizer{Identities: s.ids}, Fair: &service.Fair{}})
 	ctx := context.Background()
