@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -50,6 +51,8 @@ const (
 	// counted failed at once rather than piling up goroutines while
 	// JetStream is away.
 	auditInFlight = 4096
+	// auditLogEvery spaces the log lines of failures.
+	auditLogEvery = 10 * time.Second
 )
 
 // JetStreamAudit publishes audit events to the MRM_EVENTS stream on
@@ -57,7 +60,8 @@ const (
 // Nats-Msg-Id set to its id (signer key and nonce), so a publish retried
 // after a lost acknowledgement is stored once. Publishing happens in the
 // background; a publish that fails after its retries is counted (Failed),
-// reported to OnError and logged, and never fails the request.
+// reported to OnError and logged (at most one line per ten seconds), and
+// never fails the request.
 type JetStreamAudit struct {
 	js jetstream.JetStream
 	// OnError, when set, hears each event that could not be stored (the
@@ -69,6 +73,7 @@ type JetStreamAudit struct {
 	inFlight  atomic.Int64
 	published atomic.Int64
 	failed    atomic.Int64
+	lastLog   atomic.Int64 // Unix nanoseconds of the last failure logged
 }
 
 // NewJetStreamAudit audits to nc's JetStream. The stream need not exist
@@ -117,6 +122,9 @@ func (a *JetStreamAudit) publish(ev wire.Event, msg *nats.Msg) {
 			a.published.Add(1)
 			return
 		}
+		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrConnectionClosed) {
+			break // no stream, or no connection: a retry now would fail alike
+		}
 	}
 	a.fail(ev, err)
 }
@@ -126,11 +134,18 @@ func (a *JetStreamAudit) fail(ev wire.Event, err error) {
 	if a.OnError != nil {
 		a.OnError(err)
 	}
+	// Logged at most once per auditLogEvery (a JetStream outage fails every
+	// event); the count says how many.
+	now := time.Now().UnixNano()
+	last := a.lastLog.Load()
+	if now-last < int64(auditLogEvery) || !a.lastLog.CompareAndSwap(last, now) {
+		return
+	}
 	log := a.Logger
 	if log == nil {
 		log = slog.Default()
 	}
-	log.Warn("audit: event not stored", "component", ev.Component, "op", ev.Op, "id", ev.ID, "err", err)
+	log.Warn("audit: event not stored", "component", ev.Component, "op", ev.Op, "id", ev.ID, "err", err, "failed_total", a.failed.Load())
 }
 
 // Published is how many events were stored.
