@@ -21,7 +21,7 @@ func eventsCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:  "events",
 		Usage: "show the audit stream: every request that moved money, who signed it and what it did (admin)",
-		UsageText: "mrmarket events [--since 1h] [--json]\n" +
+		UsageText: "mrmarket events [--since 1h] [--component bank] [--op grant] [--json]\n" +
 			"   mrmarket events --follow",
 		Description: "Each event carries the signed request that caused it, as received: with --json it can be\n" +
 			"checked by anyone against the signer's public key, without trusting the component that\n" +
@@ -29,10 +29,16 @@ func eventsCommand() *ucli.Command {
 		Flags: []ucli.Flag{flagNATS(), flagCreds(), flagJSON(),
 			&ucli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing new events until interrupted"},
 			&ucli.DurationFlag{Name: "since", Usage: "only events of the last DUR (e.g. 1h); default all"},
+			&ucli.StringFlag{Name: "component", Usage: "only this component's events: bank or broker"},
+			&ucli.StringFlag{Name: "op", Usage: "only this operation's events: grant, hold, capture, spend…"},
 		},
 		Action: func(c *ucli.Context) error {
 			if c.Duration("since") < 0 {
 				return badInput("--since must be positive")
+			}
+			subject, err := eventFilter(c.String("component"), c.String("op"))
+			if err != nil {
+				return err
 			}
 			nc, err := connect(c)
 			if err != nil {
@@ -43,7 +49,7 @@ func eventsCommand() *ucli.Command {
 			if err != nil {
 				return wire.Errorf(wire.ErrUnavailable, "jetstream: %v", err)
 			}
-			return readEvents(c.Context, js, c.Duration("since"), c.Bool("follow"), func(ev wire.Event) error {
+			return readEvents(c.Context, js, subject, c.Duration("since"), c.Bool("follow"), func(ev wire.Event) error {
 				if c.Bool("json") {
 					return json.NewEncoder(c.App.Writer).Encode(ev)
 				}
@@ -53,33 +59,38 @@ func eventsCommand() *ucli.Command {
 	}
 }
 
-// readEvents hands each event of MRM_EVENTS (the last since of them, all
-// when 0) to show; with follow it waits for new ones until ctx ends,
-// without it returns once the stream as it was at the start is read.
-func readEvents(ctx context.Context, js jetstream.JetStream, since time.Duration, follow bool, show func(wire.Event) error) error {
-	st, err := js.Stream(ctx, wire.StreamEvents)
-	if err != nil {
+// readEvents hands each event of MRM_EVENTS on subject (the last since of
+// them, all when 0) to show; with follow it waits for new ones until ctx
+// ends, without it returns once the events there were at the start are
+// read.
+func readEvents(ctx context.Context, js jetstream.JetStream, subject string, since time.Duration, follow bool, show func(wire.Event) error) error {
+	unavailable := func(err error) error {
 		return wire.Errorf(wire.ErrUnavailable, "audit stream %s: %v", wire.StreamEvents, err)
 	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{wire.AllEvents}}
+	st, err := js.Stream(ctx, wire.StreamEvents)
+	if err != nil {
+		return unavailable(err)
+	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}}
 	if since > 0 {
 		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, ptr(time.Now().Add(-since))
 	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		return wire.Errorf(wire.ErrUnavailable, "audit stream %s: %v", wire.StreamEvents, err)
-	}
-	last := info.State.LastSeq // without --follow, read up to here
-	if !follow && (info.State.Msgs == 0 || since > 0 && info.State.LastTime.Before(time.Now().Add(-since))) {
-		return nil // nothing to read
-	}
 	cons, err := st.OrderedConsumer(ctx, cfg)
 	if err != nil {
-		return wire.Errorf(wire.ErrUnavailable, "audit stream %s: %v", wire.StreamEvents, err)
+		return unavailable(err)
+	}
+	if !follow {
+		info, err := cons.Info(ctx)
+		if err != nil {
+			return unavailable(err)
+		}
+		if info.NumPending == 0 {
+			return nil // nothing to read
+		}
 	}
 	it, err := cons.Messages()
 	if err != nil {
-		return wire.Errorf(wire.ErrUnavailable, "audit stream %s: %v", wire.StreamEvents, err)
+		return unavailable(err)
 	}
 	defer it.Stop()
 	go func() { <-ctx.Done(); it.Stop() }()
@@ -89,7 +100,7 @@ func readEvents(ctx context.Context, js jetstream.JetStream, since time.Duration
 			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 				return nil // interrupted
 			}
-			return wire.Errorf(wire.ErrUnavailable, "audit stream %s: %v", wire.StreamEvents, err)
+			return unavailable(err)
 		}
 		var ev wire.Event
 		if err := json.Unmarshal(m.Data(), &ev); err != nil {
@@ -99,13 +110,29 @@ func readEvents(ctx context.Context, js jetstream.JetStream, since time.Duration
 			return err
 		}
 		meta, err := m.Metadata()
-		if !follow && (err != nil || meta.Sequence.Stream >= last) {
+		if !follow && (err != nil || meta.NumPending == 0) {
 			return nil
 		}
 	}
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// eventFilter is the subject of the events of component and op ("" for
+// any).
+func eventFilter(component, op string) (string, error) {
+	if component == "" {
+		component = "*"
+	} else if err := wire.CheckName("component", component); err != nil {
+		return "", usageError{err}
+	}
+	if op == "" {
+		op = "*"
+	} else if err := wire.CheckName("op", op); err != nil {
+		return "", usageError{err}
+	}
+	return wire.EventSubject(component, op), nil
+}
 
 // printEvent is one line: time, component, op, principal, summary.
 func printEvent(w io.Writer, ev wire.Event) error {

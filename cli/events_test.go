@@ -83,6 +83,14 @@ func TestEventsAreTheSignedRequests(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "grant") || !strings.Contains(r.stdout, "admin (admin)") || !strings.Contains(r.stdout, "user=alice") {
 		t.Fatalf("events table: %+v", r)
 	}
+	r = mrmarket("events", n, "--component", "broker", "--op", "spend")
+	if r.code != 0 || strings.Count(r.stdout, "\n") != 1 || !strings.Contains(r.stdout, "spend") || !strings.Contains(r.stdout, "alice (user)") {
+		t.Fatalf("events --component broker --op spend: %+v", r)
+	}
+	r = mrmarket("events", n, "--op", "nothing-like-it")
+	if r.code != 0 || r.stdout != "" {
+		t.Fatalf("events of no op: %+v", r)
+	}
 	r = mrmarket("events", n, "--since", "1ns")
 	if r.code != 0 || r.stdout != "" {
 		t.Fatalf("events --since 1ns: %+v", r)
