@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
 
 	"github.com/mrmarket/mrmarket/bank"
 	"github.com/mrmarket/mrmarket/broker"
@@ -110,9 +111,17 @@ func TestEventsFollow(t *testing.T) {
 	}()
 	// The stream exists before anything is published (EnsureAssets): grant
 	// until the follower, which may start after the first grant, prints one.
+	// Granted through a client, not the CLI: two command lines at once
+	// share urfave/cli's global help flag.
+	nc, err := nats.Connect(m.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	admin := bank.Client{NC: nc, Keys: m.Keys()}
 	testpoll.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
-		if r := mrmarket("bank", "grant", "--nats="+m.URL, "--user", "alice", "--amount", "1"); r.code != 0 {
-			t.Fatalf("grant: %+v", r)
+		if _, err := admin.Grant(ctx, &wire.GrantRequest{ID: nuid.Next(), User: "alice", Amount: 1}); err != nil {
+			t.Fatalf("grant: %v", err)
 		}
 		if !strings.Contains(out.String(), "grant") {
 			return errors.New("events --follow printed no grant")
