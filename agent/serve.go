@@ -24,7 +24,9 @@ const (
 // host, on subjects of their own (no queue group: one agent per host). Bids
 // must be signed by the broker or an admin when the agent knows identities
 // (Config.Identities): a bid names the hold it charges, so a bid from anyone
-// else could spend another user's money. a may be nil to list the table;
+// else could spend another user's money. The state is the host's public
+// state (what it publishes anyway): any registered principal may ask,
+// signed, as a replayable read. a may be nil to list the table;
 // its subjects then have "*" for the host.
 func Endpoints(a *Agent) service.Table {
 	host := "*"
@@ -34,7 +36,8 @@ func Endpoints(a *Agent) service.Table {
 	return service.Table{
 		service.Op(service.Endpoint{Name: "bid", Subject: wire.AgentBidSubject(host), Signed: true, What: "place bids",
 			Allow: []service.Allow{service.Role(wire.RoleBroker), service.Role(wire.RoleAdmin)}}, nil, a.SetBids),
-		service.Op(service.Endpoint{Name: "state", Subject: wire.AgentStateSubject(host)}, nil,
+		service.Op(service.Endpoint{Name: "state", Subject: wire.AgentStateSubject(host), Signed: true, Replayable: true, What: "read host states",
+			Allow: []service.Allow{service.Role(wire.RoleAdmin), service.Role(wire.RoleBroker), service.Role(wire.RoleAgent), service.Role(wire.RoleUser)}}, nil,
 			func(context.Context, *wire.StateRequest) (wire.HostState, error) { return a.State(), nil }),
 	}
 }
@@ -47,6 +50,7 @@ func Serve(nc *nats.Conn, a *Agent) (stop func(), err error) {
 		Observe:     func(op, code string) { a.cfg.Metrics.Request("agent", op, code) },
 		Description: "mrmarket's agent of host " + a.Host(),
 		Metadata:    map[string]string{"host": a.Host()},
+		Fair:        &service.Fair{},
 	})
 	if err != nil {
 		return nil, err

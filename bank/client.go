@@ -72,17 +72,24 @@ func (c Client) Whois(ctx context.Context, key string) (wire.Principal, error) {
 	return call[wire.Principal](ctx, c, wire.As{}, wire.BankWhois, &wire.WhoisRequest{Key: key})
 }
 
-// Balance reports a user's account.
+// Balance reports a user's account (signed as the user, or by Signer: the
+// broker, an admin).
 func (c Client) Balance(ctx context.Context, req *wire.BalanceRequest) (wire.BalanceReply, error) {
-	return call[wire.BalanceReply](ctx, c, wire.As{}, wire.BankBalance, req)
+	return call[wire.BalanceReply](ctx, c, wire.As{Role: wire.RoleUser, Name: req.User}, wire.BankBalance, req)
 }
 
-// Statement lists an account's transfers.
+// Statement lists an account's transfers: a user's signed as the user,
+// another account's as admin (or by Signer: a host's agent for its
+// provider account).
 func (c Client) Statement(ctx context.Context, req *wire.StatementRequest) (wire.StatementReply, error) {
-	return call[wire.StatementReply](ctx, c, wire.As{}, wire.BankStatement, req)
+	who := asAdmin
+	if req.User != "" {
+		who = wire.As{Role: wire.RoleUser, Name: req.User}
+	}
+	return call[wire.StatementReply](ctx, c, who, wire.BankStatement, req)
 }
 
-// Ledger returns the ledger and its invariant check.
+// Ledger returns the ledger and its invariant check (admin).
 func (c Client) Ledger(ctx context.Context) (wire.LedgerReply, error) {
-	return call[wire.LedgerReply](ctx, c, wire.As{}, wire.BankLedger, &wire.LedgerRequest{})
+	return call[wire.LedgerReply](ctx, c, asAdmin, wire.BankLedger, &wire.LedgerRequest{})
 }

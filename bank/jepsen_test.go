@@ -279,7 +279,7 @@ func testCrashes(t *testing.T, target string) {
 	checkerDone := make(chan struct{})
 	go func() {
 		defer close(checkerDone)
-		bc := bank.Client{NC: w.nc}
+		bc := bank.Client{NC: w.nc, Keys: w.keys} // the ledger is the admin's
 		for {
 			select {
 			case <-clientsDone:

@@ -20,17 +20,41 @@ var (
 	// ownHost: a host's provider account is credited by its own agent and
 	// nobody else.
 	ownHost = []service.Allow{service.Own(wire.RoleAgent)}
+	// balanceReaders: a user's balance is read by the user, an admin, and
+	// the broker (admission checks that a job's price is affordable).
+	balanceReaders = []service.Allow{service.Role(wire.RoleAdmin), service.Own(wire.RoleUser), service.Role(wire.RoleBroker)}
+	// accountReaders: an account's statement is read by an admin, the user
+	// owning it and, for a provider account, that host's agent.
+	accountReaders = []service.Allow{service.Role(wire.RoleAdmin),
+		service.OwnAs(wire.RoleUser, UserAccount), service.OwnAs(wire.RoleAgent, ProviderAccount)}
 )
+
+// statementAccount is the account a statement reads.
+func statementAccount(r *wire.StatementRequest) string {
+	if r.User != "" {
+		return UserAccount(r.User)
+	}
+	return r.Account
+}
 
 // Endpoints is the bank's table: every subject it answers, in the bank's
 // queue group so replicas share the load. Mutating requests must be signed
 // by a registered principal whose role allows them, each signature usable
-// once; reads (balance, statement, ledger, whois) are open to any client of
-// the NATS account. b may be nil to list the table.
+// once, and are audited (every success goes to MRM_EVENTS). Reads are
+// signed too, but replayable (no nonce is stored: a replayed read changes
+// nothing): a balance by its user, an admin or the broker; a statement by
+// an admin, the account's user or, for a provider account, its host's
+// agent; the ledger by an admin only. whois stays open: every connection is
+// a registered principal (NATS authentication), the answer is the
+// admin-signed record anyone may verify, and the broker and every agent
+// ask it before they can check anything. b may be nil to list the table.
 func Endpoints(b *Bank) service.Table {
 	q := wire.QueueBank
 	signed := func(name, subject, what string, allow []service.Allow) service.Endpoint {
-		return service.Endpoint{Name: name, Subject: subject, Queue: q, Signed: true, Allow: allow, What: what}
+		return service.Endpoint{Name: name, Subject: subject, Queue: q, Signed: true, Allow: allow, What: what, Audit: true}
+	}
+	read := func(name, subject, what string, allow []service.Allow) service.Endpoint {
+		return service.Endpoint{Name: name, Subject: subject, Queue: q, Signed: true, Allow: allow, What: what, Replayable: true}
 	}
 	open := func(name, subject string) service.Endpoint {
 		return service.Endpoint{Name: name, Subject: subject, Queue: q}
@@ -44,21 +68,31 @@ func Endpoints(b *Bank) service.Table {
 		service.Op(signed("extend", wire.BankExtend, "extend holds of", ownOrBroker), func(r *wire.ExtendRequest) string { return r.User }, b.Extend),
 		service.Op(signed("transfer", wire.BankTransfer, "move money of", ownMoney), func(r *wire.TransferRequest) string { return r.From }, b.Transfer),
 		service.Op(signed("capture", wire.BankCapture, "capture for host", ownHost), func(r *wire.CaptureBatch) string { return r.Host }, b.Capture),
-		service.Op(open("balance", wire.BankBalance), nil, b.Balance),
-		service.Op(open("statement", wire.BankStatement), nil, b.Statement),
-		service.Op(open("ledger", wire.BankLedger), nil, func(ctx context.Context, _ *wire.LedgerRequest) (wire.LedgerReply, error) { return b.Ledger(ctx) }),
+		service.Op(read("balance", wire.BankBalance, "read the balance of", balanceReaders), func(r *wire.BalanceRequest) string { return r.User }, b.Balance),
+		service.Op(read("statement", wire.BankStatement, "read the statement of", accountReaders), statementAccount, b.Statement),
+		service.Op(read("ledger", wire.BankLedger, "read the ledger", adminOnly), nil, func(ctx context.Context, _ *wire.LedgerRequest) (wire.LedgerReply, error) { return b.Ledger(ctx) }),
 		service.Op(open("whois", wire.BankWhois), nil, func(ctx context.Context, r *wire.WhoisRequest) (wire.Principal, error) { return b.Whois(ctx, r.Key) }),
 	}
 }
 
 // Serve answers the bank's subjects (Endpoints) on nc. The bank is its own
 // registry of identities and keeps nonces in its store, so a replay is
-// refused across restarts and by every replica. stop stops answering.
+// refused across restarts and by every replica. Requests are queued per
+// signer and served in turn (service.Fair), so one principal's flood does
+// not starve the others; every money-moving success is published to the
+// MRM_EVENTS stream (service.JetStreamAudit). stop stops answering.
 func Serve(nc *nats.Conn, b *Bank) (stop func(), err error) {
+	audit, err := service.NewJetStreamAudit(nc)
+	if err != nil {
+		return nil, err
+	}
+	audit.OnError = func(error) { b.metrics.Error("bank", "audit") }
 	svc, err := service.Serve(nc, "mrm-bank", service.Version, Endpoints(b), service.Options{
 		Auth:        &service.Authorizer{Identities: b, Nonces: storeNonces{b}, Now: b.signingClock},
 		Observe:     func(op, code string) { b.metrics.Request("bank", op, code) },
 		Description: "mrmarket's ledger",
+		Fair:        &service.Fair{},
+		Audit:       audit,
 	})
 	if err != nil {
 		return nil, err

@@ -20,31 +20,42 @@ const (
 )
 
 // Endpoints is the broker's table, in the broker's queue group so replicas
-// share the load. Plans and jobs change only by requests signed by the user
-// they act for (or an admin), when the broker knows identities
-// (Config.Identities); prices, predictions and listings are open. b may be
-// nil to list the table.
+// share the load. When the broker knows identities (Config.Identities):
+// plans and jobs change only by requests signed by the user they act for
+// (or an admin), and those that move money are audited; a user lists only
+// its own plans and jobs (asking for nobody in particular lists its own, an
+// admin's lists everyone's) and quotes only for itself; prices, predictions
+// and VMs are market data, read by any registered principal. Reads are
+// replayable (no nonce is stored). b may be nil to list the table.
 func Endpoints(b *Broker) service.Table {
 	q := wire.QueueBroker
 	userOnly := []service.Allow{service.Role(wire.RoleAdmin), service.Own(wire.RoleUser)}
+	anyone := []service.Allow{service.Role(wire.RoleAdmin), service.Role(wire.RoleUser), service.Role(wire.RoleBroker), service.Role(wire.RoleAgent)}
 	signed := func(name, subject string) service.Endpoint {
-		return service.Endpoint{Name: name, Subject: subject, Queue: q, Signed: true, Allow: userOnly, What: "spend for"}
+		return service.Endpoint{Name: name, Subject: subject, Queue: q, Signed: true, Allow: userOnly, What: "spend for", Audit: true}
 	}
-	open := func(name, subject string) service.Endpoint {
-		return service.Endpoint{Name: name, Subject: subject, Queue: q}
+	mine := func(name, subject, what string) service.Endpoint {
+		return service.Endpoint{Name: name, Subject: subject, Queue: q, Signed: true, Allow: userOnly, What: what, Replayable: true}
 	}
+	market := func(name, subject string) service.Endpoint {
+		return service.Endpoint{Name: name, Subject: subject, Queue: q, Signed: true, Allow: anyone, What: "read the market", Replayable: true}
+	}
+	progress := signed("progress", wire.BrokerProgress)
+	progress.Audit = false // a job's progress moves no money
 	return service.Table{
 		service.Op(signed("spend", wire.BrokerSpend), func(r *wire.SpendRequest) string { return r.User }, b.Spend),
 		service.Op(signed("cancel", wire.BrokerCancel), func(r *wire.CancelRequest) string { return r.User }, b.Cancel),
 		service.Op(signed("adjust", wire.BrokerAdjust), func(r *wire.AdjustRequest) string { return r.User }, b.Adjust),
-		service.Op(signed("quote", wire.BrokerQuote), func(r *wire.QuoteRequest) string { return r.User }, b.Quote),
+		service.Op(mine("quote", wire.BrokerQuote, "quote for"), func(r *wire.QuoteRequest) string { return r.User }, b.Quote),
 		service.Op(signed("submit", wire.BrokerSubmit), func(r *wire.SubmitRequest) string { return r.User }, b.Submit),
-		service.Op(signed("progress", wire.BrokerProgress), func(r *wire.ProgressRequest) string { return r.User }, b.JobProgress),
-		service.Op(open("jobs", wire.BrokerJobs), nil, func(_ context.Context, r *wire.JobsRequest) (wire.JobsReply, error) { return b.Jobs(r), nil }),
-		service.Op(open("predict", wire.BrokerPredict), nil, func(_ context.Context, r *wire.PredictRequest) (wire.PredictReply, error) { return b.Predict(r) }),
-		service.Op(open("plans", wire.BrokerPlans), nil, func(_ context.Context, r *wire.PlansRequest) (wire.PlansReply, error) { return b.Plans(r), nil }),
-		service.Op(open("price", wire.BrokerPrice), nil, func(_ context.Context, r *wire.PriceRequest) (wire.PriceReply, error) { return b.Price(r) }),
-		service.Op(open("vms", wire.BrokerVMs), nil, func(_ context.Context, r *wire.VMsRequest) (wire.VMsReply, error) { return b.VMs(r), nil }),
+		service.Op(progress, func(r *wire.ProgressRequest) string { return r.User }, b.JobProgress),
+		service.OpMine(mine("jobs", wire.BrokerJobs, "list the jobs of"), func(r *wire.JobsRequest) *string { return &r.User },
+			func(_ context.Context, r *wire.JobsRequest) (wire.JobsReply, error) { return b.Jobs(r), nil }),
+		service.Op(market("predict", wire.BrokerPredict), nil, func(_ context.Context, r *wire.PredictRequest) (wire.PredictReply, error) { return b.Predict(r) }),
+		service.OpMine(mine("plans", wire.BrokerPlans, "list the plans of"), func(r *wire.PlansRequest) *string { return &r.User },
+			func(_ context.Context, r *wire.PlansRequest) (wire.PlansReply, error) { return b.Plans(r), nil }),
+		service.Op(market("price", wire.BrokerPrice), nil, func(_ context.Context, r *wire.PriceRequest) (wire.PriceReply, error) { return b.Price(r) }),
+		service.Op(market("vms", wire.BrokerVMs), nil, func(_ context.Context, r *wire.VMsRequest) (wire.VMsReply, error) { return b.VMs(r), nil }),
 	}
 }
 
@@ -67,11 +78,19 @@ func Serve(nc *nats.Conn, b *Broker) (stop func(), err error) {
 		_ = states.Unsubscribe()
 		return nil, err
 	}
+	audit, err := service.NewJetStreamAudit(nc)
+	if err != nil {
+		_ = states.Unsubscribe()
+		return nil, err
+	}
+	audit.OnError = func(error) { b.cfg.Metrics.Error("broker", "audit") }
 	svc, err := service.Serve(nc, "mrm-broker", service.Version, Endpoints(b), service.Options{
 		Auth:        service.Remote(b.cfg.Identities, b.cfg.SigningClock, whoisTTL, whoisSize),
 		Observe:     func(op, code string) { b.cfg.Metrics.Request("broker", op, code) },
 		Description: "mrmarket's broker: prices, spend plans, deadlines",
 		Metadata:    map[string]string{"replica": b.cfg.Replica},
+		Fair:        &service.Fair{},
+		Audit:       audit,
 	})
 	if err != nil {
 		_ = states.Unsubscribe()
@@ -119,12 +138,32 @@ func catchUp(nc *nats.Conn, b *Broker) error {
 }
 
 // Client is the broker over NATS. Its methods set each request's version
-// and sign spends and cancels with Signer, or else with the credentials Keys
-// holds for the request's user.
+// and sign every request with Signer, or else with the credentials Keys
+// holds for the request's user; requests that act for no user (prices, VMs,
+// predictions, everyone's plans and jobs) are signed as Reader.
 type Client struct {
 	NC     *nats.Conn
 	Signer *wire.Signer
 	Keys   wire.Keyring
+	// Reader signs the reads that act for no user; zero is the admin.
+	Reader wire.As
+}
+
+// reader is who signs c's reads that act for no user.
+func (c Client) reader() wire.As {
+	if c.Reader == (wire.As{}) {
+		return wire.As{Role: wire.RoleAdmin, Name: wire.RoleAdmin}
+	}
+	return c.Reader
+}
+
+// mine is who signs a read of user's own (plans, jobs): the user, or the
+// reader for nobody in particular.
+func (c Client) mine(user string) wire.As {
+	if user == "" {
+		return c.reader()
+	}
+	return asUser(user)
 }
 
 // asUser signs a request as user; no user sends it unsigned.
@@ -158,22 +197,22 @@ func (c Client) Adjust(ctx context.Context, req *wire.AdjustRequest) (wire.Plan,
 
 // Predict asks a what-if question of a host's price history.
 func (c Client) Predict(ctx context.Context, req *wire.PredictRequest) (wire.PredictReply, error) {
-	return call[wire.PredictReply](ctx, c, wire.As{}, wire.BrokerPredict, req)
+	return call[wire.PredictReply](ctx, c, c.reader(), wire.BrokerPredict, req)
 }
 
 // Plans lists plans.
 func (c Client) Plans(ctx context.Context, req *wire.PlansRequest) (wire.PlansReply, error) {
-	return call[wire.PlansReply](ctx, c, wire.As{}, wire.BrokerPlans, req)
+	return call[wire.PlansReply](ctx, c, c.mine(req.User), wire.BrokerPlans, req)
 }
 
 // Price reports host prices.
 func (c Client) Price(ctx context.Context, req *wire.PriceRequest) (wire.PriceReply, error) {
-	return call[wire.PriceReply](ctx, c, wire.As{}, wire.BrokerPrice, req)
+	return call[wire.PriceReply](ctx, c, c.reader(), wire.BrokerPrice, req)
 }
 
 // VMs lists VMs.
 func (c Client) VMs(ctx context.Context, req *wire.VMsRequest) (wire.VMsReply, error) {
-	return call[wire.VMsReply](ctx, c, wire.As{}, wire.BrokerVMs, req)
+	return call[wire.VMsReply](ctx, c, c.reader(), wire.BrokerVMs, req)
 }
 
 // Quote asks for a job's price-deadline curve.
@@ -193,5 +232,5 @@ func (c Client) Progress(ctx context.Context, req *wire.ProgressRequest) (wire.J
 
 // Jobs lists admitted jobs.
 func (c Client) Jobs(ctx context.Context, req *wire.JobsRequest) (wire.JobsReply, error) {
-	return call[wire.JobsReply](ctx, c, wire.As{}, wire.BrokerJobs, req)
+	return call[wire.JobsReply](ctx, c, c.mine(req.User), wire.BrokerJobs, req)
 }

@@ -14,10 +14,11 @@
 // Connection and identity come from flags or the environment: MRM_NATS_URL
 // (default nats://127.0.0.1:4222), MRM_USER, MRM_CREDS, the credentials
 // directory whose NKeys authenticate the connection and sign every request
-// that moves money (default .data/creds, where `mrmarket up --data .data`
-// writes them), and MRM_TLS_CA, the CA that verifies the NATS server
-// (default: the tls/ca.pem next to the credentials directory). See conn.go
-// for which principal a command connects as.
+// (default .data/creds, where `mrmarket up --data .data` writes them) —
+// reads too, as the user (--user) or else as the admin — and MRM_TLS_CA, the
+// CA that verifies the NATS server (default: the tls/ca.pem next to the
+// credentials directory). See conn.go for which principal a command
+// connects as.
 package cli
 
 import (
@@ -116,6 +117,7 @@ func App(stdout, stderr io.Writer) *ucli.App {
 			vmsCommand(),
 			ledgerCommand(),
 			natsCommand(),
+			eventsCommand(),
 		},
 		ExitErrHandler: func(*ucli.Context, error) {}, // Main maps errors to exit codes
 	}
@@ -207,11 +209,21 @@ func withClients(c *ucli.Context, use func(cl clients) error) error {
 	c.Context = ctx
 	defer func() { c.Context = outer }()
 	keys := credsDir(c)
-	err = use(clients{bank: bank.Client{NC: nc, Keys: keys}, broker: broker.Client{NC: nc, Keys: keys}})
+	err = use(clients{bank: bank.Client{NC: nc, Keys: keys}, broker: broker.Client{NC: nc, Keys: keys, Reader: reader(c)}})
 	if cause := context.Cause(ctx); err != nil && errors.Is(cause, nats.ErrPermissionViolation) {
 		return wire.Errorf(wire.ErrForbidden, "the NATS server refused it to this principal (%s): %v", nc.Opts.Nkey, cause)
 	}
 	return err
+}
+
+// reader is who signs a command's reads that act for no user (prices, VMs,
+// everyone's plans): --user when the command has it and it is set, else the
+// admin (the zero As).
+func reader(c *ucli.Context) wire.As {
+	if u := c.String("user"); u != "" {
+		return wire.As{Role: wire.RoleUser, Name: u}
+	}
+	return wire.As{}
 }
 
 // requireUser returns --user or a usage error.

@@ -207,7 +207,7 @@ func statementCommand() *ucli.Command {
 		Name:      "statement",
 		Usage:     "an account's transfers, newest first",
 		UsageText: "mrmarket statement --user alice\n   mrmarket statement --account provider:host-1 --limit 20",
-		Flags: []ucli.Flag{flagNATS(), flagJSON(), flagUser(),
+		Flags: []ucli.Flag{flagNATS(), flagCreds(), flagJSON(), flagUser(),
 			&ucli.StringFlag{Name: "account", Usage: "any account id instead of a user (provider:<host>, escrow, mint)"},
 			&ucli.IntFlag{Name: "limit", Usage: "entries", Value: 50},
 		},

@@ -107,7 +107,7 @@ func TestBrokerDaemon(t *testing.T) {
 	w := newDaemonWorld(t)
 	runDaemon(t, "broker", "--nats", w.url, "--creds", string(w.keys), "--http", "")
 	testpoll.CheckFor(t, 15*time.Second, 20*time.Millisecond, func() error {
-		_, err := (broker.Client{NC: w.nc}).Plans(context.Background(), &wire.PlansRequest{})
+		_, err := (broker.Client{NC: w.nc, Keys: w.keys}).Plans(context.Background(), &wire.PlansRequest{}) // signed: reads are authenticated
 		if err == nil {
 			return nil
 		}

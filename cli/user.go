@@ -329,7 +329,7 @@ func priceCommand() *ucli.Command {
 			"   mrmarket price --host host-1 --what-if price --performance 0.5 --guarantee 0.9\n" +
 			"   mrmarket price --host host-1 --what-if performance --spending 2 --guarantee 0.9\n" +
 			"   mrmarket price --host host-1 --what-if guarantee --spending 2 --performance 0.5",
-		Flags: []ucli.Flag{flagNATS(), flagCreds(), flagJSON(), &ucli.StringFlag{Name: "host", Usage: "one host only"},
+		Flags: []ucli.Flag{flagNATS(), flagCreds(), flagJSON(), flagUser(), &ucli.StringFlag{Name: "host", Usage: "one host only"},
 			&ucli.StringFlag{Name: "what-if", Usage: "predict from the host's price history: performance, price or guarantee"},
 			&ucli.Float64Flag{Name: "spending", Usage: "a spending rate, credits per hour"},
 			&ucli.Float64Flag{Name: "performance", Usage: "a share of the host, 0..1"},
@@ -372,8 +372,8 @@ func vmsCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "vms",
 		Usage:     "list VMs with their owner, rate, share and utilisation",
-		UsageText: "mrmarket vms [--owner alice] [--host host-1]",
-		Flags: []ucli.Flag{flagNATS(), flagCreds(), flagJSON(),
+		UsageText: "mrmarket vms [--owner alice] [--host host-1] [--user alice]",
+		Flags: []ucli.Flag{flagNATS(), flagCreds(), flagJSON(), flagUser(),
 			&ucli.StringFlag{Name: "owner", Usage: "only this user's VMs"},
 			&ucli.StringFlag{Name: "host", Usage: "only this host's VMs"},
 		},

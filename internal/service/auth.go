@@ -79,7 +79,7 @@ func (a *Authorizer) verify(subject string, h nats.Header, body []byte) (wire.Ca
 // no Identities, admits anyone; a signed endpoint needs a signature, a known
 // key, a role e allows (for the principal req acts for, where e says so)
 // and a nonce not used before — checked last, so a refused request does not
-// spend its nonce.
+// spend its nonce; a Replayable endpoint (a read) records no nonce.
 func (a *Authorizer) Authorize(ctx context.Context, e *Endpoint, caller wire.Caller, req any) error {
 	if !e.Signed || a.Identities == nil {
 		return nil
@@ -94,12 +94,16 @@ func (a *Authorizer) Authorize(ctx context.Context, e *Endpoint, caller wire.Cal
 	if in, ok := ctx.Value(incomingKey{}).(*Incoming); ok {
 		in.Principal = p
 	}
+	e.fillMine(p, req)
 	if ok, actsFor := e.admits(p, req); !ok {
 		what := e.What
 		if actsFor != "" {
 			what += " " + actsFor
 		}
 		return fmt.Errorf("%w: %s (%s) may not %s", wire.ErrRole, p.Name, p.Role, what)
+	}
+	if e.Replayable {
+		return nil // a read: nothing to protect from a replay, no nonce to store
 	}
 	if a.Nonces == nil {
 		return a.memory.Use(ctx, caller, a.now())

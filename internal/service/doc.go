@@ -16,17 +16,23 @@
 // request and error counts and the service answers $SRV.PING, $SRV.INFO and
 // $SRV.STATS discovery. One handler wraps every endpoint, in this order:
 //
-//  1. verify the signature, if any (a bad or stale one is refused);
-//  2. decode strictly into the endpoint's wire request type (wire.Decode);
-//  3. authorize (Authorizer.Authorize, reading the endpoint's roles);
-//  4. run the handler, a panic becoming an internal error;
-//  5. report the outcome to Options.Observe (the metrics), and reply with
-//     the wire envelope (wire.EncodeReply) — refusals through micro's
-//     Request.Error so micro counts them, with the same envelope as body.
+//  1. queue the request by its principal, when the service queues fairly
+//     (Options.Fair, see "Fair queuing");
+//  2. verify the signature, if any (a bad or stale one is refused);
+//  3. decode strictly into the endpoint's wire request type (wire.Decode);
+//  4. authorize (Authorizer.Authorize, reading the endpoint's roles);
+//  5. run the handler, a panic becoming an internal error;
+//  6. report the outcome to Options.Observe (the metrics), and reply with
+//     the wire envelope (wire.EncodeReply) — refusals with micro's error
+//     headers and the same envelope as body;
+//  7. audit a success of an Audit endpoint (Options.Audit, see "Audit").
 //
 // Replies are the bytes clients decoded before this package existed
 // (wire.Call, wire.CallAs, bank.Client, broker.Client); micro only adds its
-// error headers to refusals.
+// error headers to refusals. Served in micro's goroutine (no Fair), micro
+// counts refusals; a queued request is answered by a worker after micro's
+// handler returned, so its refusals are counted in the endpoint's
+// $SRV.STATS data instead ({"errors": n, "busy": n}).
 //
 // # Authorization
 //
@@ -38,6 +44,54 @@
 // seen before (Nonces: the bank's durable store, or MemoryNonces). Without
 // Identities every request passes, signed or not: what tests and the
 // simulator rely on. Signatures are still verified when present.
+//
+// Roles: Role admits every principal of a role; Own only for requests
+// acting for itself (a user's own money); OwnAs for requests acting for a
+// value its name maps to (an agent for ProviderAccount(its host)), so that
+// acts-for values of different roles never collide.
+//
+// # Reads
+//
+// Reads are signed too: who may read what is the table's, like who may
+// write. A Replayable endpoint is a signed read whose nonce is not
+// recorded: a replay, within the signature's freshness window, learns only
+// what the signer could read anyway and changes nothing, and a read costs
+// no write to the nonce store. Table.Check refuses a replayable endpoint
+// that is not signed. OpMine declares a read whose request may leave who it
+// acts for empty ("my plans"): a principal admitted only for its own gets
+// its own (the field is filled with its name before authorization), an
+// admin everyone's.
+//
+// # Audit
+//
+// An Audit endpoint moves money. Each of its successes, after the reply, is
+// handed to Options.Audit as a wire.Event: component ("bank" for the
+// service "mrm-bank"), operation, time, principal, the signed request
+// exactly as received (wire.SignedRequest: anyone can verify it later) and
+// the reply's result. JetStreamAudit publishes them to the MRM_EVENTS
+// stream on wire.EventSubject(component, op), with Nats-Msg-Id set to the
+// event id (signer key and nonce) so that a retried publish is stored once;
+// it publishes in the background and counts, reports and logs a failure,
+// which never fails the request. Refusals are not audited (they moved
+// nothing; the metrics count them).
+//
+// # Fair queuing
+//
+// With Options.Fair, micro's handler only queues a request — by the key it
+// claims to be signed with, an unsigned one by its connection's reply
+// inbox — and a pool of workers (started on demand) serves the principals
+// in turn: one request of each principal with work, round-robin. A
+// principal's requests to one endpoint run one at a time in the order sent
+// (the order the single goroutine per endpoint used to give each sender);
+// different principals' and different endpoints' run concurrently, which
+// the handlers allow (the bank is transactional, the agent locks its book,
+// the broker its plans). A principal with Fair.PerPrincipal requests
+// waiting is answered "unavailable: busy, retry" at once. So a flood delays
+// another principal by about one of the flooder's requests per turn, plus
+// the time the subscription takes to queue (or refuse) what arrived before
+// — measured in bank's TestFloodDoesNotStarveOthers. Without Fair each
+// endpoint's requests are served in arrival order by micro's goroutine,
+// whoever sent them.
 //
 // # Clocks
 //

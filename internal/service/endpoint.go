@@ -12,12 +12,13 @@ import (
 
 // Sentinel errors of a table's declaration (Table.Check).
 var (
-	ErrNoHandler = errors.New("service: endpoint has no handler (declare it with Op)")
-	ErrBadName   = errors.New("service: endpoint name must be letters, digits, '-' or '_'")
-	ErrDuplicate = errors.New("service: endpoint declared twice")
-	ErrNoRoles   = errors.New("service: a signed endpoint must allow some role")
-	ErrOpenRoles = errors.New("service: an unsigned endpoint is open to everyone and allows no roles")
-	ErrNoActsFor = errors.New("service: an endpoint allowing a role only for its own requests needs who the request acts for")
+	ErrNoHandler      = errors.New("service: endpoint has no handler (declare it with Op)")
+	ErrBadName        = errors.New("service: endpoint name must be letters, digits, '-' or '_'")
+	ErrDuplicate      = errors.New("service: endpoint declared twice")
+	ErrNoRoles        = errors.New("service: a signed endpoint must allow some role")
+	ErrOpenRoles      = errors.New("service: an unsigned endpoint is open to everyone and allows no roles")
+	ErrNoActsFor      = errors.New("service: an endpoint allowing a role only for its own requests needs who the request acts for")
+	ErrReplayableOpen = errors.New("service: only a signed endpoint can be replayable")
 )
 
 // Allow is a role an endpoint admits. With Own, a principal of the role is
@@ -26,6 +27,9 @@ var (
 type Allow struct {
 	Role string
 	Own  bool
+	// as maps an Own principal's name to what the request acts for (its
+	// account id, say); nil compares the name itself (OwnAs).
+	as func(name string) string
 }
 
 // Role admits every principal of role.
@@ -33,6 +37,14 @@ func Role(role string) Allow { return Allow{Role: role} }
 
 // Own admits a principal of role only for requests acting for itself.
 func Own(role string) Allow { return Allow{Role: role, Own: true} }
+
+// OwnAs admits a principal of role only for requests acting for as(its
+// name): an agent reads the statement of ProviderAccount(its host), a user
+// of UserAccount(its name). Acts-for values of different roles then never
+// collide (a user named like a host is not that host's provider).
+func OwnAs(role string, as func(name string) string) Allow {
+	return Allow{Role: role, Own: true, as: as}
+}
 
 func (a Allow) String() string {
 	if a.Own {
@@ -43,7 +55,15 @@ func (a Allow) String() string {
 
 // admits reports whether p may send a request acting for actsFor.
 func (a Allow) admits(p wire.Principal, actsFor string) bool {
-	return p.Role == a.Role && (!a.Own || p.Name == actsFor)
+	return p.Role == a.Role && (!a.Own || a.self(p.Name) == actsFor)
+}
+
+// self is what a principal named name acts for under a.
+func (a Allow) self(name string) string {
+	if a.as == nil {
+		return name
+	}
+	return a.as(name)
 }
 
 // Endpoint is one request/reply subject of a component. Declare the plain
@@ -62,11 +82,24 @@ type Endpoint struct {
 	// What is what a refused principal may not do, for the refusal
 	// "<name> (<role>) may not <What>[ <acts for>]".
 	What string
+	// Replayable marks a signed read: its nonce is not recorded, so a
+	// replayed signature is answered again instead of refused. Only for
+	// requests that change nothing (a replay learns what the signer could
+	// read anyway, within the signature's freshness window); it spares
+	// every read a write to the nonce store.
+	Replayable bool
+	// Audit marks a request that moves money: each one that succeeds is
+	// published to the audit stream (Options.Audit) with its signed request,
+	// its principal and its result.
+	Audit bool
 
 	request string // the wire request type, for listings
 	decode  func(data []byte) (any, error)
 	actsFor func(req any) string
-	handle  func(ctx context.Context, req any) (any, error)
+	// mine, set by OpMine, fills an empty acts-for field with the name of
+	// the Own principal asking: "my plans".
+	mine   func(req any, name string)
+	handle func(ctx context.Context, req any) (any, error)
 }
 
 // Request is what an endpoint decodes into: a pointer to a wire request
@@ -91,6 +124,35 @@ func Op[T any, PT Request[T], R any](e Endpoint, actsFor func(PT) string, handle
 	}
 	e.handle = func(ctx context.Context, req any) (any, error) { return handle(ctx, req.(PT)) }
 	return e
+}
+
+// OpMine is Op for a read whose request may leave who it acts for empty
+// (field): an Own principal that leaves it empty asks for its own, and the
+// field is filled with its name before authorization; an admin leaving it
+// empty reads everyone's. Without identities (no Authorizer.Identities) the
+// field is left as sent.
+func OpMine[T any, PT Request[T], R any](e Endpoint, field func(PT) *string, handle func(context.Context, PT) (R, error)) Endpoint {
+	e = Op(e, func(r PT) string { return *field(r) }, handle)
+	e.mine = func(req any, name string) {
+		if f := field(req.(PT)); *f == "" {
+			*f = name
+		}
+	}
+	return e
+}
+
+// fillMine gives req p's own name when e reads "mine" and p is admitted
+// only for its own requests.
+func (e *Endpoint) fillMine(p wire.Principal, req any) {
+	if e.mine == nil {
+		return
+	}
+	for _, a := range e.Allow {
+		if a.Own && a.Role == p.Role && a.as == nil {
+			e.mine(req, p.Name)
+			return
+		}
+	}
 }
 
 // admits reports whether p may send req on e.
@@ -131,6 +193,8 @@ func (t Table) Check() error {
 			err = ErrOpenRoles
 		case e.actsFor == nil && e.ownRoles():
 			err = ErrNoActsFor
+		case e.Replayable && !e.Signed:
+			err = ErrReplayableOpen
 		}
 		if err != nil {
 			return fmt.Errorf("%w: %q on %s", err, e.Name, e.Subject)
@@ -169,6 +233,10 @@ type Entry struct {
 	Roles []string
 	// Request is the wire type the endpoint decodes ("wire.GrantRequest").
 	Request string
+	// Replayable: a signed read whose nonce is not recorded.
+	Replayable bool
+	// Audit: each success goes to the audit stream.
+	Audit bool
 }
 
 // List lists the table in its order: the input of NATS subject permissions
@@ -176,7 +244,8 @@ type Entry struct {
 func (t Table) List() []Entry {
 	out := make([]Entry, 0, len(t))
 	for _, e := range t {
-		out = append(out, Entry{Name: e.Name, Subject: e.Subject, Queue: e.Queue, Signed: e.Signed, Roles: e.roles(), Request: e.request})
+		out = append(out, Entry{Name: e.Name, Subject: e.Subject, Queue: e.Queue, Signed: e.Signed, Roles: e.roles(), Request: e.request,
+			Replayable: e.Replayable, Audit: e.Audit})
 	}
 	return out
 }

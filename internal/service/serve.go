@@ -26,6 +26,14 @@ type Options struct {
 	// Description and Metadata are the service's, in $SRV.INFO.
 	Description string
 	Metadata    map[string]string
+	// Fair, when set, queues requests per principal and serves them in turn
+	// with a pool of workers (see Fair); nil serves each endpoint's
+	// requests one at a time in its subscription's goroutine, in arrival
+	// order, whoever sent them.
+	Fair *Fair
+	// Audit, when set, hears every successful request of an Audit endpoint
+	// (see Auditor, and JetStreamAudit for the MRM_EVENTS stream).
+	Audit Auditor
 }
 
 // Serve serves t on nc as the micro service name at version, until the
@@ -38,7 +46,13 @@ func Serve(nc *nats.Conn, name, version string, t Table, opts Options) (micro.Se
 	if opts.Auth == nil {
 		opts.Auth = &Authorizer{}
 	}
-	svc, err := micro.AddService(nc, micro.Config{Name: name, Version: version, Description: opts.Description, Metadata: opts.Metadata})
+	cfg := micro.Config{Name: name, Version: version, Description: opts.Description, Metadata: opts.Metadata}
+	var sched *scheduler
+	if opts.Fair != nil {
+		sched = newScheduler(*opts.Fair, t)
+		cfg.StatsHandler = sched.statsOf
+	}
+	svc, err := micro.AddService(nc, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("service %s: %w", name, err)
 	}
@@ -50,7 +64,7 @@ func Serve(nc *nats.Conn, name, version string, t Table, opts Options) (micro.Se
 		} else {
 			eo = append(eo, micro.WithEndpointQueueGroup(e.Queue))
 		}
-		if err := svc.AddEndpoint(e.Name, handler(e, opts), eo...); err != nil {
+		if err := svc.AddEndpoint(e.Name, handler(nc, name, e, opts, sched), eo...); err != nil {
 			_ = svc.Stop()
 			return nil, fmt.Errorf("service %s: endpoint %s on %s: %w", name, e.Name, e.Subject, err)
 		}
@@ -68,34 +82,102 @@ func endpointMetadata(e *Endpoint) map[string]string {
 	if e.Signed {
 		md["roles"] = strings.Join(e.roles(), ", ")
 	}
+	if e.Replayable {
+		md["replayable"] = "true"
+	}
+	if e.Audit {
+		md["audit"] = "true"
+	}
 	return md
 }
 
-// handler is the one wrapper of every endpoint: verify, decode, authorize,
-// handle (recovering a panic), observe, reply.
-func handler(e *Endpoint, opts Options) micro.HandlerFunc {
+// handler is the one wrapper of every endpoint: (queue,) verify, decode,
+// authorize, handle (recovering a panic), observe, reply, audit. Without a
+// scheduler it serves in micro's goroutine; with one it only queues the
+// request by the key it claims to be signed with (see Fair) — verifying is
+// the worker's, so that one principal's flood does not hold up the
+// subscription every principal's requests to the endpoint arrive on — and a
+// request over its principal's bound is refused at once.
+func handler(nc *nats.Conn, service string, e *Endpoint, opts Options, sched *scheduler) micro.HandlerFunc {
 	return func(r micro.Request) {
-		res, err := serveOne(e, opts.Auth, r)
-		code := "ok"
-		if err != nil {
-			code = wire.ToError(err).Code
-		}
-		if opts.Observe != nil {
-			opts.Observe(e.Name, code)
-		}
-		if r.Reply() == "" {
-			return // a publish, not a request: nobody to answer
-		}
-		body := wire.EncodeReply(res, err)
-		if err != nil {
-			_ = r.Error(statusOf(code), describe(err), body) // the requester may be gone: nothing to do
+		if sched == nil {
+			serveAndReply(service, e, opts, r, r, nil)
 			return
 		}
-		_ = r.Respond(body)
+		// The worker must not touch r once this handler returned: copy what
+		// it needs.
+		in := requestCopy{subject: r.Subject(), reply: r.Reply(), header: nats.Header(r.Headers()), data: r.Data()}
+		reply := queuedReply{nc: nc, reply: in.reply, stats: sched.stats[e.Name]}
+		if !sched.submit(fairKey(in.header.Get(wire.HeaderKey), in.reply), e, func() { serveAndReply(service, e, opts, in, reply, nil) }) {
+			// Refused at once, as cheaply as can be: the flood is what
+			// arrives here.
+			sched.stats[e.Name].Busy.Add(1)
+			if opts.Observe != nil {
+				opts.Observe(e.Name, wire.CodeUnavailable)
+			}
+			if in.reply != "" {
+				_ = r.Error(busyStatus, busyDescription, busyBody)
+			}
+		}
 	}
 }
 
-func serveOne(e *Endpoint, auth *Authorizer, r micro.Request) (res any, err error) {
+// request is what serving needs of a request: micro.Request, or a copy of
+// one for a worker.
+type request interface {
+	Subject() string
+	Reply() string
+	Headers() micro.Headers
+	Data() []byte
+}
+
+type requestCopy struct {
+	subject, reply string
+	header         nats.Header
+	data           []byte
+}
+
+func (r requestCopy) Subject() string        { return r.subject }
+func (r requestCopy) Reply() string          { return r.reply }
+func (r requestCopy) Headers() micro.Headers { return micro.Headers(r.header) }
+func (r requestCopy) Data() []byte           { return r.data }
+
+// responder answers a request: micro.Request, or queuedReply from a worker.
+type responder interface {
+	Respond(data []byte, opts ...micro.RespondOpt) error
+	Error(code, description string, data []byte, opts ...micro.RespondOpt) error
+}
+
+// serveAndReply serves r (unless refused already: refused), reports the
+// outcome, replies through w and audits a success.
+func serveAndReply(service string, e *Endpoint, opts Options, r request, w responder, refused error) {
+	var res any
+	var in *Incoming
+	err := refused
+	if err == nil {
+		res, in, err = serveOne(e, opts.Auth, r)
+	}
+	code := "ok"
+	if err != nil {
+		code = wire.ToError(err).Code
+	}
+	if opts.Observe != nil {
+		opts.Observe(e.Name, code)
+	}
+	if r.Reply() != "" { // else a publish, not a request: nobody to answer
+		body := wire.EncodeReply(res, err)
+		if err != nil {
+			_ = w.Error(statusOf(code), describe(err), body) // the requester may be gone: nothing to do
+		} else {
+			_ = w.Respond(body)
+		}
+	}
+	if err == nil && e.Audit && opts.Audit != nil {
+		audit(opts.Audit, service, e, r, in, res)
+	}
+}
+
+func serveOne(e *Endpoint, auth *Authorizer, r request) (res any, in *Incoming, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			res, err = nil, wire.Errorf(wire.ErrInternal, "handler panic: %v", p)
@@ -103,21 +185,22 @@ func serveOne(e *Endpoint, auth *Authorizer, r micro.Request) (res any, err erro
 	}()
 	caller, err := auth.verify(r.Subject(), nats.Header(r.Headers()), r.Data())
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	req, err := e.decode(r.Data())
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	in := &Incoming{Subject: r.Subject(), Reply: r.Reply(), Caller: caller}
+	in = &Incoming{Subject: r.Subject(), Reply: r.Reply(), Caller: caller}
 	in.Signed, _ = wire.SignedRequestOf(r.Subject(), nats.Header(r.Headers()), r.Data())
 	ctx, cancel := context.WithTimeout(context.Background(), wire.DefaultTimeout)
 	defer cancel()
 	ctx = withIncoming(ctx, in)
 	if err := auth.Authorize(ctx, e, caller, req); err != nil {
-		return nil, err
+		return nil, in, err
 	}
-	return e.handle(ctx, req)
+	res, err = e.handle(ctx, req)
+	return res, in, err
 }
 
 // statusOf is micro's error code header of a wire code: HTTP's numbers, as

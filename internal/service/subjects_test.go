@@ -24,7 +24,13 @@ fails when this file and the tables disagree.
 A signed subject takes only requests signed (package wire) by a registered
 principal of one of its roles, each signature once; "(own)" admits the role
 only for the principal the request acts for (a user's own money, an agent's
-own host). An unsigned subject is open to any client of the NATS account.
+own host or provider account). A "replayable read" is signed but stores no
+nonce: a replay changes nothing and learns only what its signer may read.
+An unsigned subject is open to any client of the NATS account. An audited
+subject's every success is published to the ` + "`MRM_EVENTS`" + ` stream on
+` + "`mrm.v1.events.<component>.<op>`" + ` with the signed request that caused it
+(` + "`mrmarket events`" + `). Requests are queued per signer and served in turn, so
+one principal's flood does not starve the others.
 Each component is also a nats.go/micro service: ` + "`$SRV.INFO.mrm-bank`" + `
 and the like list its endpoints, ` + "`$SRV.STATS.…`" + ` their request and error
 counts. The broker also subscribes to ` + "`mrm.v1.host.*.state`" + ` (agents'

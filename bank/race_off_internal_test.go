@@ -1,0 +1,5 @@
+//go:build !race
+
+package bank
+
+const raceEnabled = false

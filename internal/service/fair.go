@@ -1,0 +1,259 @@
+package service
+
+import (
+	"container/list"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/mrmarket/mrmarket/internal/wire"
+)
+
+// Fair configures fair queuing (Options.Fair): requests wait in a queue of
+// their principal and a small pool of workers serves the principals in
+// turn, so one principal's flood delays the others by at most one of its
+// requests per turn instead of by the whole flood.
+type Fair struct {
+	// Workers serve requests concurrently; default DefaultWorkers. They
+	// start when there is work and stop when there is none, so an idle
+	// service (one agent of thousands in a process) holds no goroutine.
+	Workers int
+	// PerPrincipal bounds the requests one principal may have waiting or
+	// running; past it a request is refused at once with
+	// wire.ErrUnavailable ("busy, retry"). Default DefaultPerPrincipal.
+	PerPrincipal int
+	// MaxQueues bounds the principals with requests waiting; past it the
+	// requests of new ones share one overflow queue. Default
+	// DefaultMaxQueues.
+	MaxQueues int
+}
+
+// Fair queuing defaults.
+const (
+	DefaultWorkers      = 16
+	DefaultPerPrincipal = 1024
+	DefaultMaxQueues    = 4096
+)
+
+// ErrBusy refuses a request whose principal already has Fair.PerPrincipal
+// requests waiting.
+var ErrBusy = wire.Errorf(wire.ErrUnavailable, "busy, retry: too many requests waiting from this principal")
+
+// The busy refusal, encoded once: it is what a flood is answered with.
+var (
+	busyBody        = wire.EncodeReply(nil, ErrBusy)
+	busyStatus      = statusOf(wire.CodeUnavailable)
+	busyDescription = describe(ErrBusy)
+)
+
+// overflowKey is the queue of principals past Fair.MaxQueues.
+const overflowKey = "overflow"
+
+// fairKey is whose queue a request waits in: the key it claims to be
+// signed with (the Mrm-Key header; the worker verifies the signature, so a
+// request is queued without costing the subscription a signature check);
+// an unsigned request its connection, told by the reply subject's inbox
+// (every reply subject of one connection's requests shares the prefix
+// before the last token; with NATS authentication that inbox is the
+// principal's own); a publish without reply the shared anonymous queue.
+//
+// A claimed key is not proven: a client that sends requests with another
+// principal's key in the header and a bad signature fills that principal's
+// queue (its requests are then refused busy until the forgeries are
+// refused as bad signatures, one per turn); and a client signing each
+// request with a fresh key gets a turn per key. NATS authentication (every
+// connection a registered principal, with the server's per-connection
+// limits) is what bounds both.
+func fairKey(claimedKey, reply string) string {
+	if claimedKey != "" {
+		return "key:" + claimedKey
+	}
+	if i := strings.LastIndexByte(reply, '.'); i > 0 {
+		return "conn:" + reply[:i]
+	}
+	return "anonymous"
+}
+
+// scheduler is one service's fair queues: per principal, and within a
+// principal per endpoint, FIFO; one request at a time per (principal,
+// endpoint) — so each sender's requests to an endpoint are handled in the
+// order sent, as when every endpoint was served by one goroutine — and
+// principals served round-robin by at most Workers goroutines.
+type scheduler struct {
+	cfg Fair
+
+	mu      sync.Mutex
+	queues  map[string]*principalQueue
+	ready   list.List // of *principalQueue with a runnable request, in turn order
+	running int       // workers
+
+	stats map[string]*endpointStats // by endpoint name, fixed at start
+}
+
+type principalQueue struct {
+	key     string
+	pending int // waiting or running
+	eps     map[*Endpoint]*endpointQueue
+	ready   list.List // of *endpointQueue with a waiting request and none running
+	inRing  bool
+}
+
+type endpointQueue struct {
+	jobs    []func()
+	busy    bool // a request is running
+	inReady bool
+}
+
+// endpointStats are what micro cannot count for a queued request: its
+// handler's refusals (replied by a worker, after micro's handler returned)
+// and the requests refused busy.
+type endpointStats struct {
+	Errors atomic.Int64
+	Busy   atomic.Int64
+}
+
+// fairStats is an endpoint's $SRV.STATS data.
+type fairStats struct {
+	Errors int64 `json:"errors"` // refused by the handler, replied from the queue
+	Busy   int64 `json:"busy"`   // refused because the principal's queue was full
+}
+
+func newScheduler(cfg Fair, t Table) *scheduler {
+	if cfg.Workers <= 0 {
+		cfg.Workers = DefaultWorkers
+	}
+	if cfg.PerPrincipal <= 0 {
+		cfg.PerPrincipal = DefaultPerPrincipal
+	}
+	if cfg.MaxQueues <= 0 {
+		cfg.MaxQueues = DefaultMaxQueues
+	}
+	s := &scheduler{cfg: cfg, queues: map[string]*principalQueue{}, stats: map[string]*endpointStats{}}
+	for i := range t {
+		s.stats[t[i].Name] = &endpointStats{}
+	}
+	return s
+}
+
+// statsOf is micro's StatsHandler: the endpoint's queue counts.
+func (s *scheduler) statsOf(ep *micro.Endpoint) any {
+	st, ok := s.stats[ep.Name]
+	if !ok {
+		return nil
+	}
+	return fairStats{Errors: st.Errors.Load(), Busy: st.Busy.Load()}
+}
+
+// submit queues job for key on e; false when key's queue is full.
+func (s *scheduler) submit(key string, e *Endpoint, job func()) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q, ok := s.queues[key]
+	if !ok {
+		if len(s.queues) >= s.cfg.MaxQueues {
+			key = overflowKey
+			q = s.queues[key]
+		}
+		if q == nil {
+			q = &principalQueue{key: key, eps: map[*Endpoint]*endpointQueue{}}
+			s.queues[key] = q
+		}
+	}
+	if q.pending >= s.cfg.PerPrincipal {
+		return false
+	}
+	eq := q.eps[e]
+	if eq == nil {
+		eq = &endpointQueue{}
+		q.eps[e] = eq
+	}
+	eq.jobs = append(eq.jobs, job)
+	q.pending++
+	if !eq.busy && !eq.inReady {
+		q.ready.PushBack(eq)
+		eq.inReady = true
+	}
+	if !q.inRing && q.ready.Len() > 0 {
+		s.ready.PushBack(q)
+		q.inRing = true
+	}
+	if s.running < s.cfg.Workers {
+		s.running++
+		go s.work()
+	}
+	return true
+}
+
+// work serves queued requests, a principal at a time in turn, until none
+// is runnable.
+func (s *scheduler) work() {
+	s.mu.Lock()
+	for s.ready.Len() > 0 {
+		q := s.ready.Remove(s.ready.Front()).(*principalQueue)
+		q.inRing = false
+		eq := q.ready.Remove(q.ready.Front()).(*endpointQueue)
+		eq.inReady = false
+		job := eq.jobs[0]
+		eq.jobs[0] = nil
+		eq.jobs = eq.jobs[1:]
+		eq.busy = true
+		if q.ready.Len() > 0 { // its other endpoints wait for its next turn
+			s.ready.PushBack(q)
+			q.inRing = true
+		}
+		s.mu.Unlock()
+		job()
+		s.mu.Lock()
+		eq.busy = false
+		q.pending--
+		if len(eq.jobs) > 0 {
+			q.ready.PushBack(eq)
+			eq.inReady = true
+			if !q.inRing {
+				s.ready.PushBack(q)
+				q.inRing = true
+			}
+		}
+		if q.pending == 0 {
+			delete(s.queues, q.key)
+		}
+	}
+	s.running--
+	s.mu.Unlock()
+}
+
+// queuedReply answers a request from a worker, after micro's handler has
+// returned (micro.Request may then no longer be used): the same bytes and
+// headers micro's Respond and Error send, published on the reply subject.
+type queuedReply struct {
+	nc    *nats.Conn
+	reply string
+	stats *endpointStats
+}
+
+func (q queuedReply) Respond(data []byte, opts ...micro.RespondOpt) error {
+	m := &nats.Msg{Subject: q.reply, Data: data}
+	for _, o := range opts {
+		o(m)
+	}
+	return q.nc.PublishMsg(m)
+}
+
+func (q queuedReply) Error(code, description string, data []byte, opts ...micro.RespondOpt) error {
+	if q.stats != nil {
+		q.stats.Errors.Add(1)
+	}
+	m := &nats.Msg{Subject: q.reply, Data: data, Header: nats.Header{}}
+	for _, o := range opts {
+		o(m)
+	}
+	if m.Header == nil {
+		m.Header = nats.Header{}
+	}
+	m.Header.Set(micro.ErrorHeader, description)
+	m.Header.Set(micro.ErrorCodeHeader, code)
+	return q.nc.PublishMsg(m)
+}
