@@ -217,11 +217,12 @@ func withClients(c *ucli.Context, use func(cl clients) error) error {
 }
 
 // reader is who signs a command's reads that act for no user (prices, VMs,
-// everyone's plans): --user when the command has it and it is set, else the
-// admin (the zero As).
+// everyone's plans): the principal the command connects as (connPrincipal)
+// — --user when it is set, else the admin (the zero As), else the one user
+// whose credentials are there.
 func reader(c *ucli.Context) wire.As {
-	if u := c.String("user"); u != "" {
-		return wire.As{Role: wire.RoleUser, Name: u}
+	if _, as, err := connPrincipal(c, credsDir(c)); err == nil && as.Role == wire.RoleUser {
+		return as
 	}
 	return wire.As{}
 }

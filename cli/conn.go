@@ -81,23 +81,32 @@ func tlsCA(c *ucli.Context, creds wire.CredsDir) string {
 
 // connIdentity is the principal a command connects as (see above).
 func connIdentity(c *ucli.Context, keys wire.CredsDir) (*wire.Signer, error) {
+	s, _, err := connPrincipal(c, keys)
+	return s, err
+}
+
+// connPrincipal is the principal a command connects as, with who it is
+// (role and name) — the same principal signs the command's reads.
+func connPrincipal(c *ucli.Context, keys wire.CredsDir) (*wire.Signer, wire.As, error) {
+	admin := wire.As{Role: wire.RoleAdmin, Name: "admin"}
 	if adminCommands[commandPath(c)] {
-		return keys.Signer(wire.RoleAdmin, "admin")
+		s, err := keys.Signer(wire.RoleAdmin, "admin")
+		return s, admin, err
 	}
 	user := c.String("user")
 	var userErr error
 	if user != "" {
 		s, err := keys.Signer(wire.RoleUser, user)
 		if err == nil {
-			return s, nil
+			return s, wire.As{Role: wire.RoleUser, Name: user}, nil
 		}
 		userErr = err
 	}
 	if s, err := keys.Signer(wire.RoleAdmin, "admin"); err == nil {
-		return s, nil
+		return s, admin, nil
 	}
 	if userErr != nil {
-		return nil, userErr
+		return nil, wire.As{}, userErr
 	}
 	if ents, err := os.ReadDir(filepath.Join(string(keys), "users")); err == nil {
 		var only string
@@ -111,10 +120,11 @@ func connIdentity(c *ucli.Context, keys wire.CredsDir) (*wire.Signer, error) {
 			}
 		}
 		if only != "" {
-			return keys.Signer(wire.RoleUser, only)
+			s, err := keys.Signer(wire.RoleUser, only)
+			return s, wire.As{Role: wire.RoleUser, Name: only}, err
 		}
 	}
-	return nil, fmt.Errorf("%w: no credentials to connect with in %s: pass --user (MRM_USER) with users/<name>.nk there, or the admin's admin.nk (--creds, MRM_CREDS)", wire.ErrForbidden, keys)
+	return nil, wire.As{}, fmt.Errorf("%w: no credentials to connect with in %s: pass --user (MRM_USER) with users/<name>.nk there, or the admin's admin.nk (--creds, MRM_CREDS)", wire.ErrForbidden, keys)
 }
 
 // connect opens a client connection to the market named by --nats as the
