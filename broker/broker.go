@@ -134,6 +134,8 @@ type Broker struct {
 	cfg   Config
 	store planStore
 	admit sync.Mutex // one admission at a time: quotes and submits see a stable queue
+	// mandates caches the mandates read (mandate.go).
+	mandates wire.MandateCache
 
 	mu    sync.Mutex
 	hosts map[string]wire.HostState

@@ -27,6 +27,10 @@ type planRecord struct {
 	// Job is the admitted job a deadline plan runs (replaced whole, never
 	// changed in place: records are shared).
 	Job *jobRec `json:"job,omitempty"`
+	// Mandate is the user's signed spend or submit the plan acts for (when
+	// it came signed): every bid and the hold carry it, so agents and the
+	// bank check what the user asked for themselves.
+	Mandate *wire.SignedRequest `json:"mandate,omitempty"`
 }
 
 // bidRec is a bid the plan has placed: Budget over Duration from Start.
