@@ -72,8 +72,12 @@ type Mandate struct {
 	// Budget is the most it lets be held: a spend's budget, a submit's
 	// budget or max price (0: no bound signed), an adjustment's More.
 	Budget money.Micro
-	// Until is when charging it must stop (zero for an adjustment).
-	Until time.Time
+	// Until is when charging it must stop (zero for an adjustment), on the
+	// signer's clock — or, with MarketClock, on the market's (a submit's
+	// deadline is a time on the market's clock, which a simulation may run
+	// apart from the wall clock signatures are timed by).
+	Until       time.Time
+	MarketClock bool
 	// Plan is the plan an adjustment is for.
 	Plan string
 }
@@ -107,6 +111,7 @@ func (r SignedRequest) Mandate() (Mandate, error) {
 			m.Budget = req.MaxPrice
 		}
 		m.Until = submitUntil(&req, c.Time)
+		m.MarketClock = !req.Deadline.IsZero()
 	case BrokerAdjust:
 		var req AdjustRequest
 		if err := json.Unmarshal(r.Body, &req); err != nil {
