@@ -126,6 +126,10 @@ type Config struct {
 	// plans and jobs (see Endpoints) signed, once each, by the user they act
 	// for (or an admin).
 	Identities Identities
+	// Nonces, when set, is where Serve records signed requests' nonces;
+	// nil: the MRM_NONCES bucket when the broker has a plan bucket (shared
+	// by the replicas and kept across restarts), else this process's memory.
+	Nonces service.Nonces
 }
 
 // Broker is the host registry, price feed and plan runner. Its methods are
@@ -201,7 +205,8 @@ func New(cfg Config) (*Broker, error) {
 	if cfg.Plans != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		s, err := newKVStore(ctx, cfg.Plans)
+		s, err := newKVStore(ctx, cfg.Plans, &sealing{signer: cfg.Signer, ids: cfg.Identities,
+			whois: service.NewWhoisCache(whoisTTL, whoisSize), now: cfg.SigningClock, metrics: cfg.Metrics})
 		if err != nil {
 			return nil, err
 		}

@@ -3,7 +3,12 @@ package broker
 import (
 	"context"
 	"fmt"
+	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mrmarket/mrmarket/internal/natsutil"
 	"github.com/mrmarket/mrmarket/internal/service"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
@@ -42,4 +47,25 @@ func (b *Broker) mandateOf(ctx context.Context, user string) (*wire.SignedReques
 		return nil, "", fmt.Errorf("%w: signed for user %q, not %q", wire.ErrBadMandate, m.User, user)
 	}
 	return s, m.Hold, nil
+}
+
+// nonces is where Serve records nonces: Config.Nonces, or the MRM_NONCES
+// bucket shared by the replicas when the broker keeps its plans in
+// JetStream (a replay to another replica or after a restart is refused),
+// or nil (this process's memory).
+func (b *Broker) nonces(nc *nats.Conn) (service.Nonces, error) {
+	if b.cfg.Nonces != nil || b.cfg.Plans == nil || b.cfg.Identities == nil {
+		return b.cfg.Nonces, nil
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("broker: jetstream: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := natsutil.EnsureNonces(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	return service.KVNonces{KV: kv}, nil
 }

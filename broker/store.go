@@ -180,13 +180,18 @@ func (s *memStore) close() {}
 
 // kvStore keeps plans in the MRM_PLANS JetStream bucket and mirrors the
 // bucket locally through a watch, so reads are local and every replica
-// converges on every write.
+// converges on every write. With a Signer every record is sealed by the
+// broker that wrote it (purpose "plan/<id>"); with verification on
+// (seal.go) a record not sealed by a broker is refused, counted and
+// reported, and never run; a plan key deleted or overwritten is reported
+// and restored from the mirror.
 type kvStore struct {
 	kv      jetstream.KeyValue
 	watcher jetstream.KeyWatcher
 	mem     *memStore // the mirror
 	ready   chan struct{}
 	done    chan struct{}
+	*sealing
 }
 
 const (
@@ -197,12 +202,19 @@ const (
 // planKey encodes a plan id as a KV key (ids may hold characters keys may not).
 func planKey(id string) string { return planPrefix + base64.RawURLEncoding.EncodeToString([]byte(id)) }
 
-func newKVStore(ctx context.Context, kv jetstream.KeyValue) (*kvStore, error) {
+// planIDOf decodes a plan key's id.
+func planIDOf(key string) (string, bool) {
+	id, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(key, planPrefix))
+	return string(id), err == nil && strings.HasPrefix(key, planPrefix)
+}
+
+func newKVStore(ctx context.Context, kv jetstream.KeyValue, seal *sealing) (*kvStore, error) {
 	w, err := kv.WatchAll(context.Background())
 	if err != nil {
 		return nil, fmt.Errorf("broker: watching %s: %w", wire.BucketPlans, err)
 	}
-	s := &kvStore{kv: kv, watcher: w, mem: newMemStore(), ready: make(chan struct{}), done: make(chan struct{})}
+	seal.damaged = map[string]string{}
+	s := &kvStore{kv: kv, watcher: w, mem: newMemStore(), ready: make(chan struct{}), done: make(chan struct{}), sealing: seal}
 	go s.follow()
 	select {
 	case <-s.ready:
@@ -228,27 +240,46 @@ func (s *kvStore) follow() {
 }
 
 func (s *kvStore) apply(key string, value []byte, rev uint64, op jetstream.KeyValueOp) {
-	s.mem.mu.Lock()
-	defer s.mem.mu.Unlock()
-	switch {
-	case strings.HasPrefix(key, replicaPrefix):
+	if strings.HasPrefix(key, replicaPrefix) {
 		var at time.Time
 		if json.Unmarshal(value, &at) == nil {
+			s.mem.mu.Lock()
 			s.mem.beats[strings.TrimPrefix(key, replicaPrefix)] = at
+			s.mem.mu.Unlock()
 		}
-	case strings.HasPrefix(key, planPrefix) && op == jetstream.KeyValuePut:
-		var rec planRecord
-		if json.Unmarshal(value, &rec) != nil {
-			return
-		}
-		if cur, ok := s.mem.plans[rec.Plan.ID]; !ok || cur.rev < rev {
-			s.mem.plans[rec.Plan.ID] = versioned{&rec, rev}
-		}
+		return
+	}
+	id, ok := planIDOf(key)
+	if !ok {
+		return
+	}
+	if op != jetstream.KeyValuePut {
+		s.lost(id, "deleted", s.has(id, rev))
+		return
+	}
+	rec, err := s.open(id, value)
+	if err != nil {
+		s.refuse(id, err, s.has(id, rev))
+		return
+	}
+	s.mem.mu.Lock()
+	defer s.mem.mu.Unlock()
+	if cur, ok := s.mem.plans[id]; !ok || cur.rev < rev {
+		s.mem.plans[id] = versioned{rec, rev}
 	}
 }
 
+// has reports whether the mirror has plan id from before revision rev
+// (what a damaged key is restored from).
+func (s *kvStore) has(id string, rev uint64) bool {
+	s.mem.mu.Lock()
+	defer s.mem.mu.Unlock()
+	cur, ok := s.mem.plans[id]
+	return ok && cur.rev < rev
+}
+
 func (s *kvStore) create(ctx context.Context, rec *planRecord) (uint64, error) {
-	data, err := json.Marshal(rec)
+	data, err := s.encode(rec)
 	if err != nil {
 		return 0, err
 	}
@@ -274,7 +305,7 @@ func (s *kvStore) mirror(rec *planRecord, rev uint64) {
 }
 
 func (s *kvStore) update(ctx context.Context, rec *planRecord, rev uint64) (uint64, error) {
-	data, err := json.Marshal(rec)
+	data, err := s.encode(rec)
 	if err != nil {
 		return 0, err
 	}
@@ -290,6 +321,32 @@ func (s *kvStore) update(ctx context.Context, rec *planRecord, rev uint64) (uint
 	return nrev, nil
 }
 
+// repair writes back, from the mirror, every plan whose key was deleted
+// or overwritten by a record no broker sealed (see apply). Tick calls it.
+func (s *kvStore) repair(ctx context.Context) error {
+	var errs []error
+	for _, id := range s.takeDamaged() {
+		v, ok := s.mem.get(id)
+		if !ok {
+			continue
+		}
+		data, err := s.encode(v.rec)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		rev, err := s.kv.Put(ctx, planKey(id), data)
+		if err != nil {
+			s.markDamaged(id, "restore failed")
+			errs = append(errs, fmt.Errorf("%w: restoring plan %s: %v", wire.ErrUnavailable, id, err))
+			continue
+		}
+		s.mirror(v.rec, rev)
+		s.report("plan restored", id, nil)
+	}
+	return errors.Join(errs...)
+}
+
 func (s *kvStore) get(id string) (versioned, bool)  { return s.mem.get(id) }
 func (s *kvStore) list() []versioned                { return s.mem.list() }
 func (s *kvStore) each(f func(*planRecord, uint64)) { s.mem.each(f) }
@@ -298,6 +355,9 @@ func (s *kvStore) heartbeats() map[string]time.Time {
 }
 
 func (s *kvStore) heartbeat(ctx context.Context, replica string, at time.Time) error {
+	if err := s.repair(ctx); err != nil {
+		return err
+	}
 	data, _ := json.Marshal(at)
 	if _, err := s.kv.Put(ctx, replicaPrefix+replica, data); err != nil {
 		return fmt.Errorf("%w: plan store: %v", wire.ErrUnavailable, err)

@@ -70,6 +70,11 @@ const (
 	// BucketPlans holds the broker's plans (key: plan id) and its replicas'
 	// heartbeats (key: "replica.<id>").
 	BucketPlans = "MRM_PLANS"
+	// BucketNonces holds the nonces of the signed requests the broker
+	// replicas served (key: a hash of signer and nonce), with a TTL past
+	// their freshness: a replay to another replica or after a restart is
+	// refused.
+	BucketNonces = "MRM_NONCES"
 	// StreamEvents is the JetStream stream of audit events.
 	StreamEvents = "MRM_EVENTS"
 )
