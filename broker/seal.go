@@ -30,7 +30,7 @@ func PlanPurpose(id string) string { return "plan/" + id }
 
 // sealing is how a kvStore seals and opens records, and what it reports.
 type sealing struct {
-	signer  *wire.Signer      // nil: records are stored unsealed
+	signer  *wire.Signer       // nil: records are stored unsealed
 	ids     service.Identities // nil: records are not verified
 	whois   *service.WhoisCache
 	now     func() time.Time
