@@ -183,3 +183,20 @@ func (c *MandateCache) Read(r *SignedRequest) (Mandate, error) {
 	c.mu.Unlock()
 	return m, nil
 }
+
+// SignMandate signs req (stamped with this version) for subject as s and
+// returns it as the mandate a broker would carry: what a user's client
+// sends, for tests and tools that act as one.
+func SignMandate(s *Signer, subject string, req Message) (*SignedRequest, error) {
+	req.stamp()
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	msg, err := s.Sign(subject, body)
+	if err != nil {
+		return nil, err
+	}
+	r, _ := SignedRequestOf(subject, msg.Header, msg.Data)
+	return &r, nil
+}
