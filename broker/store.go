@@ -257,6 +257,9 @@ func (s *kvStore) apply(key string, value []byte, rev uint64, op jetstream.KeyVa
 		s.lost(id, "deleted", s.has(id, rev))
 		return
 	}
+	if s.seen(id, rev) {
+		return // our own write, mirrored already: no need to open it again
+	}
 	rec, err := s.open(id, value)
 	if err != nil {
 		s.refuse(id, err, s.has(id, rev))
@@ -267,6 +270,14 @@ func (s *kvStore) apply(key string, value []byte, rev uint64, op jetstream.KeyVa
 	if cur, ok := s.mem.plans[id]; !ok || cur.rev < rev {
 		s.mem.plans[id] = versioned{rec, rev}
 	}
+}
+
+// seen reports whether the mirror has plan id at revision rev or later.
+func (s *kvStore) seen(id string, rev uint64) bool {
+	s.mem.mu.Lock()
+	defer s.mem.mu.Unlock()
+	cur, ok := s.mem.plans[id]
+	return ok && cur.rev >= rev
 }
 
 // has reports whether the mirror has plan id from before revision rev
