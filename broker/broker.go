@@ -210,6 +210,7 @@ func New(cfg Config) (*Broker, error) {
 		if err != nil {
 			return nil, err
 		}
+		s.recreate = recreatePlans(cfg.NC, cfg.Plans)
 		b.store = s
 	} else if cfg.Memory != nil {
 		b.store = cfg.Memory.s

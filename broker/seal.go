@@ -9,6 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/mrmarket/mrmarket/internal/obs"
 	"github.com/mrmarket/mrmarket/internal/service"
 	"github.com/mrmarket/mrmarket/internal/wire"
@@ -36,7 +39,7 @@ type sealing struct {
 	now     func() time.Time
 	metrics *obs.Metrics
 
-	refused, deleted atomic.Int64
+	refused, deleted, bucketLost atomic.Int64
 
 	mu      sync.Mutex
 	damaged map[string]string // plan id → what happened, to restore
@@ -150,8 +153,8 @@ func (s *sealing) takeDamaged() []string {
 
 // PlanStoreDamage is what the plan store refused and saw deleted since
 // the broker started (records not sealed by a broker; plan keys deleted
-// or purged).
-type PlanStoreDamage struct{ Refused, Deleted int64 }
+// or purged; the bucket found deleted).
+type PlanStoreDamage struct{ Refused, Deleted, BucketLost int64 }
 
 // Damage reports the plan store's damage; zero without JetStream.
 func (b *Broker) Damage() PlanStoreDamage {
@@ -159,5 +162,22 @@ func (b *Broker) Damage() PlanStoreDamage {
 	if !ok {
 		return PlanStoreDamage{}
 	}
-	return PlanStoreDamage{Refused: s.refused.Load(), Deleted: s.deleted.Load()}
+	return PlanStoreDamage{Refused: s.refused.Load(), Deleted: s.deleted.Load(), BucketLost: s.bucketLost.Load()}
+}
+
+// recreatePlans creates plans' bucket again (same name, one value per
+// key) over nc; nil without a connection.
+func recreatePlans(nc *nats.Conn, plans jetstream.KeyValue) func(ctx context.Context) (jetstream.KeyValue, error) {
+	if nc == nil {
+		return nil
+	}
+	name := plans.Bucket()
+	return func(ctx context.Context) (jetstream.KeyValue, error) {
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return nil, err
+		}
+		return js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: name, History: 1,
+			Description: "the broker's spend plans and its replicas' heartbeats"})
+	}
 }

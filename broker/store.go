@@ -186,12 +186,16 @@ func (s *memStore) close() {}
 // reported, and never run; a plan key deleted or overwritten is reported
 // and restored from the mirror.
 type kvStore struct {
-	kv      jetstream.KeyValue
-	watcher jetstream.KeyWatcher
-	mem     *memStore // the mirror
-	ready   chan struct{}
-	done    chan struct{}
+	mem *memStore // the mirror
 	*sealing
+
+	// kvMu guards the bucket and its watch, replaced when the bucket is
+	// found gone (recreate).
+	kvMu     sync.Mutex
+	kv       jetstream.KeyValue
+	watcher  jetstream.KeyWatcher
+	done     chan struct{}
+	recreate func(ctx context.Context) (jetstream.KeyValue, error) // nil: a lost bucket is only reported
 }
 
 const (
@@ -209,34 +213,54 @@ func planIDOf(key string) (string, bool) {
 }
 
 func newKVStore(ctx context.Context, kv jetstream.KeyValue, seal *sealing) (*kvStore, error) {
-	w, err := kv.WatchAll(context.Background())
-	if err != nil {
-		return nil, fmt.Errorf("broker: watching %s: %w", wire.BucketPlans, err)
-	}
 	seal.damaged = map[string]string{}
-	s := &kvStore{kv: kv, watcher: w, mem: newMemStore(), ready: make(chan struct{}), done: make(chan struct{}), sealing: seal}
-	go s.follow()
-	select {
-	case <-s.ready:
-	case <-ctx.Done():
-		_ = w.Stop()
-		return nil, ctx.Err()
+	s := &kvStore{mem: newMemStore(), sealing: seal}
+	if err := s.watch(ctx, kv); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
 
+// watch follows kv, once its initial values are in the mirror; kvMu is
+// not held.
+func (s *kvStore) watch(ctx context.Context, kv jetstream.KeyValue) error {
+	w, err := kv.WatchAll(context.Background())
+	if err != nil {
+		return fmt.Errorf("broker: watching %s: %w", wire.BucketPlans, err)
+	}
+	ready, done := make(chan struct{}), make(chan struct{})
+	go s.follow(w, ready, done)
+	select {
+	case <-ready:
+	case <-ctx.Done():
+		_ = w.Stop()
+		return ctx.Err()
+	}
+	s.kvMu.Lock()
+	s.kv, s.watcher, s.done = kv, w, done
+	s.kvMu.Unlock()
+	return nil
+}
+
 // follow applies the bucket's changes to the mirror.
-func (s *kvStore) follow() {
-	defer close(s.done)
+func (s *kvStore) follow(w jetstream.KeyWatcher, ready, done chan struct{}) {
+	defer close(done)
 	readyOnce := sync.Once{}
-	for e := range s.watcher.Updates() {
+	for e := range w.Updates() {
 		if e == nil { // the initial values are all delivered
-			readyOnce.Do(func() { close(s.ready) })
+			readyOnce.Do(func() { close(ready) })
 			continue
 		}
 		s.apply(e.Key(), e.Value(), e.Revision(), e.Operation())
 	}
-	readyOnce.Do(func() { close(s.ready) })
+	readyOnce.Do(func() { close(ready) })
+}
+
+// bucket is the plan bucket.
+func (s *kvStore) bucket() jetstream.KeyValue {
+	s.kvMu.Lock()
+	defer s.kvMu.Unlock()
+	return s.kv
 }
 
 func (s *kvStore) apply(key string, value []byte, rev uint64, op jetstream.KeyValueOp) {
@@ -294,7 +318,7 @@ func (s *kvStore) create(ctx context.Context, rec *planRecord) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	rev, err := s.kv.Create(ctx, planKey(rec.Plan.ID), data)
+	rev, err := s.bucket().Create(ctx, planKey(rec.Plan.ID), data)
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		return 0, errExists
 	}
@@ -320,7 +344,7 @@ func (s *kvStore) update(ctx context.Context, rec *planRecord, rev uint64) (uint
 	if err != nil {
 		return 0, err
 	}
-	nrev, err := s.kv.Update(ctx, planKey(rec.Plan.ID), data, rev)
+	nrev, err := s.bucket().Update(ctx, planKey(rec.Plan.ID), data, rev)
 	if err != nil {
 		var apiErr *jetstream.APIError
 		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
@@ -346,7 +370,7 @@ func (s *kvStore) repair(ctx context.Context) error {
 			errs = append(errs, err)
 			continue
 		}
-		rev, err := s.kv.Put(ctx, planKey(id), data)
+		rev, err := s.bucket().Put(ctx, planKey(id), data)
 		if err != nil {
 			s.markDamaged(id, "restore failed")
 			errs = append(errs, fmt.Errorf("%w: restoring plan %s: %v", wire.ErrUnavailable, id, err))
@@ -366,18 +390,62 @@ func (s *kvStore) heartbeats() map[string]time.Time {
 }
 
 func (s *kvStore) heartbeat(ctx context.Context, replica string, at time.Time) error {
-	if err := s.repair(ctx); err != nil {
-		return err
-	}
 	data, _ := json.Marshal(at)
-	if _, err := s.kv.Put(ctx, replicaPrefix+replica, data); err != nil {
-		return fmt.Errorf("%w: plan store: %v", wire.ErrUnavailable, err)
+	if _, err := s.bucket().Put(ctx, replicaPrefix+replica, data); err != nil {
+		if rerr := s.recover(ctx); rerr != nil {
+			return errors.Join(fmt.Errorf("%w: plan store: %v", wire.ErrUnavailable, err), rerr)
+		}
+		if _, err := s.bucket().Put(ctx, replicaPrefix+replica, data); err != nil {
+			return fmt.Errorf("%w: plan store: %v", wire.ErrUnavailable, err)
+		}
 	}
 	s.apply(replicaPrefix+replica, data, 0, jetstream.KeyValuePut)
-	return nil
+	return s.repair(ctx)
 }
 
 func (s *kvStore) close() {
-	_ = s.watcher.Stop()
-	<-s.done
+	s.kvMu.Lock()
+	w, done := s.watcher, s.done
+	s.kvMu.Unlock()
+	_ = w.Stop()
+	<-done
+}
+
+// recover checks the bucket is there after a failed write; a bucket found
+// deleted is reported and, when the store can, created again and every
+// plan the mirror has written back to it (sealed, as the replica that runs
+// it would), then followed anew.
+func (s *kvStore) recover(ctx context.Context) error {
+	if _, err := s.bucket().Status(ctx); !errors.Is(err, jetstream.ErrStreamNotFound) && !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil // not lost: the write failed for another reason
+	}
+	s.bucketLost.Add(1)
+	s.metrics.Error("broker", "plan_bucket_lost")
+	s.report("plan bucket "+wire.BucketPlans+" deleted", "*", nil)
+	if s.recreate == nil {
+		return fmt.Errorf("%w: the plan bucket %s is gone", wire.ErrUnavailable, wire.BucketPlans)
+	}
+	kv, err := s.recreate(ctx)
+	if err != nil {
+		return fmt.Errorf("%w: recreating %s: %v", wire.ErrUnavailable, wire.BucketPlans, err)
+	}
+	s.close() // the old watch: its bucket is gone
+	var errs []error
+	for _, v := range s.mem.list() {
+		data, err := s.encode(v.rec)
+		if err == nil {
+			var rev uint64
+			if rev, err = kv.Put(ctx, planKey(v.rec.Plan.ID), data); err == nil {
+				s.mem.mu.Lock()
+				s.mem.plans[v.rec.Plan.ID] = versioned{v.rec, rev} // the new bucket's revisions
+				s.mem.mu.Unlock()
+			}
+		}
+		errs = append(errs, err)
+	}
+	if err := s.watch(ctx, kv); err != nil {
+		errs = append(errs, err)
+	}
+	s.report("plan bucket "+wire.BucketPlans+" recreated and plans restored", "*", nil)
+	return errors.Join(errs...)
 }

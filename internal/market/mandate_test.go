@@ -418,3 +418,40 @@ func TestReplayToAnotherReplicaAndAfterRestart(t *testing.T) {
 func isReplay(err error) bool {
 	return errors.Is(err, wire.ErrForbidden) && strings.Contains(err.Error(), "replayed")
 }
+
+// TestDeletedPlanBucketIsRecreated: the whole MRM_PLANS bucket deleted is
+// detected at the next round, reported, created again and the running
+// plans written back; they keep running and stay listed.
+func TestDeletedPlanBucketIsRecreated(t *testing.T) {
+	ctx := context.Background()
+	m, clock, bc, brc := testMarket(t)
+	grant(t, bc, "alice", "10")
+	if _, err := brc.Spend(ctx, &wire.SpendRequest{ID: "pa", User: "alice", Budget: credits(t, "2"), Duration: wire.Duration(time.Hour), VMs: []string{"a1"}, Strategy: wire.StrategyFair}); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := m.NC("attacker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	if err := js.DeleteKeyValue(ctx, wire.BucketPlans); err != nil {
+		t.Fatal(err)
+	}
+	_ = m.Tick(ctx, clock.Add(5*time.Second)) // the round that finds the bucket gone
+	if m.Broker.Damage().BucketLost == 0 {
+		t.Fatal("the deleted bucket was not noticed")
+	}
+	kv, err := js.KeyValue(ctx, wire.BucketPlans)
+	if err != nil {
+		t.Fatalf("the plan bucket was not recreated: %v", err)
+	}
+	if _, err := kv.Get(ctx, "plan."+base64.RawURLEncoding.EncodeToString([]byte("pa"))); err != nil {
+		t.Fatalf("plan pa not restored: %v", err)
+	}
+	if err := m.Tick(ctx, clock.Add(10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := brc.Adjust(ctx, &wire.AdjustRequest{Plan: "pa", User: "alice", ID: "m", More: credits(t, "1")}); err != nil || p.Budget != credits(t, "3") {
+		t.Fatalf("the restored plan cannot change: %+v %v", p, err)
+	}
+}
