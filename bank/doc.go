@@ -50,8 +50,11 @@
 // replicas) or an unknown key is refused. Roles: grants, income schedules
 // and principals are the admin's; a user holds, releases and transfers only
 // its own money; the broker holds and releases for users (it acts only on
-// spends those users signed); only host H's agent captures, and only to H's
-// provider account. Reads (balance, statement, ledger, whois) are open to
+// spends those users signed, and carries the spend as its mandate: the
+// bank holds and extends no more than the user signed, under the hold id
+// derived from it — mandate.go); only host H's agent captures, and only to
+// H's provider account, and never into a hold of another user than the
+// VM's owner the leg names. Reads (balance, statement, ledger, whois) are open to
 // any client of the NATS account. The in-process methods trust their caller.
 //
 // # Stores

@@ -15,7 +15,8 @@
 // the typed Do; components serve their subjects through package
 // internal/service, which verifies, decodes, authorizes and replies with this
 // package's envelope. docs/SUBJECTS.md lists every subject and who may send
-// it.
+// it. A user's signed spend travels on with what is done for it, as a
+// mandate agents and the bank check (mandate.go).
 package wire
 
 import (
