@@ -86,3 +86,8 @@ func (c Client) Statement(ctx context.Context, req *wire.StatementRequest) (wire
 func (c Client) Ledger(ctx context.Context) (wire.LedgerReply, error) {
 	return call[wire.LedgerReply](ctx, c, wire.As{}, wire.BankLedger, &wire.LedgerRequest{})
 }
+
+// OpenHolds lists open holds (the broker, an admin).
+func (c Client) OpenHolds(ctx context.Context, req *wire.OpenHoldsRequest) (wire.OpenHoldsReply, error) {
+	return call[wire.OpenHoldsReply](ctx, c, asAdmin, wire.BankOpenHolds, req)
+}

@@ -140,6 +140,8 @@ type Broker struct {
 	admit sync.Mutex // one admission at a time: quotes and submits see a stable queue
 	// mandates caches the mandates read (mandate.go).
 	mandates wire.MandateCache
+	// recovered: the plans the store lost were recovered from the bank (recover.go).
+	recovered recovery
 
 	mu    sync.Mutex
 	hosts map[string]wire.HostState

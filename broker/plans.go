@@ -78,7 +78,7 @@ func (b *Broker) spend(ctx context.Context, req *wire.SpendRequest, job *jobRec)
 		return wire.SpendReply{}, err
 	}
 	if _, err := b.cfg.Bank.Hold(ctx, &wire.HoldRequest{ID: rec.Plan.Hold, User: req.User, Amount: req.Budget,
-		Expires: rec.Plan.End.Add(b.cfg.Settle + b.cfg.HoldGrace), Hosts: hosts, Memo: "plan " + id, Mandate: mandate}); err != nil {
+		Expires: rec.Plan.End.Add(b.cfg.Settle + b.cfg.HoldGrace), Hosts: hosts, Memo: planMemo + id, Mandate: mandate}); err != nil {
 		if errors.Is(err, wire.ErrConflict) && failedRev != 0 {
 			err = fmt.Errorf("%w (plan %q failed after its hold was placed: spend with a new id)", err, id)
 		}

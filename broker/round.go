@@ -75,6 +75,9 @@ func (b *Broker) Tick(ctx context.Context, now time.Time) error {
 	if err := b.store.heartbeat(ctx, b.cfg.Replica, now); err != nil {
 		return err
 	}
+	if _, err := b.recoverHolds(ctx, now); err != nil {
+		b.cfg.Metrics.Error("broker", "recover")
+	}
 	r := &round{now: now, replica: b.cfg.Replica, tick: b.cfg.Tick, settle: b.cfg.Settle, beats: b.store.heartbeats(),
 		view: roundView{boosts: b.cappedBoosts(), jobs: b.edf()}}
 	plans := r.candidates(b.store)
