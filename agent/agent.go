@@ -118,6 +118,11 @@ type Agent struct {
 	util     map[string]float64
 	quiet    map[string]int // consecutive ticks below IdleBelow
 	state    wire.HostState
+
+	// mandates and signers cache bids' mandates and who signed them
+	// (mandate.go); safe for concurrent use, outside mu.
+	mandates wire.MandateCache
+	signers  *service.WhoisCache
 }
 
 // New makes an agent and enforces the initial shares.
@@ -144,7 +149,8 @@ func New(cfg Config) (*Agent, error) {
 		cfg.IdleTicks = 3
 	}
 	a := &Agent{cfg: cfg, vms: map[string]VM{}, bids: map[string]*bid{}, total: map[legKey]money.Micro{},
-		captured: map[legKey]money.Micro{}, util: map[string]float64{}, quiet: map[string]int{}}
+		captured: map[legKey]money.Micro{}, util: map[string]float64{}, quiet: map[string]int{},
+		mandates: wire.MandateCache{Size: mandateCacheSize}, signers: newSignerCache()}
 	ctx := context.Background()
 	if err := a.load(); err != nil {
 		return nil, err
@@ -215,6 +221,20 @@ func (a *Agent) settle(b *bid, now time.Time) {
 func (a *Agent) SetBids(ctx context.Context, req *wire.BidRequest) (wire.HostState, error) {
 	if err := req.Validate(); err != nil {
 		return wire.HostState{}, err
+	}
+	if a.cfg.Identities != nil {
+		// The book first (an unknown VM is not found whatever its
+		// mandate), then the mandates without mu (whois is I/O), then the
+		// book again under mu as the change applies.
+		a.mu.Lock()
+		err := a.checkBids(req)
+		a.mu.Unlock()
+		if err == nil {
+			err = a.checkMandates(ctx, req)
+		}
+		if err != nil {
+			return wire.HostState{}, err
+		}
 	}
 	a.mu.Lock()
 	if err := a.checkBids(req); err != nil {
@@ -385,6 +405,10 @@ func (a *Agent) captureBatch(now time.Time) *wire.CaptureBatch {
 		batch.Legs[i] = wire.CaptureLeg{
 			ID:   fmt.Sprintf("%s/%s/%s/%d", k.hold, a.cfg.Host, k.vm, a.round),
 			Hold: k.hold, VM: k.vm, Cumulative: a.total[k],
+		}
+		if a.cfg.Identities != nil {
+			// The bank captures only from a hold of the VM's owner.
+			batch.Legs[i].Owner = a.vms[k.vm].Owner
 		}
 	}
 	return batch

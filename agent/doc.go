@@ -77,7 +77,12 @@
 //
 // With Config.Identities set, Serve takes bid changes only signed by the
 // broker (or an admin), once each: a bid names the hold it charges, so a bid
-// from anyone else could spend another user's money.
+// from anyone else could spend another user's money. Nor is the broker's
+// signature enough: a bid is charged only with its owner's mandate (the
+// user's signed spend or submit) naming the VM, funding the bid's hold and
+// covering its period, and the VM must be that user's on this host
+// (mandate.go); capture legs name the VM's owner, so the bank never
+// captures into another user's hold.
 //
 // # Restarts
 //

@@ -76,6 +76,9 @@ type Bank struct {
 
 	mu         sync.Mutex
 	principals map[string]wire.Principal // cache by key
+
+	// mandates caches the brokers' mandates read (mandate.go).
+	mandates wire.MandateCache
 }
 
 // Open opens (creating and migrating) the ledger at target: a SQLite path

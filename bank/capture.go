@@ -162,7 +162,11 @@ func decideCapture(batch *wire.CaptureBatch, in *captureInput, now time.Time) ca
 			continue
 		}
 		c := CaptureLeg(in.totals[k], leg.Cumulative, h.Remaining())
-		if refusal := refuseLeg(h, batch.Host, now, c); refusal != nil {
+		refusal := refuseLeg(h, batch.Host, now, c)
+		if leg.Owner != "" && leg.Owner != h.User {
+			refusal = fmt.Errorf("%w: VM %q is %s's, hold %q is another user's", ErrNotOwner, leg.VM, leg.Owner, h.ID)
+		}
+		if refusal != nil {
 			res.Error = wire.ToError(refusal)
 			d.rep.Legs[i] = res
 			continue

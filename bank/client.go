@@ -93,3 +93,8 @@ func (c Client) Statement(ctx context.Context, req *wire.StatementRequest) (wire
 func (c Client) Ledger(ctx context.Context) (wire.LedgerReply, error) {
 	return call[wire.LedgerReply](ctx, c, asAdmin, wire.BankLedger, &wire.LedgerRequest{})
 }
+
+// OpenHolds lists open holds (the broker, an admin).
+func (c Client) OpenHolds(ctx context.Context, req *wire.OpenHoldsRequest) (wire.OpenHoldsReply, error) {
+	return call[wire.OpenHoldsReply](ctx, c, asAdmin, wire.BankOpenHolds, req)
+}

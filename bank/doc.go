@@ -50,16 +50,20 @@
 // replicas) or an unknown key is refused. Roles: grants, income schedules
 // and principals are the admin's; a user holds, releases and transfers only
 // its own money; the broker holds and releases for users (it acts only on
-// spends those users signed); only host H's agent captures, and only to H's
-// provider account. Reads are signed too, as replayable reads (no nonce is
-// stored): a balance by its user, an admin or the broker; a statement by an
-// admin, its user or, for a provider account, that host's agent; the ledger
-// by an admin. whois stays open to every (authenticated) connection: its
-// answer is the registry record the asker verifies. Every successful
-// mutating request is published to the MRM_EVENTS audit stream with its
-// signed request, and requests are queued per signer and served in turn,
-// so one principal's flood does not starve the others (see package
-// service). The in-process methods trust their caller.
+// spends those users signed, and carries the spend as its mandate: the
+// bank holds and extends no more than the user signed, under the hold id
+// derived from it — mandate.go); only host H's agent captures, and only to
+// H's provider account, and never into a hold of another user than the
+// VM's owner the leg names. Reads are signed too, as replayable reads (no
+// nonce is stored): a balance by its user, an admin or the broker; a
+// statement by an admin, its user or, for a provider account, that host's
+// agent; the ledger by an admin; open holds by the broker or an admin.
+// whois stays open to every (authenticated) connection: its answer is the
+// registry record the asker verifies. Every successful mutating request is
+// published to the MRM_EVENTS audit stream with its signed request, and
+// requests are queued per signer and served in turn, so one principal's
+// flood does not starve the others (see package service). The in-process
+// methods trust their caller.
 //
 // # Stores
 //

@@ -155,6 +155,9 @@ func (b *Bank) Hold(ctx context.Context, req *wire.HoldRequest) (wire.HoldReply,
 	if err := req.Validate(); err != nil {
 		return wire.HoldReply{}, err
 	}
+	if err := b.checkHoldMandate(ctx, req); err != nil {
+		return wire.HoldReply{}, err
+	}
 	hosts := slices.Clone(req.Hosts)
 	slices.Sort(hosts)
 	hosts = slices.Compact(hosts)
@@ -413,6 +416,9 @@ func (b *Bank) Ledger(ctx context.Context) (wire.LedgerReply, error) {
 // plan given more budget). Idempotent by req.ID.
 func (b *Bank) Extend(ctx context.Context, req *wire.ExtendRequest) (wire.HoldReply, error) {
 	if err := req.Validate(); err != nil {
+		return wire.HoldReply{}, err
+	}
+	if err := b.checkExtendMandate(ctx, req); err != nil {
 		return wire.HoldReply{}, err
 	}
 	id := "extend:" + req.ID

@@ -17,6 +17,8 @@ var (
 	ownMoney = []service.Allow{service.Role(wire.RoleAdmin), service.Own(wire.RoleUser)}
 	// ownOrBroker: also the broker, which acts on users' signed spends.
 	ownOrBroker = []service.Allow{service.Role(wire.RoleAdmin), service.Own(wire.RoleUser), service.Role(wire.RoleBroker)}
+	// brokerOrAdmin: the broker (recovering the plans it lost) and admins.
+	brokerOrAdmin = []service.Allow{service.Role(wire.RoleAdmin), service.Role(wire.RoleBroker)}
 	// ownHost: a host's provider account is credited by its own agent and
 	// nobody else.
 	ownHost = []service.Allow{service.Own(wire.RoleAgent)}
@@ -68,6 +70,7 @@ func Endpoints(b *Bank) service.Table {
 		service.Op(signed("extend", wire.BankExtend, "extend holds of", ownOrBroker), func(r *wire.ExtendRequest) string { return r.User }, b.Extend),
 		service.Op(signed("transfer", wire.BankTransfer, "move money of", ownMoney), func(r *wire.TransferRequest) string { return r.From }, b.Transfer),
 		service.Op(signed("capture", wire.BankCapture, "capture for host", ownHost), func(r *wire.CaptureBatch) string { return r.Host }, b.Capture),
+		service.Op(read("holds", wire.BankOpenHolds, "list open holds", brokerOrAdmin), nil, b.OpenHolds),
 		service.Op(read("balance", wire.BankBalance, "read the balance of", balanceReaders), func(r *wire.BalanceRequest) string { return r.User }, b.Balance),
 		service.Op(read("statement", wire.BankStatement, "read the statement of", accountReaders), statementAccount, b.Statement),
 		service.Op(read("ledger", wire.BankLedger, "read the ledger", adminOnly), nil, func(ctx context.Context, _ *wire.LedgerRequest) (wire.LedgerReply, error) { return b.Ledger(ctx) }),

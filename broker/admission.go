@@ -268,6 +268,9 @@ func (b *Broker) Submit(ctx context.Context, req *wire.SubmitRequest) (wire.Subm
 	if req.Budget > 0 && price > req.Budget {
 		return wire.SubmitReply{}, fmt.Errorf("%w: finishing by then costs %s, the budget is %s", ErrUnaffordable, price, req.Budget)
 	}
+	if req.MaxPrice > 0 && price > req.MaxPrice {
+		return wire.SubmitReply{}, fmt.Errorf("%w: finishing by then costs %s, the most signed for is %s", ErrUnaffordable, price, req.MaxPrice)
+	}
 	if bal, ok := b.balance(ctx, req.User); ok && price > bal {
 		return wire.SubmitReply{}, fmt.Errorf("%w: finishing by then costs %s, the balance is %s", ErrUnaffordable, price, bal)
 	}

@@ -80,6 +80,9 @@ func bidChanges(rec *planRecord, want []strategies.Allocation, now time.Time) []
 	for _, h := range slices.Sorted(maps.Keys(changes)) {
 		c := changes[h]
 		sort.Slice(c.set, func(i, j int) bool { return c.set[i].VM < c.set[j].VM })
+		if len(c.set) > 0 {
+			c.set[0].Mandate = rec.Mandate // the request's other bids take it from this one
+		}
 		sort.Strings(c.cancel)
 		req := &wire.BidRequest{Versioned: wire.Versioned{V: wire.Version}, Set: c.set, Cancel: c.cancel}
 		if len(c.cancel) > 0 {

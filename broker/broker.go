@@ -126,6 +126,10 @@ type Config struct {
 	// plans and jobs (see Endpoints) signed, once each, by the user they act
 	// for (or an admin).
 	Identities Identities
+	// Nonces, when set, is where Serve records signed requests' nonces;
+	// nil: the MRM_NONCES bucket when the broker has a plan bucket (shared
+	// by the replicas and kept across restarts), else this process's memory.
+	Nonces service.Nonces
 }
 
 // Broker is the host registry, price feed and plan runner. Its methods are
@@ -134,6 +138,10 @@ type Broker struct {
 	cfg   Config
 	store planStore
 	admit sync.Mutex // one admission at a time: quotes and submits see a stable queue
+	// mandates caches the mandates read (mandate.go).
+	mandates wire.MandateCache
+	// recovered: the plans the store lost were recovered from the bank (recover.go).
+	recovered recovery
 
 	mu    sync.Mutex
 	hosts map[string]wire.HostState
@@ -199,10 +207,12 @@ func New(cfg Config) (*Broker, error) {
 	if cfg.Plans != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		s, err := newKVStore(ctx, cfg.Plans)
+		s, err := newKVStore(ctx, cfg.Plans, &sealing{signer: cfg.Signer, ids: cfg.Identities,
+			whois: service.NewWhoisCache(whoisTTL, whoisSize), now: cfg.SigningClock, metrics: cfg.Metrics})
 		if err != nil {
 			return nil, err
 		}
+		s.recreate = recreatePlans(cfg.NC, cfg.Plans)
 		b.store = s
 	} else if cfg.Memory != nil {
 		b.store = cfg.Memory.s

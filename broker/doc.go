@@ -113,12 +113,30 @@
 // Without a bucket, plans live in the process's memory — the replica's
 // own, or a MemoryPlans several replicas in one process share.
 //
+// # Trust
+//
+// A plan started by a signed spend or submit keeps it (the mandate) and
+// sends it with its hold and its bids; its hold id is derived from it
+// (wire.HoldIDFor), so agents and the bank check the plan against what the
+// user signed and a broker, a forged record or a replay cannot widen it
+// (mandate.go, wire/mandate.go). Plan records are sealed by the broker
+// that wrote them and verified on read; a record no broker sealed is
+// refused, a deleted key or bucket is detected, and both are reported and
+// restored from the replica's mirror (seal.go). The replicas share the
+// nonces of the requests they serve in MRM_NONCES (a replay to another
+// replica or after a restart is refused). A spend with an id is
+// idempotent on every replica: a retry returns the plan, even one still
+// starting; plans starting are listed and cancellable, and one left
+// starting by its own replica is failed, its hold released, after
+// startingTimeout.
+//
 // # Files and tests
 //
 // broker.go holds the registry of hosts and prices; plans.go spend, cancel
 // and adjust; round.go the planner and executor of Tick; allocate.go the
 // snapshot a strategy reads; bids.go the bid changes, their sending and
-// settling; store.go the plan stores. The deadline service is in
+// settling; store.go the plan stores; seal.go their sealing and repair;
+// mandate.go the mandates plans carry. The deadline service is in
 // estimation.go (processing times), admission.go (prices, Quote, Submit),
 // execution.go (EDF's inputs, the share-seconds a job held) and control.go
 // (progress, the control loop, the jobs' view).

@@ -49,8 +49,16 @@ func (b *Broker) spend(ctx context.Context, req *wire.SpendRequest, job *jobRec)
 	if err != nil {
 		return wire.SpendReply{}, err
 	}
+	mandate, hold, err := b.mandateOf(ctx, req.User)
+	if err != nil {
+		return wire.SpendReply{}, err
+	}
 	now := b.cfg.Now()
 	rec := b.newPlan(id, fp, req, vms, now, job)
+	rec.Mandate = mandate
+	if hold != "" {
+		rec.Plan.Hold = hold
+	}
 	// The plan is recorded first, as "starting" (failed until it runs), so
 	// a replica that dies half-way leaves a record a survivor cleans up.
 	var rev uint64
@@ -70,7 +78,10 @@ func (b *Broker) spend(ctx context.Context, req *wire.SpendRequest, job *jobRec)
 		return wire.SpendReply{}, err
 	}
 	if _, err := b.cfg.Bank.Hold(ctx, &wire.HoldRequest{ID: rec.Plan.Hold, User: req.User, Amount: req.Budget,
-		Expires: rec.Plan.End.Add(b.cfg.Settle + b.cfg.HoldGrace), Hosts: hosts, Memo: "plan " + id}); err != nil {
+		Expires: rec.Plan.End.Add(b.cfg.Settle + b.cfg.HoldGrace), Hosts: hosts, Memo: planMemo + id, Mandate: mandate}); err != nil {
+		if errors.Is(err, wire.ErrConflict) && failedRev != 0 {
+			err = fmt.Errorf("%w (plan %q failed after its hold was placed: spend with a new id)", err, id)
+		}
 		return b.rollBack(ctx, rec, rev, now, err)
 	}
 	if _, failed := b.replan(ctx, rec, now, b.view(req.Strategy)); len(failed) > 0 {
@@ -141,9 +152,11 @@ func (b *Broker) replay(rec *planRecord, fp string) (wire.SpendReply, error) {
 	if rec.Request != fp {
 		return wire.SpendReply{}, fmt.Errorf("%w: %q", ErrPlanReused, rec.Plan.ID)
 	}
-	if rec.Plan.Status == wire.PlanFailed || rec.Plan.Status == planStarting {
+	if rec.Plan.Status == wire.PlanFailed {
 		return wire.SpendReply{}, fmt.Errorf("%w: plan %q %s", wire.ErrConflict, rec.Plan.ID, rec.Plan.Status)
 	}
+	// A plan still starting is returned as it is (status "starting"): a
+	// retry learns the spend's outcome is under way, and `plans` lists it.
 	return wire.SpendReply{Plan: rec.Plan}, nil
 }
 
@@ -172,7 +185,7 @@ func (b *Broker) mutate(ctx context.Context, id string, f func(rec *planRecord) 
 func (b *Broker) usersPlan(id, user string) (versioned, error) {
 	v, ok := b.store.get(id)
 	switch {
-	case !ok || v.rec.Plan.Status == wire.PlanFailed || v.rec.Plan.Status == planStarting:
+	case !ok || v.rec.Plan.Status == wire.PlanFailed:
 		return v, fmt.Errorf("%w %q", ErrUnknownPlan, id)
 	case v.rec.Plan.User != user:
 		return v, fmt.Errorf("%w: plan %q belongs to another user", ErrNotOwner, id)
@@ -190,13 +203,16 @@ func (b *Broker) Cancel(ctx context.Context, req *wire.CancelRequest) (wire.Plan
 	if err != nil {
 		return wire.Plan{}, err
 	}
-	if v.rec.Plan.Status != wire.PlanRunning {
+	if v.rec.Plan.Status != wire.PlanRunning && v.rec.Plan.Status != planStarting {
 		return v.rec.Plan, nil
 	}
 	now := b.cfg.Now()
-	// Stop the bids first (agents settle them at once), then give the rest back.
+	// Stop the bids first (agents settle them at once), then give the rest
+	// back. A plan still starting is cancelled too: it may hold money
+	// already (the Spend setting it up then fails on the changed record and
+	// rolls back).
 	rec, err := b.mutate(ctx, req.Plan, func(rec *planRecord) error {
-		if rec.Plan.Status != wire.PlanRunning {
+		if rec.Plan.Status != wire.PlanRunning && rec.Plan.Status != planStarting {
 			return nil
 		}
 		b.cancelAll(ctx, rec, now)
@@ -237,7 +253,8 @@ func (b *Broker) Adjust(ctx context.Context, req *wire.AdjustRequest) (wire.Plan
 		return v.rec.Plan, nil
 	}
 	if req.More > 0 {
-		if _, err := b.cfg.Bank.Extend(ctx, &wire.ExtendRequest{ID: req.Plan + "/" + req.ID, Hold: v.rec.Plan.Hold, User: req.User, Amount: req.More}); err != nil {
+		ext := &wire.ExtendRequest{ID: wire.AdjustPlanID(req.Plan, req.ID), Hold: v.rec.Plan.Hold, User: req.User, Amount: req.More, Mandate: signedHere(ctx)}
+		if _, err := b.cfg.Bank.Extend(ctx, ext); err != nil {
 			return wire.Plan{}, err
 		}
 	}
@@ -304,8 +321,9 @@ func (b *Broker) Plans(req *wire.PlansRequest) wire.PlansReply {
 	rep := wire.PlansReply{Plans: []wire.Plan{}}
 	b.store.each(func(rec *planRecord, _ uint64) {
 		p := rec.Plan
-		// Plans that never started (failed spends) are not listed.
-		if p.Status == planStarting || p.Status == wire.PlanFailed || req.User != "" && p.User != req.User {
+		// Plans that never started (failed spends) are not listed; plans
+		// starting are, since they may hold money already.
+		if p.Status == wire.PlanFailed || req.User != "" && p.User != req.User {
 			return
 		}
 		p.VMs, p.Stage = slices.Clone(p.VMs), slices.Clone(p.Stage)

@@ -14,6 +14,10 @@ import (
 	"github.com/mrmarket/mrmarket/strategies"
 )
 
+// startingTimeout is how long a plan of this replica may stay starting
+// before a round fails it: far longer than a Spend takes.
+const startingTimeout = 2 * time.Minute
+
 // roundWorkers is how many plans a round runs at once.
 const roundWorkers = 16
 
@@ -70,6 +74,9 @@ type step struct {
 func (b *Broker) Tick(ctx context.Context, now time.Time) error {
 	if err := b.store.heartbeat(ctx, b.cfg.Replica, now); err != nil {
 		return err
+	}
+	if _, err := b.recoverHolds(ctx, now); err != nil {
+		b.cfg.Metrics.Error("broker", "recover")
 	}
 	r := &round{now: now, replica: b.cfg.Replica, tick: b.cfg.Tick, settle: b.cfg.Settle, beats: b.store.heartbeats(),
 		view: roundView{boosts: b.cappedBoosts(), jobs: b.edf()}}
@@ -138,6 +145,11 @@ func (r *round) decide(v versioned, want func() strategies.Decision) step {
 		}
 	}
 	switch {
+	case rec.Plan.Status == planStarting && r.now.Sub(rec.Plan.Start) > startingTimeout:
+		// Ours, but the Spend that was starting it is long gone (its
+		// rollback could not write, or this replica restarted): fail it
+		// and release its hold rather than leave it starting with money held.
+		st.action = actFail
 	case rec.Plan.Status != wire.PlanRunning: // Spend is starting it here
 	case !r.now.Before(rec.Plan.End.Add(r.settle)):
 		st.action = actSettle

@@ -84,8 +84,13 @@ func Serve(nc *nats.Conn, b *Broker) (stop func(), err error) {
 		return nil, err
 	}
 	audit.OnError = func(error) { b.cfg.Metrics.Error("broker", "audit") }
+	auth := service.Remote(b.cfg.Identities, b.cfg.SigningClock, whoisTTL, whoisSize)
+	if auth.Nonces, err = b.nonces(nc); err != nil {
+		_ = states.Unsubscribe()
+		return nil, err
+	}
 	svc, err := service.Serve(nc, "mrm-broker", service.Version, Endpoints(b), service.Options{
-		Auth:        service.Remote(b.cfg.Identities, b.cfg.SigningClock, whoisTTL, whoisSize),
+		Auth:        auth,
 		Observe:     func(op, code string) { b.cfg.Metrics.Request("broker", op, code) },
 		Description: "mrmarket's broker: prices, spend plans, deadlines",
 		Metadata:    map[string]string{"replica": b.cfg.Replica},

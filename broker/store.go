@@ -27,6 +27,10 @@ type planRecord struct {
 	// Job is the admitted job a deadline plan runs (replaced whole, never
 	// changed in place: records are shared).
 	Job *jobRec `json:"job,omitempty"`
+	// Mandate is the user's signed spend or submit the plan acts for (when
+	// it came signed): every bid and the hold carry it, so agents and the
+	// bank check what the user asked for themselves.
+	Mandate *wire.SignedRequest `json:"mandate,omitempty"`
 }
 
 // bidRec is a bid the plan has placed: Budget over Duration from Start.
@@ -176,13 +180,22 @@ func (s *memStore) close() {}
 
 // kvStore keeps plans in the MRM_PLANS JetStream bucket and mirrors the
 // bucket locally through a watch, so reads are local and every replica
-// converges on every write.
+// converges on every write. With a Signer every record is sealed by the
+// broker that wrote it (purpose "plan/<id>"); with verification on
+// (seal.go) a record not sealed by a broker is refused, counted and
+// reported, and never run; a plan key deleted or overwritten is reported
+// and restored from the mirror.
 type kvStore struct {
-	kv      jetstream.KeyValue
-	watcher jetstream.KeyWatcher
-	mem     *memStore // the mirror
-	ready   chan struct{}
-	done    chan struct{}
+	mem *memStore // the mirror
+	*sealing
+
+	// kvMu guards the bucket and its watch, replaced when the bucket is
+	// found gone (recreate).
+	kvMu     sync.Mutex
+	kv       jetstream.KeyValue
+	watcher  jetstream.KeyWatcher
+	done     chan struct{}
+	recreate func(ctx context.Context) (jetstream.KeyValue, error) // nil: a lost bucket is only reported
 }
 
 const (
@@ -193,62 +206,119 @@ const (
 // planKey encodes a plan id as a KV key (ids may hold characters keys may not).
 func planKey(id string) string { return planPrefix + base64.RawURLEncoding.EncodeToString([]byte(id)) }
 
-func newKVStore(ctx context.Context, kv jetstream.KeyValue) (*kvStore, error) {
-	w, err := kv.WatchAll(context.Background())
-	if err != nil {
-		return nil, fmt.Errorf("broker: watching %s: %w", wire.BucketPlans, err)
-	}
-	s := &kvStore{kv: kv, watcher: w, mem: newMemStore(), ready: make(chan struct{}), done: make(chan struct{})}
-	go s.follow()
-	select {
-	case <-s.ready:
-	case <-ctx.Done():
-		_ = w.Stop()
-		return nil, ctx.Err()
+// planIDOf decodes a plan key's id.
+func planIDOf(key string) (string, bool) {
+	id, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(key, planPrefix))
+	return string(id), err == nil && strings.HasPrefix(key, planPrefix)
+}
+
+func newKVStore(ctx context.Context, kv jetstream.KeyValue, seal *sealing) (*kvStore, error) {
+	seal.damaged = map[string]string{}
+	s := &kvStore{mem: newMemStore(), sealing: seal}
+	if err := s.watch(ctx, kv); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
 
+// watch follows kv, once its initial values are in the mirror; kvMu is
+// not held.
+func (s *kvStore) watch(ctx context.Context, kv jetstream.KeyValue) error {
+	w, err := kv.WatchAll(context.Background())
+	if err != nil {
+		return fmt.Errorf("broker: watching %s: %w", wire.BucketPlans, err)
+	}
+	ready, done := make(chan struct{}), make(chan struct{})
+	go s.follow(w, ready, done)
+	select {
+	case <-ready:
+	case <-ctx.Done():
+		_ = w.Stop()
+		return ctx.Err()
+	}
+	s.kvMu.Lock()
+	s.kv, s.watcher, s.done = kv, w, done
+	s.kvMu.Unlock()
+	return nil
+}
+
 // follow applies the bucket's changes to the mirror.
-func (s *kvStore) follow() {
-	defer close(s.done)
+func (s *kvStore) follow(w jetstream.KeyWatcher, ready, done chan struct{}) {
+	defer close(done)
 	readyOnce := sync.Once{}
-	for e := range s.watcher.Updates() {
+	for e := range w.Updates() {
 		if e == nil { // the initial values are all delivered
-			readyOnce.Do(func() { close(s.ready) })
+			readyOnce.Do(func() { close(ready) })
 			continue
 		}
 		s.apply(e.Key(), e.Value(), e.Revision(), e.Operation())
 	}
-	readyOnce.Do(func() { close(s.ready) })
+	readyOnce.Do(func() { close(ready) })
+}
+
+// bucket is the plan bucket.
+func (s *kvStore) bucket() jetstream.KeyValue {
+	s.kvMu.Lock()
+	defer s.kvMu.Unlock()
+	return s.kv
 }
 
 func (s *kvStore) apply(key string, value []byte, rev uint64, op jetstream.KeyValueOp) {
-	s.mem.mu.Lock()
-	defer s.mem.mu.Unlock()
-	switch {
-	case strings.HasPrefix(key, replicaPrefix):
+	if strings.HasPrefix(key, replicaPrefix) {
 		var at time.Time
 		if json.Unmarshal(value, &at) == nil {
+			s.mem.mu.Lock()
 			s.mem.beats[strings.TrimPrefix(key, replicaPrefix)] = at
+			s.mem.mu.Unlock()
 		}
-	case strings.HasPrefix(key, planPrefix) && op == jetstream.KeyValuePut:
-		var rec planRecord
-		if json.Unmarshal(value, &rec) != nil {
-			return
-		}
-		if cur, ok := s.mem.plans[rec.Plan.ID]; !ok || cur.rev < rev {
-			s.mem.plans[rec.Plan.ID] = versioned{&rec, rev}
-		}
+		return
+	}
+	id, ok := planIDOf(key)
+	if !ok {
+		return
+	}
+	if op != jetstream.KeyValuePut {
+		s.lost(id, "deleted", s.has(id, rev))
+		return
+	}
+	if s.seen(id, rev) {
+		return // our own write, mirrored already: no need to open it again
+	}
+	rec, err := s.open(id, value)
+	if err != nil {
+		s.refuse(id, err, s.has(id, rev))
+		return
+	}
+	s.mem.mu.Lock()
+	defer s.mem.mu.Unlock()
+	if cur, ok := s.mem.plans[id]; !ok || cur.rev < rev {
+		s.mem.plans[id] = versioned{rec, rev}
 	}
 }
 
+// seen reports whether the mirror has plan id at revision rev or later.
+func (s *kvStore) seen(id string, rev uint64) bool {
+	s.mem.mu.Lock()
+	defer s.mem.mu.Unlock()
+	cur, ok := s.mem.plans[id]
+	return ok && cur.rev >= rev
+}
+
+// has reports whether the mirror has plan id from before revision rev
+// (what a damaged key is restored from).
+func (s *kvStore) has(id string, rev uint64) bool {
+	s.mem.mu.Lock()
+	defer s.mem.mu.Unlock()
+	cur, ok := s.mem.plans[id]
+	return ok && cur.rev < rev
+}
+
 func (s *kvStore) create(ctx context.Context, rec *planRecord) (uint64, error) {
-	data, err := json.Marshal(rec)
+	data, err := s.encode(rec)
 	if err != nil {
 		return 0, err
 	}
-	rev, err := s.kv.Create(ctx, planKey(rec.Plan.ID), data)
+	rev, err := s.bucket().Create(ctx, planKey(rec.Plan.ID), data)
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		return 0, errExists
 	}
@@ -270,11 +340,11 @@ func (s *kvStore) mirror(rec *planRecord, rev uint64) {
 }
 
 func (s *kvStore) update(ctx context.Context, rec *planRecord, rev uint64) (uint64, error) {
-	data, err := json.Marshal(rec)
+	data, err := s.encode(rec)
 	if err != nil {
 		return 0, err
 	}
-	nrev, err := s.kv.Update(ctx, planKey(rec.Plan.ID), data, rev)
+	nrev, err := s.bucket().Update(ctx, planKey(rec.Plan.ID), data, rev)
 	if err != nil {
 		var apiErr *jetstream.APIError
 		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
@@ -286,6 +356,32 @@ func (s *kvStore) update(ctx context.Context, rec *planRecord, rev uint64) (uint
 	return nrev, nil
 }
 
+// repair writes back, from the mirror, every plan whose key was deleted
+// or overwritten by a record no broker sealed (see apply). Tick calls it.
+func (s *kvStore) repair(ctx context.Context) error {
+	var errs []error
+	for _, id := range s.takeDamaged() {
+		v, ok := s.mem.get(id)
+		if !ok {
+			continue
+		}
+		data, err := s.encode(v.rec)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		rev, err := s.bucket().Put(ctx, planKey(id), data)
+		if err != nil {
+			s.markDamaged(id, "restore failed")
+			errs = append(errs, fmt.Errorf("%w: restoring plan %s: %v", wire.ErrUnavailable, id, err))
+			continue
+		}
+		s.mirror(v.rec, rev)
+		s.report("plan restored", id, nil)
+	}
+	return errors.Join(errs...)
+}
+
 func (s *kvStore) get(id string) (versioned, bool)  { return s.mem.get(id) }
 func (s *kvStore) list() []versioned                { return s.mem.list() }
 func (s *kvStore) each(f func(*planRecord, uint64)) { s.mem.each(f) }
@@ -295,14 +391,61 @@ func (s *kvStore) heartbeats() map[string]time.Time {
 
 func (s *kvStore) heartbeat(ctx context.Context, replica string, at time.Time) error {
 	data, _ := json.Marshal(at)
-	if _, err := s.kv.Put(ctx, replicaPrefix+replica, data); err != nil {
-		return fmt.Errorf("%w: plan store: %v", wire.ErrUnavailable, err)
+	if _, err := s.bucket().Put(ctx, replicaPrefix+replica, data); err != nil {
+		if rerr := s.recover(ctx); rerr != nil {
+			return errors.Join(fmt.Errorf("%w: plan store: %v", wire.ErrUnavailable, err), rerr)
+		}
+		if _, err := s.bucket().Put(ctx, replicaPrefix+replica, data); err != nil {
+			return fmt.Errorf("%w: plan store: %v", wire.ErrUnavailable, err)
+		}
 	}
 	s.apply(replicaPrefix+replica, data, 0, jetstream.KeyValuePut)
-	return nil
+	return s.repair(ctx)
 }
 
 func (s *kvStore) close() {
-	_ = s.watcher.Stop()
-	<-s.done
+	s.kvMu.Lock()
+	w, done := s.watcher, s.done
+	s.kvMu.Unlock()
+	_ = w.Stop()
+	<-done
+}
+
+// recover checks the bucket is there after a failed write; a bucket found
+// deleted is reported and, when the store can, created again and every
+// plan the mirror has written back to it (sealed, as the replica that runs
+// it would), then followed anew.
+func (s *kvStore) recover(ctx context.Context) error {
+	if _, err := s.bucket().Status(ctx); !errors.Is(err, jetstream.ErrStreamNotFound) && !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil // not lost: the write failed for another reason
+	}
+	s.bucketLost.Add(1)
+	s.metrics.Error("broker", "plan_bucket_lost")
+	s.report("plan bucket "+wire.BucketPlans+" deleted", "*", nil)
+	if s.recreate == nil {
+		return fmt.Errorf("%w: the plan bucket %s is gone", wire.ErrUnavailable, wire.BucketPlans)
+	}
+	kv, err := s.recreate(ctx)
+	if err != nil {
+		return fmt.Errorf("%w: recreating %s: %v", wire.ErrUnavailable, wire.BucketPlans, err)
+	}
+	s.close() // the old watch: its bucket is gone
+	var errs []error
+	for _, v := range s.mem.list() {
+		data, err := s.encode(v.rec)
+		if err == nil {
+			var rev uint64
+			if rev, err = kv.Put(ctx, planKey(v.rec.Plan.ID), data); err == nil {
+				s.mem.mu.Lock()
+				s.mem.plans[v.rec.Plan.ID] = versioned{v.rec, rev} // the new bucket's revisions
+				s.mem.mu.Unlock()
+			}
+		}
+		errs = append(errs, err)
+	}
+	if err := s.watch(ctx, kv); err != nil {
+		errs = append(errs, err)
+	}
+	s.report("plan bucket "+wire.BucketPlans+" recreated and plans restored", "*", nil)
+	return errors.Join(errs...)
 }

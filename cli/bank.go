@@ -193,7 +193,7 @@ func transferCommand() *ucli.Command {
 			if err := req.Validate(); err != nil {
 				return usageError{err}
 			}
-			return call(c, func(ctx context.Context, cl clients) (wire.TransferReply, error) { return cl.bank.Transfer(ctx, req) },
+			return callRetry(c, func(ctx context.Context, cl clients) (wire.TransferReply, error) { return cl.bank.Transfer(ctx, req) },
 				func(w io.Writer, rep wire.TransferReply) error {
 					_, err := fmt.Fprintf(w, "moved %s from %s to %s; %s's balance %s (transfer %s)\n", amount, from, req.To, from, rep.Balance, rep.Transfer)
 					return err

@@ -139,7 +139,7 @@ func submitCommand() *ucli.Command {
 			&ucli.StringFlag{Name: "job", Usage: "the job file (JSON)"},
 			&ucli.StringFlag{Name: "deadline", Usage: "finish by: a time (RFC 3339) or a duration from now"},
 			&ucli.StringFlag{Name: "budget", Usage: "credits: the earliest deadline they pay for"},
-			&ucli.StringFlag{Name: "id", Usage: "job id (idempotency: the same id gives the same job)"},
+			&ucli.StringFlag{Name: "id", Usage: "job id (idempotency: the same id gives the same job; default: a new id)"},
 			&ucli.BoolFlag{Name: "best-effort", Usage: "no deadline: hold --budget and run in the broker's overlap order"},
 		},
 		Action: func(c *ucli.Context) error {
@@ -151,7 +151,7 @@ func submitCommand() *ucli.Command {
 			if err != nil {
 				return err
 			}
-			req := &wire.SubmitRequest{ID: c.String("id"), User: user, Job: spec, BestEffort: c.Bool("best-effort")}
+			req := &wire.SubmitRequest{ID: idOrNew(c, "job"), User: user, Job: spec, BestEffort: c.Bool("best-effort")}
 			switch {
 			case req.BestEffort && c.String("deadline") != "":
 				return badInput("a --best-effort job has no --deadline")
@@ -172,7 +172,12 @@ func submitCommand() *ucli.Command {
 			if err := req.Validate(); err != nil {
 				return usageError{err}
 			}
-			return call(c, func(ctx context.Context, cl clients) (wire.SubmitReply, error) { return cl.broker.Submit(ctx, req) }, printSubmit)
+			return callRetry(c, func(ctx context.Context, cl clients) (wire.SubmitReply, error) {
+				if err := signMaxPrice(ctx, cl, req); err != nil {
+					return wire.SubmitReply{}, err
+				}
+				return cl.broker.Submit(ctx, req)
+			}, printSubmit)
 		},
 	}
 }

@@ -51,7 +51,7 @@ func bankCommand() *ucli.Command {
 					return err
 				}
 				req := &wire.GrantRequest{ID: idOrNew(c, "grant"), User: user, Amount: amount, Memo: c.String("memo")}
-				return call(c, func(ctx context.Context, cl clients) (wire.GrantReply, error) { return cl.bank.Grant(ctx, req) }, printGrant)
+				return callRetry(c, func(ctx context.Context, cl clients) (wire.GrantReply, error) { return cl.bank.Grant(ctx, req) }, printGrant)
 			},
 		}, bankServeCommand(), incomeCommand(), principalCommand()},
 	}
@@ -132,7 +132,8 @@ func spendCommand() *ucli.Command {
 			&ucli.StringFlag{Name: "strategy", Value: wire.StrategyFair, Usage: "spending strategy: " + strings.Join(wire.Strategies, ", ")},
 			&ucli.Float64Flag{Name: "boost", Usage: "bottleneck elimination's boost f in [0, 1)"},
 			&ucli.StringSliceFlag{Name: "host-weight", Usage: "best response's preference for a host: host=weight (default 1)"},
-			&ucli.StringFlag{Name: "id", Usage: "plan id (idempotency: the same id and request gives the same plan)"},
+			&ucli.StringFlag{Name: "id", Usage: "plan id (idempotency: the same id and request gives the same plan; default: a new id)"},
+			&ucli.StringFlag{Name: "adjust-id", Usage: "--more/--less: idempotency id of the adjustment (default: a new id)"},
 			&ucli.StringFlag{Name: "more", Usage: "add this many credits to running plan --id"},
 			&ucli.StringFlag{Name: "less", Usage: "take this many unspent credits out of running plan --id"},
 		},
@@ -148,7 +149,7 @@ func spendCommand() *ucli.Command {
 			if err != nil {
 				return err
 			}
-			return call(c, func(ctx context.Context, cl clients) (wire.SpendReply, error) { return cl.broker.Spend(ctx, req) }, printSpend)
+			return callRetry(c, func(ctx context.Context, cl clients) (wire.SpendReply, error) { return cl.broker.Spend(ctx, req) }, printSpend)
 		},
 	}
 }
@@ -163,7 +164,7 @@ func spendRequest(c *ucli.Context, user string) (*wire.SpendRequest, error) {
 	if d <= 0 {
 		return nil, badInput("--duration must be greater than zero (e.g. 30m, 2h)")
 	}
-	req := &wire.SpendRequest{ID: c.String("id"), User: user, Budget: budget, Duration: wire.Duration(d),
+	req := &wire.SpendRequest{ID: idOrNew(c, "plan"), User: user, Budget: budget, Duration: wire.Duration(d),
 		Strategy: c.String("strategy"), Boost: c.Float64("boost"), VMs: splitList(c.StringSlice("vm"))}
 	if file := c.String("plan"); file != "" {
 		if req.Workflows, err = readPlanFile(file); err != nil {
@@ -246,7 +247,11 @@ func adjustPlan(c *ucli.Context, user string) error {
 	if c.String("id") == "" {
 		return badInput("--more and --less need the plan's --id (see `mrmarket plans`)")
 	}
-	req := &wire.AdjustRequest{Plan: c.String("id"), User: user, ID: "adjust-" + nuid.Next()}
+	id := c.String("adjust-id")
+	if id == "" {
+		id = "adjust-" + nuid.Next()
+	}
+	req := &wire.AdjustRequest{Plan: c.String("id"), User: user, ID: id}
 	var err error
 	if c.String("more") != "" {
 		if req.More, err = parseAmount("more", c.String("more")); err != nil {
@@ -261,9 +266,9 @@ func adjustPlan(c *ucli.Context, user string) error {
 	if err := req.Validate(); err != nil {
 		return usageError{err}
 	}
-	return call(c, func(ctx context.Context, cl clients) (wire.Plan, error) { return cl.broker.Adjust(ctx, req) },
+	return callRetry(c, func(ctx context.Context, cl clients) (wire.Plan, error) { return cl.broker.Adjust(ctx, req) },
 		func(w io.Writer, p wire.Plan) error {
-			_, err := fmt.Fprintf(w, "plan %s now spends %s (settled so far %s), ends %s\n", p.ID, p.Budget, p.Spent, stamp(p.End))
+			_, err := fmt.Fprintf(w, "plan %s now spends %s (settled so far %s), ends %s (adjustment %s)\n", p.ID, p.Budget, p.Spent, stamp(p.End), req.ID)
 			return err
 		})
 }
@@ -281,7 +286,8 @@ func cancelCommand() *ucli.Command {
 		Name:      "cancel",
 		Usage:     "end one of your plans now and get back what it has not spent",
 		UsageText: "mrmarket cancel --user alice --plan plan-…",
-		Flags:     []ucli.Flag{flagNATS(), flagCreds(), flagJSON(), flagUser(), &ucli.StringFlag{Name: "plan", Usage: "plan id"}},
+		Flags: []ucli.Flag{flagNATS(), flagCreds(), flagJSON(), flagUser(), &ucli.StringFlag{Name: "plan", Usage: "plan id"},
+			&ucli.StringFlag{Name: "id", Usage: "request id (default: a new id); cancelling twice changes nothing"}},
 		Action: func(c *ucli.Context) error {
 			user, err := requireUser(c)
 			if err != nil {
@@ -290,8 +296,8 @@ func cancelCommand() *ucli.Command {
 			if c.String("plan") == "" {
 				return badInput("--plan is required (see `mrmarket plans`)")
 			}
-			req := &wire.CancelRequest{Plan: c.String("plan"), User: user}
-			return call(c, func(ctx context.Context, cl clients) (wire.Plan, error) { return cl.broker.Cancel(ctx, req) },
+			req := &wire.CancelRequest{Plan: c.String("plan"), User: user, ID: idOrNew(c, "cancel")}
+			return callRetry(c, func(ctx context.Context, cl clients) (wire.Plan, error) { return cl.broker.Cancel(ctx, req) },
 				func(w io.Writer, p wire.Plan) error {
 					_, err := fmt.Fprintf(w, "plan %s %s; %s released to %s\n", p.ID, p.Status, p.Released, p.User)
 					return err

@@ -49,6 +49,22 @@ func BenchmarkBidToLibvirt(b *testing.B) {
 			if _, err := bk.AddPrincipal(context.Background(), &wire.PrincipalRequest{Key: brokerKey.Public(), Name: "broker", Role: wire.RoleBroker}); err != nil {
 				b.Fatal(err)
 			}
+			alice, err := wire.NewUserSigner()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := bk.AddPrincipal(context.Background(), &wire.PrincipalRequest{Key: alice.Public(), Name: "alice", Role: wire.RoleUser}); err != nil {
+				b.Fatal(err)
+			}
+			var vms []string
+			for k := range n {
+				vms = append(vms, fmt.Sprintf("%sg%d", prefix, k))
+			}
+			mandate, err := wire.SignMandate(alice, wire.BrokerSpend, &wire.SpendRequest{ID: "p", User: "alice", Budget: money.Max,
+				Duration: wire.Duration(24 * time.Hour), VMs: vms, Strategy: wire.StrategyFair})
+			if err != nil {
+				b.Fatal(err)
+			}
 			enf, err := virt.New(virt.Config{URI: qemuURI})
 			if err != nil {
 				b.Fatal(err)
@@ -71,9 +87,10 @@ func BenchmarkBidToLibvirt(b *testing.B) {
 				i++
 				req := &wire.BidRequest{Versioned: wire.Versioned{V: 1}}
 				for k := range n {
-					req.Set = append(req.Set, wire.Bid{VM: fmt.Sprintf("%sg%d", prefix, k), Owner: "alice", Plan: "p", Hold: "h",
+					req.Set = append(req.Set, wire.Bid{VM: fmt.Sprintf("%sg%d", prefix, k), Owner: "alice", Plan: "p", Hold: wire.HoldIDFor("alice", "p"),
 						Budget: money.Micro(1000 * (1 + (i+k)%7)), Duration: wire.Duration(time.Hour)})
 				}
+				req.Set[0].Mandate = mandate
 				t0 := time.Now()
 				if err := wire.CallAs(context.Background(), nc, brokerKey, wire.AgentBidSubject("host-1"), req, nil); err != nil {
 					b.Fatal(err)

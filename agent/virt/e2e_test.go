@@ -168,6 +168,9 @@ type e2e struct {
 	a      *agent.Agent
 	stopA  func()
 	prefix string
+	// mandate is alice's signed spend the bids act for, hold the hold it funds.
+	mandate *wire.SignedRequest
+	hold    string
 }
 
 func (w *e2e) startAgent() {
@@ -205,7 +208,10 @@ func (w *e2e) bid(rates map[string]int64) time.Time {
 	}
 	req := &wire.BidRequest{Versioned: wire.Versioned{V: 1}}
 	for g, r := range rates {
-		req.Set = append(req.Set, wire.Bid{VM: w.prefix + g, Owner: "alice", Plan: "p", Hold: "h", Budget: money.Micro(r), Duration: wire.Duration(time.Hour)})
+		req.Set = append(req.Set, wire.Bid{VM: w.prefix + g, Owner: "alice", Plan: "p", Hold: w.hold, Budget: money.Micro(r), Duration: wire.Duration(time.Hour)})
+	}
+	if len(req.Set) > 0 {
+		req.Set[0].Mandate = w.mandate
 	}
 	if err := wire.CallAs(context.Background(), w.nc, brokerKey, wire.AgentBidSubject("host-1"), req, nil); err != nil {
 		w.t.Fatalf("bids %v: %v", rates, err)
@@ -265,7 +271,19 @@ func TestSharesOnRealGuests(t *testing.T) {
 	if _, err := w.bank.Grant(ctx, &wire.GrantRequest{ID: "g", User: "alice", Amount: 1_000_000_000}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.bank.Hold(ctx, &wire.HoldRequest{ID: "h", User: "alice", Amount: 1_000_000_000, Expires: time.Now().Add(time.Hour)}); err != nil {
+	alice, err := w.keys.Ensure(wire.RoleUser, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.bank.AddPrincipal(ctx, &wire.PrincipalRequest{Key: alice.Public(), Name: "alice", Role: wire.RoleUser}); err != nil {
+		t.Fatal(err)
+	}
+	w.hold = wire.HoldIDFor("alice", "p")
+	if w.mandate, err = wire.SignMandate(alice, wire.BrokerSpend, &wire.SpendRequest{ID: "p", User: "alice", Budget: 1_000_000_000,
+		Duration: wire.Duration(3 * time.Hour), VMs: []string{w.prefix + "g1", w.prefix + "g2", w.prefix + "g3"}, Strategy: wire.StrategyFair}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.bank.Hold(ctx, &wire.HoldRequest{ID: w.hold, User: "alice", Amount: 1_000_000_000, Expires: time.Now().Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 

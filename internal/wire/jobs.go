@@ -221,6 +221,10 @@ type SubmitRequest struct {
 	Deadline   time.Time   `json:"deadline,omitzero"`
 	Budget     money.Micro `json:"budget,omitempty"`
 	BestEffort bool        `json:"best_effort,omitempty"`
+	// MaxPrice bounds a deadline job without a budget: the most the user
+	// lets be held for it (the CLI signs the quoted price). With neither, a
+	// broker that knows identities cannot get the bank to hold the price.
+	MaxPrice money.Micro `json:"max_price,omitempty"`
 }
 
 func (r *SubmitRequest) Validate() error {
@@ -240,6 +244,11 @@ func (r *SubmitRequest) Validate() error {
 	}
 	if r.Budget != 0 {
 		if err := checkAmount("budget", r.Budget); err != nil {
+			return err
+		}
+	}
+	if r.MaxPrice != 0 {
+		if err := checkAmount("max price", r.MaxPrice); err != nil {
 			return err
 		}
 	}

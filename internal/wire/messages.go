@@ -71,6 +71,10 @@ type HoldRequest struct {
 	// means any host.
 	Hosts []string `json:"hosts,omitempty"`
 	Memo  string   `json:"memo,omitempty"`
+	// Mandate is the user's signed spend or submit the hold funds, when a
+	// broker places it: the bank holds only HoldIDFor(user, its request id),
+	// no more than it allows (see mandate.go).
+	Mandate *SignedRequest `json:"mandate,omitempty"`
 }
 
 // MaxHoldHosts bounds a hold's beneficiaries.
@@ -138,6 +142,9 @@ type CaptureLeg struct {
 	Hold       string      `json:"hold"`
 	VM         string      `json:"vm"`
 	Cumulative money.Micro `json:"cumulative"`
+	// Owner is the VM's owner on the host, when the agent knows it: the
+	// bank captures only from a hold of that user.
+	Owner string `json:"owner,omitempty"`
 }
 
 // CaptureBatch is one agent tick's captures: every bid the host charged.
@@ -174,6 +181,11 @@ func (b *CaptureBatch) Validate() error {
 		}
 		if err := checkAmount("cumulative capture", l.Cumulative); err != nil {
 			return err
+		}
+		if l.Owner != "" {
+			if err := CheckName("owner", l.Owner); err != nil {
+				return err
+			}
 		}
 		key := l.Hold + "\x00" + l.VM
 		if seen[l.ID] || seen[key] {
@@ -472,6 +484,12 @@ type Bid struct {
 	Hold     string      `json:"hold"`
 	Budget   money.Micro `json:"budget"`
 	Duration Duration    `json:"duration"`
+	// Mandate is the owner's signed spend or submit the bid acts for (see
+	// mandate.go); an agent that knows identities charges nothing without
+	// it. In a BidRequest one bid of each plan carries it and the plan's
+	// other bids take it from that one (a mandate naming thousands of VMs
+	// travels once per request).
+	Mandate *SignedRequest `json:"mandate,omitempty"`
 }
 
 // Validate checks one bid's fields.
@@ -838,6 +856,10 @@ type AdjustRequest struct {
 	Less money.Micro `json:"less,omitempty"`
 }
 
+// AdjustPlanID is the id of the extension an adjustment makes to its
+// plan's hold.
+func AdjustPlanID(plan, id string) string { return plan + "/" + id }
+
 func (r *AdjustRequest) Validate() error {
 	if err := CheckID("plan id", r.Plan); err != nil {
 		return err
@@ -865,6 +887,9 @@ type ExtendRequest struct {
 	Hold   string      `json:"hold"`
 	User   string      `json:"user"`
 	Amount money.Micro `json:"amount"`
+	// Mandate is the user's signed spend --more, when a broker extends:
+	// the bank adds no more than it signed (see mandate.go).
+	Mandate *SignedRequest `json:"mandate,omitempty"`
 }
 
 func (r *ExtendRequest) Validate() error {
@@ -886,15 +911,22 @@ type SpendReply struct {
 }
 
 // CancelRequest ends User's plan now and releases what it has not spent.
+// ID names the request (cancelling is idempotent whatever it is).
 type CancelRequest struct {
 	Versioned
 	Plan string `json:"plan"`
 	User string `json:"user"`
+	ID   string `json:"id,omitempty"`
 }
 
 func (r *CancelRequest) Validate() error {
 	if err := CheckID("plan id", r.Plan); err != nil {
 		return err
+	}
+	if r.ID != "" {
+		if err := CheckID("cancel id", r.ID); err != nil {
+			return err
+		}
 	}
 	return CheckName("user", r.User)
 }

@@ -15,7 +15,8 @@
 // the typed Do; components serve their subjects through package
 // internal/service, which verifies, decodes, authorizes and replies with this
 // package's envelope. docs/SUBJECTS.md lists every subject and who may send
-// it.
+// it. A user's signed spend travels on with what is done for it, as a
+// mandate agents and the bank check (mandate.go).
 package wire
 
 import (
@@ -70,6 +71,11 @@ const (
 	// BucketPlans holds the broker's plans (key: plan id) and its replicas'
 	// heartbeats (key: "replica.<id>").
 	BucketPlans = "MRM_PLANS"
+	// BucketNonces holds the nonces of the signed requests the broker
+	// replicas served (key: a hash of signer and nonce), with a TTL past
+	// their freshness: a replay to another replica or after a restart is
+	// refused.
+	BucketNonces = "MRM_NONCES"
 	// StreamEvents is the JetStream stream of audit events.
 	StreamEvents = "MRM_EVENTS"
 )

@@ -1,0 +1,50 @@
+package bank
+
+import (
+	"context"
+	"database/sql"
+	"strings"
+	"time"
+
+	"github.com/mrmarket/mrmarket/internal/wire"
+)
+
+// OpenHolds lists the open holds whose memo starts with req.MemoPrefix,
+// placed before req.Before, oldest first: what a broker that lost its plan
+// store recovers plans from (broker.Broker's recovery).
+func (b *Bank) OpenHolds(ctx context.Context, req *wire.OpenHoldsRequest) (wire.OpenHoldsReply, error) {
+	if err := req.Validate(); err != nil {
+		return wire.OpenHoldsReply{}, err
+	}
+	rep := wire.OpenHoldsReply{Holds: []wire.OpenHold{}}
+	err := b.st.run(ctx, func(t tx) error {
+		rep.Holds = rep.Holds[:0]
+		var found []wire.OpenHold
+		err := eachRow(ctx, t, func(r *sql.Rows) error {
+			var h wire.OpenHold
+			var created int64
+			if err := r.Scan(&h.ID, &h.Memo, &created); err != nil {
+				return err
+			}
+			h.Created = time.Unix(0, created)
+			if strings.HasPrefix(h.Memo, req.MemoPrefix) && len(found) < wire.MaxOpenHolds {
+				found = append(found, h)
+			}
+			return nil
+		}, `SELECT h.id, t.memo, h.created FROM holds h JOIN transfers t ON t.id = 'hold:' || h.id
+			WHERE h.status = 'open' AND h.created < ? ORDER BY h.created, h.id`, req.Before.UnixNano())
+		if err != nil {
+			return err
+		}
+		for _, h := range found {
+			info, err := getHold(ctx, t, h.ID)
+			if err != nil {
+				return err
+			}
+			h.HoldInfo = info
+			rep.Holds = append(rep.Holds, h)
+		}
+		return nil
+	})
+	return rep, err
+}

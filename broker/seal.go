@@ -1,0 +1,183 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mrmarket/mrmarket/internal/obs"
+	"github.com/mrmarket/mrmarket/internal/service"
+	"github.com/mrmarket/mrmarket/internal/wire"
+)
+
+// Sealed plan records. The plan bucket is shared storage anyone with
+// JetStream access could write; what the broker runs must be what a broker
+// wrote. With a Signer each record is stored as a wire.Sealed of purpose
+// PlanPurpose(id); with Identities each record read is opened for its own
+// key's id and its signer must be a broker principal. A record that fails
+// (unsigned, forged, sealed for another plan, by a non-broker) is refused:
+// counted (metric broker error "forged_plan", PlanStoreDamage), logged and
+// never run. A plan key deleted or purged is counted ("plan_deleted") and
+// logged. Either way, a plan the mirror knows is written back from it at
+// the next Tick (kvStore.repair).
+
+// PlanPurpose is the seal purpose of plan id's record.
+func PlanPurpose(id string) string { return "plan/" + id }
+
+// sealing is how a kvStore seals and opens records, and what it reports.
+type sealing struct {
+	signer  *wire.Signer       // nil: records are stored unsealed
+	ids     service.Identities // nil: records are not verified
+	whois   *service.WhoisCache
+	now     func() time.Time
+	metrics *obs.Metrics
+
+	refused, deleted, bucketLost atomic.Int64
+
+	mu      sync.Mutex
+	damaged map[string]string // plan id → what happened, to restore
+}
+
+// encode is rec as stored: sealed when there is a signer.
+func (s *sealing) encode(rec *planRecord) ([]byte, error) {
+	body, err := json.Marshal(rec)
+	if err != nil || s.signer == nil {
+		return body, err
+	}
+	return json.Marshal(s.signer.Seal(PlanPurpose(rec.Plan.ID), body))
+}
+
+// open reads the record stored for plan id, checking its seal when the
+// store verifies.
+func (s *sealing) open(id string, value []byte) (*planRecord, error) {
+	var sealed wire.Sealed
+	body := value
+	if json.Unmarshal(value, &sealed) == nil && sealed.Sig != "" {
+		key, err := sealed.Open(PlanPurpose(id))
+		if err != nil {
+			return nil, err
+		}
+		if s.ids != nil {
+			if err := s.broker(key); err != nil {
+				return nil, err
+			}
+		}
+		body = sealed.Body
+	} else if s.ids != nil {
+		return nil, fmt.Errorf("%w: unsealed plan record", wire.ErrBadSeal)
+	}
+	var rec planRecord
+	if err := json.Unmarshal(body, &rec); err != nil {
+		return nil, fmt.Errorf("%w: plan record: %v", wire.ErrBadSeal, err)
+	}
+	if rec.Plan.ID != id {
+		return nil, fmt.Errorf("%w: record of plan %q under the key of %q", wire.ErrWrongPlace, rec.Plan.ID, id)
+	}
+	return &rec, nil
+}
+
+// broker checks key is a broker's.
+func (s *sealing) broker(key string) error {
+	now := time.Now
+	if s.now != nil {
+		now = s.now
+	}
+	p, ok := s.whois.Get(key, now())
+	if !ok {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		var err error
+		if p, err = s.ids.Whois(ctx, key); err != nil {
+			return fmt.Errorf("%w: sealed by %s: %v", wire.ErrBadSeal, key, err)
+		}
+		s.whois.Put(key, p, now())
+	}
+	if p.Role != wire.RoleBroker {
+		return fmt.Errorf("%w: sealed by %s (%s), not a broker", wire.ErrBadSeal, p.Name, p.Role)
+	}
+	return nil
+}
+
+// refuse reports a record that failed to open; known says the mirror has
+// the plan to restore.
+func (s *sealing) refuse(id string, err error, known bool) {
+	s.refused.Add(1)
+	s.metrics.Error("broker", "forged_plan")
+	s.report("plan record refused", id, err)
+	if known {
+		s.markDamaged(id, "refused")
+	}
+}
+
+// lost reports a plan key deleted or purged.
+func (s *sealing) lost(id, what string, known bool) {
+	s.deleted.Add(1)
+	s.metrics.Error("broker", "plan_deleted")
+	s.report("plan record "+what, id, nil)
+	if known {
+		s.markDamaged(id, what)
+	}
+}
+
+func (s *sealing) report(msg, id string, err error) {
+	if err != nil {
+		slog.Warn("broker: "+msg, "plan", id, "err", err)
+		return
+	}
+	slog.Warn("broker: "+msg, "plan", id)
+}
+
+func (s *sealing) markDamaged(id, what string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.damaged[id] = what
+}
+
+func (s *sealing) takeDamaged() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.damaged))
+	for id := range s.damaged {
+		out = append(out, id)
+	}
+	clear(s.damaged)
+	return out
+}
+
+// PlanStoreDamage is what the plan store refused and saw deleted since
+// the broker started (records not sealed by a broker; plan keys deleted
+// or purged; the bucket found deleted).
+type PlanStoreDamage struct{ Refused, Deleted, BucketLost int64 }
+
+// Damage reports the plan store's damage; zero without JetStream.
+func (b *Broker) Damage() PlanStoreDamage {
+	s, ok := b.store.(*kvStore)
+	if !ok {
+		return PlanStoreDamage{}
+	}
+	return PlanStoreDamage{Refused: s.refused.Load(), Deleted: s.deleted.Load(), BucketLost: s.bucketLost.Load()}
+}
+
+// recreatePlans creates plans' bucket again (same name, one value per
+// key) over nc; nil without a connection.
+func recreatePlans(nc *nats.Conn, plans jetstream.KeyValue) func(ctx context.Context) (jetstream.KeyValue, error) {
+	if nc == nil {
+		return nil
+	}
+	name := plans.Bucket()
+	return func(ctx context.Context) (jetstream.KeyValue, error) {
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return nil, err
+		}
+		return js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: name, History: 1,
+			Description: "the broker's spend plans and its replicas' heartbeats"})
+	}
+}

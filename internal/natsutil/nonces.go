@@ -1,0 +1,29 @@
+package natsutil
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mrmarket/mrmarket/internal/wire"
+)
+
+// NonceTTL is how long MRM_NONCES keeps a nonce: past twice the signature
+// skew, so a request is stale before its nonce is forgotten.
+const NonceTTL = 2*wire.MaxSkew + wire.MaxSkew/2
+
+// EnsureNonces creates (or opens) the MRM_NONCES bucket, whose keys expire
+// after NonceTTL (service.KVNonces keeps the broker replicas' nonces there).
+func EnsureNonces(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      wire.BucketNonces,
+		Description: "nonces of the signed requests broker replicas served",
+		History:     1,
+		TTL:         NonceTTL,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("natsutil: bucket %s: %w", wire.BucketNonces, err)
+	}
+	return kv, nil
+}
