@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mrmarket/mrmarket/internal/obs"
@@ -60,6 +61,13 @@ type Options struct {
 	SigningClock func() time.Time
 	// Metrics, when set, counts the bank's requests and errors.
 	Metrics *obs.Metrics
+	// AdminKey is the trust anchor (creds/admin.pub): when set, a principal
+	// is registered only with the admin's record of it (AddPrincipal).
+	AdminKey string
+	// Signer is the bank's own key (role bank): when set, Serve signs every
+	// reply with it, attaching the bank's principal record once registered,
+	// so agents believe only the bank's capture results.
+	Signer *wire.Signer
 }
 
 // Bank is the ledger on its store.
@@ -69,6 +77,10 @@ type Bank struct {
 	metrics *obs.Metrics
 	// signingClock checks signing times (Options.SigningClock); nil: wall clock.
 	signingClock func() time.Time
+
+	adminKey string       // Options.AdminKey
+	signer   *wire.Signer // Options.Signer
+	ownMiss  atomic.Int64 // when ownCert last found no record (Unix ns)
 
 	mu         sync.Mutex
 	principals map[string]wire.Principal // cache by key
@@ -82,7 +94,8 @@ func Open(target string, opts Options) (*Bank, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Bank{st: st, now: opts.Now, metrics: opts.Metrics, signingClock: opts.SigningClock, principals: map[string]wire.Principal{}}
+	b := &Bank{st: st, now: opts.Now, metrics: opts.Metrics, signingClock: opts.SigningClock, principals: map[string]wire.Principal{},
+		adminKey: opts.AdminKey, signer: opts.Signer}
 	if b.now == nil {
 		b.now = time.Now
 	}

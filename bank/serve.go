@@ -2,6 +2,7 @@ package bank
 
 import (
 	"context"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -53,15 +54,44 @@ func Endpoints(b *Bank) service.Table {
 
 // Serve answers the bank's subjects (Endpoints) on nc. The bank is its own
 // registry of identities and keeps nonces in its store, so a replay is
-// refused across restarts and by every replica. stop stops answering.
+// refused across restarts and by every replica. With Options.Signer every
+// reply is signed by the bank's key, its principal record attached (see
+// service.Options.Signer). stop stops answering.
 func Serve(nc *nats.Conn, b *Bank) (stop func(), err error) {
 	svc, err := service.Serve(nc, "mrm-bank", service.Version, Endpoints(b), service.Options{
 		Auth:        &service.Authorizer{Identities: b, Nonces: storeNonces{b}, Now: b.signingClock},
 		Observe:     func(op, code string) { b.metrics.Request("bank", op, code) },
 		Description: "mrmarket's ledger",
+		Signer:      b.signer,
+		Cert:        b.ownCert,
 	})
 	if err != nil {
 		return nil, err
 	}
 	return func() { _ = svc.Stop() }, nil
+}
+
+// ownCert is the bank's own principal record, once registered (nil before:
+// replies are signed but nobody trusts them yet).
+func (b *Bank) ownCert() *wire.Sealed {
+	if b.signer == nil {
+		return nil
+	}
+	key := b.signer.Public()
+	b.mu.Lock()
+	p, ok := b.principals[key]
+	b.mu.Unlock()
+	if ok && p.Cert != nil {
+		return p.Cert
+	}
+	if last := b.ownMiss.Load(); last != 0 && time.Since(time.Unix(0, last)) < time.Second {
+		return nil // not registered a moment ago: do not ask the store on every reply
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if p, err := b.Whois(ctx, key); err == nil && p.Cert != nil {
+		return p.Cert
+	}
+	b.ownMiss.Store(time.Now().UnixNano())
+	return nil
 }

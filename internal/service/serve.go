@@ -26,6 +26,10 @@ type Options struct {
 	// Description and Metadata are the service's, in $SRV.INFO.
 	Description string
 	Metadata    map[string]string
+	// Signer, when set, signs every reply (see reply.go); Cert, when set,
+	// gives the signer's principal record to attach (nil: none yet).
+	Signer *wire.Signer
+	Cert   func() *wire.Sealed
 }
 
 // Serve serves t on nc as the micro service name at version, until the
@@ -87,11 +91,12 @@ func handler(e *Endpoint, opts Options) micro.HandlerFunc {
 			return // a publish, not a request: nobody to answer
 		}
 		body := wire.EncodeReply(res, err)
+		ro := replyOpts(opts, r, body)
 		if err != nil {
-			_ = r.Error(statusOf(code), describe(err), body) // the requester may be gone: nothing to do
+			_ = r.Error(statusOf(code), describe(err), body, ro...) // the requester may be gone: nothing to do
 			return
 		}
-		_ = r.Respond(body)
+		_ = r.Respond(body, ro...)
 	}
 }
 

@@ -2,6 +2,8 @@ package service
 
 import (
 	"container/list"
+	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -75,4 +77,50 @@ func (c *WhoisCache) Len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.order.Len()
+}
+
+// certified is Identities whose answers count only with the anchor's
+// principal record (see Certified).
+type certified struct {
+	ids       Identities
+	admin     string
+	onRefused func(key string, err error)
+}
+
+// Certified makes ids trustworthy over an untrusted network: an answer is
+// believed only when its Cert opens as the asked key's principal record
+// sealed by the anchor adminKey, and the principal is the one the record
+// names (wire.OpenPrincipal); any other answer — a forged whois reply from
+// whoever joined the bank's queue group, a record of another key or sealed
+// by another key — is refused as wire.ErrUnknownKey and heard by onRefused
+// (nil: nobody). The anchor key itself is the admin without asking. nil
+// ids stays nil; an empty adminKey leaves ids as they are (a market without
+// identities: tests, the simulator).
+func Certified(ids Identities, adminKey string, onRefused func(key string, err error)) Identities {
+	if ids == nil || adminKey == "" {
+		return ids
+	}
+	return certified{ids: ids, admin: adminKey, onRefused: onRefused}
+}
+
+// Whois asks ids and checks the answer's record.
+func (c certified) Whois(ctx context.Context, key string) (wire.Principal, error) {
+	if key == c.admin {
+		return wire.OpenPrincipal(nil, c.admin, key)
+	}
+	p, err := c.ids.Whois(ctx, key)
+	if err != nil {
+		return wire.Principal{}, err
+	}
+	got, err := wire.OpenPrincipal(p.Cert, c.admin, key)
+	if err == nil && (got.Name != p.Name || got.Role != p.Role || p.Key != key) {
+		err = fmt.Errorf("%w: the answer says %s %s, its record %s %s", wire.ErrCertBody, p.Role, p.Name, got.Role, got.Name)
+	}
+	if err != nil {
+		if c.onRefused != nil {
+			c.onRefused(key, err)
+		}
+		return wire.Principal{}, fmt.Errorf("%w %s (%v)", wire.ErrUnknownKey, key, err)
+	}
+	return got, nil
 }
