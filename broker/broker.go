@@ -126,6 +126,11 @@ type Config struct {
 	// plans and jobs (see Endpoints) signed, once each, by the user they act
 	// for (or an admin).
 	Identities Identities
+	// AdminKey is the trust anchor (creds/admin.pub): when set with
+	// Identities, identities count only with the admin's records
+	// (service.Certified) and host states only sealed by their host's agent
+	// (states.go).
+	AdminKey string
 }
 
 // Broker is the host registry, price feed and plan runner. Its methods are
@@ -239,6 +244,7 @@ func (b *Broker) Observe(st wire.HostState) {
 			}
 		}
 	}
+	st.VMs = b.unclaimed(st)
 	b.hosts[st.Host] = st
 	for i, v := range st.VMs {
 		b.vmAt[v.VM] = vmPlace{st.Host, i}
@@ -255,6 +261,33 @@ func (b *Broker) Observe(st wire.HostState) {
 		b.beStats[st.Host] = be
 	}
 	be.Observe(b.bestEffortPrice(st))
+}
+
+// unclaimed is st's VMs less those another host reports: a VM belongs to
+// the first host whose state lists it until that host's own state drops it
+// (a VM that moves is taken by its new host on the state after the old one
+// let it go), so no host's state — a compromised agent's included — takes
+// over another host's VM. Each VM refused is counted ("vm_claimed"). b.mu
+// must be held.
+func (b *Broker) unclaimed(st wire.HostState) []wire.VMState {
+	var keep []wire.VMState
+	for i, v := range st.VMs {
+		at, ok := b.vmAt[v.VM]
+		if !ok || at.host == st.Host {
+			if keep != nil {
+				keep = append(keep, v)
+			}
+			continue
+		}
+		if keep == nil {
+			keep = append(make([]wire.VMState, 0, len(st.VMs)), st.VMs[:i]...)
+		}
+		b.cfg.Metrics.Error("broker", "vm_claimed")
+	}
+	if keep == nil {
+		return st.VMs
+	}
+	return keep
 }
 
 // bestEffortPrice is a host's price less the rates of admitted jobs' bids:

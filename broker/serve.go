@@ -49,26 +49,25 @@ func Endpoints(b *Broker) service.Table {
 }
 
 // Serve feeds b with every host's state (the live subject, after catching
-// up from the MRM_HOSTS bucket when it exists) and answers the broker's
-// subjects (Endpoints). stop unsubscribes and stops answering.
+// up from the MRM_HOSTS bucket when it exists), each checked as states.go
+// says, and answers the broker's subjects (Endpoints). stop unsubscribes
+// and stops answering.
 func Serve(nc *nats.Conn, b *Broker) (stop func(), err error) {
+	intake := newStateIntake(b)
 	states, err := nc.Subscribe(wire.AllHostStates, func(m *nats.Msg) {
-		var st wire.HostState
-		if err := wire.Decode(m.Data, &st); err != nil {
-			b.cfg.Metrics.Error("broker", "bad_state")
-			return
-		}
-		b.Observe(st)
+		ctx, cancel := context.WithTimeout(context.Background(), wire.DefaultTimeout)
+		defer cancel()
+		_ = intake.take(ctx, m.Data, true) // refused states are counted
 	})
 	if err != nil {
 		return nil, err
 	}
-	if err := catchUp(nc, b); err != nil {
+	if err := catchUp(nc, intake); err != nil {
 		_ = states.Unsubscribe()
 		return nil, err
 	}
 	svc, err := service.Serve(nc, "mrm-broker", service.Version, Endpoints(b), service.Options{
-		Auth:        service.Remote(b.cfg.Identities, b.cfg.SigningClock, whoisTTL, whoisSize),
+		Auth:        service.Remote(b.identities(), b.cfg.SigningClock, whoisTTL, whoisSize),
 		Observe:     func(op, code string) { b.cfg.Metrics.Request("broker", op, code) },
 		Description: "mrmarket's broker: prices, spend plans, deadlines",
 		Metadata:    map[string]string{"replica": b.cfg.Replica},
@@ -83,9 +82,10 @@ func Serve(nc *nats.Conn, b *Broker) (stop func(), err error) {
 	}, nil
 }
 
-// catchUp reads the last state of every host from the MRM_HOSTS bucket.
-// No JetStream or no bucket yet is not an error: states will come live.
-func catchUp(nc *nats.Conn, b *Broker) error {
+// catchUp reads the last state of every host from the MRM_HOSTS bucket,
+// checked like live ones (but of any age: a host may be silent). No
+// JetStream or no bucket yet is not an error: states will come live.
+func catchUp(nc *nats.Conn, intake *stateIntake) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	js, err := jetstream.New(nc)
@@ -108,12 +108,7 @@ func catchUp(nc *nats.Conn, b *Broker) error {
 		if err != nil {
 			return err
 		}
-		var st wire.HostState
-		if err := wire.Decode(e.Value(), &st); err != nil {
-			b.cfg.Metrics.Error("broker", "bad_state")
-			continue
-		}
-		b.Observe(st)
+		_ = intake.take(ctx, e.Value(), false) // refused states are counted
 	}
 	return nil
 }
