@@ -42,7 +42,18 @@
 // # Principals and signatures
 //
 // Identities are NKey (ed25519) public keys registered with a name and a
-// role: admin, user, agent (named by its host) or broker. On NATS every
+// role: admin, user, agent (named by its host), broker or bank (the bank's
+// own key). The trust anchor is the admin's public key (Options.AdminKey,
+// creds/admin.pub): a bank that knows it registers a principal only with
+// the admin's sealed record of exactly that key, name and role
+// (wire.SealPrincipal), keeps the record (migration 0002) and gives it out
+// with every whois answer, so agents and brokers believe an identity only
+// if the record opens with the anchor — never because an answer says so.
+// The newest record wins; an older one replayed is refused
+// (ErrOlderRecord). With Options.Signer every reply is signed by the bank's
+// key, its record attached (service.Options.Signer), and bank.Client with
+// AdminKey believes the answers it acts on (capture, hold, release, extend)
+// only when so signed. On NATS every
 // mutating request must be signed (package wire: subject, body, time, nonce);
 // a bad signature, a time more than wire.MaxSkew from the bank's signing
 // clock (Options.SigningClock, the wall clock by default), a nonce seen
@@ -52,7 +63,8 @@
 // its own money; the broker holds and releases for users (it acts only on
 // spends those users signed); only host H's agent captures, and only to H's
 // provider account. Reads (balance, statement, ledger, whois) are open to
-// any client of the NATS account. The in-process methods trust their caller.
+// any client of the NATS account (a whois answer is only as good as the
+// record it carries). The in-process methods trust their caller.
 //
 // # Stores
 //

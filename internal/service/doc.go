@@ -26,7 +26,9 @@
 //
 // Replies are the bytes clients decoded before this package existed
 // (wire.Call, wire.CallAs, bank.Client, broker.Client); micro only adds its
-// error headers to refusals.
+// error headers to refusals. With Options.Signer every reply, refusals
+// included, is also signed (reply.go): headers Mrm-Key, Mrm-Sig and the
+// signer's record Mrm-Cert, checked by wire.CallTrusted.
 //
 // # Authorization
 //
@@ -37,7 +39,10 @@
 // allows (wire.ErrRole, "<name> (<role>) may not <what>") and a nonce not
 // seen before (Nonces: the bank's durable store, or MemoryNonces). Without
 // Identities every request passes, signed or not: what tests and the
-// simulator rely on. Signatures are still verified when present.
+// simulator rely on. Signatures are still verified when present. Over the
+// network, Identities are wrapped by Certified: an answer counts only with
+// the admin-sealed record of the asked key (wire.OpenPrincipal), so whoever
+// answers whois in the bank's place makes nobody a principal.
 //
 // # Clocks
 //
