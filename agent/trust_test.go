@@ -168,6 +168,9 @@ func TestForgedCaptureReplyKeepsTheBid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := forger.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	reg := prometheus.NewRegistry()
 	metrics := obs.NewMetrics(reg)
 	sim := agent.NewSimEnforcer(now, 1, agent.VM{ID: "vm1", Owner: "alice"})
@@ -183,14 +186,14 @@ func TestForgedCaptureReplyKeepsTheBid(t *testing.T) {
 	}
 	// Tick 1: only forgers answer.
 	clock = t0.Add(time.Minute)
-	tctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	tctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	_, err = a.Tick(tctx, clock)
 	cancel()
 	if !errors.Is(err, wire.ErrUnavailable) {
 		t.Fatalf("a capture only forgers answered: %v", err)
 	}
 	if got := errorsCounted(t, reg, "agent", "untrusted_reply"); got != 3 {
-		t.Fatalf("forged replies counted: %v, want 3", got)
+		t.Fatalf("forged replies counted: %v, want 3 (tick: %v)", got, err)
 	}
 	if st := a.State(); st.VMs[0].Hold != "h" || st.VMs[0].Rate == 0 {
 		t.Fatalf("the bid was dropped on a forged answer: %+v", st.VMs[0])
