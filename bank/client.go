@@ -14,12 +14,14 @@ import (
 // (admin for grants, the user for holds and transfers). The bank refuses
 // unsigned mutating requests.
 //
-// With AdminKey set (the trust anchor), the answers a caller acts on —
-// capture, hold, release and extend — are believed only when signed by a
-// principal of role bank whose record the admin sealed (wire.CallTrusted):
-// an unsigned or forged reply, an error reply included, is ignored and the
-// call fails as unavailable if no trusted one comes, so an agent keeps its
-// bids and captures again next tick. OnRefused hears each reply ignored.
+// With AdminKey set (the trust anchor), every answer but whois's (which
+// carries the admin's record of the key instead: service.Certified) is
+// believed only when signed by a principal of role bank whose record the
+// admin sealed (wire.CallTrusted): an unsigned or forged reply, an error
+// reply included, is ignored and the call fails as unavailable if no
+// trusted one comes, so an agent keeps its bids and captures again next
+// tick, and a CLI never prints a grant the bank did not make. OnRefused
+// hears each reply ignored.
 type Client struct {
 	NC        *nats.Conn
 	Signer    *wire.Signer
@@ -31,16 +33,11 @@ type Client struct {
 var asAdmin = wire.As{Role: wire.RoleAdmin, Name: "admin"}
 
 // call is every method's one path: sign as who (the zero As: unsigned),
-// send, decode.
+// send, decode — believing only the bank's signed answer when c knows the
+// anchor.
 func call[Rep any](ctx context.Context, c Client, who wire.As, subject string, req wire.Message) (Rep, error) {
-	return wire.DoAs[Rep](ctx, c.NC, c.Signer, c.Keys, who, subject, req)
-}
-
-// trusted is call for an answer the caller acts on: signed by the bank when
-// c knows the anchor.
-func trusted[Rep any](ctx context.Context, c Client, who wire.As, subject string, req wire.Message) (Rep, error) {
 	if c.AdminKey == "" {
-		return call[Rep](ctx, c, who, subject, req)
+		return wire.DoAs[Rep](ctx, c.NC, c.Signer, c.Keys, who, subject, req)
 	}
 	return wire.DoAsTrusted[Rep](ctx, c.NC, c.Signer, c.Keys, who, subject, req, wire.TrustRole(c.AdminKey, wire.RoleBank), c.OnRefused)
 }
@@ -52,22 +49,22 @@ func (c Client) Grant(ctx context.Context, req *wire.GrantRequest) (wire.GrantRe
 
 // Hold moves a user's money into escrow (the user or the broker).
 func (c Client) Hold(ctx context.Context, req *wire.HoldRequest) (wire.HoldReply, error) {
-	return trusted[wire.HoldReply](ctx, c, wire.As{Role: wire.RoleUser, Name: req.User}, wire.BankHold, req)
+	return call[wire.HoldReply](ctx, c, wire.As{Role: wire.RoleUser, Name: req.User}, wire.BankHold, req)
 }
 
 // Capture sends one tick's capture batch (the host's agent).
 func (c Client) Capture(ctx context.Context, req *wire.CaptureBatch) (wire.CaptureReply, error) {
-	return trusted[wire.CaptureReply](ctx, c, wire.As{Role: wire.RoleAgent, Name: req.Host}, wire.BankCapture, req)
+	return call[wire.CaptureReply](ctx, c, wire.As{Role: wire.RoleAgent, Name: req.Host}, wire.BankCapture, req)
 }
 
 // Release closes a hold and returns its remainder (its user or the broker).
 func (c Client) Release(ctx context.Context, req *wire.ReleaseRequest) (wire.ReleaseReply, error) {
-	return trusted[wire.ReleaseReply](ctx, c, wire.As{Role: wire.RoleUser, Name: req.User}, wire.BankRelease, req)
+	return call[wire.ReleaseReply](ctx, c, wire.As{Role: wire.RoleUser, Name: req.User}, wire.BankRelease, req)
 }
 
 // Extend adds money to an open hold (its user or the broker).
 func (c Client) Extend(ctx context.Context, req *wire.ExtendRequest) (wire.HoldReply, error) {
-	return trusted[wire.HoldReply](ctx, c, wire.As{Role: wire.RoleUser, Name: req.User}, wire.BankExtend, req)
+	return call[wire.HoldReply](ctx, c, wire.As{Role: wire.RoleUser, Name: req.User}, wire.BankExtend, req)
 }
 
 // Transfer moves money from one user to another (the payer).
@@ -87,7 +84,7 @@ func (c Client) AddPrincipal(ctx context.Context, req *wire.PrincipalRequest) (w
 
 // Whois finds the principal of a public key.
 func (c Client) Whois(ctx context.Context, key string) (wire.Principal, error) {
-	return call[wire.Principal](ctx, c, wire.As{}, wire.BankWhois, &wire.WhoisRequest{Key: key})
+	return wire.DoAs[wire.Principal](ctx, c.NC, c.Signer, c.Keys, wire.As{}, wire.BankWhois, &wire.WhoisRequest{Key: key})
 }
 
 // Balance reports a user's account.

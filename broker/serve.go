@@ -71,6 +71,8 @@ func Serve(nc *nats.Conn, b *Broker) (stop func(), err error) {
 		Observe:     func(op, code string) { b.cfg.Metrics.Request("broker", op, code) },
 		Description: "mrmarket's broker: prices, spend plans, deadlines",
 		Metadata:    map[string]string{"replica": b.cfg.Replica},
+		Signer:      b.cfg.Signer,
+		Cert:        b.ownCert,
 	})
 	if err != nil {
 		_ = states.Unsubscribe()
@@ -115,11 +117,16 @@ func catchUp(nc *nats.Conn, intake *stateIntake) error {
 
 // Client is the broker over NATS. Its methods set each request's version
 // and sign spends and cancels with Signer, or else with the credentials Keys
-// holds for the request's user.
+// holds for the request's user. With AdminKey (the trust anchor) set, an
+// answer is believed only when signed by a broker principal whose record
+// the admin sealed (wire.CallTrusted): a forged reply — "spent", or an
+// error — is ignored. OnRefused hears each reply ignored.
 type Client struct {
-	NC     *nats.Conn
-	Signer *wire.Signer
-	Keys   wire.Keyring
+	NC        *nats.Conn
+	Signer    *wire.Signer
+	Keys      wire.Keyring
+	AdminKey  string
+	OnRefused func(error)
 }
 
 // asUser signs a request as user; no user sends it unsigned.
@@ -133,6 +140,9 @@ func asUser(user string) wire.As {
 // call is every method's one path: sign as who (the zero As: unsigned),
 // send, decode.
 func call[Rep any](ctx context.Context, c Client, who wire.As, subject string, req wire.Message) (Rep, error) {
+	if c.AdminKey != "" {
+		return wire.DoAsTrusted[Rep](ctx, c.NC, c.Signer, c.Keys, who, subject, req, wire.TrustRole(c.AdminKey, wire.RoleBroker), c.OnRefused)
+	}
 	return wire.DoAs[Rep](ctx, c.NC, c.Signer, c.Keys, who, subject, req)
 }
 

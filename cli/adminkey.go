@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"os"
 
 	ucli "github.com/urfave/cli/v2"
 
@@ -37,4 +38,26 @@ func adminKey(c *ucli.Context) (string, error) {
 		return "", usageError{fmt.Errorf("no admin key: pass --admin-key (or MRM_ADMIN_KEY) or put admin.pub in --creds %s (`mrmarket up` writes it)", c.String("creds"))}
 	}
 	return k, nil
+}
+
+// clientAdminKey is the anchor a command checks answers against:
+// --admin-key where the command has it, else MRM_ADMIN_KEY, else the
+// credentials directory's; "" (answers taken unchecked, as before
+// identities) when none is known.
+func clientAdminKey(c *ucli.Context) string {
+	v := c.String("admin-key")
+	if v == "" {
+		v = os.Getenv("MRM_ADMIN_KEY")
+	}
+	if v != "" {
+		if wire.CheckPublicKey(v) == nil {
+			return v
+		}
+		if k, err := wire.AdminKeyFile(v); err == nil {
+			return k
+		}
+		return v // not a key: every answer is refused, and the error says so
+	}
+	k, _ := wire.CredsDir(c.String("creds")).AdminKey()
+	return k
 }

@@ -190,7 +190,8 @@ func withClients(c *ucli.Context, use func(cl clients) error) error {
 	}
 	defer nc.Close()
 	keys := wire.CredsDir(c.String("creds"))
-	return use(clients{bank: bank.Client{NC: nc, Keys: keys}, broker: broker.Client{NC: nc, Keys: keys}})
+	anchor := clientAdminKey(c) // answers count only signed by the bank or the broker
+	return use(clients{bank: bank.Client{NC: nc, Keys: keys, AdminKey: anchor}, broker: broker.Client{NC: nc, Keys: keys, AdminKey: anchor}})
 }
 
 // connect opens a client connection to the market named by --nats, failing

@@ -1,12 +1,14 @@
 package wire
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/nats-io/nats.go"
 )
@@ -81,7 +83,7 @@ type ReplyTrust func(key string, cert *Sealed) error
 // attached to the reply, is sealed by the anchor adminKey.
 func TrustRole(adminKey, role string) ReplyTrust {
 	return func(key string, cert *Sealed) error {
-		p, err := OpenPrincipal(cert, adminKey, key)
+		p, err := openedRecords.open(cert, adminKey, key)
 		if err != nil {
 			return fmt.Errorf("%w: %v", ErrReplyTrust, err)
 		}
@@ -176,4 +178,42 @@ func DoAsTrusted[Rep any](ctx context.Context, nc *nats.Conn, fixed *Signer, key
 	}
 	err = CallTrusted(ctx, nc, msg, trust, onRefused, &rep)
 	return rep, err
+}
+
+// recordCache remembers the records that opened (a service attaches the
+// same record to every reply), so a trusted call costs one signature check,
+// the reply's, not two. It holds at most maxOpenedRecords and starts over
+// when full.
+type recordCache struct {
+	mu sync.Mutex
+	m  map[string]Principal
+}
+
+const maxOpenedRecords = 1024
+
+var openedRecords recordCache
+
+// open is OpenPrincipal, remembered by (anchor, key, record signature).
+func (c *recordCache) open(cert *Sealed, adminKey, key string) (Principal, error) {
+	if cert == nil {
+		return OpenPrincipal(cert, adminKey, key)
+	}
+	k := adminKey + "\n" + key + "\n" + cert.Sig
+	c.mu.Lock()
+	p, ok := c.m[k]
+	c.mu.Unlock()
+	if ok && p.Cert != nil && p.Cert.Key == cert.Key && p.Cert.Time == cert.Time && p.Cert.Purpose == cert.Purpose && bytes.Equal(p.Cert.Body, cert.Body) {
+		return p, nil
+	}
+	p, err := OpenPrincipal(cert, adminKey, key)
+	if err != nil {
+		return p, err
+	}
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= maxOpenedRecords {
+		c.m = map[string]Principal{}
+	}
+	c.m[k] = p
+	c.mu.Unlock()
+	return p, nil
 }
