@@ -285,3 +285,49 @@ func TestAVMStaysWithItsHost(t *testing.T) {
 type noAgents struct{}
 
 func (noAgents) Bid(context.Context, string, *wire.BidRequest) error { return nil }
+
+// TestForgedBrokerRepliesIgnored: a client that knows the anchor takes the
+// broker's signed answer and ignores a forger's quicker one (here, a plan
+// list with a plan that does not exist).
+func TestForgedBrokerRepliesIgnored(t *testing.T) {
+	w := newStateWorld(t)
+	key := newSigner(t)
+	bk, err := bank.Open(filepath.Join(t.TempDir(), "registry.db"), bank.Options{AdminKey: w.admin.Public()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bk.Close()
+	// The broker's key is registered where the broker looks it up.
+	if _, err := bk.AddPrincipal(context.Background(), &wire.PrincipalRequest{Key: key.Public(), Name: "broker", Role: wire.RoleBroker,
+		Cert: wire.SealPrincipal(w.admin, key.Public(), "broker", wire.RoleBroker)}); err != nil {
+		t.Fatal(err)
+	}
+	w.stopped()
+	w.stopped = nil
+	b, err := broker.New(broker.Config{NC: w.nc, Bank: bank.Client{NC: w.nc}, Identities: bk, AdminKey: w.admin.Public(), Signer: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	stopB, err := broker.Serve(w.nc, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopB()
+	sub, err := w.nc.Subscribe(wire.BrokerPlans, func(m *nats.Msg) {
+		_ = m.Respond(wire.EncodeReply(wire.PlansReply{Plans: []wire.Plan{{ID: "forged"}}}, nil))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := w.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	refused := 0
+	c := broker.Client{NC: w.nc, AdminKey: w.admin.Public(), OnRefused: func(error) { refused++ }}
+	rep, err := c.Plans(context.Background(), &wire.PlansRequest{})
+	if err != nil || len(rep.Plans) != 0 || refused != 1 {
+		t.Fatalf("plans: %+v %v (%d replies ignored)", rep, err, refused)
+	}
+}
