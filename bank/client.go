@@ -14,10 +14,11 @@ import (
 // (admin for grants, the user for holds and transfers). The bank refuses
 // unsigned mutating requests.
 //
-// With AdminKey set (the trust anchor), every answer but whois's (which
-// carries the admin's record of the key instead: service.Certified) is
-// believed only when signed by a principal of role bank whose record the
-// admin sealed (wire.CallTrusted): an unsigned or forged reply, an error
+// With AdminKey set (the trust anchor), every answer is believed only when
+// signed by a principal of role bank whose record the admin sealed
+// (wire.CallTrusted) — whois answers too, whose own record the caller
+// checks as well (service.Certified), so not even a genuine but outdated
+// record can be replayed by someone answering in the bank's place: an unsigned or forged reply, an error
 // reply included, is ignored and the call fails as unavailable if no
 // trusted one comes, so an agent keeps its bids and captures again next
 // tick, and a CLI never prints a grant the bank did not make. OnRefused
@@ -84,7 +85,7 @@ func (c Client) AddPrincipal(ctx context.Context, req *wire.PrincipalRequest) (w
 
 // Whois finds the principal of a public key.
 func (c Client) Whois(ctx context.Context, key string) (wire.Principal, error) {
-	return wire.DoAs[wire.Principal](ctx, c.NC, c.Signer, c.Keys, wire.As{}, wire.BankWhois, &wire.WhoisRequest{Key: key})
+	return call[wire.Principal](ctx, c, wire.As{}, wire.BankWhois, &wire.WhoisRequest{Key: key})
 }
 
 // Balance reports a user's account.

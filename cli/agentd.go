@@ -83,7 +83,7 @@ func agentCommand() *ucli.Command {
 			a, err := agent.New(agent.Config{Host: host, Enforcer: enf,
 				Capturer:  bank.Client{NC: nc, Signer: signer, AdminKey: anchor, OnRefused: func(error) { metrics.Error("agent", "untrusted_reply") }},
 				Publisher: agent.NATSPublisher{NC: nc, KV: assets.Hosts, Signer: signer}, Metrics: metrics, Capacity: capacity,
-				StateFile: c.String("state"), Identities: bank.Client{NC: nc}, AdminKey: anchor})
+				StateFile: c.String("state"), Identities: bank.Client{NC: nc, AdminKey: anchor}, AdminKey: anchor})
 			if err != nil {
 				return err
 			}
@@ -152,7 +152,7 @@ func brokerCommand() *ucli.Command {
 			metrics := obs.NewMetrics(reg)
 			b, err := broker.New(broker.Config{NC: nc, Signer: signer, AdminKey: anchor,
 				Bank:       bank.Client{NC: nc, Signer: signer, AdminKey: anchor, OnRefused: func(error) { metrics.Error("broker", "untrusted_reply") }},
-				Identities: bank.Client{NC: nc}, Settle: c.Duration("settle"), Metrics: metrics,
+				Identities: bank.Client{NC: nc, AdminKey: anchor}, Settle: c.Duration("settle"), Metrics: metrics,
 				Tick: c.Duration("tick"), Plans: assets.Plans, DeadlineShare: c.Float64("deadline-share"), JobOrder: c.String("job-order")})
 			if err != nil {
 				return err

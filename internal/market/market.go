@@ -300,7 +300,7 @@ func (m *Market) startAgents(ctx context.Context, now func() time.Time, assets *
 			Metrics:    m.Metrics,
 			Now:        now,
 			Capacity:   h.CPUs,
-			Identities: bank.Client{NC: nc},
+			Identities: bank.Client{NC: nc, AdminKey: m.AdminKey()},
 			StateFile:  stateFile(h.ID),
 		})
 		if err != nil {
@@ -326,7 +326,7 @@ func (m *Market) startBroker(now func() time.Time, assets *natsutil.Assets, sign
 	}
 	m.Broker, err = broker.New(broker.Config{
 		NC: nc, Bank: bank.Client{NC: nc, Signer: signer, AdminKey: m.AdminKey(), OnRefused: m.refused("broker")}, Now: now,
-		Settle: m.cfg.Settle, Metrics: m.Metrics, Signer: signer, Identities: bank.Client{NC: nc}, AdminKey: m.AdminKey(),
+		Settle: m.cfg.Settle, Metrics: m.Metrics, Signer: signer, Identities: bank.Client{NC: nc, AdminKey: m.AdminKey()}, AdminKey: m.AdminKey(),
 		Tick: m.cfg.TickPeriod, Plans: assets.Plans, Replica: "broker-1",
 	})
 	if err != nil {
