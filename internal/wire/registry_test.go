@@ -188,3 +188,14 @@ func TestCallTrustedIgnoresForgedReplies(t *testing.T) {
 		}
 	}
 }
+
+// TestCallTrustedWithNobodyAnswering fails fast as unavailable.
+func TestCallTrustedWithNobodyAnswering(t *testing.T) {
+	_, nc := natstest.Start(t)
+	admin := signer(t)
+	start := time.Now()
+	err := wire.CallTrusted(context.Background(), nc, nats.NewMsg("nobody"), wire.TrustRole(admin.Public(), wire.RoleBank), nil, nil)
+	if !errors.Is(err, wire.ErrUnavailable) || time.Since(start) > 2*time.Second {
+		t.Fatalf("nobody answering: %v after %s", err, time.Since(start))
+	}
+}

@@ -6,8 +6,9 @@ import (
 	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -106,12 +107,11 @@ func CallTrusted(ctx context.Context, nc *nats.Conn, req *nats.Msg, trust ReplyT
 		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)
 		defer cancel()
 	}
-	inbox := nc.NewInbox()
-	sub, err := nc.SubscribeSync(inbox)
+	inbox, replies, done, err := trustedMux(nc)
 	if err != nil {
 		return Errorf(ErrUnavailable, "request on %s: %v", subject, err)
 	}
-	defer func() { _ = sub.Unsubscribe() }()
+	defer done()
 	req.Reply = inbox
 	nonce := ""
 	if req.Header != nil {
@@ -122,15 +122,14 @@ func CallTrusted(ctx context.Context, nc *nats.Conn, req *nats.Msg, trust ReplyT
 	}
 	var refused error
 	for {
-		m, err := sub.NextMsgWithContext(ctx)
-		switch {
-		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled), errors.Is(err, nats.ErrTimeout):
+		var m *nats.Msg
+		select {
+		case m = <-replies:
+		case <-ctx.Done():
 			if refused != nil {
 				return Errorf(ErrUnavailable, "no trusted answer on %s in time (ignored: %v)", subject, refused)
 			}
 			return Errorf(ErrUnavailable, "no answer on %s in time", subject)
-		case err != nil:
-			return Errorf(ErrUnavailable, "request on %s: %v", subject, err)
 		}
 		if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
 			return Errorf(ErrUnavailable, "nothing answers on %s (is the market running? try `mrmarket up`)", subject)
@@ -216,4 +215,64 @@ func (c *recordCache) open(cert *Sealed, adminKey, key string) (Principal, error
 	c.m[k] = p
 	c.mu.Unlock()
 	return p, nil
+}
+
+// The trusted calls of a connection share one subscription on a wildcard
+// inbox (as nats.go's own requests do), each call its own token and
+// channel: no subscription per call on the hot paths (captures, bids).
+type replyMux struct {
+	mu     sync.Mutex
+	prefix string // "<inbox>." — a call's inbox is prefix + token
+	calls  map[string]chan *nats.Msg
+	next   uint64
+	sub    *nats.Subscription
+}
+
+// replyMuxes is each connection's mux.
+var replyMuxes sync.Map // *nats.Conn → *replyMux
+
+// maxRepliesPerCall bounds what one call buffers: forged replies beyond it
+// are dropped (the call still takes a trusted one arriving later, as long
+// as it waits).
+const maxRepliesPerCall = 16
+
+// trustedMux registers a call on nc's mux: its inbox, the channel of the
+// replies to it, and done to unregister.
+func trustedMux(nc *nats.Conn) (string, <-chan *nats.Msg, func(), error) {
+	v, _ := replyMuxes.LoadOrStore(nc, &replyMux{})
+	mux := v.(*replyMux)
+	mux.mu.Lock()
+	defer mux.mu.Unlock()
+	if mux.sub == nil || !mux.sub.IsValid() {
+		mux.prefix = nc.NewInbox() + "."
+		mux.calls = map[string]chan *nats.Msg{}
+		sub, err := nc.Subscribe(mux.prefix+"*", mux.deliver)
+		if err != nil {
+			return "", nil, nil, err
+		}
+		mux.sub = sub
+	}
+	mux.next++
+	token := strconv.FormatUint(mux.next, 36)
+	ch := make(chan *nats.Msg, maxRepliesPerCall)
+	mux.calls[token] = ch
+	return mux.prefix + token, ch, func() {
+		mux.mu.Lock()
+		delete(mux.calls, token)
+		mux.mu.Unlock()
+	}, nil
+}
+
+// deliver hands a reply to its call, if it still waits and has room.
+func (mux *replyMux) deliver(m *nats.Msg) {
+	mux.mu.Lock()
+	ch, ok := mux.calls[strings.TrimPrefix(m.Subject, mux.prefix)]
+	mux.mu.Unlock()
+	if !ok {
+		return
+	}
+	select {
+	case ch <- m:
+	default:
+	}
 }
