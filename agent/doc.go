@@ -81,7 +81,9 @@
 // broker (or an admin), once each: a bid names the hold it charges, so a bid
 // from anyone else could spend another user's money. With Config.AdminKey
 // too, an identity counts only with the admin's record of it
-// (service.Certified): a forged whois answer makes nobody a broker.
+// (service.Certified): a forged whois answer makes nobody a broker. With
+// Config.Signer the agent signs its replies, so the broker believes a bid's
+// outcome only from this host's agent.
 //
 // # Trusted capture results
 //

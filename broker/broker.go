@@ -61,9 +61,18 @@ type Agents interface {
 type natsAgents struct {
 	nc     *nats.Conn
 	signer *wire.Signer
+	// adminKey, when set, makes a bid's answer count only signed by the
+	// host's own agent (wire.TrustPrincipal): a forged "done" or refusal
+	// is ignored.
+	adminKey  string
+	onRefused func(error)
 }
 
 func (a natsAgents) Bid(ctx context.Context, host string, req *wire.BidRequest) error {
+	if a.adminKey != "" {
+		return wire.CallAsTrusted(ctx, a.nc, a.signer, wire.AgentBidSubject(host), req,
+			wire.TrustPrincipal(a.adminKey, wire.RoleAgent, host), a.onRefused, nil)
+	}
 	return wire.CallAs(ctx, a.nc, a.signer, wire.AgentBidSubject(host), req, nil)
 }
 
@@ -162,7 +171,12 @@ func New(cfg Config) (*Broker, error) {
 		return nil, errors.New("broker: a Bank, and a NATS connection or Agents, are required")
 	}
 	if cfg.Agents == nil {
-		cfg.Agents = natsAgents{cfg.NC, cfg.Signer}
+		cfg.Agents = natsAgents{nc: cfg.NC, signer: cfg.Signer}
+		if cfg.Identities != nil && cfg.AdminKey != "" {
+			m := cfg.Metrics
+			cfg.Agents = natsAgents{nc: cfg.NC, signer: cfg.Signer, adminKey: cfg.AdminKey,
+				onRefused: func(error) { m.Error("broker", "untrusted_reply") }}
+		}
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

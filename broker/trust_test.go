@@ -338,3 +338,74 @@ func TestForgedBrokerRepliesIgnored(t *testing.T) {
 		t.Fatalf("plans: %+v %v", rep, err)
 	}
 }
+
+// TestForgedBidRepliesIgnored: a broker that knows the anchor believes a
+// bid's answer only from the host's own agent. With only a forger
+// answering ("forbidden", which would roll the spend back), the spend
+// cannot tell and fails as unavailable; with the agent serving, its signed
+// answer is taken.
+func TestForgedBidRepliesIgnored(t *testing.T) {
+	ctx := context.Background()
+	_, nc := natstest.Start(t)
+	admin, hostKey, brokerKey := newSigner(t), newSigner(t), newSigner(t)
+	bk, err := bank.Open(filepath.Join(t.TempDir(), "bank.db"), bank.Options{AdminKey: admin.Public()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bk.Close()
+	for _, p := range []wire.Principal{{Key: hostKey.Public(), Name: "host-1", Role: wire.RoleAgent}, {Key: brokerKey.Public(), Name: "broker", Role: wire.RoleBroker}} {
+		if _, err := bk.AddPrincipal(ctx, &wire.PrincipalRequest{Key: p.Key, Name: p.Name, Role: p.Role,
+			Cert: wire.SealPrincipal(admin, p.Key, p.Name, p.Role)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := bk.Grant(ctx, &wire.GrantRequest{ID: "g", User: "alice", Amount: 1_000_000}); err != nil {
+		t.Fatal(err)
+	}
+	sim := agent.NewSimEnforcer(time.Now, 1, agent.VM{ID: "vm1", Owner: "alice"})
+	a, err := agent.New(agent.Config{Host: "host-1", Enforcer: sim, Capturer: bk, Identities: bk, AdminKey: admin.Public(), Signer: hostKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	b, err := broker.New(broker.Config{NC: nc, Bank: bk, Identities: bk, AdminKey: admin.Public(), Signer: brokerKey, Metrics: obs.NewMetrics(reg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	b.Observe(a.State())
+	sub, err := nc.Subscribe(wire.AgentBidSubject("host-1"), func(m *nats.Msg) {
+		_ = m.Respond(wire.EncodeReply(nil, wire.Errorf(wire.ErrForbidden, "forged refusal")))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	spend := func(ctx context.Context, id string) error {
+		_, err := b.Spend(ctx, &wire.SpendRequest{ID: id, User: "alice", Budget: 1000, Duration: wire.Duration(time.Hour),
+			VMs: []string{"vm1"}, Strategy: wire.StrategyFair})
+		return err
+	}
+	tctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if err := spend(tctx, "s1"); !errors.Is(err, wire.ErrUnavailable) {
+		t.Fatalf("a spend only a forger answered: %v", err)
+	}
+	if got := errorsCounted(t, reg, "broker", "untrusted_reply"); got < 1 {
+		t.Fatalf("forged bid replies counted: %v", got)
+	}
+	stop, err := agent.Serve(nc, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if err := spend(ctx, "s2"); err != nil {
+		t.Fatalf("a spend the agent answered: %v", err)
+	}
+	if st := a.State(); st.VMs[0].Rate == 0 {
+		t.Fatalf("the agent has no bid: %+v", st.VMs[0])
+	}
+}

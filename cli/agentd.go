@@ -83,7 +83,7 @@ func agentCommand() *ucli.Command {
 			a, err := agent.New(agent.Config{Host: host, Enforcer: enf,
 				Capturer:  bank.Client{NC: nc, Signer: signer, AdminKey: anchor, OnRefused: func(error) { metrics.Error("agent", "untrusted_reply") }},
 				Publisher: agent.NATSPublisher{NC: nc, KV: assets.Hosts, Signer: signer}, Metrics: metrics, Capacity: capacity,
-				StateFile: c.String("state"), Identities: bank.Client{NC: nc, AdminKey: anchor}, AdminKey: anchor})
+				StateFile: c.String("state"), Identities: bank.Client{NC: nc, AdminKey: anchor}, AdminKey: anchor, Signer: signer})
 			if err != nil {
 				return err
 			}

@@ -297,6 +297,7 @@ func (m *Market) startAgents(ctx context.Context, now func() time.Time, assets *
 			Capturer:   bank.Client{NC: nc, Signer: agentSigner, AdminKey: m.AdminKey(), OnRefused: m.refused("agent")},
 			Publisher:  agent.NATSPublisher{NC: nc, KV: assets.Hosts, Signer: agentSigner},
 			AdminKey:   m.AdminKey(),
+			Signer:     agentSigner,
 			Metrics:    m.Metrics,
 			Now:        now,
 			Capacity:   h.CPUs,

@@ -95,6 +95,37 @@ func TrustRole(adminKey, role string) ReplyTrust {
 	}
 }
 
+// TrustPrincipal believes replies signed by the principal name of role
+// (an agent of its host, say), its record sealed by the anchor adminKey.
+func TrustPrincipal(adminKey, role, name string) ReplyTrust {
+	return func(key string, cert *Sealed) error {
+		p, err := openedRecords.open(cert, adminKey, key)
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrReplyTrust, err)
+		}
+		if p.Role != role || p.Name != name {
+			return fmt.Errorf("%w: signed by %s %s, not %s %s", ErrReplyTrust, p.Role, p.Name, role, name)
+		}
+		return nil
+	}
+}
+
+// CallAsTrusted is CallAs whose answer must satisfy trust (CallTrusted).
+func CallAsTrusted(ctx context.Context, nc *nats.Conn, signer *Signer, subject string, req any, trust ReplyTrust, onRefused func(error), res any) error {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return Errorf(ErrBadRequest, "encoding request for %s: %v", subject, err)
+	}
+	msg := nats.NewMsg(subject)
+	msg.Data = body
+	if signer != nil {
+		if msg, err = signer.Sign(subject, body); err != nil {
+			return Errorf(ErrInternal, "signing request for %s: %v", subject, err)
+		}
+	}
+	return CallTrusted(ctx, nc, msg, trust, onRefused, res)
+}
+
 // CallTrusted sends req (signed or not) and waits for a reply that trust
 // believes (see VerifyReply), ignoring any other reply until ctx's deadline
 // (DefaultTimeout if none); then it decodes the reply like Call. A time-out
