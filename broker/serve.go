@@ -54,16 +54,12 @@ func Endpoints(b *Broker) service.Table {
 // and stops answering.
 func Serve(nc *nats.Conn, b *Broker) (stop func(), err error) {
 	intake := newStateIntake(b)
-	states, err := nc.Subscribe(wire.AllHostStates, func(m *nats.Msg) {
-		ctx, cancel := context.WithTimeout(context.Background(), wire.DefaultTimeout)
-		defer cancel()
-		_ = intake.take(ctx, m.Data, true) // refused states are counted
-	})
+	unsubscribe, err := intake.subscribe(nc)
 	if err != nil {
 		return nil, err
 	}
 	if err := catchUp(nc, intake); err != nil {
-		_ = states.Unsubscribe()
+		unsubscribe()
 		return nil, err
 	}
 	svc, err := service.Serve(nc, "mrm-broker", service.Version, Endpoints(b), service.Options{
@@ -75,11 +71,11 @@ func Serve(nc *nats.Conn, b *Broker) (stop func(), err error) {
 		Cert:        b.ownCert,
 	})
 	if err != nil {
-		_ = states.Unsubscribe()
+		unsubscribe()
 		return nil, err
 	}
 	return func() {
-		_ = states.Unsubscribe()
+		unsubscribe()
 		_ = svc.Stop()
 	}, nil
 }
