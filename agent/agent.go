@@ -59,6 +59,14 @@ type Config struct {
 	// broker (or an admin): a bid names the hold it charges, so a bid from
 	// anyone else could spend another user's money. bank.Client has it.
 	Identities Identities
+	// AdminKey is the trust anchor (creds/admin.pub): when set, an identity
+	// learnt from Identities counts only with the admin's record of it
+	// (service.Certified), so a forged whois answer makes nobody a broker.
+	AdminKey string
+	// Signer is the agent's own key: when set, Serve signs every reply with
+	// it (its record attached once the registry has it), so a broker that
+	// knows the anchor believes a bid's answer only from this host's agent.
+	Signer *wire.Signer
 }
 
 // Identities resolves a signing key to its principal (bank.Client has it).

@@ -40,7 +40,9 @@
 // Each tick the agent publishes the host's state (price = Σ funded rates,
 // every VM's rate, share, CPU utilisation, and whether it has been idle —
 // below IdleBelow for IdleTicks ticks) for the broker, on
-// mrm.v1.host.<id>.state and in the MRM_HOSTS bucket.
+// mrm.v1.host.<id>.state and in the MRM_HOSTS bucket — sealed for its host
+// by the agent's key when NATSPublisher has a Signer (wire.SealHostState),
+// so a broker that knows identities can tell it from a forgery.
 //
 // Package agent/virt is the libvirt Enforcer for real hosts (mrmarket agent).
 //
@@ -83,6 +85,19 @@
 // covering its period, and the VM must be that user's on this host
 // (mandate.go); capture legs name the VM's owner, so the bank never
 // captures into another user's hold.
+// With Config.AdminKey too, an identity counts only with the admin's record
+// of it (service.Certified): a forged whois answer makes nobody a broker.
+// With Config.Signer the agent signs its replies, so the broker believes a
+// bid's outcome only from this host's agent.
+//
+// # Trusted capture results
+//
+// A capture result decides whether a bid lives: a leg the bank refuses
+// drops its hold's bids. So the Capturer of a market with identities is a
+// bank.Client with AdminKey, which believes only replies signed by a bank
+// principal: a forged or unsigned reply, an error reply included, is
+// ignored; if no trusted answer comes the capture fails, the bids and
+// totals stay, and the next tick captures the cumulative total again.
 //
 // # Restarts
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -46,11 +47,13 @@ func Endpoints(a *Agent) service.Table {
 // share a connection. stop stops answering.
 func Serve(nc *nats.Conn, a *Agent) (stop func(), err error) {
 	svc, err := service.Serve(nc, "mrm-agent", service.Version, Endpoints(a), service.Options{
-		Auth:        service.Remote(a.cfg.Identities, a.cfg.SigningClock, whoisTTL, whoisSize),
+		Auth:        service.Remote(a.identities(), a.cfg.SigningClock, whoisTTL, whoisSize),
 		Observe:     func(op, code string) { a.cfg.Metrics.Request("agent", op, code) },
 		Description: "mrmarket's agent of host " + a.Host(),
 		Metadata:    map[string]string{"host": a.Host()},
 		Fair:        &service.Fair{},
+		Signer:      a.cfg.Signer,
+		Cert:        ownCert(a),
 	})
 	if err != nil {
 		return nil, err
@@ -58,18 +61,68 @@ func Serve(nc *nats.Conn, a *Agent) (stop func(), err error) {
 	return func() { _ = svc.Stop() }, nil
 }
 
+// ownCert gives the agent's own principal record for its signed replies:
+// looked up through the registry, checked against the anchor, then kept; a
+// miss is retried at most once a second (nil until found).
+func ownCert(a *Agent) func() *wire.Sealed {
+	if a.cfg.Signer == nil || a.cfg.Identities == nil || a.cfg.AdminKey == "" {
+		return nil
+	}
+	var found atomic.Pointer[wire.Sealed]
+	var miss atomic.Int64
+	ids := a.identities()
+	return func() *wire.Sealed {
+		if c := found.Load(); c != nil {
+			return c
+		}
+		if last := miss.Load(); last != 0 && time.Since(time.Unix(0, last)) < time.Second {
+			return nil
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		p, err := ids.Whois(ctx, a.cfg.Signer.Public())
+		if err != nil || p.Cert == nil || p.Role != wire.RoleAgent || p.Name != a.Host() {
+			miss.Store(time.Now().UnixNano())
+			return nil
+		}
+		found.Store(p.Cert)
+		return p.Cert
+	}
+}
+
+// identities is Config.Identities believed only with the admin's records
+// when the agent knows the anchor; a refused answer is counted.
+func (a *Agent) identities() service.Identities {
+	return service.Certified(a.cfg.Identities, a.cfg.AdminKey, func(string, error) {
+		a.cfg.Metrics.Error("agent", "forged_whois")
+	})
+}
+
 // NATSPublisher publishes a host's state on its subject and keeps the last
 // one in the MRM_HOSTS bucket (KV may be nil), so a broker that starts later
-// catches up.
+// catches up. With Signer (the host's agent key) the state goes out sealed
+// for its host (wire.SealHostState): a broker that knows identities takes
+// only such states, from the host's own agent. Without one (the simulator,
+// tests) it goes out plain.
 type NATSPublisher struct {
-	NC *nats.Conn
-	KV jetstream.KeyValue
+	NC     *nats.Conn
+	KV     jetstream.KeyValue
+	Signer *wire.Signer
 }
 
 // Publish sends st.
 func (p NATSPublisher) Publish(ctx context.Context, st wire.HostState) error {
 	st.V = wire.Version
-	data, err := json.Marshal(st)
+	var data []byte
+	var err error
+	if p.Signer != nil {
+		var sealed wire.Sealed
+		if sealed, err = wire.SealHostState(p.Signer, st); err == nil {
+			data, err = json.Marshal(sealed)
+		}
+	} else {
+		data, err = json.Marshal(st)
+	}
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mrmarket/mrmarket/internal/obs"
@@ -63,6 +64,13 @@ type Options struct {
 	// OnPrincipal, when set, hears every principal added or changed, after
 	// it is stored (the embedded NATS server reloads its users with it).
 	OnPrincipal func(wire.Principal)
+	// AdminKey is the trust anchor (creds/admin.pub): when set, a principal
+	// is registered only with the admin's record of it (AddPrincipal).
+	AdminKey string
+	// Signer is the bank's own key (role bank): when set, Serve signs every
+	// reply with it, attaching the bank's principal record once registered,
+	// so agents believe only the bank's capture results.
+	Signer *wire.Signer
 }
 
 // Bank is the ledger on its store.
@@ -73,6 +81,10 @@ type Bank struct {
 	// signingClock checks signing times (Options.SigningClock); nil: wall clock.
 	signingClock func() time.Time
 	onPrincipal  func(wire.Principal)
+
+	adminKey string       // Options.AdminKey
+	signer   *wire.Signer // Options.Signer
+	ownMiss  atomic.Int64 // when ownCert last found no record (Unix ns)
 
 	mu         sync.Mutex
 	principals map[string]wire.Principal // cache by key
@@ -89,7 +101,8 @@ func Open(target string, opts Options) (*Bank, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Bank{st: st, now: opts.Now, metrics: opts.Metrics, signingClock: opts.SigningClock, principals: map[string]wire.Principal{}, onPrincipal: opts.OnPrincipal}
+	b := &Bank{st: st, now: opts.Now, metrics: opts.Metrics, signingClock: opts.SigningClock, principals: map[string]wire.Principal{},
+		onPrincipal: opts.OnPrincipal, adminKey: opts.AdminKey, signer: opts.Signer}
 	if b.now == nil {
 		b.now = time.Now
 	}

@@ -13,18 +13,34 @@ import (
 // with the credentials Keys holds for the principal the request acts as
 // (admin for grants, the user for holds and transfers). The bank refuses
 // unsigned mutating requests.
+//
+// With AdminKey set (the trust anchor), every answer is believed only when
+// signed by a principal of role bank whose record the admin sealed
+// (wire.CallTrusted) — whois answers too, whose own record the caller
+// checks as well (service.Certified), so not even a genuine but outdated
+// record can be replayed by someone answering in the bank's place: an unsigned or forged reply, an error
+// reply included, is ignored and the call fails as unavailable if no
+// trusted one comes, so an agent keeps its bids and captures again next
+// tick, and a CLI never prints a grant the bank did not make. OnRefused
+// hears each reply ignored.
 type Client struct {
-	NC     *nats.Conn
-	Signer *wire.Signer
-	Keys   wire.Keyring
+	NC        *nats.Conn
+	Signer    *wire.Signer
+	Keys      wire.Keyring
+	AdminKey  string
+	OnRefused func(error)
 }
 
 var asAdmin = wire.As{Role: wire.RoleAdmin, Name: "admin"}
 
 // call is every method's one path: sign as who (the zero As: unsigned),
-// send, decode.
+// send, decode — believing only the bank's signed answer when c knows the
+// anchor.
 func call[Rep any](ctx context.Context, c Client, who wire.As, subject string, req wire.Message) (Rep, error) {
-	return wire.DoAs[Rep](ctx, c.NC, c.Signer, c.Keys, who, subject, req)
+	if c.AdminKey == "" {
+		return wire.DoAs[Rep](ctx, c.NC, c.Signer, c.Keys, who, subject, req)
+	}
+	return wire.DoAsTrusted[Rep](ctx, c.NC, c.Signer, c.Keys, who, subject, req, wire.TrustRole(c.AdminKey, wire.RoleBank), c.OnRefused)
 }
 
 // Grant mints money into a user's account (admin).

@@ -42,7 +42,18 @@
 // # Principals and signatures
 //
 // Identities are NKey (ed25519) public keys registered with a name and a
-// role: admin, user, agent (named by its host) or broker. On NATS every
+// role: admin, user, agent (named by its host), broker or bank (the bank's
+// own key). The trust anchor is the admin's public key (Options.AdminKey,
+// creds/admin.pub): a bank that knows it registers a principal only with
+// the admin's sealed record of exactly that key, name and role
+// (wire.SealPrincipal), keeps the record (migration 0002) and gives it out
+// with every whois answer, so agents and brokers believe an identity only
+// if the record opens with the anchor — never because an answer says so.
+// The newest record wins; an older one replayed is refused
+// (ErrOlderRecord). With Options.Signer every reply is signed by the bank's
+// key, its record attached (service.Options.Signer), and bank.Client with
+// AdminKey believes the answers it acts on (capture, hold, release, extend)
+// only when so signed. On NATS every
 // mutating request must be signed (package wire: subject, body, time, nonce);
 // a bad signature, a time more than wire.MaxSkew from the bank's signing
 // clock (Options.SigningClock, the wall clock by default), a nonce seen
@@ -59,7 +70,8 @@
 // statement by an admin, its user or, for a provider account, that host's
 // agent; the ledger by an admin; open holds by the broker or an admin.
 // whois stays open to every (authenticated) connection: its answer is the
-// registry record the asker verifies. Every successful mutating request is
+// registry record the asker verifies (a whois answer is only as good as
+// the admin-sealed record it carries). Every successful mutating request is
 // published to the MRM_EVENTS audit stream with its signed request, and
 // requests are queued per signer and served in turn, so one principal's
 // flood does not starve the others (see package service). The in-process

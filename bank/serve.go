@@ -2,6 +2,7 @@ package bank
 
 import (
 	"context"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -83,7 +84,9 @@ func Endpoints(b *Bank) service.Table {
 // refused across restarts and by every replica. Requests are queued per
 // signer and served in turn (service.Fair), so one principal's flood does
 // not starve the others; every money-moving success is published to the
-// MRM_EVENTS stream (service.JetStreamAudit). stop stops answering.
+// MRM_EVENTS stream (service.JetStreamAudit). With Options.Signer every
+// reply is signed by the bank's key, its principal record attached (see
+// service.Options.Signer). stop stops answering.
 func Serve(nc *nats.Conn, b *Bank) (stop func(), err error) {
 	audit, err := service.NewJetStreamAudit(nc)
 	if err != nil {
@@ -96,9 +99,36 @@ func Serve(nc *nats.Conn, b *Bank) (stop func(), err error) {
 		Description: "mrmarket's ledger",
 		Fair:        &service.Fair{},
 		Audit:       audit,
+		Signer:      b.signer,
+		Cert:        b.ownCert,
 	})
 	if err != nil {
 		return nil, err
 	}
 	return func() { _ = svc.Stop() }, nil
+}
+
+// ownCert is the bank's own principal record, once registered (nil before:
+// replies are signed but nobody trusts them yet).
+func (b *Bank) ownCert() *wire.Sealed {
+	if b.signer == nil {
+		return nil
+	}
+	key := b.signer.Public()
+	b.mu.Lock()
+	p, ok := b.principals[key]
+	b.mu.Unlock()
+	if ok && p.Cert != nil {
+		return p.Cert
+	}
+	if last := b.ownMiss.Load(); last != 0 && time.Since(time.Unix(0, last)) < time.Second {
+		return nil // not registered a moment ago: do not ask the store on every reply
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if p, err := b.Whois(ctx, key); err == nil && p.Cert != nil {
+		return p.Cert
+	}
+	b.ownMiss.Store(time.Now().UnixNano())
+	return nil
 }

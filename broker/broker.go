@@ -61,9 +61,18 @@ type Agents interface {
 type natsAgents struct {
 	nc     *nats.Conn
 	signer *wire.Signer
+	// adminKey, when set, makes a bid's answer count only signed by the
+	// host's own agent (wire.TrustPrincipal): a forged "done" or refusal
+	// is ignored.
+	adminKey  string
+	onRefused func(error)
 }
 
 func (a natsAgents) Bid(ctx context.Context, host string, req *wire.BidRequest) error {
+	if a.adminKey != "" {
+		return wire.CallAsTrusted(ctx, a.nc, a.signer, wire.AgentBidSubject(host), req,
+			wire.TrustPrincipal(a.adminKey, wire.RoleAgent, host), a.onRefused, nil)
+	}
 	return wire.CallAs(ctx, a.nc, a.signer, wire.AgentBidSubject(host), req, nil)
 }
 
@@ -130,6 +139,11 @@ type Config struct {
 	// nil: the MRM_NONCES bucket when the broker has a plan bucket (shared
 	// by the replicas and kept across restarts), else this process's memory.
 	Nonces service.Nonces
+	// AdminKey is the trust anchor (creds/admin.pub): when set with
+	// Identities, identities count only with the admin's records
+	// (service.Certified) and host states only sealed by their host's agent
+	// (states.go).
+	AdminKey string
 }
 
 // Broker is the host registry, price feed and plan runner. Its methods are
@@ -149,6 +163,8 @@ type Broker struct {
 	stats map[string]*strategies.PriceStats
 	// beStats is each host's best-effort price history (bestEffortPrice).
 	beStats map[string]*strategies.PriceStats
+
+	certCache // the broker's own principal record, for its signed replies
 }
 
 // vmPlace is a VM's host and its index in the host's state.
@@ -163,7 +179,12 @@ func New(cfg Config) (*Broker, error) {
 		return nil, errors.New("broker: a Bank, and a NATS connection or Agents, are required")
 	}
 	if cfg.Agents == nil {
-		cfg.Agents = natsAgents{cfg.NC, cfg.Signer}
+		cfg.Agents = natsAgents{nc: cfg.NC, signer: cfg.Signer}
+		if cfg.Identities != nil && cfg.AdminKey != "" {
+			m := cfg.Metrics
+			cfg.Agents = natsAgents{nc: cfg.NC, signer: cfg.Signer, adminKey: cfg.AdminKey,
+				onRefused: func(error) { m.Error("broker", "untrusted_reply") }}
+		}
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -249,6 +270,7 @@ func (b *Broker) Observe(st wire.HostState) {
 			}
 		}
 	}
+	st.VMs = b.unclaimed(st)
 	b.hosts[st.Host] = st
 	for i, v := range st.VMs {
 		b.vmAt[v.VM] = vmPlace{st.Host, i}
@@ -265,6 +287,33 @@ func (b *Broker) Observe(st wire.HostState) {
 		b.beStats[st.Host] = be
 	}
 	be.Observe(b.bestEffortPrice(st))
+}
+
+// unclaimed is st's VMs less those another host reports: a VM belongs to
+// the first host whose state lists it until that host's own state drops it
+// (a VM that moves is taken by its new host on the state after the old one
+// let it go), so no host's state — a compromised agent's included — takes
+// over another host's VM. Each VM refused is counted ("vm_claimed"). b.mu
+// must be held.
+func (b *Broker) unclaimed(st wire.HostState) []wire.VMState {
+	var keep []wire.VMState
+	for i, v := range st.VMs {
+		at, ok := b.vmAt[v.VM]
+		if !ok || at.host == st.Host {
+			if keep != nil {
+				keep = append(keep, v)
+			}
+			continue
+		}
+		if keep == nil {
+			keep = append(make([]wire.VMState, 0, len(st.VMs)), st.VMs[:i]...)
+		}
+		b.cfg.Metrics.Error("broker", "vm_claimed")
+	}
+	if keep == nil {
+		return st.VMs
+	}
+	return keep
 }
 
 // bestEffortPrice is a host's price less the rates of admitted jobs' bids:

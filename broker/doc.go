@@ -3,6 +3,19 @@
 // turn users' budgets into bids, the strategies run for every plan every
 // tick, and the price predictions users ask what-if questions of.
 //
+// # Host states
+//
+// With Config.Identities and Config.AdminKey, Serve takes a host's state
+// only sealed for that host by the key the admin registered as its agent,
+// and not sealed in the future (nor, live, long ago); refusals are counted
+// (states.go). Identities count only with the admin's record
+// (service.Certified). A VM belongs to the first host whose state reports
+// it until that host's own state drops it (Observe), so no host's state
+// claims another host's VM. The answers the broker acts on are believed
+// only when signed: a bid's by the host's own agent, a hold's or release's
+// by the bank (wire.CallTrusted); its own replies are signed with its key
+// (Config.Signer) for clients that know the anchor (Client.AdminKey).
+//
 // # Plans
 //
 // Spend checks that every VM is known and owned by the user, records the

@@ -60,33 +60,28 @@ func Endpoints(b *Broker) service.Table {
 }
 
 // Serve feeds b with every host's state (the live subject, after catching
-// up from the MRM_HOSTS bucket when it exists) and answers the broker's
-// subjects (Endpoints). stop unsubscribes and stops answering.
+// up from the MRM_HOSTS bucket when it exists), each checked as states.go
+// says, and answers the broker's subjects (Endpoints). stop unsubscribes
+// and stops answering.
 func Serve(nc *nats.Conn, b *Broker) (stop func(), err error) {
-	states, err := nc.Subscribe(wire.AllHostStates, func(m *nats.Msg) {
-		var st wire.HostState
-		if err := wire.Decode(m.Data, &st); err != nil {
-			b.cfg.Metrics.Error("broker", "bad_state")
-			return
-		}
-		b.Observe(st)
-	})
+	intake := newStateIntake(b)
+	unsubscribe, err := intake.subscribe(nc)
 	if err != nil {
 		return nil, err
 	}
-	if err := catchUp(nc, b); err != nil {
-		_ = states.Unsubscribe()
+	if err := catchUp(nc, intake); err != nil {
+		unsubscribe()
 		return nil, err
 	}
 	audit, err := service.NewJetStreamAudit(nc)
 	if err != nil {
-		_ = states.Unsubscribe()
+		unsubscribe()
 		return nil, err
 	}
 	audit.OnError = func(error) { b.cfg.Metrics.Error("broker", "audit") }
-	auth := service.Remote(b.cfg.Identities, b.cfg.SigningClock, whoisTTL, whoisSize)
+	auth := service.Remote(b.identities(), b.cfg.SigningClock, whoisTTL, whoisSize)
 	if auth.Nonces, err = b.nonces(nc); err != nil {
-		_ = states.Unsubscribe()
+		unsubscribe()
 		return nil, err
 	}
 	svc, err := service.Serve(nc, "mrm-broker", service.Version, Endpoints(b), service.Options{
@@ -96,20 +91,23 @@ func Serve(nc *nats.Conn, b *Broker) (stop func(), err error) {
 		Metadata:    map[string]string{"replica": b.cfg.Replica},
 		Fair:        &service.Fair{},
 		Audit:       audit,
+		Signer:      b.cfg.Signer,
+		Cert:        b.ownCert,
 	})
 	if err != nil {
-		_ = states.Unsubscribe()
+		unsubscribe()
 		return nil, err
 	}
 	return func() {
-		_ = states.Unsubscribe()
+		unsubscribe()
 		_ = svc.Stop()
 	}, nil
 }
 
-// catchUp reads the last state of every host from the MRM_HOSTS bucket.
-// No JetStream or no bucket yet is not an error: states will come live.
-func catchUp(nc *nats.Conn, b *Broker) error {
+// catchUp reads the last state of every host from the MRM_HOSTS bucket,
+// checked like live ones (but of any age: a host may be silent). No
+// JetStream or no bucket yet is not an error: states will come live.
+func catchUp(nc *nats.Conn, intake *stateIntake) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	js, err := jetstream.New(nc)
@@ -132,12 +130,7 @@ func catchUp(nc *nats.Conn, b *Broker) error {
 		if err != nil {
 			return err
 		}
-		var st wire.HostState
-		if err := wire.Decode(e.Value(), &st); err != nil {
-			b.cfg.Metrics.Error("broker", "bad_state")
-			continue
-		}
-		b.Observe(st)
+		_ = intake.take(ctx, e.Value(), false) // refused states are counted
 	}
 	return nil
 }
@@ -145,11 +138,17 @@ func catchUp(nc *nats.Conn, b *Broker) error {
 // Client is the broker over NATS. Its methods set each request's version
 // and sign every request with Signer, or else with the credentials Keys
 // holds for the request's user; requests that act for no user (prices, VMs,
-// predictions, everyone's plans and jobs) are signed as Reader.
+// predictions, everyone's plans and jobs) are signed as Reader. With
+// AdminKey (the trust anchor) set, an answer is believed only when signed by
+// a broker principal whose record the admin sealed (wire.CallTrusted): a
+// forged reply — "spent", or an error — is ignored. OnRefused hears each
+// reply ignored.
 type Client struct {
-	NC     *nats.Conn
-	Signer *wire.Signer
-	Keys   wire.Keyring
+	NC        *nats.Conn
+	Signer    *wire.Signer
+	Keys      wire.Keyring
+	AdminKey  string
+	OnRefused func(error)
 	// Reader signs the reads that act for no user; zero is the admin.
 	Reader wire.As
 }
@@ -182,6 +181,9 @@ func asUser(user string) wire.As {
 // call is every method's one path: sign as who (the zero As: unsigned),
 // send, decode.
 func call[Rep any](ctx context.Context, c Client, who wire.As, subject string, req wire.Message) (Rep, error) {
+	if c.AdminKey != "" {
+		return wire.DoAsTrusted[Rep](ctx, c.NC, c.Signer, c.Keys, who, subject, req, wire.TrustRole(c.AdminKey, wire.RoleBroker), c.OnRefused)
+	}
 	return wire.DoAs[Rep](ctx, c.NC, c.Signer, c.Keys, who, subject, req)
 }
 

@@ -26,7 +26,7 @@ func agentCommand() *ucli.Command {
 		Usage: "run one host's agent: enforce shares on its libvirt domains, charge bids, publish the host's state",
 		UsageText: "mrmarket agent --host host-1 --libvirt qemu:///system --nats nats://nats-1:4222 --creds /etc/mrmarket/creds\n" +
 			"   (domains are managed when their metadata names an owner: see `go doc ./agent/virt`)",
-		Flags: []ucli.Flag{flagNATS(), flagCreds(), flagTLSCA(),
+		Flags: []ucli.Flag{flagNATS(), flagCreds(), flagTLSCA(), flagAdminKey(),
 			&ucli.StringFlag{Name: "host", Usage: "this host's id (its agent credentials: <creds>/agents/<host>.nk)", EnvVars: []string{"MRM_HOST"}},
 			&ucli.StringFlag{Name: "libvirt", Usage: "libvirt URI", Value: "qemu:///system", EnvVars: []string{"MRM_LIBVIRT_URI"}},
 			&ucli.Float64Flag{Name: "capacity", Usage: "the host's CPUs (default: all of them)"},
@@ -56,6 +56,10 @@ func agentCommand() *ucli.Command {
 			if err != nil {
 				return err
 			}
+			anchor, err := adminKey(c)
+			if err != nil {
+				return err
+			}
 			enf, err := virt.New(virt.Config{URI: c.String("libvirt"), HostCPUs: capacity, HardCap: c.Bool("hard-cap"),
 				Disk: c.Bool("disk"), LinkKiBps: c.Uint("link-kibps")})
 			if err != nil {
@@ -76,9 +80,10 @@ func agentCommand() *ucli.Command {
 			}
 			reg := prometheus.NewRegistry()
 			metrics := obs.NewMetrics(reg)
-			a, err := agent.New(agent.Config{Host: host, Enforcer: enf, Capturer: bank.Client{NC: nc, Signer: signer},
-				Publisher: agent.NATSPublisher{NC: nc, KV: assets.Hosts}, Metrics: metrics, Capacity: capacity,
-				StateFile: c.String("state"), Identities: bank.Client{NC: nc}})
+			a, err := agent.New(agent.Config{Host: host, Enforcer: enf,
+				Capturer:  bank.Client{NC: nc, Signer: signer, AdminKey: anchor, OnRefused: func(error) { metrics.Error("agent", "untrusted_reply") }},
+				Publisher: agent.NATSPublisher{NC: nc, KV: assets.Hosts, Signer: signer}, Metrics: metrics, Capacity: capacity,
+				StateFile: c.String("state"), Identities: bank.Client{NC: nc, AdminKey: anchor}, AdminKey: anchor, Signer: signer})
 			if err != nil {
 				return err
 			}
@@ -107,7 +112,7 @@ func brokerCommand() *ucli.Command {
 		Name:      "broker",
 		Usage:     "run the broker: host prices, spend plans (run several: they share the load)",
 		UsageText: "mrmarket broker --nats nats://nats-1:4222 --creds /etc/mrmarket/creds",
-		Flags: []ucli.Flag{flagNATS(), flagCreds(), flagTLSCA(),
+		Flags: []ucli.Flag{flagNATS(), flagCreds(), flagTLSCA(), flagAdminKey(),
 			&ucli.DurationFlag{Name: "tick", Usage: "end plans and release their holds every", Value: defaultTick},
 			&ucli.DurationFlag{Name: "settle", Usage: "wait after a plan's end for the agents' last captures", Value: 30 * time.Second},
 			&ucli.StringFlag{Name: "http", Usage: "address for /metrics and /healthz (empty: none)", Value: "127.0.0.1:9467"},
@@ -130,6 +135,10 @@ func brokerCommand() *ucli.Command {
 			if err != nil {
 				return err
 			}
+			anchor, err := adminKey(c)
+			if err != nil {
+				return err
+			}
 			nc, err := connectDaemon(c, "mrmarket-broker", signer)
 			if err != nil {
 				return err
@@ -141,8 +150,9 @@ func brokerCommand() *ucli.Command {
 			}
 			reg := prometheus.NewRegistry()
 			metrics := obs.NewMetrics(reg)
-			b, err := broker.New(broker.Config{NC: nc, Bank: bank.Client{NC: nc, Signer: signer}, Signer: signer,
-				Identities: bank.Client{NC: nc}, Settle: c.Duration("settle"), Metrics: metrics,
+			b, err := broker.New(broker.Config{NC: nc, Signer: signer, AdminKey: anchor,
+				Bank:       bank.Client{NC: nc, Signer: signer, AdminKey: anchor, OnRefused: func(error) { metrics.Error("broker", "untrusted_reply") }},
+				Identities: bank.Client{NC: nc, AdminKey: anchor}, Settle: c.Duration("settle"), Metrics: metrics,
 				Tick: c.Duration("tick"), Plans: assets.Plans, DeadlineShare: c.Float64("deadline-share"), JobOrder: c.String("job-order")})
 			if err != nil {
 				return err

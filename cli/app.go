@@ -209,7 +209,8 @@ func withClients(c *ucli.Context, use func(cl clients) error) error {
 	c.Context = ctx
 	defer func() { c.Context = outer }()
 	keys := credsDir(c)
-	err = use(clients{bank: bank.Client{NC: nc, Keys: keys}, broker: broker.Client{NC: nc, Keys: keys, Reader: reader(c)}})
+	anchor := clientAdminKey(c) // answers count only signed by the bank or the broker
+	err = use(clients{bank: bank.Client{NC: nc, Keys: keys, AdminKey: anchor}, broker: broker.Client{NC: nc, Keys: keys, AdminKey: anchor, Reader: reader(c)}})
 	if cause := context.Cause(ctx); err != nil && errors.Is(cause, nats.ErrPermissionViolation) {
 		return wire.Errorf(wire.ErrForbidden, "the NATS server refused it to this principal (%s): %v", nc.Opts.Nkey, cause)
 	}

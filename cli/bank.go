@@ -25,7 +25,7 @@ func bankServeCommand() *ucli.Command {
 		Usage: "run the bank daemon on a store (SQLite file or PostgreSQL/CockroachDB)",
 		UsageText: "mrmarket bank serve --store sqlite:/var/lib/mrmarket/bank.db --nats nats://nats-1:4222 --creds /etc/mrmarket/creds\n" +
 			"   mrmarket bank serve --store postgres://mrmarket@db:5432/bank --nats …   (run several: they share the load)",
-		Flags: []ucli.Flag{flagNATS(), flagCreds(), flagTLSCA(),
+		Flags: []ucli.Flag{flagNATS(), flagCreds(), flagTLSCA(), flagAdminKey(),
 			&ucli.StringFlag{Name: "store", Usage: "sqlite:PATH or postgres://…", Value: "sqlite:.data/bank.db", EnvVars: []string{"MRM_BANK_STORE"}},
 			&ucli.StringFlag{Name: "http", Usage: "address for /metrics and /healthz (empty: none)", Value: "127.0.0.1:9465"},
 			&ucli.DurationFlag{Name: "tick", Usage: "how often to expire holds and pay income", Value: 5 * time.Second},
@@ -36,19 +36,21 @@ func bankServeCommand() *ucli.Command {
 			}
 			reg := prometheus.NewRegistry()
 			metrics := obs.NewMetrics(reg)
-			b, err := bank.Open(c.String("store"), bank.Options{Metrics: metrics})
+			keys := wire.CredsDir(c.String("creds"))
+			anchor, admin, err := bankAnchor(c, keys)
+			if err != nil {
+				return err
+			}
+			self, err := keys.Ensure(wire.RoleBank, "bank")
+			if err != nil {
+				return err
+			}
+			b, err := bank.Open(c.String("store"), bank.Options{Metrics: metrics, AdminKey: anchor, Signer: self})
 			if err != nil {
 				return wire.Errorf(wire.ErrUnavailable, "%v", err)
 			}
 			defer b.Close()
-			// The admin identity is the root of trust: its key is registered
-			// from the credentials directory (created on first start).
-			keys := wire.CredsDir(c.String("creds"))
-			admin, err := keys.Ensure(wire.RoleAdmin, "admin")
-			if err != nil {
-				return err
-			}
-			if _, err := b.AddPrincipal(c.Context, &wire.PrincipalRequest{Key: admin.Public(), Name: "admin", Role: wire.RoleAdmin}); err != nil {
+			if err := registerBank(c, b, anchor, admin, self); err != nil {
 				return err
 			}
 			nc, err := connectDaemon(c, "mrmarket-bank", bankConnSigner(c.Context, b, keys, admin))
@@ -72,7 +74,7 @@ func bankServeCommand() *ucli.Command {
 				defer srv.Close()
 				fmt.Fprintf(c.App.Writer, "  metrics  http://%s/metrics   health  http://%s/healthz\n", srv.Addr(), srv.Addr())
 			}
-			fmt.Fprintf(c.App.Writer, "mrmarket bank serving %s on %s (admin key %s)\n", b.Store(), c.String("nats"), admin.Public())
+			fmt.Fprintf(c.App.Writer, "mrmarket bank serving %s on %s (admin key %s)\n", b.Store(), c.String("nats"), anchor)
 			t := time.NewTicker(c.Duration("tick"))
 			defer t.Stop()
 			for {
@@ -88,6 +90,50 @@ func bankServeCommand() *ucli.Command {
 			}
 		},
 	}
+}
+
+// bankAnchor is the bank daemon's trust anchor: --admin-key when given
+// (the admin's seed may then live elsewhere), else the admin credentials in
+// keys, created on first start with their admin.pub. admin is the admin's
+// signer when keys hold it (nil otherwise).
+func bankAnchor(c *ucli.Context, keys wire.CredsDir) (string, *wire.Signer, error) {
+	if c.String("admin-key") != "" {
+		anchor, err := adminKey(c)
+		if err != nil {
+			return "", nil, err
+		}
+		admin, err := keys.Signer(wire.RoleAdmin, "admin")
+		if err != nil || admin.Public() != anchor {
+			admin = nil
+		}
+		return anchor, admin, nil
+	}
+	admin, err := keys.Ensure(wire.RoleAdmin, "admin")
+	if err != nil {
+		return "", nil, err
+	}
+	if err := keys.WriteAdminKey(admin); err != nil {
+		return "", nil, err
+	}
+	return admin.Public(), admin, nil
+}
+
+// registerBank registers the anchor as the admin and, when the admin's
+// seed is at hand, the bank's own key with a fresh record, so its signed
+// replies are believed; else it says how to register it.
+func registerBank(c *ucli.Context, b *bank.Bank, anchor string, admin, self *wire.Signer) error {
+	if _, err := b.AddPrincipal(c.Context, &wire.PrincipalRequest{Key: anchor, Name: "admin", Role: wire.RoleAdmin}); err != nil {
+		return err
+	}
+	if admin == nil {
+		if p, err := b.Whois(c.Context, self.Public()); err != nil || p.Role != wire.RoleBank || p.Cert == nil {
+			fmt.Fprintf(c.App.ErrWriter, "mrmarket bank: its key %s is not registered: agents will not believe its answers until the admin runs `mrmarket bank principal add --name bank --role bank` with this key\n", self.Public())
+		}
+		return nil
+	}
+	_, err := b.AddPrincipal(c.Context, &wire.PrincipalRequest{Key: self.Public(), Name: "bank", Role: wire.RoleBank,
+		Cert: wire.SealPrincipal(admin, self.Public(), "bank", wire.RoleBank)})
+	return err
 }
 
 func incomeCommand() *ucli.Command {
@@ -139,11 +185,11 @@ func principalCommand() *ucli.Command {
 		Usage: "identities that sign requests",
 		Subcommands: []*ucli.Command{{
 			Name:      "add",
-			Usage:     "create (if missing) the credentials of a principal in --creds and register its key (admin)",
+			Usage:     "create (if missing) the credentials of a principal in --creds and register its key with a record sealed by the admin's (admin)",
 			UsageText: "mrmarket bank principal add --name carol --role user",
 			Flags: []ucli.Flag{flagNATS(), flagCreds(), flagJSON(),
 				&ucli.StringFlag{Name: "name", Usage: "user name, host id (agent), or admin/broker"},
-				&ucli.StringFlag{Name: "role", Usage: "user, agent, broker or admin", Value: wire.RoleUser},
+				&ucli.StringFlag{Name: "role", Usage: "user, agent, broker, bank or admin", Value: wire.RoleUser},
 			},
 			Action: func(c *ucli.Context) error {
 				req := &wire.PrincipalRequest{Name: c.String("name"), Role: c.String("role")}
@@ -159,6 +205,13 @@ func principalCommand() *ucli.Command {
 				if err := req.Validate(); err != nil {
 					return usageError{err}
 				}
+				// The record the bank keeps and gives out: sealed by the
+				// admin, the trust anchor every agent and broker checks.
+				admin, err := keys.Signer(wire.RoleAdmin, "admin")
+				if err != nil {
+					return err
+				}
+				req.Cert = wire.SealPrincipal(admin, req.Key, req.Name, req.Role)
 				return call(c, func(ctx context.Context, cl clients) (wire.Principal, error) { return cl.bank.AddPrincipal(ctx, req) },
 					func(w io.Writer, p wire.Principal) error {
 						_, err := fmt.Fprintf(w, "%s %s registered: key %s, credentials %s\n", p.Role, p.Name, p.Key, keys.Path(p.Role, p.Name))

@@ -122,6 +122,7 @@ type Market struct {
 	// principal added at the bank) and Close.
 	natsMu   sync.Mutex
 	natsOpts natsutil.ServerOptions
+	admin    *wire.Signer // the trust anchor: seals every principal record
 }
 
 // Keys are the market's credentials (admin, broker, agents, the VM owners),
@@ -271,8 +272,12 @@ func (m *Market) principalAdded(wire.Principal) {
 // openBank opens the bank in the data directory; its principals become
 // the NATS server's users.
 func (m *Market) openBank(now func() time.Time) error {
-	var err error
-	m.Bank, err = bank.Open(filepath.Join(m.cfg.Dir, "bank.db"), bank.Options{Now: now, Metrics: m.Metrics, OnPrincipal: m.principalAdded})
+	bankSigner, err := m.anchor()
+	if err != nil {
+		return err
+	}
+	m.Bank, err = bank.Open(filepath.Join(m.cfg.Dir, "bank.db"), bank.Options{Now: now, Metrics: m.Metrics, OnPrincipal: m.principalAdded,
+		AdminKey: m.admin.Public(), Signer: bankSigner})
 	if err != nil {
 		return err
 	}
@@ -311,30 +316,48 @@ func (m *Market) bankSigner(ctx context.Context) (*wire.Signer, error) {
 			return s, nil
 		}
 	}
-	// TODO(trust-B): the bank's own key (creds/bank.nk, role bank) is
-	// registered by registerIdentities once [trust] B lands; until then the
-	// bank connects as the admin (admin's NATS permissions include the
-	// bank's).
-	return m.keys.Signer(wire.RoleAdmin, "admin")
+	return nil, fmt.Errorf("market: the bank's key (creds/bank.nk) is not registered with role %s", wire.RoleBank)
 }
 
+// anchor loads (creating them if missing) the admin's credentials, the
+// trust anchor, writing its public key to creds/admin.pub, and the bank's
+// own; it returns the bank's signer.
+func (m *Market) anchor() (*wire.Signer, error) {
+	m.keys = wire.CredsDir(filepath.Join(m.cfg.Dir, "creds"))
+	admin, err := m.keys.Ensure(wire.RoleAdmin, "admin")
+	if err != nil {
+		return nil, err
+	}
+	if err := m.keys.WriteAdminKey(admin); err != nil {
+		return nil, fmt.Errorf("market: %w", err)
+	}
+	m.admin = admin
+	return m.keys.Ensure(wire.RoleBank, "bank")
+}
+
+// AdminKey is the market's trust anchor, the admin's public key.
+func (m *Market) AdminKey() string { return m.admin.Public() }
+
 // register makes sure (role, name) has credentials in the data directory
-// and is a principal of the bank.
+// and is a principal of the bank, with the admin's record of it.
 func (m *Market) register(ctx context.Context, role, name string) (*wire.Signer, error) {
 	s, err := m.keys.Ensure(role, name)
 	if err != nil {
 		return nil, err
 	}
-	_, err = m.Bank.AddPrincipal(ctx, &wire.PrincipalRequest{Key: s.Public(), Name: name, Role: role})
+	_, err = m.Bank.AddPrincipal(ctx, &wire.PrincipalRequest{Key: s.Public(), Name: name, Role: role,
+		Cert: wire.SealPrincipal(m.admin, s.Public(), name, role)})
 	return s, err
 }
 
-// registerIdentities registers the admin, the broker and every VM owner;
-// it returns the broker's signer. (Agents register as they start.)
+// registerIdentities registers the admin, the bank, the broker and every
+// VM owner; it returns the broker's signer. (Agents register as they
+// start.)
 func (m *Market) registerIdentities(ctx context.Context) (*wire.Signer, error) {
-	m.keys = wire.CredsDir(filepath.Join(m.cfg.Dir, "creds"))
-	if _, err := m.register(ctx, wire.RoleAdmin, "admin"); err != nil {
-		return nil, err
+	for _, p := range [][2]string{{wire.RoleAdmin, "admin"}, {wire.RoleBank, "bank"}} {
+		if _, err := m.register(ctx, p[0], p[1]); err != nil {
+			return nil, err
+		}
 	}
 	brokerSigner, err := m.register(ctx, wire.RoleBroker, "broker")
 	if err != nil {
@@ -391,12 +414,14 @@ func (m *Market) startAgents(ctx context.Context, now func() time.Time) error {
 		a, err := agent.New(agent.Config{
 			Host:       h.ID,
 			Enforcer:   sim,
-			Capturer:   bank.Client{NC: nc, Signer: agentSigner},
-			Publisher:  agent.NATSPublisher{NC: nc, KV: hosts.Hosts},
+			Capturer:   bank.Client{NC: nc, Signer: agentSigner, AdminKey: m.AdminKey(), OnRefused: m.refused("agent")},
+			Publisher:  agent.NATSPublisher{NC: nc, KV: hosts.Hosts, Signer: agentSigner},
+			AdminKey:   m.AdminKey(),
+			Signer:     agentSigner,
 			Metrics:    m.Metrics,
 			Now:        now,
 			Capacity:   h.CPUs,
-			Identities: bank.Client{NC: nc},
+			Identities: bank.Client{NC: nc, AdminKey: m.AdminKey()},
 			StateFile:  stateFile(h.ID),
 		})
 		if err != nil {
@@ -425,8 +450,8 @@ func (m *Market) startBroker(ctx context.Context, now func() time.Time, signer *
 		return err
 	}
 	m.Broker, err = broker.New(broker.Config{
-		NC: nc, Bank: bank.Client{NC: nc, Signer: signer}, Now: now,
-		Settle: m.cfg.Settle, Metrics: m.Metrics, Signer: signer, Identities: bank.Client{NC: nc},
+		NC: nc, Bank: bank.Client{NC: nc, Signer: signer, AdminKey: m.AdminKey(), OnRefused: m.refused("broker")}, Now: now,
+		Settle: m.cfg.Settle, Metrics: m.Metrics, Signer: signer, Identities: bank.Client{NC: nc, AdminKey: m.AdminKey()}, AdminKey: m.AdminKey(),
 		Tick: m.cfg.TickPeriod, Plans: assets.Plans, Replica: "broker-1",
 	})
 	if err != nil {
@@ -439,6 +464,12 @@ func (m *Market) startBroker(ctx context.Context, now func() time.Time, signer *
 	}
 	m.stops = append(m.stops, stop)
 	return nil
+}
+
+// refused counts a bank reply component ignored (unsigned, or not by the
+// bank).
+func (m *Market) refused(component string) func(error) {
+	return func(error) { m.Metrics.Error(component, "untrusted_reply") }
 }
 
 // NC returns a new client connection to the market's NATS as the admin,

@@ -54,6 +54,8 @@ type Authorizer struct {
 // Remote is the Authorizer of a component that asks the bank who signed
 // (the broker, an agent): ids' answers cached for ttl, at most size of
 // them, on the clock now (nil: the wall clock). nil ids allows everything.
+// Over NATS, pass Certified(ids, adminKey, …) so that only the admin's
+// records count (agent.Serve and broker.Serve do when they know the anchor).
 func Remote(ids Identities, now func() time.Time, ttl time.Duration, size int) *Authorizer {
 	a := &Authorizer{Now: now}
 	if ids != nil {

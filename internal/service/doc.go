@@ -33,6 +33,9 @@
 // counts refusals; a queued request is answered by a worker after micro's
 // handler returned, so its refusals are counted in the endpoint's
 // $SRV.STATS data instead ({"errors": n, "busy": n}).
+// With Options.Signer every reply, refusals included, is also signed
+// (reply.go): headers Mrm-Key, Mrm-Sig and the signer's record Mrm-Cert,
+// checked by wire.CallTrusted.
 //
 // # Authorization
 //
@@ -43,7 +46,10 @@
 // allows (wire.ErrRole, "<name> (<role>) may not <what>") and a nonce not
 // seen before (Nonces: the bank's durable store, or MemoryNonces). Without
 // Identities every request passes, signed or not: what tests and the
-// simulator rely on. Signatures are still verified when present.
+// simulator rely on. Signatures are still verified when present. Over the
+// network, Identities are wrapped by Certified: an answer counts only with
+// the admin-sealed record of the asked key (wire.OpenPrincipal), so whoever
+// answers whois in the bank's place makes nobody a principal.
 //
 // Roles: Role admits every principal of a role; Own only for requests
 // acting for itself (a user's own money); OwnAs for requests acting for a

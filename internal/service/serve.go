@@ -34,6 +34,10 @@ type Options struct {
 	// Audit, when set, hears every successful request of an Audit endpoint
 	// (see Auditor, and JetStreamAudit for the MRM_EVENTS stream).
 	Audit Auditor
+	// Signer, when set, signs every reply (see reply.go); Cert, when set,
+	// gives the signer's principal record to attach (nil: none yet).
+	Signer *wire.Signer
+	Cert   func() *wire.Sealed
 }
 
 // Serve serves t on nc as the micro service name at version, until the
@@ -166,10 +170,11 @@ func serveAndReply(service string, e *Endpoint, opts Options, r request, w respo
 	}
 	if r.Reply() != "" { // else a publish, not a request: nobody to answer
 		body := wire.EncodeReply(res, err)
+		ro := replyOpts(opts, r, body)
 		if err != nil {
-			_ = w.Error(statusOf(code), describe(err), body) // the requester may be gone: nothing to do
+			_ = w.Error(statusOf(code), describe(err), body, ro...) // the requester may be gone: nothing to do
 		} else {
-			_ = w.Respond(body)
+			_ = w.Respond(body, ro...)
 		}
 	}
 	if err == nil && e.Audit && opts.Audit != nil {

@@ -2,6 +2,8 @@ package service
 
 import (
 	"container/list"
+	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -75,4 +77,83 @@ func (c *WhoisCache) Len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.order.Len()
+}
+
+// certified is Identities whose answers count only with the anchor's
+// principal record (see Certified).
+type certified struct {
+	ids       Identities
+	admin     string
+	onRefused func(key string, err error)
+	newest    *newestRecords
+}
+
+// newestRecords remembers, per key, when the newest record seen was sealed:
+// an older one answered later is a replay (the bank keeps only the newest).
+// It holds at most maxNewest keys and starts over when full.
+type newestRecords struct {
+	mu sync.Mutex
+	at map[string]int64
+}
+
+const maxNewest = 65536
+
+// see records cert as seen for key; false if a newer one was seen before.
+func (n *newestRecords) see(key string, cert *wire.Sealed) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if cert.Time < n.at[key] {
+		return false
+	}
+	if n.at == nil || len(n.at) >= maxNewest {
+		n.at = map[string]int64{}
+	}
+	n.at[key] = cert.Time
+	return true
+}
+
+// Certified makes ids trustworthy over an untrusted network: an answer is
+// believed only when its Cert opens as the asked key's principal record
+// sealed by the anchor adminKey, and the principal is the one the record
+// names (wire.OpenPrincipal); any other answer — a forged whois reply from
+// whoever joined the bank's queue group, a record of another key or sealed
+// by another key, a record older than one this process saw before (a
+// replay: the bank keeps the newest only) — is refused as
+// wire.ErrUnknownKey and heard by onRefused (nil: nobody). Only a replayed
+// old record that this process never saw superseded gets through this
+// check; ids that verify the bank's signature on the answer
+// (bank.Client with AdminKey) and NATS permissions (only the bank answers
+// whois) close that. The anchor key itself is the admin without asking. nil
+// ids stays nil; an empty adminKey leaves ids as they are (a market without
+// identities: tests, the simulator).
+func Certified(ids Identities, adminKey string, onRefused func(key string, err error)) Identities {
+	if ids == nil || adminKey == "" {
+		return ids
+	}
+	return certified{ids: ids, admin: adminKey, onRefused: onRefused, newest: &newestRecords{}}
+}
+
+// Whois asks ids and checks the answer's record.
+func (c certified) Whois(ctx context.Context, key string) (wire.Principal, error) {
+	if key == c.admin {
+		return wire.OpenPrincipal(nil, c.admin, key)
+	}
+	p, err := c.ids.Whois(ctx, key)
+	if err != nil {
+		return wire.Principal{}, err
+	}
+	got, err := wire.OpenPrincipal(p.Cert, c.admin, key)
+	if err == nil && (got.Name != p.Name || got.Role != p.Role || p.Key != key) {
+		err = fmt.Errorf("%w: the answer says %s %s, its record %s %s", wire.ErrCertBody, p.Role, p.Name, got.Role, got.Name)
+	}
+	if err == nil && !c.newest.see(key, p.Cert) {
+		err = fmt.Errorf("%w: a record older than one seen before (replayed)", wire.ErrCertBody)
+	}
+	if err != nil {
+		if c.onRefused != nil {
+			c.onRefused(key, err)
+		}
+		return wire.Principal{}, fmt.Errorf("%w %s (%v)", wire.ErrUnknownKey, key, err)
+	}
+	return got, nil
 }

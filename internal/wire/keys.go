@@ -13,14 +13,14 @@ type Keyring interface {
 }
 
 // CredsDir is a Keyring over a credentials directory, as `mrmarket up`
-// writes it: admin.nk, broker.nk, agents/<host>.nk and users/<name>.nk, each
+// writes it: admin.nk (and admin.pub, the trust anchor), bank.nk, broker.nk, agents/<host>.nk and users/<name>.nk, each
 // an NKey seed readable by its owner only.
 type CredsDir string
 
 // Path is where the credentials of (role, name) live.
 func (d CredsDir) Path(role, name string) string {
 	switch role {
-	case RoleAdmin, RoleBroker:
+	case RoleAdmin, RoleBroker, RoleBank:
 		return filepath.Join(string(d), role+".nk")
 	case RoleAgent:
 		return filepath.Join(string(d), "agents", name+".nk")

@@ -436,12 +436,15 @@ const (
 )
 
 // PrincipalRequest registers (or re-registers) the NKey public key Key as
-// principal Name with Role. For an agent, Name is its host id.
+// principal Name with Role. For an agent, Name is its host id. Cert is the
+// principal record sealed by the admin key (SealPrincipal): a bank that
+// knows its admin key refuses a registration without one that matches.
 type PrincipalRequest struct {
 	Versioned
-	Key  string `json:"key"`
-	Name string `json:"name"`
-	Role string `json:"role"`
+	Key  string  `json:"key"`
+	Name string  `json:"name"`
+	Role string  `json:"role"`
+	Cert *Sealed `json:"cert,omitempty"`
 }
 
 func (r *PrincipalRequest) Validate() error {
@@ -458,11 +461,14 @@ func (r *PrincipalRequest) Validate() error {
 	return Errorf(ErrBadRequest, "unknown role %q (admin, user, agent, broker, bank)", r.Role)
 }
 
-// Principal is a registered identity.
+// Principal is a registered identity. Cert is its admin-sealed record
+// (SealPrincipal): whoever learns a principal over the network trusts it
+// only when Cert opens with the admin key (OpenPrincipal).
 type Principal struct {
-	Key  string `json:"key"`
-	Name string `json:"name"`
-	Role string `json:"role"`
+	Key  string  `json:"key"`
+	Name string  `json:"name"`
+	Role string  `json:"role"`
+	Cert *Sealed `json:"cert,omitempty"`
 }
 
 // WhoisRequest asks who the NKey public key Key is.

@@ -1,0 +1,228 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/mrmarket/mrmarket/agent"
+	"github.com/mrmarket/mrmarket/bank"
+	"github.com/mrmarket/mrmarket/internal/money"
+	"github.com/mrmarket/mrmarket/internal/natstest"
+	"github.com/mrmarket/mrmarket/internal/obs"
+	"github.com/mrmarket/mrmarket/internal/wire"
+)
+
+// errorsCounted is the mrm_errors_total of (component, kind) in reg.
+func errorsCounted(t testing.TB, reg *prometheus.Registry, component, kind string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "mrm_errors_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["component"] == component && labels["kind"] == kind {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+func newSigner(t testing.TB) *wire.Signer {
+	t.Helper()
+	s, err := wire.NewUserSigner()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// forgeWhois answers every whois on nc in the bank's queue group — as
+// anyone can on a NATS server without permissions — saying the key asked
+// about is an admin, with the record cert gives (nil: none).
+func forgeWhois(t testing.TB, nc *nats.Conn, cert func(key string) *wire.Sealed) {
+	t.Helper()
+	sub, err := nc.QueueSubscribe(wire.BankWhois, wire.QueueBank, func(m *nats.Msg) {
+		var req wire.WhoisRequest
+		_ = json.Unmarshal(m.Data, &req)
+		_ = m.Respond(wire.EncodeReply(wire.Principal{Key: req.Key, Name: "mallory", Role: wire.RoleAdmin, Cert: cert(req.Key)}, nil))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+}
+
+// TestForgedWhoisAnswerRefusedByTheAgent: an unregistered key that a forged
+// whois answer calls an admin may not place bids, whatever record the
+// answer carries, and each refusal is counted.
+func TestForgedWhoisAnswerRefusedByTheAgent(t *testing.T) {
+	_, nc := natstest.Start(t)
+	admin, mallory := newSigner(t), newSigner(t)
+	forgeWhois(t, nc, func(key string) *wire.Sealed {
+		if key == mallory.Public() {
+			return wire.SealPrincipal(mallory, key, "mallory", wire.RoleAdmin) // sealed by the wrong key
+		}
+		return nil
+	})
+	reg := prometheus.NewRegistry()
+	metrics := obs.NewMetrics(reg)
+	sim := agent.NewSimEnforcer(time.Now, 1, agent.VM{ID: "vm1", Owner: "alice"})
+	a, err := agent.New(agent.Config{Host: "host-1", Enforcer: sim, Capturer: ackCapturer{}, Metrics: metrics,
+		Identities: bank.Client{NC: nc}, AdminKey: admin.Public()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, err := agent.Serve(nc, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	bid := bidReq(wire.Bid{VM: "vm1", Owner: "alice", Plan: "p", Hold: "h", Budget: 1000, Duration: wire.Duration(time.Hour)})
+	bid.V = wire.Version
+	for i, s := range []*wire.Signer{mallory, newSigner(t)} {
+		err := wire.CallAs(context.Background(), nc, s, wire.AgentBidSubject("host-1"), bid, nil)
+		if !errors.Is(err, wire.ErrForbidden) {
+			t.Fatalf("a bid signed by a key the forged answer made an admin: %v", err)
+		}
+		if got := errorsCounted(t, reg, "agent", "forged_whois"); got != float64(i+1) {
+			t.Fatalf("forged answers counted: %v, want %d", got, i+1)
+		}
+	}
+	if st := a.State(); st.VMs[0].Rate != 0 {
+		t.Fatalf("a forged bid is charging: %+v", st.VMs[0])
+	}
+}
+
+type ackCapturer struct{}
+
+func (ackCapturer) Capture(_ context.Context, b *wire.CaptureBatch) (wire.CaptureReply, error) {
+	return wire.CaptureReply{Legs: make([]wire.LegResult, len(b.Legs))}, nil
+}
+
+// TestForgedCaptureReplyKeepsTheBid: replies to the agent's capture forged
+// to say the hold is gone (an error reply, and legs with errors, unsigned or
+// signed by a user) are ignored: with no bank answering the capture fails
+// and the bid stays; the next tick, the bank's signed answer is taken
+// (forgers still answering first).
+func TestForgedCaptureReplyKeepsTheBid(t *testing.T) {
+	ns, nc := natstest.Start(t)
+	clock := t0
+	now := func() time.Time { return clock }
+	admin, bankKey, hostKey, mallory := newSigner(t), newSigner(t), newSigner(t), newSigner(t)
+	bk, err := bank.Open(filepath.Join(t.TempDir(), "bank.db"), bank.Options{Now: now, AdminKey: admin.Public(), Signer: bankKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bk.Close() })
+	ctx := context.Background()
+	for _, p := range []struct {
+		s          *wire.Signer
+		name, role string
+	}{{bankKey, "bank", wire.RoleBank}, {hostKey, "host-1", wire.RoleAgent}, {mallory, "mallory", wire.RoleUser}} {
+		req := &wire.PrincipalRequest{Key: p.s.Public(), Name: p.name, Role: p.role, Cert: wire.SealPrincipal(admin, p.s.Public(), p.name, p.role)}
+		if _, err := bk.AddPrincipal(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := bk.Grant(ctx, &wire.GrantRequest{ID: "g", User: "alice", Amount: 1_000_000}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bk.Hold(ctx, &wire.HoldRequest{ID: "h", User: "alice", Amount: 1_000_000, Expires: t0.Add(24 * time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	// The forgers hear every capture and answer at once.
+	forger := natstest.Connect(t, ns)
+	_, err = forger.Subscribe(wire.BankCapture, func(m *nats.Msg) {
+		var batch wire.CaptureBatch
+		_ = json.Unmarshal(m.Data, &batch)
+		_ = m.Respond(wire.EncodeReply(nil, wire.Errorf(wire.ErrNotFound, "unknown hold")))
+		rep := wire.CaptureReply{}
+		for _, l := range batch.Legs {
+			rep.Legs = append(rep.Legs, wire.LegResult{ID: l.ID, Hold: l.Hold, VM: l.VM, Error: &wire.Error{Code: wire.CodeNotFound, Message: "unknown hold"}})
+		}
+		body := wire.EncodeReply(rep, nil)
+		r := nats.NewMsg(m.Reply)
+		r.Data, r.Header = body, mallory.SignReply(m.Reply, m.Header.Get(wire.HeaderNonce), body, wire.SealPrincipal(admin, mallory.Public(), "mallory", wire.RoleUser))
+		_ = forger.PublishMsg(r)
+		_ = m.Respond(body)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := forger.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	metrics := obs.NewMetrics(reg)
+	sim := agent.NewSimEnforcer(now, 1, agent.VM{ID: "vm1", Owner: "alice"})
+	a, err := agent.New(agent.Config{Host: "host-1", Enforcer: sim, Now: now, Metrics: metrics,
+		Capturer: bank.Client{NC: nc, Signer: hostKey, AdminKey: admin.Public(),
+			OnRefused: func(error) { metrics.Error("agent", "untrusted_reply") }}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bid := wire.Bid{VM: "vm1", Owner: "alice", Plan: "p", Hold: "h", Budget: 600_000, Duration: wire.Duration(time.Hour)}
+	if _, err := a.SetBids(ctx, bidReq(bid)); err != nil {
+		t.Fatal(err)
+	}
+	// Tick 1: only forgers answer.
+	clock = t0.Add(time.Minute)
+	tctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	_, err = a.Tick(tctx, clock)
+	cancel()
+	if !errors.Is(err, wire.ErrUnavailable) {
+		t.Fatalf("a capture only forgers answered: %v", err)
+	}
+	if got := errorsCounted(t, reg, "agent", "untrusted_reply"); got != 3 {
+		t.Fatalf("forged replies counted: %v, want 3 (tick: %v)", got, err)
+	}
+	if st := a.State(); st.VMs[0].Hold != "h" || st.VMs[0].Rate == 0 {
+		t.Fatalf("the bid was dropped on a forged answer: %+v", st.VMs[0])
+	}
+	// Tick 2: the bank answers too, after the forgers.
+	stop, err := bank.Serve(nc, bk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	clock = t0.Add(2 * time.Minute)
+	if _, err := a.Tick(ctx, clock); err != nil {
+		t.Fatalf("the bank's answer: %v", err)
+	}
+	want, _ := money.Charge(600_000, 2*time.Minute, time.Hour)
+	l, err := bk.Ledger(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var captured money.Micro
+	for _, acc := range l.Accounts {
+		if acc.Kind == wire.AccountProvider {
+			captured += acc.Balance
+		}
+	}
+	if captured != want {
+		t.Fatalf("captured %d, want %d (both ticks' charge)", captured, want)
+	}
+	if st := a.State(); st.VMs[0].Hold != "h" || st.VMs[0].Rate == 0 {
+		t.Fatalf("the bid is gone after the bank's answer: %+v", st.VMs[0])
+	}
+}

@@ -1,0 +1,223 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/mrmarket/mrmarket/internal/service"
+	"github.com/mrmarket/mrmarket/internal/wire"
+)
+
+// Host state intake. A state the broker acts on says which VMs a host runs
+// and at what price; whoever could publish one for another host could
+// claim its VMs or poison its price. So, when the broker knows identities
+// (Config.Identities and Config.AdminKey), a state counts only if it is
+// sealed for its host (wire.SealHostState) by a key the admin registered as
+// that host's agent (checked through the registry, service.Certified),
+// sealed no later than MaxSkew ahead of the broker's signing clock and —
+// live, not from the bucket — no earlier than maxStateAge behind it. Any
+// other state is refused and counted: "forged_state" (unsealed, bad seal,
+// unknown key, another host's key), "state_time" (from the future, or
+// stale). A state from the future is thereby refused before it can make the
+// broker ignore the real agent's later ones, live and in the catch-up after
+// a restart alike. A broker without identities (the simulator, unit tests)
+// takes plain and sealed states; a sealed one must still open for its host.
+
+// maxStateAge is how old a live state's seal may be: older ones are
+// replays.
+const maxStateAge = wire.MaxSkew
+
+// stateWhoisSize is how many agents' identities the intake remembers.
+const stateWhoisSize = 16384
+
+// errStateUnverified is a state whose signer could not be looked up now
+// (the bank did not answer): dropped, the next tick brings another.
+var errStateUnverified = errors.New("host state signer not verified")
+
+// stateIntake checks host states for the broker.
+type stateIntake struct {
+	b     *Broker
+	ids   service.Identities // certified; nil: no identities
+	cache *service.WhoisCache
+}
+
+func newStateIntake(b *Broker) *stateIntake {
+	in := &stateIntake{b: b}
+	if b.cfg.Identities != nil && b.cfg.AdminKey != "" {
+		in.ids = b.identities()
+		in.cache = service.NewWhoisCache(whoisTTL, stateWhoisSize)
+	}
+	return in
+}
+
+// identities is Config.Identities believed only with the admin's records
+// (service.Certified); a refused answer is counted.
+func (b *Broker) identities() service.Identities {
+	return service.Certified(b.cfg.Identities, b.cfg.AdminKey, func(string, error) {
+		b.cfg.Metrics.Error("broker", "forged_whois")
+	})
+}
+
+// signingNow is the clock seals are checked against.
+func (b *Broker) signingNow() time.Time {
+	if b.cfg.SigningClock != nil {
+		return b.cfg.SigningClock()
+	}
+	return time.Now()
+}
+
+// subscribe takes the live states. Checking a seal costs a signature
+// verification (~0.1 ms): one subscription callback would keep up with
+// ~10,000 hosts a second at best, so with identities the states are
+// checked by GOMAXPROCS workers, each host's always by the same one (its
+// states stay in order). Without identities the callback observes them
+// itself, as before. unsubscribe stops both.
+func (in *stateIntake) subscribe(nc *nats.Conn) (unsubscribe func(), err error) {
+	take := func(m *nats.Msg) {
+		ctx, cancel := context.WithTimeout(context.Background(), wire.DefaultTimeout)
+		defer cancel()
+		_ = in.take(ctx, m.Data, true) // refused states are counted
+	}
+	if in.ids == nil {
+		sub, err := nc.Subscribe(wire.AllHostStates, take)
+		if err != nil {
+			return nil, err
+		}
+		return func() { _ = sub.Unsubscribe() }, nil
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	workers := make([]chan *nats.Msg, max(runtime.GOMAXPROCS(0), 1))
+	for i := range workers {
+		workers[i] = make(chan *nats.Msg, 256)
+		wg.Add(1)
+		go func(ch <-chan *nats.Msg) {
+			defer wg.Done()
+			for {
+				select {
+				case m := <-ch:
+					take(m)
+				case <-done:
+					return
+				}
+			}
+		}(workers[i])
+	}
+	sub, err := nc.Subscribe(wire.AllHostStates, func(m *nats.Msg) {
+		h := fnv.New32a()
+		_, _ = h.Write([]byte(m.Subject))
+		select {
+		case workers[h.Sum32()%uint32(len(workers))] <- m:
+		case <-done:
+		}
+	})
+	if err != nil {
+		close(done)
+		wg.Wait()
+		return nil, err
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			_ = sub.Unsubscribe()
+			close(done)
+			wg.Wait()
+		})
+	}, nil
+}
+
+// take checks a published state (live: from the subject, else from the
+// bucket) and observes it if it counts; the error says why not.
+func (in *stateIntake) take(ctx context.Context, data []byte, live bool) error {
+	m, err := wire.DecodeHostState(data)
+	if err != nil {
+		in.b.cfg.Metrics.Error("broker", "bad_state")
+		return err
+	}
+	if err := in.check(ctx, m, live); err != nil {
+		switch {
+		case errors.Is(err, wire.ErrStateTime):
+			in.b.cfg.Metrics.Error("broker", "state_time")
+		case errors.Is(err, errStateUnverified):
+			in.b.cfg.Metrics.Error("broker", "state_unverified")
+		default:
+			in.b.cfg.Metrics.Error("broker", "forged_state")
+		}
+		return err
+	}
+	in.b.Observe(m.State)
+	return nil
+}
+
+func (in *stateIntake) check(ctx context.Context, m wire.HostStateMsg, live bool) error {
+	if in.ids == nil {
+		if m.Sealed != nil {
+			_, err := m.Sealed.Open(wire.HostStatePurpose(m.State.Host))
+			return err
+		}
+		return nil
+	}
+	maxAge := time.Duration(0)
+	if live {
+		maxAge = maxStateAge
+	}
+	now := in.b.signingNow()
+	key, err := wire.OpenHostState(m, now, maxAge)
+	if err != nil {
+		return err
+	}
+	p, ok := in.cache.Get(key, now)
+	if !ok {
+		if p, err = in.ids.Whois(ctx, key); err != nil {
+			if errors.Is(err, wire.ErrForbidden) || errors.Is(err, wire.ErrNotFound) {
+				return fmt.Errorf("%w: %v", wire.ErrStateSigner, err)
+			}
+			return fmt.Errorf("%w: %v", errStateUnverified, err)
+		}
+		in.cache.Put(key, p, now)
+	}
+	if p.Role != wire.RoleAgent || p.Name != m.State.Host {
+		return fmt.Errorf("%w: %s sealed by %s %s", wire.ErrStateSigner, m.State.Host, p.Role, p.Name)
+	}
+	return nil
+}
+
+// ownCert is the broker's own principal record, attached to its signed
+// replies so clients can check who answered (nil until the registry has
+// it: replies are still signed). It is looked up through the registry,
+// checked against the anchor, and then kept; a miss is retried at most once
+// a second.
+func (b *Broker) ownCert() *wire.Sealed {
+	if b.cfg.Signer == nil || b.cfg.Identities == nil || b.cfg.AdminKey == "" {
+		return nil
+	}
+	if c := b.cert.Load(); c != nil {
+		return c
+	}
+	if last := b.certMiss.Load(); last != 0 && time.Since(time.Unix(0, last)) < time.Second {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	p, err := b.identities().Whois(ctx, b.cfg.Signer.Public())
+	if err != nil || p.Cert == nil || p.Role != wire.RoleBroker {
+		b.certMiss.Store(time.Now().UnixNano())
+		return nil
+	}
+	b.cert.Store(p.Cert)
+	return p.Cert
+}
+
+// certCache is the broker's own record once found (ownCert).
+type certCache struct {
+	cert     atomic.Pointer[wire.Sealed]
+	certMiss atomic.Int64
+}
