@@ -320,7 +320,7 @@ func TestForgedBrokerRepliesIgnored(t *testing.T) {
 		t.Fatal(err)
 	}
 	refused := 0
-	c := broker.Client{NC: w.nc, AdminKey: w.admin.Public(), OnRefused: func(error) { refused++ }}
+	c := broker.Client{NC: w.nc, Signer: w.admin, AdminKey: w.admin.Public(), OnRefused: func(error) { refused++ }}
 	// Only the forger answers: nothing is believed.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
@@ -384,8 +384,21 @@ func TestForgedBidRepliesIgnored(t *testing.T) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
+	// alice spends over NATS, signed, so her spend is the bids' mandate
+	// (the agent charges no bid without one).
+	alice := newSigner(t)
+	if _, err := bk.AddPrincipal(ctx, &wire.PrincipalRequest{Key: alice.Public(), Name: "alice", Role: wire.RoleUser,
+		Cert: wire.SealPrincipal(admin, alice.Public(), "alice", wire.RoleUser)}); err != nil {
+		t.Fatal(err)
+	}
+	stopBroker, err := broker.Serve(nc, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopBroker()
+	users := broker.Client{NC: nc, Signer: alice, AdminKey: admin.Public()}
 	spend := func(ctx context.Context, id string) error {
-		_, err := b.Spend(ctx, &wire.SpendRequest{ID: id, User: "alice", Budget: 1000, Duration: wire.Duration(time.Hour),
+		_, err := users.Spend(ctx, &wire.SpendRequest{ID: id, User: "alice", Budget: 1000, Duration: wire.Duration(time.Hour),
 			VMs: []string{"vm1"}, Strategy: wire.StrategyFair})
 		return err
 	}

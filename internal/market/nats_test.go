@@ -65,7 +65,12 @@ func TestMarketNATSIsSecured(t *testing.T) {
 	if _, err := m.NCAs(wire.RoleUser, "carol"); err == nil {
 		t.Fatal("carol connected before she was registered")
 	}
-	if _, err := (bank.Client{NC: admin, Keys: m.Keys()}).AddPrincipal(ctx, &wire.PrincipalRequest{Key: carol.Public(), Name: "carol", Role: wire.RoleUser}); err != nil {
+	adminKey, err := m.Keys().Signer(wire.RoleAdmin, "admin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (bank.Client{NC: admin, Keys: m.Keys()}).AddPrincipal(ctx, &wire.PrincipalRequest{Key: carol.Public(), Name: "carol", Role: wire.RoleUser,
+		Cert: wire.SealPrincipal(adminKey, carol.Public(), "carol", wire.RoleUser)}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m.NCAs(wire.RoleUser, "carol"); err != nil {

@@ -34,7 +34,9 @@
 //     (mrm.v1.agent.H.…), publishes only its own host state
 //     (mrm.v1.host.H.state) and its own MRM_HOSTS key;
 //   - services answer through allow_responses (a reply to a request they
-//     received), never through blanket publish rights on _INBOX.>;
+//     received), never through blanket publish rights on _INBOX.> — but
+//     the bank, whose answer to a principal's registration follows the
+//     reload that admits it (a reload forgets pending responses);
 //   - users have no JetStream access at all; admin may do everything
 //     (administration: streams, purges, the audit stream).
 //
@@ -126,7 +128,12 @@ func Permissions(t Tables, p wire.Principal) *server.Permissions {
 		pub = append(pub, jsRead("KV_"+wire.BucketHosts)...)
 		sub = append(serves(t.Broker, ""), wire.AllHostStates, inbox, "$SRV.>")
 	case wire.RoleBank:
-		pub = append(requests(t, p.Role), events(p.Role))
+		// The bank also publishes on every inbox: its answer to `principal
+		// add` goes out after the server reloaded its users, and a reload
+		// forgets the replies allow_responses was expecting. The bank is the
+		// root of the money, and its replies are signed (clients that know
+		// the admin key believe only those).
+		pub = append(requests(t, p.Role), events(p.Role), "_INBOX.>")
 		pub = append(pub, jsCreate("KV_"+wire.BucketHosts)...)
 		pub = append(pub, jsCreate(wire.StreamEvents)...)
 		sub = append(serves(t.Bank, ""), inbox, "$SRV.>")
