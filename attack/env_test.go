@@ -45,7 +45,7 @@ func credits(n int64) money.Micro { return money.Micro(n * 1_000_000) }
 // env is a running market, its principals' keys and connections, and the
 // plans alice (20 credits on a1, a2) and bob (10 on b1, b2) run in it.
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	ctx   context.Context
 	m     *market.Market
 	dir   string
