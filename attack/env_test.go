@@ -362,6 +362,47 @@ func pubRefused(c *conn, subject string, header nats.Header, data []byte) error 
 	return fmt.Errorf("published on %q: the server did not refuse it", subject)
 }
 
+// errRefusedByNATS is a request the NATS server refused to carry (a
+// permissions violation on its subject).
+var errRefusedByNATS = errors.New("refused by the NATS server")
+
+// refused reports whether err is a refusal: a forbidden reply, or the
+// server refusing the request.
+func refused(err error) bool {
+	return errors.Is(err, wire.ErrForbidden) || errors.Is(err, errRefusedByNATS)
+}
+
+// call sends req on subject from c, signed by s (nil: unsigned), and
+// decodes the reply into res; a request the server refuses to carry ends
+// at once with errRefusedByNATS, not at the time-out.
+func call(ctx context.Context, c *conn, s *wire.Signer, subject string, req wire.Message, res any) error {
+	setIfPresent(req, "V", wire.Version) // as wire.Do stamps it
+	ctx, cancel := context.WithTimeout(ctx, wire.DefaultTimeout)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		var err error
+		if s == nil {
+			err = wire.Call(ctx, c.Conn, subject, req, res)
+		} else {
+			err = wire.CallAs(ctx, c.Conn, s, subject, req, res)
+		}
+		done <- err
+	}()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-tick.C:
+			if v := c.violation("Publish", subject); v != nil {
+				return fmt.Errorf("%w: %v", errRefusedByNATS, v)
+			}
+		}
+	}
+}
+
 // jsRefused sends a JetStream API or KV request from c; nil when it is
 // refused (a permissions violation, no answer, or an error answer), an
 // error saying what JetStream did when it was carried out.
