@@ -45,6 +45,30 @@ func forgedReplyClass() class {
 			}
 			e.unchanged(t, before)
 		}},
+		{"alice-answers-admins-grants-in-the-bank-queue", func(t *testing.T, e *env) {
+			// The admin grants bob 1 credit 10 times; every grant that
+			// reports success must be in bob's balance.
+			forge := func(m *nats.Msg) {
+				var g wire.GrantRequest
+				_ = json.Unmarshal(m.Data, &g)
+				_ = m.Respond(wire.EncodeReply(wire.GrantReply{Transfer: "t-" + g.ID, User: g.User, Amount: g.Amount}, nil))
+			}
+			admin := bank.Client{NC: e.adminNC.Conn, Signer: e.admin}
+			reported := e.balance("bob").Balance
+			traffic := func() {
+				for i := range 10 {
+					if _, err := admin.Grant(e.ctx, &wire.GrantRequest{ID: fmt.Sprintf("g-bob-%d", i), User: "bob", Amount: credits(1)}); err == nil {
+						reported += credits(1)
+					}
+				}
+			}
+			if err := subRefused(e.aliceNC, wire.BankGrant, wire.QueueBank, forge, traffic); err != nil {
+				t.Errorf("NATS: %v", err)
+			}
+			if got := e.balance("bob").Balance; got != reported {
+				t.Errorf("the admin was told bob has %s, the bank has %s: forged replies said granted", reported, got)
+			}
+		}},
 		{"alice-answers-agents-captures-with-errors", func(t *testing.T, e *env) {
 			forge := func(m *nats.Msg) {
 				var b wire.CaptureBatch
