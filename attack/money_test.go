@@ -252,6 +252,10 @@ func flood(t *testing.T, e *env) floodResult {
 	balance, _ := json.Marshal(&wire.BalanceRequest{Versioned: wire.Versioned{V: wire.Version}, User: "bob"})
 	msgs := make([]*nats.Msg, floodRequests)
 	for i := range msgs {
+		if i >= floodDistinct {
+			msgs[i] = msgs[i%floodDistinct]
+			continue
+		}
 		subject, body := wire.BankBalance, balance
 		if i%2 == 1 {
 			subject, body = wire.BankLedger, ledger
