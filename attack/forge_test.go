@@ -162,10 +162,14 @@ func forgedStateClass() class {
 	type publisher struct {
 		name string
 		c    func(e *env) *conn
+		// own: the publisher is host-1's agent (compromised, or its clock
+		// gone wrong): NATS lets it publish there, the broker must refuse.
+		own bool
 	}
 	publishers := []publisher{
-		{"alice", func(e *env) *conn { return e.aliceNC }},
-		{"host-2-agent", func(e *env) *conn { return e.dial(e.agents["host-2"], "host-2-agent") }},
+		{"alice", func(e *env) *conn { return e.aliceNC }, false},
+		{"host-2-agent", func(e *env) *conn { return e.dial(e.agents["host-2"], "host-2-agent") }, false},
+		{"host-1-agent", func(e *env) *conn { return e.dial(e.agents["host-1"], "host-1-agent") }, true},
 	}
 	type forged struct {
 		name string
@@ -177,20 +181,33 @@ func forgedStateClass() class {
 		{"sealed-by-host-2-agent", func(t *testing.T, e *env) []byte { return sealed(t, e.agents["host-2"], e.forgery(t), 0) }},
 		{"sealed-by-host-1-agent-1h-ahead", func(t *testing.T, e *env) []byte { return sealed(t, e.agents["host-1"], e.forgery(t), time.Hour) }},
 	}
+	rows := map[string][]int{ // which forgeries each publisher sends
+		"alice":        {0, 1, 2, 3},
+		"host-2-agent": {0, 2},       // unsigned, and sealed with its own key
+		"host-1-agent": {0, 1, 2, 3}, // on its own subject and key: the broker's to refuse
+	}
 	var attacks []attack
-	for i, p := range publishers {
-		for j, f := range forgeries {
-			if i > 0 && j != 0 && j != 2 { // another agent: unsigned, and sealed with its own key
-				continue
-			}
+	for _, p := range publishers {
+		for _, j := range rows[p.name] {
+			f := forgeries[j]
 			attacks = append(attacks, attack{p.name + "-publishes-" + f.name, func(t *testing.T, e *env) {
 				c := p.c(e)
 				data := f.data(t, e)
-				if err := pubRefused(c, wire.HostStateSubject("host-1"), nil, data); err != nil {
-					t.Errorf("NATS: %v", err)
-				}
-				if err := jsRefused(c, "$KV."+wire.BucketHosts+".host-1", nil, data); err != nil {
-					t.Errorf("NATS: KV %s: %v", wire.BucketHosts, err)
+				if p.own {
+					if err := c.Publish(wire.HostStateSubject("host-1"), data); err != nil {
+						t.Fatal(err)
+					}
+					_ = jsRefused(c, "$KV."+wire.BucketHosts+".host-1", nil, data) // the broker reads it on a restart
+					if err := c.Flush(); err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					if err := pubRefused(c, wire.HostStateSubject("host-1"), nil, data); err != nil {
+						t.Errorf("NATS: %v", err)
+					}
+					if err := jsRefused(c, "$KV."+wire.BucketHosts+".host-1", nil, data); err != nil {
+						t.Errorf("NATS: KV %s: %v", wire.BucketHosts, err)
+					}
 				}
 				// The broker still hears the real agent, at once and after.
 				for range 2 {
