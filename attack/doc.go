@@ -24,21 +24,24 @@
 // # The attack table
 //
 // Every attack is a subtest of TestAttack named "<class>/<attack>", so
-// `go test ./attack -v -run TestAttack` prints the table (one "--- PASS" or
-// "--- FAIL" line per attack, the reason on failure). The classes, in the
+// `go test -tags libvirt_dlopen ./attack -v -run TestAttack` prints the
+// table: one "--- PASS" or "--- FAIL" line per attack, the reason on
+// failure ("NATS: …" for the transport's refusal, "broker: …" and the like
+// for a component's), and the refusal it got ("refused: …"). The classes, in the
 // issue's order:
 //
 //	01-unauthenticated   connect with no credentials, an unregistered key, no TLS
 //	02-eavesdrop         subscribe to ">", to every inbox, to bob's inbox, to bank requests
 //	03-queue-hijack      join mrm-bank (mrm.v1.bank.>, whois) or mrm-broker as a user
 //	04-forged-registry   a whois answer calling an unregistered key an admin (agent, broker)
-//	05-forged-state      host-1's state from another key, unsigned, sealed in the future (subject and KV)
-//	06-plans-kv          put/delete/purge plans and delete the bucket as a user; forged records with the broker's key
-//	07-forged-reply      publish into bob's inbox; answer the agents' captures with errors
+//	05-forged-state      host-1's state unsigned, sealed by another key or 1h ahead, by alice and the agents
+//	06-plans-kv-user     put/delete/purge a plan, purge or delete the bucket, as alice
+//	06-plans-kv-broker   broker's key: alice's plan onto bob's hold, budget ×100 (forged records); a key deleted
+//	07-forged-reply      into bob's inbox; 'granted' from the bank's queue; capture errors to the agents
 //	08-replay            a signed spend replayed to the broker, a second replica, after a restart
-//	09-foreign-hold      bids and captures pointing alice's VM at bob's hold
+//	09-foreign-hold      bids (alice's; the broker key's, with her mandate or none), captures, releases
 //	10-foreign-read      bob's balance and statement, a provider's statement, the ledger, as alice
-//	11-flood             20k requests from bob while alice's requests must succeed in time
+//	11-flood             20k signed reads from bob; alice's balance and spend answered in 5s, in 1s
 //
 // BenchmarkSignedSpend measures one signed spend's round trip through a
 // running market (ns/op, p50 and p99), for before/after comparisons.
