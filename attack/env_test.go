@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -376,7 +375,7 @@ func refused(err error) bool {
 // decodes the reply into res; a request the server refuses to carry ends
 // at once with errRefusedByNATS, not at the time-out.
 func call(ctx context.Context, c *conn, s *wire.Signer, subject string, req wire.Message, res any) error {
-	setIfPresent(req, "V", wire.Version) // as wire.Do stamps it
+	wire.Stamp(req) // as wire.Do does
 	ctx, cancel := context.WithTimeout(ctx, wire.DefaultTimeout)
 	defer cancel()
 	done := make(chan error, 1)
@@ -515,20 +514,4 @@ func (e *env) bidsOnOwnHolds(t *testing.T) {
 			}
 		}
 	}
-}
-
-// setIfPresent sets the field of the struct ptr points to when this build
-// has it (the [trust] branches add fields such as AdminKey and Mandate):
-// the suite compiles before and after them and attacks what is there.
-func setIfPresent(ptr any, field string, value any) bool {
-	v := reflect.ValueOf(ptr).Elem().FieldByName(field)
-	if !v.IsValid() || !v.CanSet() {
-		return false
-	}
-	val := reflect.ValueOf(value)
-	if !val.Type().AssignableTo(v.Type()) {
-		return false
-	}
-	v.Set(val)
-	return true
 }

@@ -43,9 +43,8 @@ func forgedRegistryClass() class {
 			cfg := agent.Config{
 				Host: "host-1", Enforcer: agent.NewSimEnforcer(e.now, 1, hosts[0].VMs...), Now: e.now, Capacity: 1,
 				Capturer: bank.Client{NC: hostNC.Conn, Signer: e.agents["host-1"]}, Identities: forgedRegistry{},
-				Metrics: obs.NewMetrics(prometheus.NewRegistry()),
+				Metrics: obs.NewMetrics(prometheus.NewRegistry()), AdminKey: e.admin.Public(),
 			}
-			setIfPresent(&cfg, "AdminKey", e.admin.Public())
 			a, err := agent.New(cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -75,9 +74,8 @@ func forgedRegistryClass() class {
 			brokerNC := e.dial(e.broker, "broker-twin")
 			cfg := broker.Config{
 				NC: brokerNC.Conn, Bank: bank.Client{NC: brokerNC.Conn, Signer: e.broker}, Signer: e.broker, Identities: forgedRegistry{},
-				Now: e.now, Tick: tick, Replica: "broker-twin", Metrics: obs.NewMetrics(prometheus.NewRegistry()),
+				Now: e.now, Tick: tick, Replica: "broker-twin", Metrics: obs.NewMetrics(prometheus.NewRegistry()), AdminKey: e.admin.Public(),
 			}
-			setIfPresent(&cfg, "AdminKey", e.admin.Public())
 			b, err := broker.New(cfg)
 			if err != nil {
 				t.Fatal(err)

@@ -121,8 +121,7 @@ func (e *env) replica(t *testing.T, name string) (stop func()) {
 		t.Fatal(err)
 	}
 	cfg := broker.Config{NC: nc.Conn, Bank: bank.Client{NC: nc.Conn, Signer: e.broker}, Signer: e.broker,
-		Identities: bank.Client{NC: nc.Conn}, Now: e.now, Tick: tick, Plans: kv, Replica: name}
-	setIfPresent(&cfg, "AdminKey", e.admin.Public())
+		Identities: bank.Client{NC: nc.Conn}, Now: e.now, Tick: tick, Plans: kv, Replica: name, AdminKey: e.admin.Public()}
 	b, err := broker.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -182,7 +181,7 @@ func foreignHoldClass() class {
 		b := wire.Bid{VM: "a1", Owner: "alice", Plan: e.alicePlan.ID, Hold: e.bobPlan.Hold, Budget: credits(10), Duration: wire.Duration(planLength)}
 		if mandate { // alice's own signed spend, as the broker carries it once bids carry mandates
 			m, _ := wire.SignedRequestOf(e.aliceSpend.Subject, e.aliceSpend.Header, e.aliceSpend.Data)
-			setIfPresent(&b, "Mandate", &m) // a build without mandates gets the bid without one
+			b.Mandate = &m
 
 		}
 		nc := e.aliceNC

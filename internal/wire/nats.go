@@ -55,6 +55,10 @@ func CallMsg(ctx context.Context, nc *nats.Conn, req *nats.Msg, res any) error {
 // stamp sets the version Do sends.
 type Message interface{ stamp() }
 
+// Stamp sets req's version to the one this build speaks, as Do does, for
+// a caller that sends a request itself.
+func Stamp(req Message) { req.stamp() }
+
 // stamp sets the message's version to the one this build speaks.
 func (v *Versioned) stamp() { v.V = Version }
 
