@@ -112,16 +112,9 @@ func TrustPrincipal(adminKey, role, name string) ReplyTrust {
 
 // CallAsTrusted is CallAs whose answer must satisfy trust (CallTrusted).
 func CallAsTrusted(ctx context.Context, nc *nats.Conn, signer *Signer, subject string, req any, trust ReplyTrust, onRefused func(error), res any) error {
-	body, err := json.Marshal(req)
+	msg, err := requestMsg(signer, subject, req)
 	if err != nil {
-		return Errorf(ErrBadRequest, "encoding request for %s: %v", subject, err)
-	}
-	msg := nats.NewMsg(subject)
-	msg.Data = body
-	if signer != nil {
-		if msg, err = signer.Sign(subject, body); err != nil {
-			return Errorf(ErrInternal, "signing request for %s: %v", subject, err)
-		}
+		return err
 	}
 	return CallTrusted(ctx, nc, msg, trust, onRefused, res)
 }

@@ -247,16 +247,25 @@ func (c *NonceCache) Use(caller Caller, now time.Time) error {
 
 // CallAs is Call signed by signer (unsigned when signer is nil).
 func CallAs(ctx context.Context, nc *nats.Conn, signer *Signer, subject string, req any, res any) error {
+	msg, err := requestMsg(signer, subject, req)
+	if err != nil {
+		return err
+	}
+	return CallMsg(ctx, nc, msg, res)
+}
+
+// requestMsg encodes req for subject, signed by signer (unsigned when nil).
+func requestMsg(signer *Signer, subject string, req any) (*nats.Msg, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
-		return Errorf(ErrBadRequest, "encoding request for %s: %v", subject, err)
+		return nil, Errorf(ErrBadRequest, "encoding request for %s: %v", subject, err)
 	}
 	msg := nats.NewMsg(subject)
 	msg.Data = body
 	if signer != nil {
 		if msg, err = signer.Sign(subject, body); err != nil {
-			return Errorf(ErrInternal, "signing request for %s: %v", subject, err)
+			return nil, Errorf(ErrInternal, "signing request for %s: %v", subject, err)
 		}
 	}
-	return CallMsg(ctx, nc, msg, res)
+	return msg, nil
 }
