@@ -132,16 +132,39 @@ func (b *Broker) newPlan(id, fp string, req *wire.SpendRequest, vms []wire.PlanV
 // rollBack fails a plan that could not start: its bids cancelled, its
 // hold released, the record failed (its id free again).
 func (b *Broker) rollBack(ctx context.Context, rec *planRecord, rev uint64, now time.Time, cause error) (wire.SpendReply, error) {
-	rec.Plan.Status = wire.PlanFailed
-	b.cancelAll(ctx, rec, now)
-	if _, err := b.cfg.Bank.Release(ctx, &wire.ReleaseRequest{Hold: rec.Plan.Hold, User: rec.Plan.User}); err != nil && !errors.Is(err, wire.ErrNotFound) {
+	releaseErr, storeErr := b.fail(ctx, rec, rev, now)
+	if releaseErr != nil {
 		b.cfg.Metrics.Error("broker", "release")
-		cause = fmt.Errorf("%w (and releasing its hold failed: %v; the bank frees it at expiry)", cause, err)
+		cause = fmt.Errorf("%w (and releasing its hold failed: %v; the bank frees it at expiry)", cause, releaseErr)
 	}
-	if _, err := b.store.update(ctx, rec, rev); err != nil {
+	if storeErr != nil {
 		b.cfg.Metrics.Error("broker", "store")
 	}
 	return wire.SpendReply{}, cause
+}
+
+// fail marks a plan that could not start failed: its bids cancelled, its
+// hold released (the bank's figures, captured and released, kept in the
+// plan), and the record written — over a newer revision of its own if its
+// bid round wrote one meanwhile (a starting plan is its replica's alone),
+// so a failed spend is not left listed as starting.
+func (b *Broker) fail(ctx context.Context, rec *planRecord, rev uint64, now time.Time) (releaseErr, storeErr error) {
+	rec.Plan.Status = wire.PlanFailed
+	b.cancelAll(ctx, rec, now)
+	rel, err := b.cfg.Bank.Release(ctx, &wire.ReleaseRequest{Hold: rec.Plan.Hold, User: rec.Plan.User})
+	switch {
+	case err == nil:
+		rec.Plan.Spent, rec.Plan.Released = rel.Hold.Captured, rel.Hold.Released
+	case !errors.Is(err, wire.ErrNotFound):
+		releaseErr = err
+	}
+	_, storeErr = b.store.update(ctx, rec, rev)
+	if errors.Is(storeErr, errStale) {
+		if v, ok := b.store.get(rec.Plan.ID); ok && v.rec.Plan.Status == planStarting {
+			_, storeErr = b.store.update(ctx, rec, v.rev)
+		}
+	}
+	return releaseErr, storeErr
 }
 
 // planStarting marks a plan being set up; it is not a wire status, and a

@@ -195,13 +195,11 @@ func (b *Broker) execute(ctx context.Context, r *round, st step) []error {
 // cancelled, its hold released.
 func (b *Broker) failStarted(ctx context.Context, rec *planRecord, rev uint64, now time.Time) []error {
 	var errs []error
-	rec.Plan.Status = wire.PlanFailed
-	b.cancelAll(ctx, rec, now)
-	if _, err := b.cfg.Bank.Release(ctx, &wire.ReleaseRequest{Hold: rec.Plan.Hold, User: rec.Plan.User}); err != nil && !errors.Is(err, wire.ErrNotFound) {
-		errs = append(errs, err)
-	}
-	if _, err := b.store.update(ctx, rec, rev); err != nil {
-		errs = append(errs, err)
+	releaseErr, storeErr := b.fail(ctx, rec, rev, now)
+	for _, err := range []error{releaseErr, storeErr} {
+		if err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errs
 }
