@@ -46,6 +46,10 @@ func Endpoints(a *Agent) service.Table {
 // Serve answers the agent's subjects (Endpoints) on nc; several agents may
 // share a connection. stop stops answering.
 func Serve(nc *nats.Conn, a *Agent) (stop func(), err error) {
+	cert := ownCert(a)
+	if cert != nil {
+		_ = cert() // now, while nothing is busy: replies carry it from the first
+	}
 	svc, err := service.Serve(nc, "mrm-agent", service.Version, Endpoints(a), service.Options{
 		Auth:        service.Remote(a.identities(), a.cfg.SigningClock, whoisTTL, whoisSize),
 		Observe:     func(op, code string) { a.cfg.Metrics.Request("agent", op, code) },
@@ -53,7 +57,7 @@ func Serve(nc *nats.Conn, a *Agent) (stop func(), err error) {
 		Metadata:    map[string]string{"host": a.Host()},
 		Fair:        &service.Fair{},
 		Signer:      a.cfg.Signer,
-		Cert:        ownCert(a),
+		Cert:        cert,
 	})
 	if err != nil {
 		return nil, err

@@ -149,9 +149,22 @@ func (b *Broker) rollBack(ctx context.Context, rec *planRecord, rev uint64, now 
 // bid round wrote one meanwhile (a starting plan is its replica's alone),
 // so a failed spend is not left listed as starting.
 func (b *Broker) fail(ctx context.Context, rec *planRecord, rev uint64, now time.Time) (releaseErr, storeErr error) {
+	// Each step of the cleanup gets its own time: the spend failing is
+	// often its request's deadline passing (bids timed out), and a spent
+	// context would leave the hold released but the plan listed as
+	// starting.
+	step := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.WithoutCancel(ctx), wire.DefaultTimeout)
+	}
 	rec.Plan.Status = wire.PlanFailed
-	b.cancelAll(ctx, rec, now)
-	rel, err := b.cfg.Bank.Release(ctx, &wire.ReleaseRequest{Hold: rec.Plan.Hold, User: rec.Plan.User})
+	cctx, cancel := step()
+	b.cancelAll(cctx, rec, now)
+	cancel()
+	rctx, cancel := step()
+	rel, err := b.cfg.Bank.Release(rctx, &wire.ReleaseRequest{Hold: rec.Plan.Hold, User: rec.Plan.User})
+	cancel()
+	ctx, cancel = step()
+	defer cancel()
 	switch {
 	case err == nil:
 		rec.Plan.Spent, rec.Plan.Released = rel.Hold.Captured, rel.Hold.Released

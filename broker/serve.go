@@ -84,6 +84,7 @@ func Serve(nc *nats.Conn, b *Broker) (stop func(), err error) {
 		unsubscribe()
 		return nil, err
 	}
+	_ = b.ownCert() // now, while nothing is busy: replies carry it from the first
 	svc, err := service.Serve(nc, "mrm-broker", service.Version, Endpoints(b), service.Options{
 		Auth:        auth,
 		Observe:     func(op, code string) { b.cfg.Metrics.Request("broker", op, code) },
