@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -46,7 +45,7 @@ func Endpoints(a *Agent) service.Table {
 // Serve answers the agent's subjects (Endpoints) on nc; several agents may
 // share a connection. stop stops answering.
 func Serve(nc *nats.Conn, a *Agent) (stop func(), err error) {
-	cert := ownCert(a)
+	cert := service.OwnRecord(a.identities(), a.cfg.AdminKey, a.cfg.Signer, wire.RoleAgent, a.Host())
 	if cert != nil {
 		_ = cert() // now, while nothing is busy: replies carry it from the first
 	}
@@ -63,35 +62,6 @@ func Serve(nc *nats.Conn, a *Agent) (stop func(), err error) {
 		return nil, err
 	}
 	return func() { _ = svc.Stop() }, nil
-}
-
-// ownCert gives the agent's own principal record for its signed replies:
-// looked up through the registry, checked against the anchor, then kept; a
-// miss is retried at most once a second (nil until found).
-func ownCert(a *Agent) func() *wire.Sealed {
-	if a.cfg.Signer == nil || a.cfg.Identities == nil || a.cfg.AdminKey == "" {
-		return nil
-	}
-	var found atomic.Pointer[wire.Sealed]
-	var miss atomic.Int64
-	ids := a.identities()
-	return func() *wire.Sealed {
-		if c := found.Load(); c != nil {
-			return c
-		}
-		if last := miss.Load(); last != 0 && time.Since(time.Unix(0, last)) < time.Second {
-			return nil
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		p, err := ids.Whois(ctx, a.cfg.Signer.Public())
-		if err != nil || p.Cert == nil || p.Role != wire.RoleAgent || p.Name != a.Host() {
-			miss.Store(time.Now().UnixNano())
-			return nil
-		}
-		found.Store(p.Cert)
-		return p.Cert
-	}
 }
 
 // identities is Config.Identities believed only with the admin's records

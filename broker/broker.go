@@ -163,8 +163,6 @@ type Broker struct {
 	stats map[string]*strategies.PriceStats
 	// beStats is each host's best-effort price history (bestEffortPrice).
 	beStats map[string]*strategies.PriceStats
-
-	certCache // the broker's own principal record, for its signed replies
 }
 
 // vmPlace is a VM's host and its index in the host's state.

@@ -84,7 +84,10 @@ func Serve(nc *nats.Conn, b *Broker) (stop func(), err error) {
 		unsubscribe()
 		return nil, err
 	}
-	_ = b.ownCert() // now, while nothing is busy: replies carry it from the first
+	cert := service.OwnRecord(b.identities(), b.cfg.AdminKey, b.cfg.Signer, wire.RoleBroker, "")
+	if cert != nil {
+		_ = cert() // now, while nothing is busy: replies carry it from the first
+	}
 	svc, err := service.Serve(nc, "mrm-broker", service.Version, Endpoints(b), service.Options{
 		Auth:        auth,
 		Observe:     func(op, code string) { b.cfg.Metrics.Request("broker", op, code) },
@@ -93,7 +96,7 @@ func Serve(nc *nats.Conn, b *Broker) (stop func(), err error) {
 		Fair:        &service.Fair{},
 		Audit:       audit,
 		Signer:      b.cfg.Signer,
-		Cert:        b.ownCert,
+		Cert:        cert,
 	})
 	if err != nil {
 		unsubscribe()

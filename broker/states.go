@@ -7,7 +7,6 @@ import (
 	"hash/fnv"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -188,36 +187,4 @@ func (in *stateIntake) check(ctx context.Context, m wire.HostStateMsg, live bool
 		return fmt.Errorf("%w: %s sealed by %s %s", wire.ErrStateSigner, m.State.Host, p.Role, p.Name)
 	}
 	return nil
-}
-
-// ownCert is the broker's own principal record, attached to its signed
-// replies so clients can check who answered (nil until the registry has
-// it: replies are still signed). It is looked up through the registry,
-// checked against the anchor, and then kept; a miss is retried at most once
-// a second.
-func (b *Broker) ownCert() *wire.Sealed {
-	if b.cfg.Signer == nil || b.cfg.Identities == nil || b.cfg.AdminKey == "" {
-		return nil
-	}
-	if c := b.cert.Load(); c != nil {
-		return c
-	}
-	if last := b.certMiss.Load(); last != 0 && time.Since(time.Unix(0, last)) < time.Second {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	p, err := b.identities().Whois(ctx, b.cfg.Signer.Public())
-	if err != nil || p.Cert == nil || p.Role != wire.RoleBroker {
-		b.certMiss.Store(time.Now().UnixNano())
-		return nil
-	}
-	b.cert.Store(p.Cert)
-	return p.Cert
-}
-
-// certCache is the broker's own record once found (ownCert).
-type certCache struct {
-	cert     atomic.Pointer[wire.Sealed]
-	certMiss atomic.Int64
 }
