@@ -82,18 +82,17 @@ func (a *Agent) checkMandate(ctx context.Context, b *wire.Bid, s *wire.SignedReq
 	if err != nil {
 		return err
 	}
-	if !(p.Role == wire.RoleUser && p.Name == m.User) && p.Role != wire.RoleAdmin {
-		return fmt.Errorf("%w: signed by %s (%s), not by %s", ErrMandate, p.Name, p.Role, m.User)
-	}
-	return nil
+	return m.SignedBy(p)
 }
 
-// whois resolves a mandate's signer through the agent's cache.
+// whois resolves a mandate's signer through the agent's cache, believing
+// only the admin's record of it (identities), like every identity the agent
+// acts on.
 func (a *Agent) whois(ctx context.Context, key string, now time.Time) (wire.Principal, error) {
 	if p, ok := a.signers.Get(key, now); ok {
 		return p, nil
 	}
-	p, err := a.cfg.Identities.Whois(ctx, key)
+	p, err := a.identities().Whois(ctx, key)
 	if err != nil {
 		return p, err
 	}

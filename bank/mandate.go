@@ -48,10 +48,7 @@ func (b *Bank) mandate(ctx context.Context, s *wire.SignedRequest, user string) 
 	if err != nil {
 		return m, fmt.Errorf("%w: its signer: %v", wire.ErrBadMandate, err)
 	}
-	if !(p.Role == wire.RoleUser && p.Name == user) && p.Role != wire.RoleAdmin {
-		return m, fmt.Errorf("%w: signed by %s (%s), not by %s", wire.ErrBadMandate, p.Name, p.Role, user)
-	}
-	return m, nil
+	return m, m.SignedBy(p)
 }
 
 // checkHoldMandate refuses a broker's hold its mandate does not allow.

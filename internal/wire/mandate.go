@@ -82,6 +82,15 @@ type Mandate struct {
 	Plan string
 }
 
+// SignedBy checks that p, the principal who signed m (whois of
+// m.Signer.Key), may sign it: the user whose money it spends, or an admin.
+func (m Mandate) SignedBy(p Principal) error {
+	if !(p.Role == RoleUser && p.Name == m.User) && p.Role != RoleAdmin {
+		return fmt.Errorf("%w: signed by %s (%s), not by %s", ErrBadMandate, p.Name, p.Role, m.User)
+	}
+	return nil
+}
+
 // Mandate checks r's signature and reads what it allows. It does not know
 // who signed: the caller resolves Signer.Key (whois) and checks the
 // principal is User (or an admin).
