@@ -226,7 +226,7 @@ func New(cfg Config) (*Broker, error) {
 	if cfg.Plans != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		s, err := newKVStore(ctx, cfg.Plans, &sealing{signer: cfg.Signer, ids: cfg.Identities,
+		s, err := newKVStore(ctx, cfg.Plans, &sealing{signer: cfg.Signer, ids: b.identities(),
 			whois: service.NewWhoisCache(whoisTTL, whoisSize), now: cfg.SigningClock, metrics: cfg.Metrics})
 		if err != nil {
 			return nil, err
