@@ -538,7 +538,7 @@ func (a *Agent) snapshot(now time.Time) wire.HostState {
 		vs := wire.VMState{VM: id, Owner: a.vms[id].Owner, Rate: rates[id], Share: a.desired[id], Util: a.util[id],
 			Idle: a.quiet[id] >= a.cfg.IdleTicks}
 		if b := a.bids[id]; b != nil {
-			vs.Plan, vs.Hold, vs.Budget, vs.Charged, vs.Ends = b.Plan, b.Hold, b.Budget, b.charged(now), b.end()
+			vs.Bids = []wire.VMBid{{Plan: b.Plan, Hold: b.Hold, Rate: rates[id], Budget: b.Budget, Charged: b.charged(now), Ends: b.end()}}
 		}
 		st.Price += vs.Rate
 		st.VMs = append(st.VMs, vs)

@@ -130,7 +130,7 @@ func TestChargingIsExact(t *testing.T) {
 		if got := h.captured(t, "hold"); got != budget {
 			t.Fatalf("trial %d: captured %d of %d at the end", trial, got, budget)
 		}
-		if st := h.a.State(); st.Price != 0 || st.VMs[0].Plan != "" {
+		if st := h.a.State(); st.Price != 0 || len(st.VMs[0].Bids) != 0 {
 			t.Fatalf("finished bid still in the book: %+v", st)
 		}
 	}

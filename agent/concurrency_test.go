@@ -215,7 +215,7 @@ func TestConcurrentBidsAndTicksStayConsistent(t *testing.T) {
 	var ids []string
 	for _, v := range st.VMs {
 		ids, rates[v.VM] = append(ids, v.VM), v.Rate
-		if v.Plan == "" || math.Abs(applied[v.VM]-v.Share) > 1e-12 {
+		if len(v.Bids) == 0 || math.Abs(applied[v.VM]-v.Share) > 1e-12 {
 			t.Errorf("%s: in force %v, the book says %+v", v.VM, applied[v.VM], v)
 		}
 	}
@@ -227,7 +227,8 @@ func TestConcurrentBidsAndTicksStayConsistent(t *testing.T) {
 	restarted := must(agent.New(cfg)).State()
 	for i, v := range st.VMs {
 		r := restarted.VMs[i]
-		if r.VM != v.VM || r.Plan != v.Plan || r.Hold != v.Hold || r.Budget != v.Budget || !r.Ends.Equal(v.Ends) {
+		if r.VM != v.VM || len(r.Bids) != len(v.Bids) || len(r.Bids) == 1 && (r.Bids[0].Plan != v.Bids[0].Plan || r.Bids[0].Hold != v.Bids[0].Hold ||
+			r.Bids[0].Budget != v.Bids[0].Budget || !r.Bids[0].Ends.Equal(v.Bids[0].Ends)) {
 			t.Errorf("state file: %+v, book: %+v", r, v)
 		}
 	}

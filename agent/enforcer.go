@@ -9,10 +9,14 @@ import (
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
-// VM is a virtual machine on the host and the user who owns it.
+// VM is a virtual machine on the host and the user who owns it. CPUs is
+// how many of the host's CPUs it can run on at once (its vCPUs, fewer if
+// pinned to fewer host CPUs); 0 means all of them. It bounds what the VM
+// can use, so it bounds its entitlement (see the package doc, "Idle").
 type VM struct {
 	ID    string
 	Owner string
+	CPUs  float64
 }
 
 // Enforcer is how an agent sees and governs its host's VMs. The libvirt

@@ -195,7 +195,7 @@ func TestForgedCaptureReplyKeepsTheBid(t *testing.T) {
 	if got := errorsCounted(t, reg, "agent", "untrusted_reply"); got != 3 {
 		t.Fatalf("forged replies counted: %v, want 3 (tick: %v)", got, err)
 	}
-	if st := a.State(); st.VMs[0].Hold != "h" || st.VMs[0].Rate == 0 {
+	if st := a.State(); len(st.VMs[0].Bids) != 1 || st.VMs[0].Bids[0].Hold != "h" || st.VMs[0].Rate == 0 {
 		t.Fatalf("the bid was dropped on a forged answer: %+v", st.VMs[0])
 	}
 	// Tick 2: the bank answers too, after the forgers.
@@ -222,7 +222,7 @@ func TestForgedCaptureReplyKeepsTheBid(t *testing.T) {
 	if captured != want {
 		t.Fatalf("captured %d, want %d (both ticks' charge)", captured, want)
 	}
-	if st := a.State(); st.VMs[0].Hold != "h" || st.VMs[0].Rate == 0 {
+	if st := a.State(); len(st.VMs[0].Bids) != 1 || st.VMs[0].Bids[0].Hold != "h" || st.VMs[0].Rate == 0 {
 		t.Fatalf("the bid is gone after the bank's answer: %+v", st.VMs[0])
 	}
 }

@@ -509,8 +509,10 @@ func (e *env) bidsOnOwnHolds(t *testing.T) {
 	holds := map[string]string{"alice": e.alicePlan.Hold, "bob": e.bobPlan.Hold}
 	for _, a := range e.m.Agents {
 		for _, v := range a.State().VMs {
-			if v.Hold != "" && v.Hold != holds[v.Owner] {
-				t.Errorf("%s: %s's VM %s charges hold %s (plan %s), not %s's hold %s", a.Host(), v.Owner, v.VM, v.Hold, v.Plan, v.Owner, holds[v.Owner])
+			for _, b := range v.Bids {
+				if b.Hold != holds[v.Owner] {
+					t.Errorf("%s: %s's VM %s charges hold %s (plan %s), not %s's hold %s", a.Host(), v.Owner, v.VM, b.Hold, b.Plan, v.Owner, holds[v.Owner])
+				}
 			}
 		}
 	}

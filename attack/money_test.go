@@ -90,7 +90,7 @@ func forgedReplyClass() class {
 			// next rounds capture as the plans say.
 			for _, a := range e.m.Agents {
 				for _, v := range a.State().VMs {
-					if v.Plan == "" || v.Rate == 0 {
+					if len(v.Bids) == 0 || v.Rate == 0 {
 						t.Errorf("%s: %s's VM %s lost its bid to a forged capture reply", a.Host(), v.Owner, v.VM)
 					}
 				}

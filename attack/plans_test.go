@@ -106,11 +106,11 @@ func (r record) forge(t *testing.T, hold string) []byte {
 	m, _ := decodeJSON(b) // a deep copy
 	plan := m["plan"].(map[string]any)
 	plan["hold"] = hold
-	plan["budget"] = times100(plan["budget"])
+	plan["budget_micro"] = times100(plan["budget_micro"])
 	if vms, ok := plan["vms"].([]any); ok {
 		for _, v := range vms {
 			if vm, ok := v.(map[string]any); ok {
-				vm["budget"] = times100(vm["budget"])
+				vm["budget_micro"] = times100(vm["budget_micro"])
 			}
 		}
 	}

@@ -173,7 +173,7 @@ func testBadRequestsOverNATS(t *testing.T, target string) {
 	forged := s.signed(t, alice, wire.BankGrant, grant(5))
 	forged.Header.Set(wire.HeaderKey, adminKey.Public()) // claims to be the admin
 	tampered := s.signed(t, adminKey, wire.BankGrant, grant(5))
-	tampered.Data = []byte(strings.Replace(string(tampered.Data), `"amount":5`, `"amount":500`, 1))
+	tampered.Data = []byte(strings.Replace(string(tampered.Data), `"amount_micro":5`, `"amount_micro":500`, 1))
 	garbage, err := adminKey.Sign(wire.BankGrant, []byte(`{"v":1,"id":`))
 	if err != nil {
 		t.Fatal(err)

@@ -320,11 +320,10 @@ func (b *Broker) unclaimed(st wire.HostState) []wire.VMState {
 func (b *Broker) bestEffortPrice(st wire.HostState) float64 {
 	y := st.Price
 	for _, v := range st.VMs {
-		if v.Plan == "" {
-			continue
-		}
-		if p, ok := b.store.get(v.Plan); ok && p.rec.Job != nil {
-			y -= v.Rate
+		for _, bid := range v.Bids {
+			if p, ok := b.store.get(bid.Plan); ok && p.rec.Job != nil {
+				y -= bid.Rate
+			}
 		}
 	}
 	return max(y, 0)

@@ -89,7 +89,7 @@ func TestSpendRollsBackWhenAHostIsDown(t *testing.T) {
 		t.Fatalf("money not returned: %+v", bal)
 	}
 	for _, v := range f.agents["host-1"].State().VMs {
-		if v.Plan != "" || v.Rate != 0 {
+		if len(v.Bids) != 0 || v.Rate != 0 {
 			t.Fatalf("bid left on host-1: %+v", v)
 		}
 	}

@@ -152,8 +152,8 @@ func (b *Broker) heldShare(rec *planRecord) float64 {
 		st := b.hosts[h]
 		y := st.Price
 		for _, v := range st.VMs {
-			if v.Plan == rec.Plan.ID {
-				y -= v.Rate
+			if bid, ok := v.Bid(rec.Plan.ID); ok {
+				y -= bid.Rate
 			}
 		}
 		total += r / (r + max(y, 0))

@@ -150,7 +150,7 @@ func printEvent(w io.Writer, ev wire.Event) error {
 }
 
 // summaryFields are the request fields a summary shows, in this order.
-var summaryFields = []string{"id", "user", "from", "to", "host", "plan", "hold", "amount", "budget", "more", "less", "name", "role", "key"}
+var summaryFields = []string{"id", "user", "from", "to", "host", "plan", "hold", "amount_micro", "budget_micro", "more_micro", "less_micro", "name", "role", "key"}
 
 // summarize shows what the request asked (its id, user, amount…) and, for
 // a replayed one, that it changed nothing.

@@ -393,15 +393,16 @@ func vmsCommand() *ucli.Command {
 func printVMs(w io.Writer, rep wire.VMsReply) error {
 	t := newTable(w, "HOST", "VM", "OWNER", "PLAN", "RATE", "SHARE", "UTIL", "CHARGED", "ENDS")
 	for _, v := range rep.VMs {
-		plan := v.Plan
-		if plan == "" {
-			plan = "-"
+		plan, charged, ends := "-", "-", "-"
+		if len(v.Bids) > 0 {
+			b := v.Bids[0]
+			plan, charged, ends = b.Plan, b.Charged.String(), stamp(b.Ends)
 		}
 		util := pct(v.Util)
 		if v.Idle {
 			util += " idle"
 		}
-		t.row(v.Host, v.VM, v.Owner, plan, perHour(v.Rate), pct(v.Share), util, v.Charged.String(), stamp(v.Ends))
+		t.row(v.Host, v.VM, v.Owner, plan, perHour(v.Rate), pct(v.Share), util, charged, ends)
 	}
 	return t.flush()
 }

@@ -289,8 +289,8 @@ func (h *Harness) states() []wire.HostState {
 		for _, v := range ho.vms {
 			vs := wire.VMState{VM: v.name, Owner: v.owner, Idle: v.idle}
 			if b := v.bid; b != nil && b.running(h.now) {
-				vs.Plan, vs.Hold, vs.Budget, vs.Charged = b.plan, b.hold, b.budget, b.charged(h.now)
-				vs.Rate, vs.Ends = money.Rate(b.budget, b.duration), b.start.Add(b.duration)
+				vs.Rate = money.Rate(b.budget, b.duration)
+				vs.Bids = []wire.VMBid{{Plan: b.plan, Hold: b.hold, Rate: vs.Rate, Budget: b.budget, Charged: b.charged(h.now), Ends: b.start.Add(b.duration)}}
 				st.Price += vs.Rate
 			}
 			st.VMs = append(st.VMs, vs)

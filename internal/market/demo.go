@@ -44,7 +44,7 @@ type DemoReport struct {
 
 // DemoSpec is what a user asked to spend.
 type DemoSpec struct {
-	Budget   money.Micro   `json:"budget"`
+	Budget   money.Micro   `json:"budget_micro"`
 	Duration time.Duration `json:"duration"`
 	VMs      []string      `json:"vms"`
 }
@@ -52,7 +52,7 @@ type DemoSpec struct {
 // DemoHost is one host in the snapshot.
 type DemoHost struct {
 	Host  string  `json:"host"`
-	Price float64 `json:"price"` // micro-credits per second
+	Price float64 `json:"price_micro_per_s"`
 }
 
 // DemoVM is one VM in the snapshot: its rate and share, and the CPU it
@@ -65,10 +65,10 @@ type DemoVM struct {
 // DemoUser is one user's money at the end.
 type DemoUser struct {
 	User    string      `json:"user"`
-	Granted money.Micro `json:"granted"`
-	Spent   money.Micro `json:"spent"`
-	Balance money.Micro `json:"balance"`
-	Held    money.Micro `json:"held"`
+	Granted money.Micro `json:"granted_micro"`
+	Spent   money.Micro `json:"spent_micro"`
+	Balance money.Micro `json:"balance_micro"`
+	Held    money.Micro `json:"held_micro"`
 }
 
 // RunDemo runs the scripted scenario in simulated time in a temporary data

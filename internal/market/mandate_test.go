@@ -96,7 +96,7 @@ func TestBidsNeedTheirMandate(t *testing.T) {
 			t.Errorf("%s: got %v, want forbidden", c.name, err)
 		}
 	}
-	if st := m.Agents[0].State(); st.VMs[0].Plan != "" || st.VMs[1].Plan != "" {
+	if st := m.Agents[0].State(); len(st.VMs[0].Bids) != 0 || len(st.VMs[1].Bids) != 0 {
 		t.Fatalf("refused bids are in the book: %+v", st.VMs)
 	}
 	if l1 := checkLedger(t, bc); !equalJSON(t, l0, l1) {
@@ -248,7 +248,7 @@ func TestForgedPlanRecordsMoveNothing(t *testing.T) {
 		}
 	}
 	for _, v := range m.Agents[0].State().VMs {
-		if v.VM == "a1" && v.Plan != "" {
+		if v.VM == "a1" && len(v.Bids) != 0 {
 			t.Fatalf("a forged record placed a bid: %+v", v)
 		}
 	}

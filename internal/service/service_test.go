@@ -67,7 +67,7 @@ func TestServeAndCallOverNATS(t *testing.T) {
 		t.Fatalf("panic: %v", err)
 	}
 	before := calls
-	err = wire.CallRaw(ctx, nc, "test.grant", []byte(`{"v":1,"id":"g","user":"alice","amount":-3}`), &rep)
+	err = wire.CallRaw(ctx, nc, "test.grant", []byte(`{"v":1,"id":"g","user":"alice","amount_micro":-3}`), &rep)
 	if !errors.Is(err, wire.ErrBadRequest) || calls != before {
 		t.Fatalf("bad request reached the handler or was accepted: %v", err)
 	}

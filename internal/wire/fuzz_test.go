@@ -13,14 +13,14 @@ import (
 // and VMs within their limits).
 func FuzzDecode(f *testing.F) {
 	for _, seed := range []string{
-		`{"v":1,"id":"g1","user":"alice","amount":100}`,
-		`{"v":1,"id":"h1","user":"alice","amount":5,"expires":"2026-01-01T00:00:00Z","hosts":["host-1"]}`,
+		`{"v":1,"id":"g1","user":"alice","amount_micro":100}`,
+		`{"v":1,"id":"h1","user":"alice","amount_micro":5,"expires":"2026-01-01T00:00:00Z","hosts":["host-1"]}`,
 		`{"v":1,"host":"host-1","tick":3,"legs":[{"id":"h/host-1/vm/3","hold":"h","vm":"vm","cumulative":7}]}`,
-		`{"v":1,"id":"t1","from":"alice","to":"bob","amount":1}`,
-		`{"v":1,"user":"*","amount":1000,"every":"24h"}`,
-		`{"v":1,"user":"alice","budget":10,"duration":"1h","vms":["a1"],"strategy":"fair"}`,
-		`{"v":1,"set":[{"vm":"a","owner":"alice","plan":"p","hold":"h","budget":5,"duration":"1m"}]}`,
-		`{"v":1,"amount":-1}`, `{"v":1,"amount":9223372036854775807}`, `{"v":1,"amount":1e400}`,
+		`{"v":1,"id":"t1","from":"alice","to":"bob","amount_micro":1}`,
+		`{"v":1,"user":"*","amount_micro":1000,"every":"24h"}`,
+		`{"v":1,"user":"alice","budget_micro":10,"duration":"1h","vms":["a1"],"strategy":"fair"}`,
+		`{"v":1,"set":[{"vm":"a","owner":"alice","plan":"p","hold":"h","budget_micro":5,"duration":"1m"}]}`,
+		`{"v":1,"amount_micro":-1}`, `{"v":1,"amount_micro":9223372036854775807}`, `{"v":1,"amount_micro":1e400}`,
 		`{"v":2}`, `[]`, `null`, ``, `{"v":1}{"v":1}`,
 	} {
 		f.Add([]byte(seed))

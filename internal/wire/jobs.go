@@ -181,7 +181,7 @@ func (r *QuoteRequest) Validate() error {
 // it is promised.
 type QuotePoint struct {
 	Deadline   time.Time   `json:"deadline"`
-	Price      money.Micro `json:"price"`
+	Price      money.Micro `json:"price_micro"`
 	Confidence float64     `json:"confidence"`
 	Affordable bool        `json:"affordable"`
 }
@@ -200,7 +200,7 @@ type QuoteReply struct {
 	Share    float64      `json:"share"`
 	Earliest time.Time    `json:"earliest"`
 	Queued   int          `json:"queued"`
-	Balance  money.Micro  `json:"balance"`
+	Balance  money.Micro  `json:"balance_micro"`
 	Curve    []QuotePoint `json:"curve"`
 	// MapSlots and ReduceSlots are ARIA's minimum allocation (Eq. 15) for
 	// the curve's first deadline.
@@ -219,12 +219,12 @@ type SubmitRequest struct {
 	User       string      `json:"user"`
 	Job        JobSpec     `json:"job"`
 	Deadline   time.Time   `json:"deadline,omitzero"`
-	Budget     money.Micro `json:"budget,omitempty"`
+	Budget     money.Micro `json:"budget_micro,omitempty"`
 	BestEffort bool        `json:"best_effort,omitempty"`
 	// MaxPrice bounds a deadline job without a budget: the most the user
 	// lets be held for it (the CLI signs the quoted price). With neither, a
 	// broker that knows identities cannot get the bank to hold the price.
-	MaxPrice money.Micro `json:"max_price,omitempty"`
+	MaxPrice money.Micro `json:"max_price_micro,omitempty"`
 }
 
 func (r *SubmitRequest) Validate() error {
@@ -268,8 +268,8 @@ type Job struct {
 	Progress float64     `json:"progress"`
 	Work     float64     `json:"work"`
 	Share    float64     `json:"share"`
-	Price    money.Micro `json:"price"`
-	Spent    money.Micro `json:"spent"`
+	Price    money.Micro `json:"price_micro"`
+	Spent    money.Micro `json:"spent_micro"`
 }
 
 // SubmitReply is the admitted job.

@@ -39,7 +39,7 @@ func TestMandates(t *testing.T) {
 	// A changed body or subject no longer checks (through the cache, a
 	// known signature gives the terms it really signed, never the new body's).
 	forged := *s
-	forged.Body = []byte(`{"v":1,"id":"p1","user":"alice","budget":500000,"duration":"1h","vms":["a1"],"strategy":"fair"}`)
+	forged.Body = []byte(`{"v":1,"id":"p1","user":"alice","budget_micro":500000,"duration":"1h","vms":["a1"],"strategy":"fair"}`)
 	if _, err := forged.Mandate(); !errors.Is(err, wire.ErrForbidden) {
 		t.Fatalf("forged body: %v", err)
 	}

@@ -23,7 +23,7 @@ type GrantRequest struct {
 	Versioned
 	ID     string      `json:"id"`
 	User   string      `json:"user"`
-	Amount money.Micro `json:"amount"`
+	Amount money.Micro `json:"amount_micro"`
 	Memo   string      `json:"memo,omitempty"`
 }
 
@@ -54,8 +54,8 @@ func (r *GrantRequest) Validate() error {
 type GrantReply struct {
 	Transfer string      `json:"transfer"`
 	User     string      `json:"user"`
-	Amount   money.Micro `json:"amount"`
-	Balance  money.Micro `json:"balance"`
+	Amount   money.Micro `json:"amount_micro"`
+	Balance  money.Micro `json:"balance_micro"`
 	Replayed bool        `json:"replayed,omitempty"`
 }
 
@@ -65,7 +65,7 @@ type HoldRequest struct {
 	Versioned
 	ID      string      `json:"id"`
 	User    string      `json:"user"`
-	Amount  money.Micro `json:"amount"`
+	Amount  money.Micro `json:"amount_micro"`
 	Expires time.Time   `json:"expires"`
 	// Hosts are the hosts whose providers may capture from the hold; empty
 	// means any host.
@@ -114,9 +114,9 @@ const (
 type HoldInfo struct {
 	ID       string      `json:"id"`
 	User     string      `json:"user"`
-	Amount   money.Micro `json:"amount"`
-	Captured money.Micro `json:"captured"`
-	Released money.Micro `json:"released"`
+	Amount   money.Micro `json:"amount_micro"`
+	Captured money.Micro `json:"captured_micro"`
+	Released money.Micro `json:"released_micro"`
 	Expires  time.Time   `json:"expires"`
 	Status   string      `json:"status"`
 	Hosts    []string    `json:"hosts,omitempty"`
@@ -128,7 +128,7 @@ func (h HoldInfo) Remaining() money.Micro { return h.Amount - h.Captured - h.Rel
 // HoldReply answers a HoldRequest.
 type HoldReply struct {
 	Hold     HoldInfo    `json:"hold"`
-	Balance  money.Micro `json:"balance"`
+	Balance  money.Micro `json:"balance_micro"`
 	Replayed bool        `json:"replayed,omitempty"`
 }
 
@@ -141,7 +141,7 @@ type CaptureLeg struct {
 	ID         string      `json:"id"`
 	Hold       string      `json:"hold"`
 	VM         string      `json:"vm"`
-	Cumulative money.Micro `json:"cumulative"`
+	Cumulative money.Micro `json:"cumulative_micro"`
 	// Owner is the VM's owner on the host, when the agent knows it: the
 	// bank captures only from a hold of that user.
 	Owner string `json:"owner,omitempty"`
@@ -205,8 +205,8 @@ type LegResult struct {
 	ID        string      `json:"id"`
 	Hold      string      `json:"hold"`
 	VM        string      `json:"vm"`
-	Applied   money.Micro `json:"applied"`
-	Captured  money.Micro `json:"captured"`
+	Applied   money.Micro `json:"applied_micro"`
+	Captured  money.Micro `json:"captured_micro"`
 	Exhausted bool        `json:"exhausted,omitempty"`
 	Error     *Error      `json:"error,omitempty"`
 }
@@ -214,20 +214,34 @@ type LegResult struct {
 // CaptureReply answers a CaptureBatch, one result per leg in order.
 type CaptureReply struct {
 	Legs    []LegResult `json:"legs"`
-	Applied money.Micro `json:"applied"`
+	Applied money.Micro `json:"applied_micro"`
 }
 
 // ReleaseRequest closes hold Hold of User and returns its remainder.
 // Releasing a closed hold is a no-op that replies with the hold.
+//
+// With Amount, only that much of what the hold has left goes back and the
+// hold stays open (spend --less): ID then makes it idempotent (required),
+// and an Amount above what is left is refused.
 type ReleaseRequest struct {
 	Versioned
-	Hold string `json:"hold"`
-	User string `json:"user"`
+	Hold   string      `json:"hold"`
+	User   string      `json:"user"`
+	ID     string      `json:"id,omitempty"`
+	Amount money.Micro `json:"amount_micro,omitempty"`
 }
 
 func (r *ReleaseRequest) Validate() error {
 	if err := CheckID("hold id", r.Hold); err != nil {
 		return err
+	}
+	if r.Amount != 0 {
+		if err := checkAmount("release amount", r.Amount); err != nil {
+			return err
+		}
+		if err := CheckID("release id", r.ID); err != nil {
+			return err
+		}
 	}
 	return CheckName("user", r.User)
 }
@@ -235,8 +249,8 @@ func (r *ReleaseRequest) Validate() error {
 // ReleaseReply answers a ReleaseRequest.
 type ReleaseReply struct {
 	Hold     HoldInfo    `json:"hold"`
-	Released money.Micro `json:"released"`
-	Balance  money.Micro `json:"balance"`
+	Released money.Micro `json:"released_micro"`
+	Balance  money.Micro `json:"balance_micro"`
 }
 
 // BalanceRequest asks for User's account.
@@ -251,10 +265,10 @@ func (r *BalanceRequest) Validate() error { return CheckName("user", r.User) }
 // holds, total granted and total spent (captured from the user's holds).
 type BalanceReply struct {
 	User    string      `json:"user"`
-	Balance money.Micro `json:"balance"`
-	Held    money.Micro `json:"held"`
-	Granted money.Micro `json:"granted"`
-	Spent   money.Micro `json:"spent"`
+	Balance money.Micro `json:"balance_micro"`
+	Held    money.Micro `json:"held_micro"`
+	Granted money.Micro `json:"granted_micro"`
+	Spent   money.Micro `json:"spent_micro"`
 	Holds   []HoldInfo  `json:"holds"`
 }
 
@@ -277,7 +291,7 @@ const (
 type Account struct {
 	ID      string      `json:"id"`
 	Kind    string      `json:"kind"`
-	Balance money.Micro `json:"balance"`
+	Balance money.Micro `json:"balance_micro"`
 }
 
 // LedgerReply is the ledger and the check of its invariant:
@@ -285,9 +299,9 @@ type Account struct {
 // zero. Violations lists what is wrong; empty means the invariant holds.
 type LedgerReply struct {
 	Accounts   []Account   `json:"accounts"`
-	Granted    money.Micro `json:"granted"`
-	Balances   money.Micro `json:"balances"`
-	OpenHolds  money.Micro `json:"open_holds"`
+	Granted    money.Micro `json:"granted_micro"`
+	Balances   money.Micro `json:"balances_micro"`
+	OpenHolds  money.Micro `json:"open_holds_micro"`
 	Violations []string    `json:"violations"`
 }
 
@@ -298,7 +312,7 @@ type TransferRequest struct {
 	ID     string      `json:"id"`
 	From   string      `json:"from"`
 	To     string      `json:"to"`
-	Amount money.Micro `json:"amount"`
+	Amount money.Micro `json:"amount_micro"`
 	Memo   string      `json:"memo,omitempty"`
 }
 
@@ -324,7 +338,7 @@ func (r *TransferRequest) Validate() error {
 // TransferReply answers a TransferRequest with the payer's new balance.
 type TransferReply struct {
 	Transfer string      `json:"transfer"`
-	Balance  money.Micro `json:"balance"`
+	Balance  money.Micro `json:"balance_micro"`
 	Replayed bool        `json:"replayed,omitempty"`
 }
 
@@ -338,7 +352,7 @@ const FairShareUser = "*"
 type IncomeSetRequest struct {
 	Versioned
 	User   string      `json:"user"`
-	Amount money.Micro `json:"amount"`
+	Amount money.Micro `json:"amount_micro"`
 	Every  Duration    `json:"every"`
 }
 
@@ -366,7 +380,7 @@ func (r *IncomeSetRequest) Validate() error {
 // IncomeSchedule is one income schedule.
 type IncomeSchedule struct {
 	User       string      `json:"user"`
-	Amount     money.Micro `json:"amount"`
+	Amount     money.Micro `json:"amount_micro"`
 	Every      Duration    `json:"every"`
 	Anchor     time.Time   `json:"anchor"`
 	LastPeriod int64       `json:"last_period"`
@@ -412,7 +426,7 @@ type StatementEntry struct {
 	Transfer     string      `json:"transfer"`
 	Kind         string      `json:"kind"`
 	Counterparty string      `json:"counterparty"`
-	Amount       money.Micro `json:"amount"`
+	Amount       money.Micro `json:"amount_micro"`
 	At           time.Time   `json:"at"`
 	Memo         string      `json:"memo,omitempty"`
 }
@@ -420,7 +434,7 @@ type StatementEntry struct {
 // StatementReply is an account's balance and recent transfers.
 type StatementReply struct {
 	Account string           `json:"account"`
-	Balance money.Micro      `json:"balance"`
+	Balance money.Micro      `json:"balance_micro"`
 	Entries []StatementEntry `json:"entries"`
 }
 
@@ -488,7 +502,7 @@ type Bid struct {
 	Owner    string      `json:"owner"`
 	Plan     string      `json:"plan"`
 	Hold     string      `json:"hold"`
-	Budget   money.Micro `json:"budget"`
+	Budget   money.Micro `json:"budget_micro"`
 	Duration Duration    `json:"duration"`
 	// Mandate is the owner's signed spend or submit the bid acts for (see
 	// mandate.go); an agent that knows identities charges nothing without
@@ -555,23 +569,44 @@ func (r *BidRequest) Validate() error {
 	return nil
 }
 
-// VMState is one VM as its host sees it. Rate is micro-credits per second;
-// Share is the fraction of the host the VM is entitled to; Util is the
-// fraction of one host's capacity it used over the last tick. Charged is
-// what the current bid has charged so far.
+// VMState is one VM as its host sees it. Rate is the sum of its funded
+// bids' rates, micro-credits per second (several plans may bid on one VM:
+// their rates add up); Share is the fraction of the host the VM is entitled
+// to; Util is the fraction of one host's capacity it used over the last
+// tick; Idle means it used little of what it is entitled to (its share, and
+// the CPUs it may run on). Bids are the VM's bids, one per plan, by plan id.
 type VMState struct {
 	VM    string  `json:"vm"`
 	Owner string  `json:"owner"`
-	Plan  string  `json:"plan,omitempty"`
-	Hold  string  `json:"hold,omitempty"`
-	Rate  float64 `json:"rate"`
+	Rate  float64 `json:"rate_micro_per_s"`
 	Share float64 `json:"share"`
 	Util  float64 `json:"util"`
-	// Idle: Util stayed below the agent's threshold for its last k ticks.
-	Idle    bool        `json:"idle,omitempty"`
-	Budget  money.Micro `json:"budget,omitempty"`
-	Charged money.Micro `json:"charged,omitempty"`
-	Ends    time.Time   `json:"ends,omitzero"`
+	// Idle: the VM stayed below the agent's idle threshold of its
+	// entitlement for its last k ticks.
+	Idle bool    `json:"idle,omitempty"`
+	Bids []VMBid `json:"bids,omitempty"`
+}
+
+// VMBid is one plan's bid on a VM as its agent keeps it: Rate is its
+// budget over its duration (0 once it ended), Charged what it has charged
+// so far.
+type VMBid struct {
+	Plan    string      `json:"plan"`
+	Hold    string      `json:"hold"`
+	Rate    float64     `json:"rate_micro_per_s"`
+	Budget  money.Micro `json:"budget_micro"`
+	Charged money.Micro `json:"charged_micro"`
+	Ends    time.Time   `json:"ends"`
+}
+
+// Bid is the VM's bid of plan, if it has one.
+func (v *VMState) Bid(plan string) (VMBid, bool) {
+	for _, b := range v.Bids {
+		if b.Plan == plan {
+			return b, true
+		}
+	}
+	return VMBid{}, false
 }
 
 // HostState is a host's published state: Price is the sum of the rates of
@@ -581,7 +616,7 @@ type HostState struct {
 	Host  string    `json:"host"`
 	Time  time.Time `json:"time"`
 	Tick  int64     `json:"tick"`
-	Price float64   `json:"price"`
+	Price float64   `json:"price_micro_per_s"`
 	VMs   []VMState `json:"vms"`
 }
 
@@ -646,7 +681,7 @@ type SpendRequest struct {
 	Versioned
 	ID          string             `json:"id,omitempty"`
 	User        string             `json:"user"`
-	Budget      money.Micro        `json:"budget"`
+	Budget      money.Micro        `json:"budget_micro"`
 	Duration    Duration           `json:"duration"`
 	VMs         []string           `json:"vms,omitempty"`
 	Workflows   []WorkflowSpec     `json:"workflows,omitempty"`
@@ -819,8 +854,8 @@ const (
 type PlanVM struct {
 	VM     string      `json:"vm"`
 	Host   string      `json:"host"`
-	Budget money.Micro `json:"budget"`
-	Rate   float64     `json:"rate"`
+	Budget money.Micro `json:"budget_micro"`
+	Rate   float64     `json:"rate_micro_per_s"`
 }
 
 // Plan is a running or finished spend plan.
@@ -828,19 +863,21 @@ type Plan struct {
 	ID       string      `json:"id"`
 	User     string      `json:"user"`
 	Strategy string      `json:"strategy"`
-	Budget   money.Micro `json:"budget"`
+	Budget   money.Micro `json:"budget_micro"`
 	Duration Duration    `json:"duration"`
 	Start    time.Time   `json:"start"`
 	End      time.Time   `json:"end"`
 	Hold     string      `json:"hold"`
 	Status   string      `json:"status"`
 	VMs      []PlanVM    `json:"vms"`
-	// Released is what went back to the user when the plan ended.
-	Released money.Micro `json:"released,omitempty"`
-	// Spent is what the plan's finished, replaced and cancelled bids
-	// charged (the broker's account); the bids in force are in VMs, and
-	// the bank's balance shows the charges so far.
-	Spent money.Micro `json:"spent"`
+	// Spent, Released and Held are the bank's figures for the plan's hold
+	// (wire.HoldInfo): what the agents captured so far, what went back to
+	// the user, and what is still held; Spent + Released + Held = Budget
+	// (the hold's amount) once the plan ended. The broker fills them from
+	// the bank when it answers; Spent + Released never exceeds Budget.
+	Released money.Micro `json:"released_micro"`
+	Spent    money.Micro `json:"spent_micro"`
+	Held     money.Micro `json:"held_micro"`
 	// Stage is the active stage of stage priority (per workflow, in order).
 	Stage       []int              `json:"stage,omitempty"`
 	Workflows   []WorkflowSpec     `json:"workflows,omitempty"`
@@ -858,8 +895,8 @@ type AdjustRequest struct {
 	Plan string      `json:"plan"`
 	User string      `json:"user"`
 	ID   string      `json:"id"`
-	More money.Micro `json:"more,omitempty"`
-	Less money.Micro `json:"less,omitempty"`
+	More money.Micro `json:"more_micro,omitempty"`
+	Less money.Micro `json:"less_micro,omitempty"`
 }
 
 // AdjustPlanID is the id of the extension an adjustment makes to its
@@ -892,7 +929,7 @@ type ExtendRequest struct {
 	ID     string      `json:"id"`
 	Hold   string      `json:"hold"`
 	User   string      `json:"user"`
-	Amount money.Micro `json:"amount"`
+	Amount money.Micro `json:"amount_micro"`
 	// Mandate is the user's signed spend --more, when a broker extends:
 	// the bank adds no more than it signed (see mandate.go).
 	Mandate *SignedRequest `json:"mandate,omitempty"`
@@ -971,7 +1008,7 @@ func (r *PriceRequest) Validate() error {
 // HostPrice is one host's price as the broker last heard it.
 type HostPrice struct {
 	Host    string    `json:"host"`
-	Price   float64   `json:"price"`
+	Price   float64   `json:"price_micro_per_s"`
 	VMs     int       `json:"vms"`
 	Funded  int       `json:"funded"`
 	Updated time.Time `json:"updated"`
@@ -1026,7 +1063,7 @@ type PredictRequest struct {
 	Versioned
 	Host        string  `json:"host"`
 	Query       string  `json:"query"`
-	Spending    float64 `json:"spending,omitempty"`
+	Spending    float64 `json:"spending_micro_per_s,omitempty"`
 	Performance float64 `json:"performance,omitempty"`
 	Guarantee   float64 `json:"guarantee,omitempty"`
 }
@@ -1063,9 +1100,9 @@ func (r *PredictRequest) Validate() error {
 type PredictReply struct {
 	Host         string  `json:"host"`
 	Observations int64   `json:"observations"`
-	MeanPrice    float64 `json:"mean_price"`
-	StdDevPrice  float64 `json:"stddev_price"`
-	Spending     float64 `json:"spending"`
+	MeanPrice    float64 `json:"mean_price_micro_per_s"`
+	StdDevPrice  float64 `json:"stddev_price_micro_per_s"`
+	Spending     float64 `json:"spending_micro_per_s"`
 	Performance  float64 `json:"performance"`
 	Guarantee    float64 `json:"guarantee"`
 }

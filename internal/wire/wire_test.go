@@ -11,7 +11,7 @@ import (
 )
 
 func TestDecodeIsStrict(t *testing.T) {
-	good := `{"v":1,"id":"g1","user":"alice","amount":5}`
+	good := `{"v":1,"id":"g1","user":"alice","amount_micro":5}`
 	var req wire.GrantRequest
 	if err := wire.Decode([]byte(good), &req); err != nil {
 		t.Fatalf("good request refused: %v", err)
@@ -20,21 +20,21 @@ func TestDecodeIsStrict(t *testing.T) {
 		"garbage":        `{not json`,
 		"empty":          ``,
 		"array":          `[1,2]`,
-		"unknown field":  `{"v":1,"id":"g1","user":"alice","amount":5,"admin":true}`,
-		"trailing":       `{"v":1,"id":"g1","user":"alice","amount":5} {}`,
-		"version 0":      `{"id":"g1","user":"alice","amount":5}`,
-		"version 2":      `{"v":2,"id":"g1","user":"alice","amount":5}`,
-		"float amount":   `{"v":1,"id":"g1","user":"alice","amount":5.5}`,
-		"string amount":  `{"v":1,"id":"g1","user":"alice","amount":"5"}`,
-		"negative":       `{"v":1,"id":"g1","user":"alice","amount":-5}`,
-		"zero":           `{"v":1,"id":"g1","user":"alice","amount":0}`,
-		"absurd":         `{"v":1,"id":"g1","user":"alice","amount":9223372036854775807}`,
-		"overflowing":    `{"v":1,"id":"g1","user":"alice","amount":99999999999999999999}`,
-		"dotted user":    `{"v":1,"id":"g1","user":"a.b","amount":5}`,
-		"wildcard user":  `{"v":1,"id":"g1","user":"*","amount":5}`,
-		"no id":          `{"v":1,"user":"alice","amount":5}`,
-		"spaces in id":   `{"v":1,"id":"g 1","user":"alice","amount":5}`,
-		"duplicate keys": `{"v":1,"id":"g1","user":"alice","amount":5,"amount":-1}`,
+		"unknown field":  `{"v":1,"id":"g1","user":"alice","amount_micro":5,"admin":true}`,
+		"trailing":       `{"v":1,"id":"g1","user":"alice","amount_micro":5} {}`,
+		"version 0":      `{"id":"g1","user":"alice","amount_micro":5}`,
+		"version 2":      `{"v":2,"id":"g1","user":"alice","amount_micro":5}`,
+		"float amount":   `{"v":1,"id":"g1","user":"alice","amount_micro":5.5}`,
+		"string amount":  `{"v":1,"id":"g1","user":"alice","amount_micro":"5"}`,
+		"negative":       `{"v":1,"id":"g1","user":"alice","amount_micro":-5}`,
+		"zero":           `{"v":1,"id":"g1","user":"alice","amount_micro":0}`,
+		"absurd":         `{"v":1,"id":"g1","user":"alice","amount_micro":9223372036854775807}`,
+		"overflowing":    `{"v":1,"id":"g1","user":"alice","amount_micro":99999999999999999999}`,
+		"dotted user":    `{"v":1,"id":"g1","user":"a.b","amount_micro":5}`,
+		"wildcard user":  `{"v":1,"id":"g1","user":"*","amount_micro":5}`,
+		"no id":          `{"v":1,"user":"alice","amount_micro":5}`,
+		"spaces in id":   `{"v":1,"id":"g 1","user":"alice","amount_micro":5}`,
+		"duplicate keys": `{"v":1,"id":"g1","user":"alice","amount_micro":5,"amount_micro":-1}`,
 	}
 	for name, body := range bad {
 		var req wire.GrantRequest
@@ -47,7 +47,7 @@ func TestDecodeIsStrict(t *testing.T) {
 
 func TestDurationTravelsAsString(t *testing.T) {
 	var req wire.SpendRequest
-	body := `{"v":1,"user":"alice","budget":10,"duration":"1h30m","vms":["a1"],"strategy":"fair"}`
+	body := `{"v":1,"user":"alice","budget_micro":10,"duration":"1h30m","vms":["a1"],"strategy":"fair"}`
 	if err := wire.Decode([]byte(body), &req); err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func TestDurationTravelsAsString(t *testing.T) {
 		t.Fatalf("duration %v", req.Duration.D())
 	}
 	for _, d := range []string{`"0s"`, `"-1m"`, `"9000h"`, `"soon"`, `5`} {
-		body := strings.Replace(`{"v":1,"user":"alice","budget":10,"duration":D,"vms":["a1"],"strategy":"fair"}`, "D", d, 1)
+		body := strings.Replace(`{"v":1,"user":"alice","budget_micro":10,"duration":D,"vms":["a1"],"strategy":"fair"}`, "D", d, 1)
 		if err := wire.Decode([]byte(body), &req); !errors.Is(err, wire.ErrBadRequest) {
 			t.Errorf("duration %s: %v", d, err)
 		}
