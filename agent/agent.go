@@ -46,10 +46,13 @@ type Config struct {
 	Logger *slog.Logger
 	// Capacity is the host's CPUs, to turn CPU time into utilisation; default 1.
 	Capacity float64
-	// IdleBelow and IdleTicks: a VM whose utilisation stays below IdleBelow
-	// (a fraction of the host) for IdleTicks ticks in a row is published as
-	// idle, so strategies can move money away from it (bottleneck
-	// elimination without Hadoop). Defaults 0.05 and 3.
+	// IdleBelow and IdleTicks: a VM that uses less than IdleBelow of its
+	// entitlement — min(share × Capacity, the CPUs it may run on) — for
+	// IdleTicks ticks in a row is published as idle, so strategies can move
+	// money away from it (bottleneck elimination without Hadoop). A VM
+	// saturating a small share is busy however little of the host that is.
+	// An idle VM is busy again once it uses 2 × IdleBelow of its
+	// entitlement (hysteresis). Defaults 0.1 and 3.
 	IdleBelow float64
 	IdleTicks int
 	// StateFile, when set, keeps the bid book and capture totals across
@@ -75,23 +78,36 @@ type Identities = service.Identities
 // legKey is what a capture's cumulative total is kept for.
 type legKey struct{ hold, vm string }
 
+// bidKey is a bid's place in the book: one bid per plan on a VM, so several
+// plans funding one VM add up.
+type bidKey struct{ vm, plan string }
+
 // bid is a bid in the book.
 type bid struct {
 	wire.Bid
 	start time.Time
 	// base is what (hold, vm) had been charged before this bid started.
 	base money.Micro
+	// excused is the time within the bid's period no agent enforced it
+	// (the agent was down): never charged.
+	excused time.Duration
 }
 
 func (b *bid) end() time.Time { return b.start.Add(b.Duration.D()) }
 
-// charged is the bid's own cumulative charge at now.
+// charged is the bid's own cumulative charge at now: floor(B·t/D) over the
+// time t it was enforced.
 func (b *bid) charged(now time.Time) money.Micro {
-	c, _ := money.Charge(b.Budget, now.Sub(b.start), b.Duration.D()) // validated: cannot fail
+	if end := b.end(); now.After(end) {
+		now = end // the excused time does not move the end
+	}
+	c, _ := money.Charge(b.Budget, max(now.Sub(b.start)-b.excused, 0), b.Duration.D()) // validated: cannot fail
 	return c
 }
 
 func (b *bid) key() legKey { return legKey{b.Hold, b.VM} }
+
+func (b *bid) place() bidKey { return bidKey{b.VM, b.Plan} }
 
 // Agent is one host's market agent. Its methods are safe for concurrent use.
 //
@@ -117,7 +133,7 @@ type Agent struct {
 	// mu guards the book, everything below.
 	mu       sync.Mutex
 	vms      map[string]VM
-	bids     map[string]*bid // by VM
+	bids     map[bidKey]*bid
 	total    map[legKey]money.Micro
 	captured map[legKey]money.Micro
 	round    int64
@@ -125,6 +141,9 @@ type Agent struct {
 	desired  map[string]float64 // the shares the book calls for; replaced, never changed in place
 	util     map[string]float64
 	quiet    map[string]int // consecutive ticks below IdleBelow
+	// downtime is how long nobody ran this agent before it started (from
+	// its state file's last write), excused from every bid's charge.
+	downtime time.Duration
 	state    wire.HostState
 
 	// mandates and signers cache bids' mandates and who signed them
@@ -151,12 +170,12 @@ func New(cfg Config) (*Agent, error) {
 		cfg.Capacity = 1
 	}
 	if cfg.IdleBelow <= 0 {
-		cfg.IdleBelow = 0.05
+		cfg.IdleBelow = 0.1
 	}
 	if cfg.IdleTicks <= 0 {
 		cfg.IdleTicks = 3
 	}
-	a := &Agent{cfg: cfg, vms: map[string]VM{}, bids: map[string]*bid{}, total: map[legKey]money.Micro{},
+	a := &Agent{cfg: cfg, vms: map[string]VM{}, bids: map[bidKey]*bid{}, total: map[legKey]money.Micro{},
 		captured: map[legKey]money.Micro{}, util: map[string]float64{}, quiet: map[string]int{},
 		mandates: wire.MandateCache{Size: mandateCacheSize}, signers: newSignerCache()}
 	ctx := context.Background()
@@ -180,7 +199,13 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a.mu.Lock()
 	a.snapshot(now)
+	bids, down := len(a.bids), a.downtime
 	a.mu.Unlock()
+	level := slog.LevelDebug
+	if bids > 0 || down > 0 {
+		level = slog.LevelInfo // a restart: say what it took back
+	}
+	cfg.Logger.Log(ctx, level, "agent: started", "host", cfg.Host, "vms", len(list), "bids_loaded", bids, "downtime_excused", down.Round(time.Millisecond))
 	return a, nil
 }
 
@@ -207,10 +232,10 @@ func (a *Agent) setVMs(list []VM, now time.Time) {
 		vms[vm.ID] = vm
 	}
 	a.vms = vms
-	for id, b := range a.bids {
-		if _, ok := vms[id]; !ok {
+	for k, b := range a.bids {
+		if _, ok := vms[k.vm]; !ok {
 			a.settle(b, now)
-			delete(a.bids, id)
+			delete(a.bids, k)
 		}
 	}
 }
@@ -304,18 +329,19 @@ func (a *Agent) checkBids(req *wire.BidRequest) error {
 // it cancels or replaces at now.
 func (a *Agent) changeBids(req *wire.BidRequest, now time.Time) {
 	for _, id := range req.Cancel {
-		if b := a.bids[id]; b != nil && b.Plan == req.Plan {
+		k := bidKey{id, req.Plan}
+		if b := a.bids[k]; b != nil {
 			a.settle(b, now)
-			delete(a.bids, id)
+			delete(a.bids, k)
 		}
 	}
 	for _, nb := range req.Set {
-		if old := a.bids[nb.VM]; old != nil {
+		b := &bid{Bid: nb, start: now}
+		if old := a.bids[b.place()]; old != nil {
 			a.settle(old, now)
 		}
-		b := &bid{Bid: nb, start: now}
 		b.base = a.total[b.key()]
-		a.bids[nb.VM] = b
+		a.bids[b.place()] = b
 	}
 }
 
@@ -380,9 +406,9 @@ func (a *Agent) Tick(ctx context.Context, now time.Time) (wire.HostState, error)
 // dropFinished drops, under mu, the bids that ran their course and are
 // paid for.
 func (a *Agent) dropFinished(now time.Time) {
-	for id, b := range a.bids {
+	for k, b := range a.bids {
 		if !now.Before(b.end()) && a.captured[b.key()] >= a.total[b.key()] {
-			delete(a.bids, id)
+			delete(a.bids, k)
 		}
 	}
 }
@@ -471,9 +497,9 @@ func (a *Agent) takeCaptured(batch *wire.CaptureBatch, rep wire.CaptureReply) {
 	if len(dead) == 0 {
 		return
 	}
-	for id, b := range a.bids {
+	for k, b := range a.bids {
 		if dead[b.Hold] {
-			delete(a.bids, id)
+			delete(a.bids, k)
 		}
 	}
 	for k := range a.total {
@@ -484,15 +510,32 @@ func (a *Agent) takeCaptured(batch *wire.CaptureBatch, rep wire.CaptureReply) {
 	}
 }
 
-// rates are the funded rates at now, micro-credits per second.
+// rates are each VM's funded rate at now, micro-credits per second: the sum
+// of its plans' bids.
 func (a *Agent) rates(now time.Time) map[string]float64 {
 	r := make(map[string]float64, len(a.bids))
-	for id, b := range a.bids {
+	for k, b := range a.bids {
 		if now.Before(b.end()) {
-			r[id] = money.Rate(b.Budget, b.Duration.D())
+			r[k.vm] += money.Rate(b.Budget, b.Duration.D())
 		}
 	}
 	return r
+}
+
+// vmBids are each VM's bids, sorted by plan, as the host's state shows them.
+func (a *Agent) vmBids(now time.Time) map[string][]wire.VMBid {
+	out := map[string][]wire.VMBid{}
+	for k, b := range a.bids {
+		var rate float64
+		if now.Before(b.end()) {
+			rate = money.Rate(b.Budget, b.Duration.D())
+		}
+		out[k.vm] = append(out[k.vm], wire.VMBid{Plan: b.Plan, Hold: b.Hold, Rate: rate, Budget: b.Budget, Charged: b.charged(now), Ends: b.end()})
+	}
+	for _, bs := range out {
+		sort.Slice(bs, func(i, j int) bool { return bs[i].Plan < bs[j].Plan })
+	}
+	return out
 }
 
 func (a *Agent) vmIDs() []string {
@@ -515,8 +558,17 @@ func (a *Agent) measure(ctx context.Context, now time.Time) error {
 	defer a.mu.Unlock()
 	if dt := now.Sub(a.lastTick).Seconds(); dt > 0 {
 		for vm, u := range use {
-			a.util[vm] = (u - a.lastUse[vm]).Seconds() / (dt * a.cfg.Capacity)
-			if a.util[vm] < a.cfg.IdleBelow {
+			used := (u - a.lastUse[vm]).Seconds() / dt // CPUs
+			a.util[vm] = used / a.cfg.Capacity
+			// Hysteresis: an idle VM is busy again at twice the threshold.
+			// Money moved away shrinks its share, so the same small use
+			// is a larger part of it; without the margin a VM using a
+			// little would flip back and forth between idle and busy.
+			below := a.cfg.IdleBelow
+			if a.quiet[vm] >= a.cfg.IdleTicks {
+				below *= 2
+			}
+			if used < below*a.entitlement(vm) {
 				a.quiet[vm]++
 			} else {
 				a.quiet[vm] = 0
@@ -527,19 +579,27 @@ func (a *Agent) measure(ctx context.Context, now time.Time) error {
 	return nil
 }
 
+// entitlement is how many CPUs vm may use: its share of the host, at most
+// the CPUs it can run on; under mu.
+func (a *Agent) entitlement(vm string) float64 {
+	cpus := a.vms[vm].CPUs
+	if cpus <= 0 || cpus > a.cfg.Capacity {
+		cpus = a.cfg.Capacity
+	}
+	return min(a.desired[vm]*a.cfg.Capacity, cpus)
+}
+
 // snapshot builds the host's state at now from the book and records it;
 // under mu.
 func (a *Agent) snapshot(now time.Time) wire.HostState {
-	rates := a.rates(now)
+	rates, bids := a.rates(now), a.vmBids(now)
 	st := wire.HostState{Versioned: wire.Versioned{V: wire.Version}, Host: a.cfg.Host, Time: now, Tick: a.ticks,
 		VMs: make([]wire.VMState, 0, len(a.vms))}
 	m := a.cfg.Metrics
 	for _, id := range a.vmIDs() {
 		vs := wire.VMState{VM: id, Owner: a.vms[id].Owner, Rate: rates[id], Share: a.desired[id], Util: a.util[id],
 			Idle: a.quiet[id] >= a.cfg.IdleTicks}
-		if b := a.bids[id]; b != nil {
-			vs.Bids = []wire.VMBid{{Plan: b.Plan, Hold: b.Hold, Rate: rates[id], Budget: b.Budget, Charged: b.charged(now), Ends: b.end()}}
-		}
+		vs.Bids = bids[id]
 		st.Price += vs.Rate
 		st.VMs = append(st.VMs, vs)
 		if m != nil {

@@ -3,8 +3,10 @@
 //
 // # Share rule
 //
-// Each VM i with a funded bid gets q_i = r_i / Σ_j r_j of the host (seed 003,
-// Eq. 1), r being the bid's rate budget/duration. A VM without a funded bid
+// The book keeps one bid per (VM, plan): several plans may fund one VM,
+// and their rates add up. Each VM i with a funded bid gets
+// q_i = r_i / Σ_j r_j of the host (seed 003, Eq. 1), r_i being the sum of
+// its bids' rates budget/duration. A VM without a funded bid
 // keeps only a floor (FloorShare each, at most 10% of the host for all of
 // them together) so it can still boot and answer, and a host with no funded
 // bid at all is divided equally. Shares always sum to 1.
@@ -12,7 +14,8 @@
 // # Charging
 //
 // A bid starts when the agent accepts it. Each tick the agent computes every
-// bid's cumulative charge floor(B·t/D) (money.Charge) and sends one batched
+// bid's cumulative charge floor(B·t/D) (money.Charge), t being the time an
+// agent enforced it (downtime is excused, see state.go), and sends one batched
 // capture for all of them: one leg per (hold, vm) naming the cumulative total,
 // with the idempotency id "hold/host/vm/round". The bank moves only the
 // difference from what it already captured, so a lost reply, a retry or a
@@ -38,8 +41,9 @@
 // simulator and tests; the libvirt enforcer implements the same interface.
 //
 // Each tick the agent publishes the host's state (price = Σ funded rates,
-// every VM's rate, share, CPU utilisation, and whether it has been idle —
-// below IdleBelow for IdleTicks ticks) for the broker, on
+// every VM's rate and bids, share, CPU utilisation, and whether it has been
+// idle — using less than IdleBelow of its entitlement, min(share × host
+// CPUs, the CPUs it may run on), for IdleTicks ticks) for the broker, on
 // mrm.v1.host.<id>.state and in the MRM_HOSTS bucket — sealed for its host
 // by the agent's key when NATSPublisher has a Signer (wire.SealHostState),
 // so a broker that knows identities can tell it from a forgery.
@@ -71,9 +75,10 @@
 // a tick.
 //
 // The agent has one clock, Config.Now: bids start, captures are numbered
-// and Run ticks on it (its wall ticker only paces). Run logs every failed
-// tick on Config.Logger (slog.Default() when nil) with the host, and
-// counts it; Tick has counted each failed phase by kind already.
+// and Run ticks on it (its wall ticker only paces). It logs on Config.Logger
+// (slog.Default() when nil), one line each: a restart (bids taken back,
+// downtime excused), every failed tick or bid-change phase, shares repaired
+// after drift, and every request refused (with why).
 //
 // # Who may bid
 //

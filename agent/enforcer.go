@@ -61,6 +61,7 @@ func (a *Agent) enforce(ctx context.Context, reconcile bool) error {
 		}
 		if err == nil {
 			a.cfg.Metrics.Error("agent", "drift")
+			a.cfg.Logger.Warn("agent: shares changed behind the agent's back; repairing", "host", a.cfg.Host, "want", want, "found", got)
 		}
 	}
 	if err := a.cfg.Enforcer.Apply(ctx, want); err != nil {

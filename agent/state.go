@@ -21,6 +21,14 @@ import (
 // an agent restarted from a state older than its last capture re-sends
 // totals the bank already has and nothing is charged twice; a bid change
 // acknowledged to the broker is always in the file.
+//
+// Downtime is not charged. The file records when it was written (Saved, on
+// the agent's clock: every tick and every bid change write it). An agent
+// starting from it knows nobody enforced its bids since then, so each bid
+// is excused the part of that gap inside its period: it keeps its end and
+// charges floor(B·t/D) over the time t an agent enforced it, less than B
+// if an agent was down (the broker releases the rest with the plan). The
+// excused time is kept in the file, so a later restart keeps it.
 
 // savedState is the state file's content.
 type savedState struct {
@@ -30,12 +38,19 @@ type savedState struct {
 	Totals  []savedTotal `json:"totals"`
 	Round   int64        `json:"round"`
 	Ticks   int64        `json:"ticks"`
+	// Saved is when the file was written, on the agent's clock.
+	Saved time.Time `json:"saved,omitzero"`
 }
+
+// stateVersion is the state file's format: 2 keeps one bid per (VM, plan)
+// and the time excused; version 1 files (one bid per VM) are read too.
+const stateVersion = 2
 
 type savedBid struct {
 	wire.Bid
-	Start time.Time   `json:"start"`
-	Base  money.Micro `json:"base"`
+	Start   time.Time     `json:"start"`
+	Base    money.Micro   `json:"base"`
+	Excused time.Duration `json:"excused,omitempty"`
 }
 
 type savedTotal struct {
@@ -69,11 +84,16 @@ func (a *Agent) save() error {
 
 // savedState is the book as the state file keeps it; under mu.
 func (a *Agent) savedState() savedState {
-	s := savedState{Version: 1, Host: a.cfg.Host, Round: a.round, Ticks: a.ticks}
+	s := savedState{Version: stateVersion, Host: a.cfg.Host, Round: a.round, Ticks: a.ticks, Saved: a.cfg.Now()}
 	for _, b := range a.bids {
-		s.Bids = append(s.Bids, savedBid{Bid: b.Bid, Start: b.start, Base: b.base})
+		s.Bids = append(s.Bids, savedBid{Bid: b.Bid, Start: b.start, Base: b.base, Excused: b.excused})
 	}
-	sort.Slice(s.Bids, func(i, j int) bool { return s.Bids[i].VM < s.Bids[j].VM })
+	sort.Slice(s.Bids, func(i, j int) bool {
+		if s.Bids[i].VM != s.Bids[j].VM {
+			return s.Bids[i].VM < s.Bids[j].VM
+		}
+		return s.Bids[i].Plan < s.Bids[j].Plan
+	})
 	for k, t := range a.total {
 		s.Totals = append(s.Totals, savedTotal{Hold: k.hold, VM: k.vm, Total: t, Captured: a.captured[k]})
 	}
@@ -121,18 +141,22 @@ func (a *Agent) load() error {
 	if err != nil {
 		return fmt.Errorf("agent %s: reading state: %w", a.cfg.Host, err)
 	}
+	now := a.cfg.Now()
 	var s savedState
 	if err := json.Unmarshal(data, &s); err != nil {
 		return fmt.Errorf("agent %s: state file %s is corrupt: %w", a.cfg.Host, a.cfg.StateFile, err)
 	}
-	if s.Version != 1 || s.Host != a.cfg.Host {
+	if s.Version < 1 || s.Version > stateVersion || s.Host != a.cfg.Host {
 		return fmt.Errorf("agent %s: state file %s is for host %q (version %d)", a.cfg.Host, a.cfg.StateFile, s.Host, s.Version)
 	}
 	for _, b := range s.Bids {
 		if err := b.Bid.Validate(); err != nil {
 			return fmt.Errorf("agent %s: state file: %w", a.cfg.Host, err)
 		}
-		a.bids[b.VM] = &bid{Bid: b.Bid, start: b.Start, base: b.Base}
+		nb := &bid{Bid: b.Bid, start: b.Start, base: b.Base, excused: b.Excused}
+		nb.excused += excused(nb, s.Saved, now)
+		a.bids[nb.place()] = nb
+		a.downtime = max(a.downtime, now.Sub(s.Saved))
 	}
 	for _, t := range s.Totals {
 		k := legKey{t.Hold, t.VM}
@@ -140,4 +164,23 @@ func (a *Agent) load() error {
 	}
 	a.round, a.ticks = s.Round, s.Ticks
 	return nil
+}
+
+// excused is the part of the downtime from saved to now inside b's
+// period: the time nobody enforced it.
+func excused(b *bid, saved, now time.Time) time.Duration {
+	if saved.IsZero() {
+		return 0
+	}
+	from, to := saved, now
+	if b.start.After(from) {
+		from = b.start
+	}
+	if b.end().Before(to) {
+		to = b.end()
+	}
+	if !to.After(from) {
+		return 0
+	}
+	return to.Sub(from)
 }

@@ -23,6 +23,9 @@ type Options struct {
 	// included: the endpoint's name and the reply code ("ok" or a wire
 	// error code).
 	Observe func(op, code string)
+	// Refused, when set, hears every request refused or failed, with why
+	// (a daemon logs them: one line each).
+	Refused func(op string, err error)
 	// Description and Metadata are the service's, in $SRV.INFO.
 	Description string
 	Metadata    map[string]string
@@ -167,6 +170,9 @@ func serveAndReply(service string, e *Endpoint, opts Options, r request, w respo
 	}
 	if opts.Observe != nil {
 		opts.Observe(e.Name, code)
+	}
+	if err != nil && opts.Refused != nil {
+		opts.Refused(e.Name, err)
 	}
 	if r.Reply() != "" { // else a publish, not a request: nobody to answer
 		body := wire.EncodeReply(res, err)
