@@ -85,7 +85,7 @@ func natsHealth(nc *nats.Conn) obs.HealthFunc {
 
 // App returns the mrmarket command tree writing to stdout and stderr.
 func App(stdout, stderr io.Writer) *ucli.App {
-	return &ucli.App{
+	app := &ucli.App{
 		Name:  "mrmarket",
 		Usage: "a proportional-share market for shared clusters",
 		Description: "Users get budgets and spend them as rates on the VMs that host their Hadoop nodes;\n" +
@@ -120,6 +120,22 @@ func App(stdout, stderr io.Writer) *ucli.App {
 			eventsCommand(),
 		},
 		ExitErrHandler: func(*ucli.Context, error) {}, // Main maps errors to exit codes
+		OnUsageError:   flagError,
+	}
+	onUsageError(app.Commands)
+	return app
+}
+
+// flagError reports a flag that does not parse (`--duration 1y`) as one
+// clear line and exit code 2, where urfave/cli would print the whole help.
+func flagError(c *ucli.Context, err error, _ bool) error {
+	return badInput("%v (see `%s --help`)", err, c.Command.HelpName)
+}
+
+func onUsageError(cmds []*ucli.Command) {
+	for _, cmd := range cmds {
+		cmd.OnUsageError = flagError
+		onUsageError(cmd.Subcommands)
 	}
 }
 

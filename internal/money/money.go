@@ -52,15 +52,15 @@ var (
 	ErrDuration = errors.New("money: duration must be greater than zero")
 )
 
-// Parse parses a human amount in credits: an optional sign, digits, and up to
-// six fractional digits ("12", "12.5", "-3", "0.000001"). It never rounds:
-// extra precision is an error. The magnitude must not exceed Max.
+// Parse parses a human amount in credits: an optional minus, digits, and up
+// to six fractional digits ("12", "12.5", "-3", "0.000001"). It never
+// rounds: extra precision is an error. Spaces and a plus sign are refused
+// (" 5" and "+5" are typos, not amounts). The magnitude must not exceed Max.
 func Parse(s string) (Micro, error) {
 	orig := s
-	s = strings.TrimSpace(s)
 	neg := false
-	if s != "" && (s[0] == '-' || s[0] == '+') {
-		neg = s[0] == '-'
+	if s != "" && s[0] == '-' { // parsed, so a negative amount is refused as one
+		neg = true
 		s = s[1:]
 	}
 	whole, frac, hasDot := strings.Cut(s, ".")

@@ -758,6 +758,7 @@ func (r *SpendRequest) Validate() error {
 	if !(r.Boost >= 0 && r.Boost < 1) {
 		return Errorf(ErrBadRequest, "boost must be in [0, 1), got %v", r.Boost)
 	}
+	var hostWeights float64
 	for h, w := range r.HostWeights {
 		if err := CheckName("host", h); err != nil {
 			return err
@@ -765,12 +766,32 @@ func (r *SpendRequest) Validate() error {
 		if err := checkWeight("host "+h, w); err != nil {
 			return err
 		}
+		hostWeights += w
+	}
+	if len(r.HostWeights) > 0 && hostWeights == 0 {
+		return Errorf(ErrBadRequest, "host weights are all 0: the plan could fund no host")
 	}
 	return r.checkStrategy()
 }
 
-// checkWorkflows checks the weights and that no workflow or stage is empty.
+// checkWorkflows checks the weights and that no workflow or stage is
+// empty, nor weighs nothing: weights all 0 would hold money that no rate
+// could ever spend.
 func checkWorkflows(workflows []WorkflowSpec) error {
+	var total float64
+	for _, w := range workflows {
+		total += w.Weight
+		var stages float64
+		for _, st := range w.Stages {
+			stages += st.Weight
+		}
+		if len(w.Stages) > 0 && stages == 0 {
+			return Errorf(ErrBadRequest, "the stages of workflow %q all weigh 0: it could spend nothing", w.Name)
+		}
+	}
+	if len(workflows) > 0 && total == 0 {
+		return Errorf(ErrBadRequest, "the workflows all weigh 0: the plan could spend nothing")
+	}
 	for _, w := range workflows {
 		if err := checkWeight("workflow "+w.Name, w.Weight); err != nil {
 			return err

@@ -99,3 +99,28 @@ func TestSignaturesAreNKeys(t *testing.T) {
 		t.Fatalf("tampered: %v", err)
 	}
 }
+
+// TestWeightsAllZeroAreRefused: a plan whose workflows, a workflow's
+// stages, or hosts all weigh 0 could never spend what it holds: refused
+// before anything is held.
+func TestWeightsAllZeroAreRefused(t *testing.T) {
+	base := func() wire.SpendRequest {
+		return wire.SpendRequest{User: "alice", Budget: 10_000_000, Duration: wire.Duration(time.Hour), Strategy: wire.StrategyWorkflow,
+			Workflows: []wire.WorkflowSpec{{Name: "w", Weight: 1, Stages: []wire.StageSpec{{Name: "s", Weight: 1, VMs: []string{"a1"}}}}}}
+	}
+	ok := base()
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("a valid plan: %v", err)
+	}
+	zeroWorkflows := base()
+	zeroWorkflows.Workflows[0].Weight = 0
+	zeroStages := base()
+	zeroStages.Workflows[0].Stages[0].Weight = 0
+	zeroHosts := wire.SpendRequest{User: "alice", Budget: 10_000_000, Duration: wire.Duration(time.Hour), Strategy: wire.StrategyBestResp,
+		VMs: []string{"a1"}, HostWeights: map[string]float64{"host-1": 0}}
+	for name, r := range map[string]wire.SpendRequest{"workflows": zeroWorkflows, "stages": zeroStages, "hosts": zeroHosts} {
+		if err := r.Validate(); !errors.Is(err, wire.ErrBadRequest) || !strings.Contains(err.Error(), "0") {
+			t.Errorf("%s all 0: %v, want a bad request", name, err)
+		}
+	}
+}
