@@ -2,8 +2,11 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 	"strings"
 	"time"
 
@@ -197,12 +200,21 @@ func principalCommand() *ucli.Command {
 					return usageError{err}
 				}
 				keys := wire.CredsDir(c.String("creds"))
+				_, statErr := os.Stat(keys.Path(req.Role, req.Name))
 				s, err := keys.Ensure(req.Role, req.Name)
 				if err != nil {
 					return err
 				}
+				// A key made here for a principal the bank then refuses is
+				// removed: no credentials of a principal that does not exist.
+				created := errors.Is(statErr, fs.ErrNotExist)
+				defer func() {
+					if created && err != nil {
+						_ = os.Remove(keys.Path(req.Role, req.Name))
+					}
+				}()
 				req.Key = s.Public()
-				if err := req.Validate(); err != nil {
+				if err = req.Validate(); err != nil {
 					return usageError{err}
 				}
 				// The record the bank keeps and gives out: sealed by the
@@ -212,11 +224,12 @@ func principalCommand() *ucli.Command {
 					return err
 				}
 				req.Cert = wire.SealPrincipal(admin, req.Key, req.Name, req.Role)
-				return call(c, func(ctx context.Context, cl clients) (wire.Principal, error) { return cl.bank.AddPrincipal(ctx, req) },
+				err = call(c, func(ctx context.Context, cl clients) (wire.Principal, error) { return cl.bank.AddPrincipal(ctx, req) },
 					func(w io.Writer, p wire.Principal) error {
 						_, err := fmt.Fprintf(w, "%s %s registered: key %s, credentials %s\n", p.Role, p.Name, p.Key, keys.Path(p.Role, p.Name))
 						return err
 					})
+				return err
 			},
 		}},
 	}

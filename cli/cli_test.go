@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -351,5 +353,27 @@ func TestDemo(t *testing.T) {
 	human := mrmarket("demo")
 	if human.code != 0 || !strings.Contains(human.stdout, "invariant") || !strings.Contains(human.stdout, "holds") {
 		t.Fatalf("demo table: %+v", human)
+	}
+}
+
+// TestRefusedPrincipalLeavesNoKey: `bank principal add` that does not go
+// through (here: nothing answers) leaves no credentials behind for a
+// principal the bank never registered.
+func TestRefusedPrincipalLeavesNoKey(t *testing.T) {
+	m, _ := startMarket(t)
+	creds := wire.CredsDir(t.TempDir())
+	admin, err := os.ReadFile(m.Keys().Path(wire.RoleAdmin, "admin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(creds.Path(wire.RoleAdmin, "admin"), admin, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := mrmarket("bank", "principal", "add", "--nats=nats://127.0.0.1:1", "--creds", string(creds), "--name", "zed")
+	if r.code != cli.ExitUnavailable {
+		t.Fatalf("principal add with no market: %+v", r)
+	}
+	if _, err := os.Stat(creds.Path(wire.RoleUser, "zed")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a key was left for the unregistered principal zed: %v", err)
 	}
 }
