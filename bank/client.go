@@ -110,6 +110,11 @@ func (c Client) Ledger(ctx context.Context) (wire.LedgerReply, error) {
 	return call[wire.LedgerReply](ctx, c, asAdmin, wire.BankLedger, &wire.LedgerRequest{})
 }
 
+// Holds reads holds by id (the broker, an admin).
+func (c Client) Holds(ctx context.Context, req *wire.HoldsRequest) (wire.HoldsReply, error) {
+	return call[wire.HoldsReply](ctx, c, asAdmin, wire.BankHolds, req)
+}
+
 // OpenHolds lists open holds (the broker, an admin).
 func (c Client) OpenHolds(ctx context.Context, req *wire.OpenHoldsRequest) (wire.OpenHoldsReply, error) {
 	return call[wire.OpenHoldsReply](ctx, c, asAdmin, wire.BankOpenHolds, req)

@@ -3,6 +3,7 @@ package bank
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"strings"
 	"time"
 
@@ -42,6 +43,30 @@ func (b *Bank) OpenHolds(ctx context.Context, req *wire.OpenHoldsRequest) (wire.
 				return err
 			}
 			h.HoldInfo = info
+			rep.Holds = append(rep.Holds, h)
+		}
+		return nil
+	})
+	return rep, err
+}
+
+// Holds reads the holds req.IDs (those the bank knows), in one
+// transaction: a consistent view of what each has captured and released.
+func (b *Bank) Holds(ctx context.Context, req *wire.HoldsRequest) (wire.HoldsReply, error) {
+	if err := req.Validate(); err != nil {
+		return wire.HoldsReply{}, err
+	}
+	rep := wire.HoldsReply{Holds: []wire.HoldInfo{}}
+	err := b.st.run(ctx, func(t tx) error {
+		rep.Holds = rep.Holds[:0]
+		for _, id := range req.IDs {
+			h, err := getHold(ctx, t, id)
+			if errors.Is(err, ErrUnknownHold) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
 			rep.Holds = append(rep.Holds, h)
 		}
 		return nil

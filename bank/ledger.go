@@ -222,7 +222,10 @@ func getHold(ctx context.Context, t tx, id string) (wire.HoldInfo, error) {
 }
 
 // Release closes hold req.Hold of req.User and returns what it has left.
-// Releasing a closed hold changes nothing and replies with the hold.
+// Releasing a closed hold changes nothing and replies with the hold. With
+// req.Amount it returns only that much and the hold stays open (spend
+// --less), once per req.ID: a retry changes nothing, and more than the
+// hold has left is refused.
 func (b *Bank) Release(ctx context.Context, req *wire.ReleaseRequest) (wire.ReleaseReply, error) {
 	if err := req.Validate(); err != nil {
 		return wire.ReleaseReply{}, err
@@ -236,7 +239,12 @@ func (b *Bank) Release(ctx context.Context, req *wire.ReleaseRequest) (wire.Rele
 		if h.User != req.User {
 			return fmt.Errorf("%w: hold %q belongs to another user", ErrNotOwner, req.Hold)
 		}
-		if rep.Released, err = b.release(ctx, t, h, "release"); err != nil {
+		if req.Amount > 0 {
+			rep.Released, err = b.releasePart(ctx, t, h, req)
+		} else {
+			rep.Released, err = b.release(ctx, t, h, "release")
+		}
+		if err != nil {
 			return err
 		}
 		if rep.Hold, err = getHold(ctx, t, req.Hold); err != nil {
@@ -246,6 +254,28 @@ func (b *Bank) Release(ctx context.Context, req *wire.ReleaseRequest) (wire.Rele
 		return err
 	})
 	return rep, err
+}
+
+// releasePart returns req.Amount of an open hold to its owner and leaves it
+// open; a replay of req.ID changes nothing and answers 0.
+func (b *Bank) releasePart(ctx context.Context, t tx, h wire.HoldInfo, req *wire.ReleaseRequest) (money.Micro, error) {
+	id := "release:" + h.ID + "/" + req.ID
+	fp := fingerprint("release-part", h.ID, req.User, int64(req.Amount))
+	replayed, err := checkReplay(ctx, t, `SELECT fingerprint FROM transfers WHERE id = ?`, id, fp)
+	if err != nil || replayed {
+		return 0, err
+	}
+	switch {
+	case h.Status != wire.HoldOpen:
+		return 0, fmt.Errorf("%w: %q", ErrHoldClosed, h.ID)
+	case req.Amount > h.Remaining():
+		return 0, fmt.Errorf("%w: hold %q has %s left, not %s", ErrInsufficient, h.ID, h.Remaining(), req.Amount)
+	}
+	if err := transfer(ctx, t, id, "release", EscrowAccount, UserAccount(h.User), req.Amount, fp, "", b.now()); err != nil {
+		return 0, err
+	}
+	_, err = t.exec(ctx, `UPDATE holds SET released = released + ? WHERE id = ? AND status = 'open'`, int64(req.Amount), h.ID)
+	return req.Amount, err
 }
 
 // release closes an open hold, returning its remainder to its owner.

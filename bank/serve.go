@@ -72,6 +72,7 @@ func Endpoints(b *Bank) service.Table {
 		service.Op(signed("transfer", wire.BankTransfer, "move money of", ownMoney), func(r *wire.TransferRequest) string { return r.From }, b.Transfer),
 		service.Op(signed("capture", wire.BankCapture, "capture for host", ownHost), func(r *wire.CaptureBatch) string { return r.Host }, b.Capture),
 		service.Op(read("holds", wire.BankOpenHolds, "list open holds", brokerOrAdmin), nil, b.OpenHolds),
+		service.Op(read("holds_get", wire.BankHolds, "read holds", brokerOrAdmin), nil, b.Holds),
 		service.Op(read("balance", wire.BankBalance, "read the balance of", balanceReaders), func(r *wire.BalanceRequest) string { return r.User }, b.Balance),
 		service.Op(read("statement", wire.BankStatement, "read the statement of", accountReaders), statementAccount, b.Statement),
 		service.Op(read("ledger", wire.BankLedger, "read the ledger", adminOnly), nil, func(ctx context.Context, _ *wire.LedgerRequest) (wire.LedgerReply, error) { return b.Ledger(ctx) }),

@@ -317,6 +317,17 @@ func (b *Broker) Adjust(ctx context.Context, req *wire.AdjustRequest) (wire.Plan
 	if err != nil {
 		return wire.Plan{}, err
 	}
+	if req.Less > 0 {
+		// What --less gives back goes back now, once per adjustment (the
+		// bank keys the release by its id), after the bids were lowered
+		// to what is left.
+		rel := &wire.ReleaseRequest{Versioned: wire.Versioned{V: wire.Version}, Hold: rec.Plan.Hold, User: req.User,
+			ID: wire.AdjustPlanID(req.Plan, req.ID), Amount: req.Less}
+		if _, err := b.cfg.Bank.Release(ctx, rel); err != nil {
+			// The plan spends less already; its end releases the rest.
+			b.cfg.Metrics.Error("broker", "release_less")
+		}
+	}
 	return rec.Plan, nil
 }
 

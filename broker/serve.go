@@ -43,17 +43,38 @@ func Endpoints(b *Broker) service.Table {
 	progress := signed("progress", wire.BrokerProgress)
 	progress.Audit = false // a job's progress moves no money
 	return service.Table{
-		service.Op(signed("spend", wire.BrokerSpend), func(r *wire.SpendRequest) string { return r.User }, b.Spend),
-		service.Op(signed("cancel", wire.BrokerCancel), func(r *wire.CancelRequest) string { return r.User }, b.Cancel),
-		service.Op(signed("adjust", wire.BrokerAdjust), func(r *wire.AdjustRequest) string { return r.User }, b.Adjust),
+		service.Op(signed("spend", wire.BrokerSpend), func(r *wire.SpendRequest) string { return r.User },
+			func(ctx context.Context, r *wire.SpendRequest) (wire.SpendReply, error) {
+				rep, err := b.Spend(ctx, r)
+				if err == nil {
+					rep.Plan = b.planWithFigures(ctx, rep.Plan)
+				}
+				return rep, err
+			}),
+		service.Op(signed("cancel", wire.BrokerCancel), func(r *wire.CancelRequest) string { return r.User }, withFigures(b, b.Cancel)),
+		service.Op(signed("adjust", wire.BrokerAdjust), func(r *wire.AdjustRequest) string { return r.User }, withFigures(b, b.Adjust)),
 		service.Op(mine("quote", wire.BrokerQuote, "quote for"), func(r *wire.QuoteRequest) string { return r.User }, b.Quote),
-		service.Op(signed("submit", wire.BrokerSubmit), func(r *wire.SubmitRequest) string { return r.User }, b.Submit),
+		service.Op(signed("submit", wire.BrokerSubmit), func(r *wire.SubmitRequest) string { return r.User },
+			func(ctx context.Context, r *wire.SubmitRequest) (wire.SubmitReply, error) {
+				rep, err := b.Submit(ctx, r)
+				if err == nil {
+					rep.Plan = b.planWithFigures(ctx, rep.Plan)
+					rep.Job.Spent = rep.Plan.Spent
+				}
+				return rep, err
+			}),
 		service.Op(progress, func(r *wire.ProgressRequest) string { return r.User }, b.JobProgress),
 		service.OpMine(mine("jobs", wire.BrokerJobs, "list the jobs of"), func(r *wire.JobsRequest) *string { return &r.User },
-			func(_ context.Context, r *wire.JobsRequest) (wire.JobsReply, error) { return b.Jobs(r), nil }),
+			func(ctx context.Context, r *wire.JobsRequest) (wire.JobsReply, error) {
+				return b.jobsWithFigures(ctx, b.Jobs(r)), nil
+			}),
 		service.Op(market("predict", wire.BrokerPredict), nil, func(_ context.Context, r *wire.PredictRequest) (wire.PredictReply, error) { return b.Predict(r) }),
 		service.OpMine(mine("plans", wire.BrokerPlans, "list the plans of"), func(r *wire.PlansRequest) *string { return &r.User },
-			func(_ context.Context, r *wire.PlansRequest) (wire.PlansReply, error) { return b.Plans(r), nil }),
+			func(ctx context.Context, r *wire.PlansRequest) (wire.PlansReply, error) {
+				rep := b.Plans(r)
+				b.bankFigures(ctx, rep.Plans)
+				return rep, nil
+			}),
 		service.Op(market("price", wire.BrokerPrice), nil, func(_ context.Context, r *wire.PriceRequest) (wire.PriceReply, error) { return b.Price(r) }),
 		service.Op(market("vms", wire.BrokerVMs), nil, func(_ context.Context, r *wire.VMsRequest) (wire.VMsReply, error) { return b.VMs(r), nil }),
 	}
@@ -244,4 +265,15 @@ func (c Client) Progress(ctx context.Context, req *wire.ProgressRequest) (wire.J
 // Jobs lists admitted jobs.
 func (c Client) Jobs(ctx context.Context, req *wire.JobsRequest) (wire.JobsReply, error) {
 	return call[wire.JobsReply](ctx, c, c.mine(req.User), wire.BrokerJobs, req)
+}
+
+// withFigures answers op's plan with the bank's figures.
+func withFigures[Req any](b *Broker, op func(context.Context, Req) (wire.Plan, error)) func(context.Context, Req) (wire.Plan, error) {
+	return func(ctx context.Context, r Req) (wire.Plan, error) {
+		p, err := op(ctx, r)
+		if err == nil {
+			p = b.planWithFigures(ctx, p)
+		}
+		return p, err
+	}
 }

@@ -171,11 +171,22 @@ func incomeCommand() *ucli.Command {
 				req := &wire.IncomeSetRequest{User: user, Amount: amount, Every: wire.Duration(c.Duration("every"))}
 				return call(c, func(ctx context.Context, cl clients) (wire.IncomeSetReply, error) { return cl.bank.SetIncome(ctx, req) },
 					func(w io.Writer, rep wire.IncomeSetReply) error {
-						t := newTable(w, "USER", "AMOUNT", "EVERY", "SINCE", "LAST PERIOD")
+						// Period k runs from Anchor + k·Every; the bank pays
+						// each at its start, so period 0 is paid at once
+						// (its next tick) and LastPeriod -1 means none yet.
+						t := newTable(w, "USER", "AMOUNT", "EVERY", "SINCE", "PERIODS PAID", "NEXT PAYMENT")
 						for _, s := range rep.Schedules {
-							t.row(s.User, s.Amount.String(), s.Every.D().String(), stamp(s.Anchor), fmt.Sprint(s.LastPeriod))
+							next := s.Anchor.Add(time.Duration(s.LastPeriod+1) * s.Every.D())
+							t.row(s.User, s.Amount.String(), humanDuration(s.Every.D()), stamp(s.Anchor), fmt.Sprint(s.LastPeriod+1), stamp(next))
 						}
-						return t.flush()
+						if err := t.flush(); err != nil {
+							return err
+						}
+						if amount > 0 {
+							_, err := fmt.Fprintf(w, "the first period is paid at once (the bank's next tick), then one every %s\n", humanDuration(req.Every.D()))
+							return err
+						}
+						return nil
 					})
 			},
 		}},

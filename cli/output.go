@@ -53,6 +53,14 @@ func perHour(rate float64) string {
 	return fmt.Sprintf("%.4f/h", rate*3600/float64(money.PerCredit))
 }
 
+// humanDuration is d rounded for people: 56m15s, not 56m14.994691182s.
+func humanDuration(d time.Duration) string {
+	if d >= time.Second || d <= -time.Second {
+		return d.Round(time.Second).String()
+	}
+	return d.Round(time.Millisecond).String()
+}
+
 func pct(f float64) string { return fmt.Sprintf("%.2f%%", 100*f) }
 
 func stamp(t time.Time) string {

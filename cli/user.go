@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nuid"
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/mrmarket/mrmarket/broker"
 	"github.com/mrmarket/mrmarket/internal/money"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
@@ -217,7 +218,7 @@ func parseHostWeights(flags []string) (map[string]float64, error) {
 func printSpend(w io.Writer, rep wire.SpendReply) error {
 	p := rep.Plan
 	fmt.Fprintf(w, "plan %s: %s spends %s over %s (%s), hold %s, ends %s\n",
-		p.ID, p.User, p.Budget, p.Duration.D(), p.Strategy, p.Hold, stamp(p.End))
+		p.ID, p.User, p.Budget, humanDuration(p.Duration.D()), p.Strategy, p.Hold, stamp(p.End))
 	return printPlanVMs(w, p)
 }
 
@@ -268,7 +269,8 @@ func adjustPlan(c *ucli.Context, user string) error {
 	}
 	return callRetry(c, func(ctx context.Context, cl clients) (wire.Plan, error) { return cl.broker.Adjust(ctx, req) },
 		func(w io.Writer, p wire.Plan) error {
-			_, err := fmt.Fprintf(w, "plan %s now spends %s (settled so far %s), ends %s (adjustment %s)\n", p.ID, p.Budget, p.Spent, stamp(p.End), req.ID)
+			_, err := fmt.Fprintf(w, "plan %s now spends %s (spent %s, held %s, given back %s), ends %s (adjustment %s)\n",
+				p.ID, p.Budget-p.Released, p.Spent, p.Held, p.Released, stamp(p.End), req.ID)
 			return err
 		})
 }
@@ -316,12 +318,21 @@ func plansCommand() *ucli.Command {
 			req := &wire.PlansRequest{User: c.String("user")}
 			return call(c, func(ctx context.Context, cl clients) (wire.PlansReply, error) { return cl.broker.Plans(ctx, req) },
 				func(w io.Writer, rep wire.PlansReply) error {
-					t := newTable(w, "PLAN", "USER", "STATUS", "STRATEGY", "BUDGET", "SETTLED", "DURATION", "VMS", "ENDS", "RELEASED")
+					t := newTable(w, "PLAN", "USER", "STATUS", "STRATEGY", "BUDGET", "SPENT", "RELEASED", "HELD", "DURATION", "VMS", "ENDS")
+					estimates := false
 					for _, p := range rep.Plans {
-						t.row(p.ID, p.User, p.Status, p.Strategy, p.Budget.String(), p.Spent.String(), p.Duration.D().String(),
-							fmt.Sprint(len(p.VMs)), stamp(p.End), p.Released.String())
+						spent := p.Spent.String()
+						if p.Figures == broker.FiguresEstimate {
+							spent, estimates = spent+"*", true
+						}
+						t.row(p.ID, p.User, p.Status, p.Strategy, p.Budget.String(), spent, p.Released.String(), p.Held.String(),
+							humanDuration(p.Duration.D()), fmt.Sprint(len(p.VMs)), stamp(p.End))
 					}
-					return t.flush()
+					if err := t.flush(); err != nil || !estimates {
+						return err
+					}
+					_, err := fmt.Fprintln(w, "* the broker's estimate: the bank could not be asked")
+					return err
 				})
 		},
 	}

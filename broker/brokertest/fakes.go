@@ -195,6 +195,13 @@ func (k Bank) Release(_ context.Context, req *wire.ReleaseRequest) (wire.Release
 		return wire.ReleaseReply{}, fmt.Errorf("%w: hold %s", wire.ErrNotFound, holdName(req.Hold))
 	}
 	a := h.account(hr.user)
+	if req.Amount > 0 && !hr.released { // a part (spend --less): the hold stays open
+		part := min(req.Amount, hr.amount-min(h.charged(req.Hold), hr.amount))
+		hr.amount -= part
+		a.balance += part
+		h.log = append(h.log, fmt.Sprintf("bank: release %s: %s back (part)", holdName(req.Hold), part))
+		return wire.ReleaseReply{Hold: wire.HoldInfo{ID: req.Hold, User: hr.user, Amount: hr.amount, Status: wire.HoldOpen}, Released: part, Balance: a.balance}, nil
+	}
 	if !hr.released {
 		hr.released = true
 		hr.refund = hr.amount - min(h.charged(req.Hold), hr.amount)

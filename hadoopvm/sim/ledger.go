@@ -108,6 +108,15 @@ func (l *Ledger) Release(_ context.Context, r *wire.ReleaseRequest) (wire.Releas
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	rest := max(l.holds[r.Hold]-l.paid[r.Hold], 0)
+	if r.Amount > 0 { // a part (spend --less): the hold stays open
+		part := min(r.Amount, rest)
+		if u, ok := l.holder[r.Hold]; ok {
+			l.balances[u] += part
+			l.holds[r.Hold] -= part
+		}
+		return wire.ReleaseReply{Released: part, Hold: wire.HoldInfo{ID: r.Hold, User: r.User, Amount: l.holds[r.Hold],
+			Captured: l.paid[r.Hold], Status: wire.HoldOpen}}, nil
+	}
 	if u, ok := l.holder[r.Hold]; ok {
 		l.balances[u] += rest
 		delete(l.holder, r.Hold)

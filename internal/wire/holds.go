@@ -36,3 +36,34 @@ const MaxOpenHolds = 10_000
 type OpenHoldsReply struct {
 	Holds []OpenHold `json:"holds"`
 }
+
+// BankHolds reads holds by id (the broker, for the figures of the plans it
+// answers about: what the bank captured, released and still holds).
+const BankHolds = "mrm.v1.bank.holds.get"
+
+// MaxHoldsRead bounds a HoldsRequest.
+const MaxHoldsRead = 10_000
+
+// HoldsRequest asks for the holds IDs.
+type HoldsRequest struct {
+	Versioned
+	IDs []string `json:"ids"`
+}
+
+func (r *HoldsRequest) Validate() error {
+	if len(r.IDs) == 0 || len(r.IDs) > MaxHoldsRead {
+		return Errorf(ErrBadRequest, "ask for 1 to %d holds, got %d", MaxHoldsRead, len(r.IDs))
+	}
+	for _, id := range r.IDs {
+		if err := CheckID("hold id", id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// HoldsReply has the holds of a HoldsRequest the bank knows, in its order;
+// unknown ids are left out.
+type HoldsReply struct {
+	Holds []HoldInfo `json:"holds"`
+}

@@ -899,6 +899,10 @@ type Plan struct {
 	Released money.Micro `json:"released_micro"`
 	Spent    money.Micro `json:"spent_micro"`
 	Held     money.Micro `json:"held_micro"`
+	// Figures says where Spent, Released and Held come from: "bank" (the
+	// hold as the bank has it), or "estimate" (the broker's own account,
+	// when the bank could not be asked; the next answer corrects it).
+	Figures string `json:"figures,omitempty"`
 	// Stage is the active stage of stage priority (per workflow, in order).
 	Stage       []int              `json:"stage,omitempty"`
 	Workflows   []WorkflowSpec     `json:"workflows,omitempty"`
