@@ -295,9 +295,9 @@ func (b *Broker) Submit(ctx context.Context, req *wire.SubmitRequest) (wire.Subm
 	return wire.SubmitReply{Job: b.jobView(v.rec, now), Plan: rep.Plan}, nil
 }
 
-// clash refuses a job of a name the user already runs, or on a VM a
-// running plan uses: a VM takes one plan's bid at a time, so a job runs
-// on VMs of its own.
+// clash refuses a job of a name the user already runs. A job may share its
+// VMs with running plans: an agent keeps one bid per (VM, plan) and their
+// rates add up, and EDF decides which deadline job runs on a host.
 func (b *Broker) clash(req *wire.SubmitRequest) error {
 	var clash error
 	b.store.each(func(rec *planRecord, _ uint64) {
@@ -307,15 +307,6 @@ func (b *Broker) clash(req *wire.SubmitRequest) error {
 		if j := rec.Job; j != nil && !j.Done && rec.Plan.User == req.User && j.Spec.Name == req.Job.Name {
 			clash = fmt.Errorf("%w: %q (plan %s)", ErrJobRunning, req.Job.Name, rec.Plan.ID)
 			return
-		}
-		if rec.Job != nil && rec.Job.Done {
-			return
-		}
-		for _, v := range rec.Plan.VMs {
-			if slices.Contains(req.Job.VMs, v.VM) {
-				clash = fmt.Errorf("%w: VM %q is in plan %s; give the job VMs of its own", ErrVMBusy, v.VM, rec.Plan.ID)
-				return
-			}
 		}
 	})
 	return clash

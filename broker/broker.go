@@ -35,7 +35,6 @@ var (
 	ErrUnaffordable = fmt.Errorf("%w: the job's price is above what the user can pay", wire.ErrInsufficient)
 	ErrJobRunning   = fmt.Errorf("%w: a job of that name is already admitted", wire.ErrConflict)
 	ErrUnknownJob   = fmt.Errorf("%w: unknown job", wire.ErrNotFound)
-	ErrVMBusy       = fmt.Errorf("%w: the VM runs another plan", wire.ErrConflict)
 
 	errExists = errors.New("broker: plan exists")
 	errStale  = errors.New("broker: plan changed meanwhile")

@@ -23,8 +23,11 @@
 // the plan's end, so money is never stranded) and runs the plan's first
 // round; if any host refuses its first bids, they are cancelled and the hold
 // released: a plan runs whole or not at all. Spend --more extends the hold;
-// --less lowers what the plan may spend (the rest comes back at its end).
+// --less lowers what the plan may spend and gives that back at once (a
+// partial release of the hold, once per adjustment id).
 // Cancel stops the bids (agents settle them at once) and releases the rest.
+// Every answer about plans carries the bank's figures of the plan's hold
+// (figures.go).
 // Settle after its end a plan is done and its remainder released.
 //
 // # Rounds
@@ -111,8 +114,8 @@
 // slots. A done job ends its plan; what it did not spend is released.
 // Admission is serialised within a replica; two replicas admitting at
 // once can over-commit, so run quotes and submits on one replica (a known
-// limit). A VM takes one plan's bid at a time, so a job needs VMs no
-// running plan uses.
+// limit). A job may share its VMs with running plans: an agent keeps one
+// bid per (VM, plan) and their rates add up.
 //
 // # Replicas
 //
