@@ -10,7 +10,7 @@ BIN         := bin/mrmarket
 all: build
 
 build:
-	$(GO) build -tags $(TAGS) -o $(BIN) ./cli/mrmarket
+	$(GO) build -buildvcs=auto -tags $(TAGS) -o $(BIN) ./cli/mrmarket
 
 ## demo: the whole market in one process, a scripted scenario in simulated time
 demo: build

@@ -118,9 +118,12 @@ func App(stdout, stderr io.Writer) *ucli.App {
 			ledgerCommand(),
 			natsCommand(),
 			eventsCommand(),
+			versionCommand(),
+			completionCommand(),
 		},
-		ExitErrHandler: func(*ucli.Context, error) {}, // Main maps errors to exit codes
-		OnUsageError:   flagError,
+		EnableBashCompletion: true,                          // `mrmarket completion bash` prints the script
+		ExitErrHandler:       func(*ucli.Context, error) {}, // Main maps errors to exit codes
+		OnUsageError:         flagError,
 	}
 	onUsageError(app.Commands)
 	return app

@@ -377,3 +377,18 @@ func TestRefusedPrincipalLeavesNoKey(t *testing.T) {
 		t.Fatalf("a key was left for the unregistered principal zed: %v", err)
 	}
 }
+
+// TestVersionAndCompletion: `mrmarket version` names the module and the Go
+// version (as JSON too), and `completion bash` prints a script bash takes.
+func TestVersionAndCompletion(t *testing.T) {
+	var v cli.Version
+	if r := mrmarket("version", "--json"); r.code != 0 || json.Unmarshal([]byte(r.stdout), &v) != nil || v.Module == "" || !strings.HasPrefix(v.Go, "go") {
+		t.Fatalf("version --json: %+v (%+v)", r, v)
+	}
+	if r := mrmarket("completion", "bash"); r.code != 0 || !strings.Contains(r.stdout, "complete -o bashdefault -o default -F _mrmarket mrmarket") {
+		t.Fatalf("completion bash: %+v", r)
+	}
+	if r := mrmarket("completion", "tcsh"); r.code != cli.ExitBadInput {
+		t.Fatalf("completion tcsh: %+v", r)
+	}
+}

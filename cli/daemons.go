@@ -114,7 +114,7 @@ func upCommand() *ucli.Command {
 				return err
 			}
 			m, err := market.Start(c.Context, market.Config{
-				Dir: c.String("data"), NATSHost: host, NATSPort: port, Hosts: hosts, TickPeriod: c.Duration("tick"), AgentState: true,
+				Dir: c.String("data"), NATSHost: host, NATSPort: port, Hosts: hosts, Users: users, TickPeriod: c.Duration("tick"), AgentState: true,
 			})
 			if err != nil {
 				return err

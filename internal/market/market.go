@@ -53,6 +53,9 @@ type Config struct {
 	NATSPort int
 	// Hosts are the simulated hosts and their VMs.
 	Hosts []HostSpec
+	// Users get credentials and a principal record whether or not they own
+	// a VM (the VMs' owners get theirs anyway): `up --users`.
+	Users []string
 	// Now is the clock; nil means the wall clock. With a virtual clock, drive
 	// the market with Tick.
 	Now func() time.Time
@@ -123,6 +126,7 @@ type Market struct {
 	natsMu   sync.Mutex
 	natsOpts natsutil.ServerOptions
 	admin    *wire.Signer // the trust anchor: seals every principal record
+	unlock   func()       // releases the data directory (lock.go)
 }
 
 // Keys are the market's credentials (admin, broker, agents, the VM owners),
@@ -147,8 +151,12 @@ func Start(ctx context.Context, cfg Config) (m *Market, err error) {
 	if now == nil {
 		now = time.Now
 	}
+	unlock, err := lockDir(cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
 	reg := prometheus.NewRegistry()
-	m = &Market{cfg: cfg, Sims: map[string]*agent.SimEnforcer{}, Registry: reg, Metrics: obs.NewMetrics(reg)}
+	m = &Market{cfg: cfg, Sims: map[string]*agent.SimEnforcer{}, Registry: reg, Metrics: obs.NewMetrics(reg), unlock: unlock}
 	started := m // every `return nil, err` below clears m before this runs
 	defer func() {
 		if err != nil {
@@ -362,6 +370,11 @@ func (m *Market) registerIdentities(ctx context.Context) (*wire.Signer, error) {
 	brokerSigner, err := m.register(ctx, wire.RoleBroker, "broker")
 	if err != nil {
 		return nil, err
+	}
+	for _, u := range m.cfg.Users {
+		if _, err := m.register(ctx, wire.RoleUser, u); err != nil {
+			return nil, err
+		}
 	}
 	for _, h := range m.cfg.Hosts {
 		for _, vm := range h.VMs {
@@ -622,6 +635,12 @@ func (m *Market) Close() {
 	m.conns = nil
 	m.natsMu.Lock()
 	defer m.natsMu.Unlock()
+	defer func() {
+		if m.unlock != nil { // last: everything on the directory is closed
+			m.unlock()
+			m.unlock = nil
+		}
+	}()
 	if m.Server != nil {
 		m.Server.Shutdown()
 		m.Server.WaitForShutdown()
