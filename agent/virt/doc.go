@@ -22,12 +22,18 @@
 // that want it (work-conserving), as the share rule intends.
 //
 // CPU hard cap (optional, HardCap): additionally vcpu_period = 100 ms and
-// vcpu_quota = q·host CPUs·period / the domain's vCPUs, at least 1 ms, and
-// the same cap on the whole domain (global_period/global_quota = q·host
-// CPUs·period), because QEMU's emulator threads are outside the vCPU quotas:
-// a VM never uses more than its share even on an idle host. Rounding to whole
-// microseconds distorts by at most 1 µs per 100 ms (0.001%); the 1 ms
-// minimum raises shares below 1% of a CPU.
+// vcpu_quota = q·C·period / the domain's vCPUs, at least 1 ms, and the same
+// cap on the whole domain (global_period/global_quota = q·C·period), because
+// QEMU's emulator threads are outside the vCPU quotas: a VM never uses more
+// than its share even on an idle host. C is the CPUs the domain may run on:
+// the host's, at most its vCPUs and at most the host CPUs its vCPUs are
+// pinned to (a domain pinned to 2 of 8 CPUs capped at q × 8 would not be
+// capped at all); agent.VM.CPUs reports the same number, which bounds the
+// VM's entitlement in the agent's idle rule. Rounding to whole microseconds
+// distorts by at most 1 µs per 100 ms (0.001%); the 1 ms minimum raises
+// shares below 1% of a CPU. Without HardCap, Apply removes any cap a former
+// run left (quotas back to -1, unlimited), so turning --hard-cap off takes
+// effect at the agent's next start.
 //
 // Disk (Disk): blkio weight = clamp(round(q·1000), 100, 1000), libvirt's
 // blkio range. Ten steps per 1% and a floor of 10% of the top weight: every

@@ -333,6 +333,33 @@ func TestSharesOnRealGuests(t *testing.T) {
 	t.Logf("restarted agent enforcing after %s", time.Since(restarted))
 	check(t, "1:2:5 right after the restart", fractions(t, doms, 2*time.Second), target)
 
+	// Idle is relative to what a VM is entitled to: g1 saturating a 1/26
+	// share (under 4% of the host) is busy; a paused guest, using nothing,
+	// is idle.
+	doms["g4"] = startGuest(t, conn, w.prefix+"g4", "alice", initrd, true)
+	w.bid(map[string]int64{"g1": 1 * 3_600_000, "g2": 10 * 3_600_000, "g3": 15 * 3_600_000})
+	testpoll.CheckFor(t, 15*time.Second, 100*time.Millisecond, func() error {
+		idle := map[string]bool{}
+		var got []string
+		for _, v := range w.a.State().VMs {
+			idle[strings.TrimPrefix(v.VM, w.prefix)] = v.Idle
+			got = append(got, fmt.Sprintf("%s share %.3f util %.3f idle %v", strings.TrimPrefix(v.VM, w.prefix), v.Share, v.Util, v.Idle))
+		}
+		if _, ok := idle["g4"]; !ok || idle["g1"] || !idle["g4"] {
+			return fmt.Errorf("want g1 busy and g4 idle: %s", strings.Join(got, "; "))
+		}
+		t.Logf("idle rule on real guests: %s", strings.Join(got, "; "))
+		return nil
+	})
+	for i := 0; i < 4; i++ { // and it stays so over the next ticks
+		time.Sleep(500 * time.Millisecond)
+		for _, v := range w.a.State().VMs {
+			if g := strings.TrimPrefix(v.VM, w.prefix); g == "g1" && v.Idle || g == "g4" && !v.Idle {
+				t.Errorf("%s: idle %v (share %.3f, util %.3f)", g, v.Idle, v.Share, v.Util)
+			}
+		}
+	}
+
 	// No double capture: after a tick the bank holds exactly what the
 	// agent's book says it charged, and never more than the bids allow.
 	time.Sleep(1200 * time.Millisecond)
@@ -406,6 +433,41 @@ func TestHardCapOnARealGuest(t *testing.T) {
 		t.Logf("hard cap %.2f of a CPU: measured %.3f", q, got)
 		if math.Abs(got-q) > 0.03 {
 			t.Errorf("hard cap %.2f: the guest used %.3f of a CPU", q, got)
+		}
+	}
+	// An agent started without --hard-cap removes the cap the last one
+	// left: alone on its CPU the guest uses it whole again.
+	uncapped, err := virt.New(virt.Config{URI: qemuURI, HostCPUs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer uncapped.Close()
+	if err := uncapped.Apply(ctx, map[string]float64{name: 0.3}); err != nil {
+		t.Fatal(err)
+	}
+	params, err := d.GetSchedulerParametersFlags(libvirt.DOMAIN_AFFECT_LIVE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if params.VcpuQuota > 0 || params.GlobalQuota > 0 {
+		t.Fatalf("caps left without --hard-cap: vcpu_quota %d, global_quota %d", params.VcpuQuota, params.GlobalQuota)
+	}
+	time.Sleep(500 * time.Millisecond)
+	a := cpuTimes(t, map[string]*libvirt.Domain{name: d})[name]
+	start := time.Now()
+	time.Sleep(2 * time.Second)
+	got := (cpuTimes(t, map[string]*libvirt.Domain{name: d})[name] - a).Seconds() / time.Since(start).Seconds()
+	t.Logf("cap removed (share 0.30, alone): measured %.3f of a CPU", got)
+	if got < 0.6 {
+		t.Errorf("cap removed: the guest used only %.3f of a CPU", got)
+	}
+	vms, err := uncapped.VMs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, vm := range vms {
+		if vm.ID == name && vm.CPUs != 1 {
+			t.Errorf("%s may run on %v CPUs, want its 1 vCPU", name, vm.CPUs)
 		}
 	}
 }

@@ -160,8 +160,8 @@ func (e *Enforcer) VMs(context.Context) ([]agent.VM, error) {
 	}
 	defer freeAll(doms)
 	vms := make([]agent.VM, 0, len(doms))
-	for name := range doms {
-		vms = append(vms, agent.VM{ID: name, Owner: owners[name]})
+	for name, d := range doms {
+		vms = append(vms, agent.VM{ID: name, Owner: owners[name], CPUs: runnableCPUs(d)})
 	}
 	sort.Slice(vms, func(i, j int) bool { return vms[i].ID < vms[j].ID })
 	return vms, nil
@@ -202,10 +202,45 @@ func (e *Enforcer) Apply(_ context.Context, shares map[string]float64) error {
 	return errors.Join(errs...)
 }
 
+// runnableCPUs is how many host CPUs d can run on at once: its vCPUs, at
+// most the host CPUs its vCPUs are pinned to (their union); 0 when libvirt
+// cannot say (the agent then takes the whole host).
+func runnableCPUs(d *libvirt.Domain) float64 {
+	info, err := d.GetInfo()
+	if err != nil {
+		return 0
+	}
+	n := float64(info.NrVirtCpu)
+	if pins, err := d.GetVcpuPinInfo(libvirt.DOMAIN_AFFECT_LIVE); err == nil && len(pins) > 0 {
+		var union []bool
+		for _, row := range pins {
+			for cpu, ok := range row {
+				if cpu >= len(union) {
+					union = append(union, make([]bool, cpu+1-len(union))...)
+				}
+				union[cpu] = union[cpu] || ok
+			}
+		}
+		pinned := 0
+		for _, ok := range union {
+			if ok {
+				pinned++
+			}
+		}
+		if pinned > 0 {
+			n = min(n, float64(pinned))
+		}
+	}
+	return n
+}
+
 func (e *Enforcer) applyCPU(d *libvirt.Domain, q float64) error {
 	shares := &libvirt.DomainSchedulerParameters{CpuSharesSet: true, CpuShares: CPUShares(q)}
 	if !e.cfg.HardCap {
-		return d.SetSchedulerParametersFlags(shares, libvirt.DOMAIN_AFFECT_LIVE)
+		if err := d.SetSchedulerParametersFlags(shares, libvirt.DOMAIN_AFFECT_LIVE); err != nil {
+			return err
+		}
+		return uncap(d)
 	}
 	info, err := d.GetInfo()
 	if err != nil {
@@ -223,13 +258,40 @@ func (e *Enforcer) applyCPU(d *libvirt.Domain, q float64) error {
 	}
 	// The whole domain too: QEMU's emulator threads are outside the vCPU
 	// quotas (measured: a 0.25 vCPU cap used 0.28 of a CPU).
+	// The cap is q of the CPUs the domain may run on (its vCPUs, or the
+	// host CPUs they are pinned to), not of the whole host: a domain
+	// pinned to 2 of 8 CPUs capped at q × 8 would not be capped at all.
+	cpus := e.cfg.HostCPUs
+	if n := runnableCPUs(d); n > 0 {
+		cpus = min(cpus, n)
+	}
 	global := &libvirt.DomainSchedulerParameters{GlobalPeriodSet: true, GlobalPeriod: vcpuPeriod,
-		GlobalQuotaSet: true, GlobalQuota: VcpuQuota(q, e.cfg.HostCPUs, 1)}
+		GlobalQuotaSet: true, GlobalQuota: VcpuQuota(q, cpus, 1)}
 	if err := d.SetSchedulerParametersFlags(global, libvirt.DOMAIN_AFFECT_LIVE); err != nil {
 		return err
 	}
-	vcpu := &libvirt.DomainSchedulerParameters{VcpuQuotaSet: true, VcpuQuota: VcpuQuota(q, e.cfg.HostCPUs, info.NrVirtCpu)}
+	vcpu := &libvirt.DomainSchedulerParameters{VcpuQuotaSet: true, VcpuQuota: VcpuQuota(q, cpus, info.NrVirtCpu)}
 	return d.SetSchedulerParametersFlags(vcpu, libvirt.DOMAIN_AFFECT_LIVE)
+}
+
+// uncap removes a CPU cap left on d (by an agent run with --hard-cap before
+// this one): without --hard-cap a domain is governed by its weight alone.
+// The domain-wide quota goes first: cgroup v1 refuses a vCPU quota above
+// its parent's.
+func uncap(d *libvirt.Domain) error {
+	cur, err := d.GetSchedulerParametersFlags(libvirt.DOMAIN_AFFECT_LIVE)
+	if err != nil {
+		return err
+	}
+	if cur.GlobalQuotaSet && cur.GlobalQuota > 0 {
+		if err := d.SetSchedulerParametersFlags(&libvirt.DomainSchedulerParameters{GlobalQuotaSet: true, GlobalQuota: -1}, libvirt.DOMAIN_AFFECT_LIVE); err != nil {
+			return err
+		}
+	}
+	if cur.VcpuQuotaSet && cur.VcpuQuota > 0 {
+		return d.SetSchedulerParametersFlags(&libvirt.DomainSchedulerParameters{VcpuQuotaSet: true, VcpuQuota: -1}, libvirt.DOMAIN_AFFECT_LIVE)
+	}
+	return nil
 }
 
 // ApplyDisk sets d's blkio weight for share q.
