@@ -130,12 +130,10 @@ func (b *Broker) jobView(rec *planRecord, now time.Time) wire.Job {
 	case j.Done:
 		v.Status, v.Predict = wire.JobDone, j.Finished
 	case len(rec.Bids) > 0:
-		// The share it is given: a deadline job's target, a best-effort
-		// job's what its bids bought.
-		v.Status, v.Share = wire.JobRunning, j.RunShare
-		if !j.Deadline.IsZero() {
-			v.Share = min(max(phi, j.Share), maxDeadlineShare)
-		}
+		// The share it holds: what its bids buy against the others' rates
+		// on its hosts, as the hosts last reported them (not the target
+		// its bids aim at).
+		v.Status, v.Share = wire.JobRunning, b.heldShare(rec)
 		v.Predict = at(now, j.Work*(1-j.Progress)/max(v.Share, 0.01))
 	default:
 		v.Status = wire.JobQueued
