@@ -16,6 +16,7 @@ package mrmarket_test
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -26,6 +27,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mrmarket/mrmarket/internal/market"
+	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
 // readmeBlocks are the ```sh blocks of path marked <!-- readme-test -->.
@@ -174,4 +178,65 @@ func withoutMRM(env []string) []string {
 		out = append(out, kv)
 	}
 	return out
+}
+
+// TestExamplesMatchUp: every file in examples/ is a valid job or plan file
+// on the VMs of `up --hosts 3 --vms-per-host 2 --users alice,bob`, all of
+// one owner, so the README's commands can use them as they are.
+func TestExamplesMatchUp(t *testing.T) {
+	hosts, err := market.Layout(3, 2, []string{"alice", "bob"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := map[string]string{}
+	for _, h := range hosts {
+		for _, vm := range h.VMs {
+			owner[vm.ID] = vm.Owner
+		}
+	}
+	files, err := filepath.Glob("examples/*.json")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no examples: %v", err)
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := func(v any) error {
+			d := json.NewDecoder(bytes.NewReader(data))
+			d.DisallowUnknownFields()
+			return d.Decode(v)
+		}
+		var vms []string
+		var plan struct {
+			Workflows []wire.WorkflowSpec `json:"workflows"`
+		}
+		var job wire.JobSpec
+		switch {
+		case dec(&plan) == nil && len(plan.Workflows) > 0:
+			req := wire.SpendRequest{User: "alice", Budget: 20_000_000, Duration: wire.Duration(time.Hour), Strategy: wire.StrategyStage, Workflows: plan.Workflows}
+			for _, w := range plan.Workflows {
+				for _, s := range w.Stages {
+					vms = append(vms, s.VMs...)
+				}
+			}
+			if err := req.Validate(); err != nil {
+				t.Errorf("%s: %v", f, err)
+			}
+		case dec(&job) == nil:
+			vms = job.VMs
+			if err := job.Validate(); err != nil {
+				t.Errorf("%s: %v", f, err)
+			}
+		default:
+			t.Errorf("%s is neither a plan file nor a job file", f)
+			continue
+		}
+		for _, vm := range vms {
+			if owner[vm] == "" || owner[vm] != owner[vms[0]] {
+				t.Errorf("%s: VM %q is not one of up's VMs of one owner (%q owns it)", f, vm, owner[vm])
+			}
+		}
+	}
 }
