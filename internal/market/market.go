@@ -4,6 +4,9 @@
 // separate daemons would be. It is plumbing only: every decision is made by
 // the agent, bank and broker packages it starts.
 //
+// The simulated VMs run the jobs users submit to the deadline service, as
+// the users' Hadoop clusters would, and report their progress (jobs.go).
+//
 // Two ways to drive time:
 //   - Run ticks every component on the wall clock (mrmarket up).
 //   - Tick(now) ticks every component once at a virtual time and waits until
@@ -127,6 +130,7 @@ type Market struct {
 	natsOpts natsutil.ServerOptions
 	admin    *wire.Signer // the trust anchor: seals every principal record
 	unlock   func()       // releases the data directory (lock.go)
+	jobs     *jobRunner   // the simulated Hadoop that runs admitted jobs (jobs.go)
 }
 
 // Keys are the market's credentials (admin, broker, agents, the VM owners),
@@ -193,6 +197,9 @@ func Start(ctx context.Context, cfg Config) (m *Market, err error) {
 		return nil, err
 	}
 	if err := m.awaitBroker(ctx, t0); err != nil {
+		return nil, err
+	}
+	if err := m.startJobs(ctx); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -556,13 +563,18 @@ func heardAll(hosts []wire.HostPrice, n int, now time.Time) bool {
 }
 
 // Tick runs one round at virtual time now: every agent ticks (charges,
-// captures, reconciles, publishes), then the bank (expires holds) and the
-// broker (ends plans), after the broker has heard every host.
+// captures, reconciles, publishes); after the broker has heard every host,
+// the simulated Hadoop runs the admitted jobs up to now and reports their
+// progress (jobs.go), then the bank (expires holds) and the broker (ends
+// plans) tick.
 func (m *Market) Tick(ctx context.Context, now time.Time) error {
 	if err := m.tickAgents(ctx, now); err != nil {
 		return err
 	}
 	if err := m.awaitBroker(ctx, now); err != nil {
+		return err
+	}
+	if err := m.jobs.step(ctx, now, true); err != nil {
 		return err
 	}
 	if _, err := m.Bank.Tick(ctx, now); err != nil {
@@ -579,6 +591,7 @@ func (m *Market) Run(ctx context.Context) {
 	for _, a := range m.Agents {
 		go agent.Run(ctx, a, m.cfg.TickPeriod)
 	}
+	go m.runJobs(ctx)
 	t := time.NewTicker(m.cfg.TickPeriod)
 	defer t.Stop()
 	for {
@@ -594,6 +607,30 @@ func (m *Market) Run(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// runJobs steps the job runner on the wall clock until ctx ends.
+func (m *Market) runJobs(ctx context.Context) {
+	t := time.NewTicker(m.cfg.TickPeriod)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := m.jobs.step(ctx, m.now(), false); err != nil && ctx.Err() == nil {
+				m.Metrics.Error("jobs", "step")
+			}
+		}
+	}
+}
+
+// now is the market's clock.
+func (m *Market) now() time.Time {
+	if m.cfg.Now != nil {
+		return m.cfg.Now()
+	}
+	return time.Now()
 }
 
 // Health reports every component's health, for /healthz.

@@ -1,0 +1,659 @@
+package market
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mrmarket/mrmarket/agent"
+	"github.com/mrmarket/mrmarket/broker"
+	"github.com/mrmarket/mrmarket/hadoopvm/yarn"
+	"github.com/mrmarket/mrmarket/internal/wire"
+)
+
+// The simulated Hadoop of a market (mrmarket up): the users' clusters that
+// run the jobs they submit to the deadline service, on the simulated VMs,
+// at the CPU the simulated hosts deliver under the market's shares, and
+// that report their progress to the broker as the YARN monitor does.
+//
+// Learning the jobs. A user submits a job file to the broker; the runner
+// plays the user's Hadoop, which is given the same job: it reads every
+// admitted job (its file and its id) from the audit stream's broker submit
+// events (MRM_EVENTS), the record of every job the broker admitted. The
+// broker's job list says when a job may start: a queued job waits for its
+// turn (EDF) without starting tasks; once the broker has listed it running
+// (or late) it runs to its end, as a YARN application does — the market
+// decides only the CPU its VMs get (a job whose turn passed or whose price
+// is spent goes on at what is left to it: the floor share, or an idle
+// host's CPU). A cancelled job, or one whose plan ended (the broker no
+// longer takes its reports), stops. A market restarted runs its unfinished
+// jobs again from their start, as YARN reruns an application whose master
+// was lost.
+//
+// Tasks (the cluster simulator's model, hadoopvm/sim: a running task uses
+// at most one CPU; a VM's running tasks share what the host gives the VM
+// equally). The job's map_slots and reduce_slots are split evenly over its
+// VMs. A task's time is drawn from the profile, uniformly around its
+// average and never above its maximum (seeded by the job's id, so a run is
+// reproducible), and means what the profile says: its duration at a full
+// share, i.e. with its VM alone on its host and its slot-mates running
+// beside it. So its work is that time × the CPU a slot gets on a whole
+// host, min(1, host CPUs / the job's slots on the VM): a wave of tasks at a
+// full share takes the profile's time whatever the slots, and at share q
+// 1/q of it — ARIA's bounds, the broker's estimate, hold. Maps run first in
+// waves over the slots; the reduces start when the last map is done (slow
+// start 1, ARIA's model): a reduce of the first wave shuffles the profile's
+// first-shuffle time, later ones the typical shuffle, then reduces. Several
+// jobs on one VM take its free slots in the order they were admitted.
+//
+// CPU. At every step the runner reads each job VM's CPU time from its
+// SimEnforcer (Usage) and divides what the VM received since the last step
+// among the tasks it was running, each at a constant rate over the step; a
+// task that finishes mid-step hands its slot, at the same rate, to the next
+// task waiting for that VM. Then it tells each host what its job VMs want
+// from now on (SetDemand): as many CPUs as they run tasks. A VM of an
+// unfinished job that runs no task (a queued job, or a VM with no task in
+// the current wave) wants nothing — a NodeManager without containers is
+// idle. A VM no unfinished job uses keeps up's default: it wants its whole
+// host (the stand-in for whatever its owner runs on it), so plans on VMs
+// without jobs behave as they always did.
+//
+// Progress goes to mrm.v1.broker.progress exactly as `mrmarket jobs watch`
+// sends it (broker.Client.Progress, Jockey's indicator over the profile's
+// average task times, maps and reduces done, Done at the end), signed by
+// the job's user when the data directory has its key, else by the admin;
+// whenever the tasks done change, at least every jobsReportEvery, and once
+// with Done when the job is finished.
+
+// jobsReportEvery is how often a running job's progress is reported when
+// no task finished.
+const jobsReportEvery = 5 * time.Second
+
+// jobsLearnWait bounds how long Tick waits to hear of a job the broker
+// lists (its submit event travels over JetStream asynchronously).
+const jobsLearnWait = 10 * time.Second
+
+// jobRunner runs the admitted jobs on the simulated VMs.
+type jobRunner struct {
+	m      *Market
+	client broker.Client
+	cons   jetstream.ConsumeContext
+
+	learnMu sync.Mutex
+	learned map[string]*simJob // by job id, as heard, not yet adopted
+	heard   []string           // ids in the order heard
+
+	mu      sync.Mutex // one step at a time
+	jobs    []*simJob  // adopted, in the order heard
+	known   map[string]bool
+	ignored map[string]bool // listed by the broker, never heard of in time
+	vms     map[string]*simVM
+	vmOrder []*simVM
+	last    time.Time
+}
+
+type simVM struct {
+	id      string
+	sim     *agent.SimEnforcer
+	cpus    float64       // its host's CPUs: what it wants when no job uses it
+	used    time.Duration // its CPU time at the last step
+	running []*simTask
+	owned   bool // the runner sets its demand (an unfinished job uses it)
+}
+
+type simJob struct {
+	id, user string
+	spec     wire.JobSpec
+	vms      []*simVM
+	mapSlots map[*simVM]int
+	redSlots map[*simVM]int
+	maps     []*simTask // pending
+	reduces  []*simTask // pending, once the maps are done
+	redWork  []float64
+	mapsDone int
+	redsDone int
+	status   string // the broker's, at the last step
+	started  bool   // the broker has listed it running (or late)
+	done     bool
+	stopped  bool // cancelled, or the broker no longer runs it
+	reported bool // Done reported (or the broker no longer knows the job)
+	lastSent time.Time
+	sent     [2]int // maps and reduces done at the last report
+}
+
+type simTask struct {
+	job    *simJob
+	reduce bool
+	secs   float64 // its time at a full share (the profile's)
+	left   float64 // CPU-seconds, once it runs on a VM
+	rate   float64 // CPU-seconds per second over the current step
+}
+
+// startJobs starts the job runner: it follows the broker's submit events
+// on nc (as the admin) and reports progress through it.
+func (m *Market) startJobs(ctx context.Context) error {
+	nc, err := m.NC("mrmarket-jobs")
+	if err != nil {
+		return err
+	}
+	r := &jobRunner{m: m, client: broker.Client{NC: nc, Keys: userOrAdmin{keys: m.keys, admin: m.admin}, AdminKey: m.AdminKey()},
+		learned: map[string]*simJob{}, known: map[string]bool{}, ignored: map[string]bool{}, vms: map[string]*simVM{}}
+	for _, h := range m.cfg.Hosts {
+		for _, vm := range h.VMs {
+			cpus := h.CPUs
+			if cpus <= 0 {
+				cpus = 1 // as the SimEnforcer takes it
+			}
+			v := &simVM{id: vm.ID, sim: m.Sims[h.ID], cpus: cpus}
+			r.vms[vm.ID] = v
+			r.vmOrder = append(r.vmOrder, v)
+		}
+	}
+	if err := r.follow(ctx, nc); err != nil {
+		return err
+	}
+	m.jobs = r
+	m.stops = append(m.stops, r.cons.Stop)
+	return nil
+}
+
+// follow consumes every broker submit event, from the stream's start.
+func (r *jobRunner) follow(ctx context.Context, nc *nats.Conn) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("market: jobs: %w", err)
+	}
+	st, err := js.Stream(ctx, wire.StreamEvents)
+	if err != nil {
+		return fmt.Errorf("market: jobs: audit stream %s: %w", wire.StreamEvents, err)
+	}
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{wire.EventSubject("broker", "submit")}})
+	if err != nil {
+		return fmt.Errorf("market: jobs: %w", err)
+	}
+	r.cons, err = cons.Consume(func(msg jetstream.Msg) { r.hear(msg.Data()) })
+	if err != nil {
+		return fmt.Errorf("market: jobs: %w", err)
+	}
+	return nil
+}
+
+// hear learns the job of one submit event: its file from the signed
+// request, its id from the broker's answer.
+func (r *jobRunner) hear(data []byte) {
+	var ev wire.Event
+	var req wire.SubmitRequest
+	var rep wire.SubmitReply
+	if json.Unmarshal(data, &ev) != nil || json.Unmarshal(ev.Request.Body, &req) != nil || json.Unmarshal(ev.Result, &rep) != nil ||
+		rep.Job.ID == "" || rep.Job.User == "" || req.Job.Validate() != nil {
+		r.m.Metrics.Error("jobs", "bad_submit_event")
+		return
+	}
+	r.learnMu.Lock()
+	defer r.learnMu.Unlock()
+	if _, ok := r.learned[rep.Job.ID]; ok {
+		return // a retried submit of the same id
+	}
+	r.learned[rep.Job.ID] = &simJob{id: rep.Job.ID, user: rep.Job.User, spec: req.Job}
+	r.heard = append(r.heard, rep.Job.ID)
+}
+
+// userOrAdmin signs as a user with its key in the data directory, else
+// (a user registered elsewhere) as the admin, who may report for anyone.
+type userOrAdmin struct {
+	keys  wire.CredsDir
+	admin *wire.Signer
+}
+
+func (k userOrAdmin) Signer(role, name string) (*wire.Signer, error) {
+	if s, err := k.keys.Signer(role, name); err == nil {
+		return s, nil
+	}
+	return k.admin, nil
+}
+
+// step runs the jobs up to now: tasks advance by the CPU their VMs got,
+// finished jobs and new tasks are accounted, the hosts learn the VMs'
+// demand, and progress goes to the broker. With wait it first waits until
+// it has heard of every job the broker lists as unfinished (Tick: a
+// deterministic market).
+func (r *jobRunner) step(ctx context.Context, now time.Time, wait bool) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !wait && r.idle() {
+		return nil // nothing heard, nothing running: no need to ask the broker
+	}
+	list, err := r.client.Jobs(ctx, &wire.JobsRequest{})
+	if err != nil {
+		r.m.Metrics.Error("jobs", "list")
+		return fmt.Errorf("market: jobs: listing the broker's jobs: %w", err)
+	}
+	status := map[string]wire.Job{}
+	for _, j := range list.Jobs {
+		status[j.ID] = j
+	}
+	if wait {
+		r.awaitHeard(ctx, list.Jobs)
+	}
+	r.adopt(status)
+	r.advance(ctx, now)
+	for _, j := range r.jobs {
+		r.govern(j, status)
+	}
+	r.schedule()
+	r.setDemand()
+	r.report(ctx, now)
+	return nil
+}
+
+// idle: no job heard of waits to be adopted and none is still to run or
+// to report.
+func (r *jobRunner) idle() bool {
+	r.learnMu.Lock()
+	heard := len(r.heard)
+	r.learnMu.Unlock()
+	if heard > 0 {
+		return false
+	}
+	for _, j := range r.jobs {
+		if j.active() || !j.reported {
+			return false
+		}
+	}
+	return true
+}
+
+// unfinished is a listed job still to run.
+func unfinished(j wire.Job) bool {
+	return j.Finished.IsZero() && j.Status != wire.JobDone && j.Status != wire.PlanCancelled
+}
+
+// awaitHeard waits (at most jobsLearnWait) until every unfinished listed
+// job has been heard of; one never heard of is ignored from then on.
+func (r *jobRunner) awaitHeard(ctx context.Context, jobs []wire.Job) {
+	deadline := time.Now().Add(jobsLearnWait)
+	for _, j := range jobs {
+		if !unfinished(j) || r.known[j.ID] || r.ignored[j.ID] {
+			continue
+		}
+		for {
+			r.learnMu.Lock()
+			_, ok := r.learned[j.ID]
+			r.learnMu.Unlock()
+			if ok {
+				break
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				r.ignored[j.ID] = true
+				r.m.Metrics.Error("jobs", "unheard")
+				break
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+}
+
+// adopt takes the jobs heard of that the broker lists: an unfinished one
+// joins the run, a finished one is forgotten. One not listed yet waits.
+func (r *jobRunner) adopt(status map[string]wire.Job) {
+	r.learnMu.Lock()
+	defer r.learnMu.Unlock()
+	var keep []string
+	for _, id := range r.heard {
+		j := r.learned[id]
+		st, listed := status[id]
+		switch {
+		case r.known[id]:
+		case !listed:
+			keep = append(keep, id)
+			continue
+		case unfinished(st):
+			r.jobs = append(r.jobs, r.newJob(j))
+			r.known[id] = true
+		default:
+			r.known[id] = true // done before this market heard of it
+		}
+		delete(r.learned, id)
+	}
+	r.heard = keep
+	for id := range r.learned { // keep only the ids still heard
+		if !contains(keep, id) {
+			delete(r.learned, id)
+		}
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// newJob lays a heard job out on its VMs (those of this market) and draws
+// its tasks' work.
+func (r *jobRunner) newJob(j *simJob) *simJob {
+	s := j.spec
+	for _, id := range s.VMs {
+		if v := r.vms[id]; v != nil {
+			j.vms = append(j.vms, v)
+		}
+	}
+	j.mapSlots, j.redSlots = spread(s.MapSlots, j.vms), spread(s.ReduceSlots, j.vms)
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(j.id))
+	seed := h.Sum64()
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	p := s.Profile
+	for range s.Maps {
+		j.maps = append(j.maps, &simTask{job: j, secs: draw(rng, p.MapAvg, p.MapMax)})
+	}
+	for i := range s.Reduces {
+		shuffle := draw(rng, p.ShTypAvg, p.ShTypMax)
+		if i < s.ReduceSlots {
+			shuffle = draw(rng, p.Sh1Avg, p.Sh1Max) // the first wave's
+		}
+		j.redWork = append(j.redWork, shuffle+draw(rng, p.ReduceAvg, p.ReduceMax))
+	}
+	if len(j.vms) == 0 {
+		j.stopped = true // none of its VMs is here: nothing can run it
+		r.m.Metrics.Error("jobs", "no_vms")
+	}
+	return j
+}
+
+// spread splits slots evenly over vms, the first ones taking the rest.
+func spread(slots int, vms []*simVM) map[*simVM]int {
+	out := make(map[*simVM]int, len(vms))
+	for i, v := range vms {
+		out[v] = slots / len(vms)
+		if i < slots%len(vms) {
+			out[v]++
+		}
+	}
+	return out
+}
+
+// draw is a task's time: uniform around avg, within [0, max].
+func draw(rng *rand.Rand, avg, max float64) float64 {
+	d := math.Min(max-avg, avg)
+	if d <= 0 {
+		return avg
+	}
+	return avg + d*(2*rng.Float64()-1)
+}
+
+// advance runs every VM's tasks from the last step to now on the CPU its
+// host delivered.
+func (r *jobRunner) advance(ctx context.Context, now time.Time) {
+	usage := map[string]time.Duration{}
+	read := map[*agent.SimEnforcer]bool{}
+	for _, v := range r.vmOrder {
+		if !v.owned || read[v.sim] {
+			continue
+		}
+		read[v.sim] = true
+		u, err := v.sim.Usage(ctx)
+		if err != nil {
+			r.m.Metrics.Error("jobs", "usage")
+			continue
+		}
+		for id, d := range u {
+			usage[id] = d
+		}
+	}
+	dt := now.Sub(r.last).Seconds()
+	if r.last.IsZero() {
+		dt = 0
+	}
+	r.last = now
+	for _, v := range r.vmOrder {
+		if !v.owned {
+			continue
+		}
+		u, ok := usage[v.id]
+		if !ok {
+			continue
+		}
+		got := (u - v.used).Seconds()
+		v.used = u
+		rate := 0.0
+		if dt > 0 && len(v.running) > 0 {
+			rate = got / (float64(len(v.running)) * dt)
+		}
+		for _, t := range v.running {
+			t.rate = rate
+		}
+	}
+	r.run(max(dt, 0))
+}
+
+// run is a step's events: tasks progress at their rates; one that finishes
+// hands its slot, at its rate, to the next task waiting for its VM.
+func (r *jobRunner) run(dt float64) {
+	const eps = 1e-9
+	t := 0.0
+	for {
+		next := math.Inf(1)
+		for _, v := range r.vmOrder {
+			for _, k := range v.running {
+				switch {
+				case k.left <= eps:
+					next = 0
+				case k.rate > 0:
+					next = min(next, k.left/k.rate)
+				}
+			}
+		}
+		d := min(next, dt-t)
+		if d < 0 {
+			d = 0
+		}
+		for _, v := range r.vmOrder {
+			for _, k := range v.running {
+				k.left = max(k.left-k.rate*d, 0)
+			}
+		}
+		t += d
+		// Every task done at this instant first (the last map opens the
+		// reduces), then their slots go to the tasks waiting.
+		type slot struct {
+			vm   *simVM
+			rate float64
+		}
+		var freed []slot
+		for _, v := range r.vmOrder {
+			var still []*simTask
+			for _, k := range v.running {
+				if k.left > eps {
+					still = append(still, k)
+					continue
+				}
+				freed = append(freed, slot{v, k.rate})
+				r.finish(k)
+			}
+			v.running = still
+		}
+		for _, f := range freed {
+			if k := r.next(f.vm); k != nil {
+				k.rate = f.rate
+			}
+		}
+		if len(freed) == 0 && t >= dt-eps {
+			return
+		}
+	}
+}
+
+// finish accounts a finished task.
+func (r *jobRunner) finish(k *simTask) {
+	j := k.job
+	if k.reduce {
+		j.redsDone++
+	} else {
+		j.mapsDone++
+		if j.mapsDone == j.spec.Maps {
+			for _, w := range j.redWork { // slow start 1: the reduces now
+				j.reduces = append(j.reduces, &simTask{job: j, reduce: true, secs: w})
+			}
+		}
+	}
+	if j.mapsDone == j.spec.Maps && j.redsDone == j.spec.Reduces {
+		j.done = true
+	}
+}
+
+// next starts the next task waiting for v, if any: the first job (in the
+// order heard) that may run, has a task waiting and a free slot on v.
+func (r *jobRunner) next(v *simVM) *simTask {
+	for _, j := range r.jobs {
+		if !j.runnable() {
+			continue
+		}
+		pending, slots := &j.maps, j.mapSlots[v]
+		if j.mapsDone == j.spec.Maps {
+			pending, slots = &j.reduces, j.redSlots[v]
+		}
+		if len(*pending) == 0 || slots == 0 {
+			continue
+		}
+		busy := 0
+		for _, k := range v.running {
+			if k.job == j {
+				busy++
+			}
+		}
+		if busy >= slots {
+			continue
+		}
+		k := (*pending)[0]
+		*pending = (*pending)[1:]
+		k.left = k.secs * min(1, v.cpus/float64(slots)) // the CPU a slot gets on a whole host
+		v.running = append(v.running, k)
+		return k
+	}
+	return nil
+}
+
+func (j *simJob) uses(v *simVM) bool {
+	for _, x := range j.vms {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// runnable: it is not over and the broker has let it start (EDF chose it,
+// or it is late). Once started it runs to its end, as a YARN application
+// does: what the market decides is the CPU its VMs get — a job whose turn
+// passed, or whose price is spent, goes on at what is left to it.
+func (j *simJob) runnable() bool {
+	return !j.done && !j.stopped && (j.started || j.status == wire.JobRunning || j.status == wire.JobLate)
+}
+
+// active: it still holds its VMs (their demand is its tasks').
+func (j *simJob) active() bool { return !j.done && !j.stopped }
+
+// govern follows the broker's word on a job: its status, and its end.
+func (r *jobRunner) govern(j *simJob, status map[string]wire.Job) {
+	st, listed := status[j.id]
+	if !listed {
+		return // a broker round in between: keep the last status
+	}
+	j.status = st.Status
+	j.started = j.started || st.Status == wire.JobRunning || st.Status == wire.JobLate
+	if j.active() && !unfinished(st) {
+		r.stop(j) // cancelled, or done by another report
+		j.reported = true
+	}
+}
+
+// stop ends a job's run: its tasks leave their VMs.
+func (r *jobRunner) stop(j *simJob) {
+	j.stopped = true
+	for _, v := range j.vms {
+		var still []*simTask
+		for _, k := range v.running {
+			if k.job != j {
+				still = append(still, k)
+			}
+		}
+		v.running = still
+	}
+}
+
+// schedule starts tasks on every free slot of the jobs that may run.
+func (r *jobRunner) schedule() {
+	for _, v := range r.vmOrder {
+		for r.next(v) != nil {
+		}
+	}
+}
+
+// setDemand tells each host what its job VMs want from now on.
+func (r *jobRunner) setDemand() {
+	for _, v := range r.vmOrder {
+		used := false
+		for _, j := range r.jobs {
+			if j.active() && j.uses(v) {
+				used = true
+				break
+			}
+		}
+		switch {
+		case used:
+			v.sim.SetDemand(v.id, float64(len(v.running)))
+			if !v.owned {
+				v.owned = true
+				if u, err := v.sim.Usage(context.Background()); err == nil {
+					v.used = u[v.id]
+				}
+			}
+		case v.owned:
+			v.sim.SetDemand(v.id, v.cpus) // back to up's default: the whole host
+			v.owned = false
+		}
+	}
+}
+
+// report sends the progress of every job that changed, is due, or is done.
+func (r *jobRunner) report(ctx context.Context, now time.Time) {
+	for _, j := range r.jobs {
+		if j.reported || j.stopped && !j.done {
+			continue
+		}
+		counts := [2]int{j.mapsDone, j.redsDone}
+		due := j.done || counts != j.sent || now.Sub(j.lastSent) >= jobsReportEvery
+		if !due || !j.done && !j.started {
+			continue
+		}
+		s := j.spec
+		p := yarn.Progress{Maps: s.Maps, MapsDone: j.mapsDone, Reduces: s.Reduces, ReducesDone: j.redsDone, Done: j.done, Succeeded: j.done}
+		_, err := r.client.Progress(ctx, &wire.ProgressRequest{User: j.user, Job: s.Name, Progress: p.Fraction(s.Profile.MapAvg, s.Profile.ShTypAvg+s.Profile.ReduceAvg),
+			MapsDone: p.MapsDone, ReducesDone: p.ReducesDone, Done: p.Done})
+		switch {
+		case err == nil:
+			j.sent, j.lastSent = counts, now
+			j.reported = j.done
+		case errors.Is(err, wire.ErrNotFound):
+			// The broker runs no such job any more (its plan ended or was
+			// cancelled): nothing more to run or report.
+			r.stop(j)
+			j.reported = true
+		default:
+			r.m.Metrics.Error("jobs", "progress") // tried again next step
+		}
+	}
+}
