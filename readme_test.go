@@ -22,7 +22,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -92,7 +91,10 @@ func TestREADME(t *testing.T) {
 	}
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "bin", "mrmarket")
-	gocmd := filepath.Join(runtime.GOROOT(), "bin", "go")
+	gocmd, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the README test builds mrmarket with go: %v", err)
+	}
 	if out, err := exec.Command(gocmd, "build", "-tags", "libvirt_dlopen", "-o", bin, "./cli/mrmarket").CombinedOutput(); err != nil {
 		t.Fatalf("building mrmarket: %v\n%s", err, out)
 	}

@@ -151,10 +151,18 @@ func (s *memStore) list() []versioned {
 	return out
 }
 
+// each calls f on every record without holding the store's lock, so f
+// may take the broker's lock (Observe takes the broker's lock, then the
+// store's). Stored records are never modified in place — put replaces
+// them — so f reads a consistent record and must not modify it.
 func (s *memStore) each(f func(rec *planRecord, rev uint64)) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	snap := make([]versioned, 0, len(s.plans))
 	for _, v := range s.plans {
+		snap = append(snap, v)
+	}
+	s.mu.Unlock()
+	for _, v := range snap {
 		f(v.rec, v.rev)
 	}
 }
