@@ -178,10 +178,10 @@ func incomeCommand() *ucli.Command {
 // printIncome lists the schedules: periods paid so far and when the next
 // one is paid; then says what the change does.
 func printIncome(w *out, rep wire.IncomeSetReply, req *wire.IncomeSetRequest, now time.Time) error {
-	t := w.table("USER", "AMOUNT", "EVERY", "PAID", "NEXT PAYMENT")
+	t := w.table("USER", "AMOUNT", "EVERY", "PERIODS PAID", "NEXT PAYMENT")
 	var set *wire.IncomeSchedule
 	for i, s := range rep.Schedules {
-		t.row(s.User, s.Amount.String(), span(s.Every.D()), fmt.Sprintf("%d periods", max(s.LastPeriod+1, 0)), nextIncome(s, now))
+		t.row(s.User, s.Amount.String(), span(s.Every.D()), fmt.Sprint(max(s.LastPeriod+1, 0)), nextIncome(s, now))
 		if s.User == req.User {
 			set = &rep.Schedules[i]
 		}

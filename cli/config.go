@@ -62,8 +62,8 @@ func flagConfig() *ucli.StringFlag {
 // a --user flag acts for no user, whatever the environment or file say.
 func setting(c *ucli.Context, name string) string {
 	def := settings[name]
-	if c.IsSet(name) {
-		return c.String(name)
+	if v := c.String(name); v != "" && c.IsSet(name) {
+		return v // an empty environment variable counts as unset
 	}
 	if name == "user" && !hasFlag(c, name) {
 		return ""
