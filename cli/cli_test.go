@@ -45,6 +45,29 @@ func startMarket(t *testing.T) (*market.Market, *time.Time) {
 	return m, &clock
 }
 
+// grant has the admin grant each user the amount, on the market at n
+// (--nats=URL).
+func grant(t *testing.T, n, amount string, users ...string) {
+	t.Helper()
+	for _, u := range users {
+		if r := mrmarket("bank", "grant", n, "--user", u, "--amount", amount); r.code != 0 {
+			t.Fatalf("grant %s to %s: %+v", amount, u, r)
+		}
+	}
+}
+
+// ledgerOf is the market's ledger as JSON: equal before and after means
+// nothing moved.
+func ledgerOf(t *testing.T, m *market.Market) string {
+	t.Helper()
+	l, err := m.Bank.Ledger(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(l)
+	return string(b)
+}
+
 func TestCommandsAgainstARunningMarket(t *testing.T) {
 	m, clock := startMarket(t)
 	n := "--nats=" + m.URL
@@ -106,23 +129,8 @@ func TestCommandsAgainstARunningMarket(t *testing.T) {
 func TestBadInputToEveryCommand(t *testing.T) {
 	m, _ := startMarket(t)
 	n := "--nats=" + m.URL
-	if r := mrmarket("bank", "grant", n, "--user", "alice", "--amount", "10"); r.code != 0 {
-		t.Fatalf("grant: %+v", r)
-	}
-	ledger := func() string {
-		l, err := m.Bank.Ledger(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := json.Marshal(l)
-		return string(b)
-	}
-	before := ledger()
-	cases := []struct {
-		args []string
-		code int
-		msg  string
-	}{
+	grant(t, n, "10", "alice")
+	refuse(t, m, []refusal{
 		{[]string{"bank", "grant", n, "--user", "alice", "--amount", "-5"}, cli.ExitBadInput, "greater than zero"},
 		{[]string{"bank", "grant", n, "--user", "alice", "--amount", "0"}, cli.ExitBadInput, "greater than zero"},
 		{[]string{"bank", "grant", n, "--user", "alice", "--amount", "1e9"}, cli.ExitBadInput, "not a decimal"},
@@ -159,24 +167,38 @@ func TestBadInputToEveryCommand(t *testing.T) {
 		{[]string{"up", "--tick", "1ns"}, cli.ExitBadInput, "--tick"},
 		{[]string{"frobnicate"}, cli.ExitBadInput, ""},
 		{[]string{"balance", "--nats=nats://127.0.0.1:1", "--user", "alice"}, cli.ExitUnavailable, "cannot reach the market"},
-	}
+	})
+}
+
+// refusal is a command line that must fail: its exit code and what stderr
+// says.
+type refusal struct {
+	args []string
+	code int
+	msg  string
+}
+
+// refuse runs each refused command line: it exits with its code, says why
+// on stderr in one line (no help, nothing on stdout), and the ledger is as
+// it was.
+func refuse(t *testing.T, m *market.Market, cases []refusal) {
+	t.Helper()
+	before := ledgerOf(t, m)
 	for _, c := range cases {
 		r := mrmarket(c.args...)
-		if r.code != c.code || !strings.Contains(r.stderr, c.msg) {
-			t.Errorf("mrmarket %s: exit %d, stderr %q; want exit %d mentioning %q", strings.Join(c.args, " "), r.code, r.stderr, c.code, c.msg)
+		if r.code != c.code || !strings.Contains(r.stderr, c.msg) || r.stdout != "" || strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("mrmarket %q: exit %d, stdout %q, stderr %q; want exit %d and one line mentioning %q", c.args, r.code, r.stdout, r.stderr, c.code, c.msg)
 		}
 	}
-	if after := ledger(); after != before {
-		t.Fatalf("bad input changed the ledger:\n%s\n→\n%s", before, after)
+	if after := ledgerOf(t, m); after != before {
+		t.Fatalf("refused commands changed the ledger:\n%s\n→\n%s", before, after)
 	}
 }
 
 func TestStrategiesFromTheCommandLine(t *testing.T) {
 	m, clock := startMarket(t)
 	n := "--nats=" + m.URL
-	if r := mrmarket("bank", "grant", n, "--user", "alice", "--amount", "100"); r.code != 0 {
-		t.Fatalf("grant: %+v", r)
-	}
+	grant(t, n, "100", "alice")
 	planFile := filepath.Join(t.TempDir(), "wf.json")
 	if err := os.WriteFile(planFile, []byte(`{"workflows": [{"name": "w", "weight": 1, "stages": [{"name": "one", "weight": 3, "vms": ["a1"]}]}]}`), 0o600); err != nil {
 		t.Fatal(err)

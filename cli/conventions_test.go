@@ -65,12 +65,8 @@ func TestShellCompletion(t *testing.T) {
 func TestConfigFile(t *testing.T) {
 	m, _ := startMarket(t)
 	t.Setenv("XDG_CONFIG_HOME", t.TempDir()) // no user's file in the way
-	if r := mrmarket("bank", "grant", "--nats", m.URL, "--user", "alice", "--amount", "7"); r.code != 0 {
-		t.Fatalf("grant: %+v", r)
-	}
-	if r := mrmarket("bank", "grant", "--nats", m.URL, "--user", "bob", "--amount", "3"); r.code != 0 {
-		t.Fatalf("grant: %+v", r)
-	}
+	grant(t, "--nats="+m.URL, "7", "alice")
+	grant(t, "--nats="+m.URL, "3", "bob")
 	// The file names the credentials relative to itself.
 	dir := t.TempDir()
 	if err := os.Symlink(string(m.Keys()), filepath.Join(dir, "creds")); err != nil {
@@ -124,9 +120,7 @@ func TestConfigFile(t *testing.T) {
 func TestNoHeaders(t *testing.T) {
 	m, clock := startMarket(t)
 	n := "--nats=" + m.URL
-	if r := mrmarket("bank", "grant", n, "--user", "alice", "--amount", "100"); r.code != 0 {
-		t.Fatalf("grant: %+v", r)
-	}
+	grant(t, n, "100", "alice")
 	if r := mrmarket("spend", n, "--user", "alice", "--budget", "12", "--duration", "1h", "--vm", "a1", "--id", "p1"); r.code != 0 {
 		t.Fatalf("spend: %+v", r)
 	}
@@ -161,11 +155,7 @@ func TestNoHeaders(t *testing.T) {
 func TestPlansAndJobsShowTheBank(t *testing.T) {
 	m, clock := startMarket(t)
 	n := "--nats=" + m.URL
-	for _, u := range []string{"alice", "bob"} {
-		if r := mrmarket("bank", "grant", n, "--user", u, "--amount", "100"); r.code != 0 {
-			t.Fatalf("grant: %+v", r)
-		}
-	}
+	grant(t, n, "100", "alice", "bob")
 	r := mrmarket("spend", n, "--user", "bob", "--budget", "12", "--duration", "56m14.994691182s", "--vm", "b1", "--id", "p-bob")
 	if r.code != 0 || !strings.Contains(r.stdout, "over 56m15s") {
 		t.Fatalf("spend: %+v", r)
@@ -224,42 +214,23 @@ func TestPlansAndJobsShowTheBank(t *testing.T) {
 func TestSmallTraps(t *testing.T) {
 	m, _ := startMarket(t)
 	n := "--nats=" + m.URL
-	if r := mrmarket("bank", "grant", n, "--user", "alice", "--amount", "10"); r.code != 0 {
-		t.Fatalf("grant: %+v", r)
+	grant(t, n, "10", "alice")
+	spend := func(flags ...string) []string {
+		return append([]string{"spend", n, "--user", "alice", "--budget", "1"}, flags...)
 	}
-	ledger := func() string {
-		l, err := m.Bank.Ledger(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := json.Marshal(l)
-		return string(b)
-	}
-	before := ledger()
-	spend := []string{"spend", n, "--user", "alice", "--budget", "1"}
-	for _, c := range []struct {
-		args []string
-		msg  string
-	}{
-		{[]string{"bank", "grant", n, "--user", "alice", "--amount", " 5"}, "not a decimal"},
-		{[]string{"bank", "grant", n, "--user", "alice", "--amount", "+5"}, "not a decimal"},
-		{[]string{"transfer", n, "--user", "alice", "--to", "bob", "--amount", "+1"}, "not a decimal"},
-		{append(spend[:len(spend):len(spend)], "--budget", "5 ", "--duration", "1h", "--vm", "a1"), "not a decimal"},
-		{append(spend[:len(spend):len(spend)], "--duration", "1y", "--vm", "a1"), `--duration "1y" is not a duration`},
-		{append(spend[:len(spend):len(spend)], "--duration", "1h", "--vm", ""), "empty name"},
-		{append(spend[:len(spend):len(spend)], "--duration", "1h", "--vm", "a1,"), "empty name"},
-		{append(spend[:len(spend):len(spend)], "--duration", "1h", "--vm", "a1", "--vm", "a1"), "a1 is named twice"},
-		{[]string{"bank", "income", "set", n, "--user", "alice", "--amount", "1", "--every", "1d"}, `--every "1d" is not a duration`},
-		{[]string{"balance", n, "--user", "alice", "--frobnicate"}, "flag provided but not defined"},
-	} {
-		r := mrmarket(c.args...)
-		if r.code != cli.ExitBadInput || !strings.Contains(r.stderr, c.msg) || r.stdout != "" || strings.Contains(r.stderr, "USAGE") {
-			t.Errorf("mrmarket %q: exit %d, stdout %q, stderr %q; want exit 2 mentioning %q, and no help", c.args, r.code, r.stdout, r.stderr, c.msg)
-		}
-	}
-	if after := ledger(); after != before {
-		t.Fatalf("a trap changed the ledger:\n%s\n→\n%s", before, after)
-	}
+	bad := func(msg string, args ...string) refusal { return refusal{args, cli.ExitBadInput, msg} }
+	refuse(t, m, []refusal{
+		bad("not a decimal", "bank", "grant", n, "--user", "alice", "--amount", " 5"),
+		bad("not a decimal", "bank", "grant", n, "--user", "alice", "--amount", "+5"),
+		bad("not a decimal", "transfer", n, "--user", "alice", "--to", "bob", "--amount", "+1"),
+		bad("not a decimal", spend("--budget", "5 ", "--duration", "1h", "--vm", "a1")...),
+		bad(`--duration "1y" is not a duration`, spend("--duration", "1y", "--vm", "a1")...),
+		bad("empty name", spend("--duration", "1h", "--vm", "")...),
+		bad("empty name", spend("--duration", "1h", "--vm", "a1,")...),
+		bad("a1 is named twice", spend("--duration", "1h", "--vm", "a1", "--vm", "a1")...),
+		bad(`--every "1d" is not a duration`, "bank", "income", "set", n, "--user", "alice", "--amount", "1", "--every", "1d"),
+		bad("flag provided but not defined", "balance", n, "--user", "alice", "--frobnicate"),
+	})
 }
 
 // TestPrincipalAddWritesNoKeyWhenRefused: the key file of a new principal
