@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"os"
 
 	ucli "github.com/urfave/cli/v2"
 
@@ -42,14 +41,10 @@ func adminKey(c *ucli.Context) (string, error) {
 
 // clientAdminKey is the anchor a command checks answers against:
 // --admin-key where the command has it, else MRM_ADMIN_KEY, else the
-// credentials directory's; "" (answers taken unchecked, as before
-// identities) when none is known.
+// config file's, else the credentials directory's; "" (answers taken
+// unchecked, as before identities) when none is known.
 func clientAdminKey(c *ucli.Context) string {
-	v := c.String("admin-key")
-	if v == "" {
-		v = os.Getenv("MRM_ADMIN_KEY")
-	}
-	if v != "" {
+	if v := setting(c, "admin-key"); v != "" {
 		if wire.CheckPublicKey(v) == nil {
 			return v
 		}
@@ -58,6 +53,6 @@ func clientAdminKey(c *ucli.Context) string {
 		}
 		return v // not a key: every answer is refused, and the error says so
 	}
-	k, _ := wire.CredsDir(c.String("creds")).AdminKey()
+	k, _ := credsDir(c).AdminKey()
 	return k
 }

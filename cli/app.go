@@ -11,14 +11,26 @@
 //	3  refused by the market (unknown user or VM, not yours, not enough money, conflict, expired)
 //	4  the market is unreachable (nothing answers on NATS)
 //
-// Connection and identity come from flags or the environment: MRM_NATS_URL
-// (default nats://127.0.0.1:4222), MRM_USER, MRM_CREDS, the credentials
-// directory whose NKeys authenticate the connection and sign every request
-// (default .data/creds, where `mrmarket up --data .data` writes them) —
-// reads too, as the user (--user) or else as the admin — and MRM_TLS_CA, the
-// CA that verifies the NATS server (default: the tls/ca.pem next to the
-// credentials directory). See conn.go for which principal a command
-// connects as.
+// Connection and identity come from flags, the environment or a config file
+// (config.go), in that order of precedence, then the defaults: --nats
+// (MRM_NATS_URL, default nats://127.0.0.1:4222), --user (MRM_USER), --creds
+// (MRM_CREDS), the credentials directory whose NKeys authenticate the
+// connection and sign every request (default .data/creds, where `mrmarket
+// up --data .data` writes them) — reads too, as the user (--user) or else as
+// the admin — and --tls-ca (MRM_TLS_CA), the CA that verifies the NATS
+// server (default: the tls/ca.pem next to the credentials directory). The
+// config file is --config (MRM_CONFIG), by default
+// ~/.config/mrmarket/config: `key = value` lines for nats, user, creds,
+// tls-ca and admin-key. See conn.go for which principal a command connects
+// as.
+//
+// Output: tables for people (credits, credits per hour, durations rounded
+// to the second; --no-headers drops the header line), or with --json the
+// wire messages, whose money fields name their unit (*_micro: micro-credits;
+// *_micro_per_s: micro-credits per second). Progress bars are drawn only on
+// a terminal. Every command's round trip is one helper, call (call.go).
+// `mrmarket version` tells the build; `mrmarket completion bash|zsh|fish`
+// prints a shell completion script.
 package cli
 
 import (
@@ -28,13 +40,14 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
+	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/nats-io/nats.go"
 	ucli "github.com/urfave/cli/v2"
 
-	"github.com/mrmarket/mrmarket/bank"
-	"github.com/mrmarket/mrmarket/broker"
 	"github.com/mrmarket/mrmarket/internal/obs"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
@@ -54,10 +67,6 @@ const DefaultNATSURL = "nats://127.0.0.1:4222"
 // Flags shared by many commands. They are made afresh for every App:
 // urfave/cli writes into a flag when it parses, so two command lines running
 // at once (a daemon and a client in one test process) must not share them.
-func flagJSON() *ucli.BoolFlag {
-	return &ucli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"}
-}
-
 func flagNATS() *ucli.StringFlag {
 	return &ucli.StringFlag{Name: "nats", Usage: "NATS URL of the market", Value: DefaultNATSURL, EnvVars: []string{"MRM_NATS_URL"}}
 }
@@ -68,6 +77,17 @@ func flagUser() *ucli.StringFlag {
 
 func flagCreds() *ucli.StringFlag {
 	return &ucli.StringFlag{Name: "creds", Usage: "credentials directory (admin.nk, users/<name>.nk) that signs requests", Value: DefaultCreds, EnvVars: []string{"MRM_CREDS"}}
+}
+
+// marketFlags are the flags of a command that talks to the market for a
+// user (connection, identity, output), then its own.
+func marketFlags(own ...ucli.Flag) []ucli.Flag {
+	return append([]ucli.Flag{flagNATS(), flagCreds(), flagUser()}, outputFlags(own...)...)
+}
+
+// adminFlags are marketFlags without --user: the command acts as the admin.
+func adminFlags(own ...ucli.Flag) []ucli.Flag {
+	return append([]ucli.Flag{flagNATS(), flagCreds()}, outputFlags(own...)...)
 }
 
 // DefaultCreds is where `mrmarket up --data .data` writes the credentials.
@@ -91,11 +111,24 @@ func App(stdout, stderr io.Writer) *ucli.App {
 		Description: "Users get budgets and spend them as rates on the VMs that host their Hadoop nodes;\n" +
 			"every host divides itself among its VMs in proportion to those rates.\n\n" +
 			"Start here:  mrmarket demo        (the whole market in one process, simulated time)\n" +
-			"             mrmarket up --data ./.data   (a persistent local market)",
-		Writer:          stdout,
-		ErrWriter:       stderr,
-		HideHelpCommand: true,
-		Flags:           []ucli.Flag{flagTLSCA()},
+			"             mrmarket up --data ./.data   (a persistent local market)\n\n" +
+			"Connection and identity: flags, else the environment (MRM_NATS_URL, MRM_USER, MRM_CREDS,\n" +
+			"MRM_TLS_CA, MRM_ADMIN_KEY), else the config file, else the defaults. The config file is\n" +
+			"--config (MRM_CONFIG), by default ~/.config/mrmarket/config, with lines such as\n" +
+			"   nats = tls://market.example.org:4222\n" +
+			"   user = alice\n" +
+			"   creds = ~/mrmarket/creds\n" +
+			"   tls-ca = ~/mrmarket/ca.pem\n" +
+			"Tables: --no-headers leaves out the header line. --json prints the wire messages: money in\n" +
+			"*_micro fields (micro-credits, 10^-6 credit) and *_micro_per_s (micro-credits per second).\n" +
+			"Shell completion: source <(mrmarket completion bash)   (or zsh, fish).",
+		Version:              strings.TrimPrefix(buildInfo().String(), "mrmarket "),
+		Writer:               stdout,
+		ErrWriter:            stderr,
+		HideHelpCommand:      true,
+		EnableBashCompletion: true,
+		Flags:                []ucli.Flag{flagTLSCA(), flagConfig()},
+		Before:               loadConfig,
 		Commands: []*ucli.Command{
 			demoCommand(),
 			upCommand(),
@@ -121,24 +154,40 @@ func App(stdout, stderr io.Writer) *ucli.App {
 			versionCommand(),
 			completionCommand(),
 		},
-		EnableBashCompletion: true,                          // `mrmarket completion bash` prints the script
-		ExitErrHandler:       func(*ucli.Context, error) {}, // Main maps errors to exit codes
-		OnUsageError:         flagError,
+		ExitErrHandler: func(*ucli.Context, error) {}, // Main maps errors to exit codes
+		OnUsageError:   usageErrorIn("mrmarket", nil),
 	}
-	onUsageError(app.Commands)
+	quietUsage("mrmarket", app.Commands)
 	return app
 }
 
-// flagError reports a flag that does not parse (`--duration 1y`) as one
-// clear line and exit code 2, where urfave/cli would print the whole help.
-func flagError(c *ucli.Context, err error, _ bool) error {
-	return badInput("%v (see `%s --help`)", err, c.Command.HelpName)
+// quietUsage makes every command below path report a bad command line as
+// one clear line on stderr (exit 2) rather than its whole help on stdout.
+func quietUsage(path string, cmds []*ucli.Command) {
+	for _, c := range cmds {
+		p := path + " " + c.Name
+		c.OnUsageError = usageErrorIn(p, c.Flags)
+		quietUsage(p, c.Subcommands)
+	}
 }
 
-func onUsageError(cmds []*ucli.Command) {
-	for _, cmd := range cmds {
-		cmd.OnUsageError = flagError
-		onUsageError(cmd.Subcommands)
+// flagValueError is how the flag package reports a value it cannot parse.
+var flagValueError = regexp.MustCompile(`^invalid value "(.*)" for flag -([\w-]+): (.*)$`)
+
+// usageErrorIn is the usage error of the command at path, whose flags are
+// flags: what was wrong, and where to read more.
+func usageErrorIn(path string, flags []ucli.Flag) ucli.OnUsageErrorFunc {
+	return func(_ *ucli.Context, err error, _ bool) error {
+		msg := err.Error()
+		if m := flagValueError.FindStringSubmatch(msg); m != nil {
+			msg = fmt.Sprintf("--%s %q: %s", m[2], m[1], m[3])
+			for _, f := range flags {
+				if _, ok := f.(*ucli.DurationFlag); ok && slices.Contains(f.Names(), m[2]) {
+					msg = fmt.Sprintf("--%s %q is not a duration: write a number and a unit (ns, us, ms, s, m, h), e.g. 90s, 30m, 2h or 1h30m (a day is 24h)", m[2], m[1])
+				}
+			}
+		}
+		return badInput("%s (see `%s --help`)", msg, path)
 	}
 }
 
@@ -183,78 +232,4 @@ func ExitCode(err error) int {
 	}
 	// urfave/cli reports unknown flags and missing arguments as plain errors.
 	return ExitBadInput
-}
-
-// clients are the market's services as one command reaches them: over one
-// connection, signing with the credentials of --creds.
-type clients struct {
-	bank   bank.Client
-	broker broker.Client
-}
-
-// call is a command's round trip to the market: it connects to --nats, runs
-// do against the bank and broker, prints the reply (JSON with --json,
-// otherwise human) and closes the connection. Commands parse and check
-// their flags before, so bad input never waits on the network.
-func call[Rep any](c *ucli.Context, do func(ctx context.Context, cl clients) (Rep, error), human func(w io.Writer, rep Rep) error) error {
-	return withClients(c, func(cl clients) error {
-		rep, err := do(c.Context, cl)
-		if err != nil {
-			return err
-		}
-		return show(c, rep, human)
-	})
-}
-
-// withClients runs use on a connection to the market named by --nats, which
-// it closes afterwards; for commands that talk more than once (jobs watch).
-// A request the NATS server refuses to this principal (a permission
-// violation, reported asynchronously) ends the command at once as
-// forbidden rather than as a time-out.
-func withClients(c *ucli.Context, use func(cl clients) error) error {
-	nc, err := connect(c)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	ctx, cancel := context.WithCancelCause(c.Context)
-	defer cancel(nil)
-	nc.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-		if errors.Is(err, nats.ErrPermissionViolation) {
-			cancel(err)
-		}
-	})
-	outer := c.Context
-	c.Context = ctx
-	defer func() { c.Context = outer }()
-	keys := credsDir(c)
-	anchor := clientAdminKey(c) // answers count only signed by the bank or the broker
-	err = use(clients{bank: bank.Client{NC: nc, Keys: keys, AdminKey: anchor}, broker: broker.Client{NC: nc, Keys: keys, AdminKey: anchor, Reader: reader(c)}})
-	if cause := context.Cause(ctx); err != nil && errors.Is(cause, nats.ErrPermissionViolation) {
-		return wire.Errorf(wire.ErrForbidden, "the NATS server refused it to this principal (%s): %v", nc.Opts.Nkey, cause)
-	}
-	return err
-}
-
-// reader is who signs a command's reads that act for no user (prices, VMs,
-// everyone's plans): the principal the command connects as (connPrincipal)
-// — --user when it is set, else the admin (the zero As), else the one user
-// whose credentials are there.
-func reader(c *ucli.Context) wire.As {
-	if _, as, err := connPrincipal(c, credsDir(c)); err == nil && as.Role == wire.RoleUser {
-		return as
-	}
-	return wire.As{}
-}
-
-// requireUser returns --user or a usage error.
-func requireUser(c *ucli.Context) (string, error) {
-	u := c.String("user")
-	if u == "" {
-		return "", badInput("--user (or MRM_USER) is required")
-	}
-	if err := wire.CheckName("user", u); err != nil {
-		return "", usageError{err}
-	}
-	return u, nil
 }

@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
-	"os"
 	"strings"
 	"time"
 
@@ -148,11 +145,12 @@ func incomeCommand() *ucli.Command {
 			Usage: "set a user's income (or --fair: split an amount among all users) every period; --amount 0 removes it",
 			UsageText: "mrmarket bank income set --user alice --amount 100 --every 24h\n" +
 				"   mrmarket bank income set --fair --amount 1000 --every 24h",
-			Flags: []ucli.Flag{flagNATS(), flagCreds(), flagJSON(), flagUser(),
+			Description: "The first period is paid at once (at the bank's next tick), then one every period.",
+			Flags: marketFlags(
 				&ucli.BoolFlag{Name: "fair", Usage: "split --amount evenly among all users each period"},
 				&ucli.StringFlag{Name: "amount", Usage: "credits per period (0 removes the schedule)"},
 				&ucli.DurationFlag{Name: "every", Usage: "period", Value: 24 * time.Hour},
-			},
+			),
 			Action: func(c *ucli.Context) error {
 				user := wire.FairShareUser
 				if !c.Bool("fair") {
@@ -169,28 +167,56 @@ func incomeCommand() *ucli.Command {
 					}
 				}
 				req := &wire.IncomeSetRequest{User: user, Amount: amount, Every: wire.Duration(c.Duration("every"))}
-				return call(c, func(ctx context.Context, cl clients) (wire.IncomeSetReply, error) { return cl.bank.SetIncome(ctx, req) },
-					func(w io.Writer, rep wire.IncomeSetReply) error {
-						// Period k runs from Anchor + k·Every; the bank pays
-						// each at its start, so period 0 is paid at once
-						// (its next tick) and LastPeriod -1 means none yet.
-						t := newTable(w, "USER", "AMOUNT", "EVERY", "SINCE", "PERIODS PAID", "NEXT PAYMENT")
-						for _, s := range rep.Schedules {
-							next := s.Anchor.Add(time.Duration(s.LastPeriod+1) * s.Every.D())
-							t.row(s.User, s.Amount.String(), humanDuration(s.Every.D()), stamp(s.Anchor), fmt.Sprint(s.LastPeriod+1), stamp(next))
-						}
-						if err := t.flush(); err != nil {
-							return err
-						}
-						if amount > 0 {
-							_, err := fmt.Fprintf(w, "the first period is paid at once (the bank's next tick), then one every %s\n", humanDuration(req.Every.D()))
-							return err
-						}
-						return nil
-					})
+				return call(c, onBank(bank.Client.SetIncome), req, func(w *out, rep wire.IncomeSetReply) error {
+					return printIncome(w, rep, req, time.Now())
+				})
 			},
 		}},
 	}
+}
+
+// printIncome lists the schedules: periods paid so far and when the next
+// one is paid; then says what the change does.
+func printIncome(w *out, rep wire.IncomeSetReply, req *wire.IncomeSetRequest, now time.Time) error {
+	t := w.table("USER", "AMOUNT", "EVERY", "PERIODS PAID", "NEXT PAYMENT")
+	var set *wire.IncomeSchedule
+	for i, s := range rep.Schedules {
+		t.row(s.User, s.Amount.String(), span(s.Every.D()), fmt.Sprint(max(s.LastPeriod+1, 0)), nextIncome(s, now))
+		if s.User == req.User {
+			set = &rep.Schedules[i]
+		}
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	who := req.User
+	if who == wire.FairShareUser {
+		who = "every user (an even split)"
+	}
+	var err error
+	switch {
+	case set == nil:
+		_, err = fmt.Fprintf(w, "no more income for %s\n", who)
+	case !nextPayment(*set).After(now):
+		_, err = fmt.Fprintf(w, "income for %s: %s every %s; the first period is paid at once (at the bank's next tick), the next at %s\n",
+			who, set.Amount, span(set.Every.D()), stamp(nextPayment(*set).Add(set.Every.D())))
+	default:
+		_, err = fmt.Fprintf(w, "income for %s: %s every %s; the next is paid at %s\n", who, set.Amount, span(set.Every.D()), stamp(nextPayment(*set)))
+	}
+	return err
+}
+
+// nextPayment is when a schedule's next period begins: it is paid then.
+func nextPayment(s wire.IncomeSchedule) time.Time {
+	return s.Anchor.Add(time.Duration(s.LastPeriod+1) * s.Every.D())
+}
+
+// nextIncome is nextPayment for people: "now" when it is due.
+func nextIncome(s wire.IncomeSchedule, now time.Time) string {
+	if next := nextPayment(s); next.After(now) {
+		return stamp(next)
+	}
+	return "now"
 }
 
 func principalCommand() *ucli.Command {
@@ -201,49 +227,56 @@ func principalCommand() *ucli.Command {
 			Name:      "add",
 			Usage:     "create (if missing) the credentials of a principal in --creds and register its key with a record sealed by the admin's (admin)",
 			UsageText: "mrmarket bank principal add --name carol --role user",
-			Flags: []ucli.Flag{flagNATS(), flagCreds(), flagJSON(),
+			Flags: adminFlags(
 				&ucli.StringFlag{Name: "name", Usage: "user name, host id (agent), or admin/broker"},
 				&ucli.StringFlag{Name: "role", Usage: "user, agent, broker, bank or admin", Value: wire.RoleUser},
-			},
-			Action: func(c *ucli.Context) error {
-				req := &wire.PrincipalRequest{Name: c.String("name"), Role: c.String("role")}
-				if err := wire.CheckName("--name", req.Name); err != nil {
-					return usageError{err}
-				}
-				keys := wire.CredsDir(c.String("creds"))
-				_, statErr := os.Stat(keys.Path(req.Role, req.Name))
-				s, err := keys.Ensure(req.Role, req.Name)
-				if err != nil {
-					return err
-				}
-				// A key made here for a principal the bank then refuses is
-				// removed: no credentials of a principal that does not exist.
-				created := errors.Is(statErr, fs.ErrNotExist)
-				defer func() {
-					if created && err != nil {
-						_ = os.Remove(keys.Path(req.Role, req.Name))
-					}
-				}()
-				req.Key = s.Public()
-				if err = req.Validate(); err != nil {
-					return usageError{err}
-				}
-				// The record the bank keeps and gives out: sealed by the
-				// admin, the trust anchor every agent and broker checks.
-				admin, err := keys.Signer(wire.RoleAdmin, "admin")
-				if err != nil {
-					return err
-				}
-				req.Cert = wire.SealPrincipal(admin, req.Key, req.Name, req.Role)
-				err = call(c, func(ctx context.Context, cl clients) (wire.Principal, error) { return cl.bank.AddPrincipal(ctx, req) },
-					func(w io.Writer, p wire.Principal) error {
-						_, err := fmt.Fprintf(w, "%s %s registered: key %s, credentials %s\n", p.Role, p.Name, p.Key, keys.Path(p.Role, p.Name))
-						return err
-					})
-				return err
-			},
+			),
+			Action: addPrincipal,
 		}},
 	}
+}
+
+// addPrincipal is `bank principal add`: the principal's existing key, or a
+// new one that is written to --creds only once the bank has registered it
+// (a refused registration leaves no key behind).
+func addPrincipal(c *ucli.Context) error {
+	req := &wire.PrincipalRequest{Name: c.String("name"), Role: c.String("role")}
+	if err := wire.CheckName("--name", req.Name); err != nil {
+		return usageError{err}
+	}
+	keys := credsDir(c)
+	s, err := keys.Signer(req.Role, req.Name)
+	fresh := errors.Is(err, wire.ErrForbidden) // no credentials yet
+	if fresh {
+		s, err = wire.NewUserSigner()
+	}
+	if err != nil {
+		return err
+	}
+	req.Key = s.Public()
+	if err := req.Validate(); err != nil {
+		return usageError{err}
+	}
+	// The record the bank keeps and gives out: sealed by the admin, the
+	// trust anchor every agent and broker checks.
+	admin, err := keys.Signer(wire.RoleAdmin, "admin")
+	if err != nil {
+		return err
+	}
+	req.Cert = wire.SealPrincipal(admin, req.Key, req.Name, req.Role)
+	register := func(ctx context.Context, cl clients, req *wire.PrincipalRequest) (wire.Principal, error) {
+		p, err := cl.bank.AddPrincipal(ctx, req)
+		if err == nil && fresh {
+			if err = wire.SaveSigner(keys.Path(req.Role, req.Name), s); err != nil {
+				err = fmt.Errorf("%s %s is registered with key %s, but its credentials could not be written: %w", req.Role, req.Name, req.Key, err)
+			}
+		}
+		return p, err
+	}
+	return call(c, register, req, func(w *out, p wire.Principal) error {
+		_, err := fmt.Fprintf(w, "%s %s registered: key %s, credentials %s\n", p.Role, p.Name, p.Key, keys.Path(p.Role, p.Name))
+		return err
+	})
 }
 
 func transferCommand() *ucli.Command {
@@ -251,30 +284,22 @@ func transferCommand() *ucli.Command {
 		Name:      "transfer",
 		Usage:     "give some of your credits to another user",
 		UsageText: "mrmarket transfer --user alice --to bob --amount 5",
-		Flags: []ucli.Flag{flagNATS(), flagCreds(), flagJSON(), flagUser(),
+		Flags: marketFlags(
 			&ucli.StringFlag{Name: "to", Usage: "the receiving user"},
 			&ucli.StringFlag{Name: "amount", Usage: "credits"},
 			&ucli.StringFlag{Name: "id", Usage: "idempotency id (default: a new id)"},
 			&ucli.StringFlag{Name: "memo", Usage: "note kept with the transfer"},
-		},
+		),
 		Action: func(c *ucli.Context) error {
-			from, err := requireUser(c)
-			if err != nil {
-				return err
-			}
-			amount, err := parseAmount("amount", c.String("amount"))
+			from, amount, err := userAndAmount(c)
 			if err != nil {
 				return err
 			}
 			req := &wire.TransferRequest{ID: idOrNew(c, "transfer"), From: from, To: c.String("to"), Amount: amount, Memo: c.String("memo")}
-			if err := req.Validate(); err != nil {
-				return usageError{err}
-			}
-			return callRetry(c, func(ctx context.Context, cl clients) (wire.TransferReply, error) { return cl.bank.Transfer(ctx, req) },
-				func(w io.Writer, rep wire.TransferReply) error {
-					_, err := fmt.Fprintf(w, "moved %s from %s to %s; %s's balance %s (transfer %s)\n", amount, from, req.To, from, rep.Balance, rep.Transfer)
-					return err
-				})
+			return call(c, retried(onBank(bank.Client.Transfer)), req, func(w *out, rep wire.TransferReply) error {
+				_, err := fmt.Fprintf(w, "moved %s from %s to %s; %s's balance %s (transfer %s)\n", amount, from, req.To, from, rep.Balance, rep.Transfer)
+				return err
+			})
 		},
 	}
 }
@@ -284,23 +309,23 @@ func statementCommand() *ucli.Command {
 		Name:      "statement",
 		Usage:     "an account's transfers, newest first",
 		UsageText: "mrmarket statement --user alice\n   mrmarket statement --account provider:host-1 --limit 20",
-		Flags: []ucli.Flag{flagNATS(), flagCreds(), flagJSON(), flagUser(),
+		Flags: marketFlags(
 			&ucli.StringFlag{Name: "account", Usage: "any account id instead of a user (provider:<host>, escrow, mint)"},
 			&ucli.IntFlag{Name: "limit", Usage: "entries", Value: 50},
-		},
+		),
 		Action: func(c *ucli.Context) error {
-			req := &wire.StatementRequest{User: c.String("user"), Account: c.String("account"), Limit: c.Int("limit")}
-			if err := req.Validate(); err != nil {
-				return usageError{err}
+			req := &wire.StatementRequest{Account: c.String("account"), Limit: c.Int("limit")}
+			if req.Account == "" {
+				req.User = setting(c, "user")
 			}
-			return call(c, func(ctx context.Context, cl clients) (wire.StatementReply, error) { return cl.bank.Statement(ctx, req) }, printStatement)
+			return call(c, onBank(bank.Client.Statement), req, printStatement)
 		},
 	}
 }
 
-func printStatement(w io.Writer, rep wire.StatementReply) error {
+func printStatement(w *out, rep wire.StatementReply) error {
 	fmt.Fprintf(w, "%s: balance %s\n", rep.Account, rep.Balance)
-	t := newTable(w, "AT", "KIND", "AMOUNT", "COUNTERPARTY", "TRANSFER", "MEMO")
+	t := w.table("AT", "KIND", "AMOUNT", "COUNTERPARTY", "TRANSFER", "MEMO")
 	for _, e := range rep.Entries {
 		amt := e.Amount.String()
 		if e.Amount > 0 {

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"io"
 
 	ucli "github.com/urfave/cli/v2"
 
@@ -24,7 +23,7 @@ func clusterCreateCommand() *ucli.Command {
 		Usage: "define and start a master and workers, with owner metadata and cloud-init seeds",
 		UsageText: "mrmarket cluster create --name digg --owner alice --workers 8 --image /var/lib/libvirt/images/hadoop.qcow2 \\\n" +
 			"     --host host-1=qemu:///system --host host-2=qemu+ssh://h2/system --seed-dir /var/lib/mrmarket/seeds --seed-iso",
-		Flags: []ucli.Flag{flagJSON(), flagHosts(),
+		Flags: outputFlags(flagHosts(),
 			&ucli.StringFlag{Name: "name", Usage: "cluster name"},
 			&ucli.StringFlag{Name: "owner", Usage: "the user who owns (and pays for) the VMs"},
 			&ucli.IntFlag{Name: "workers", Usage: "worker nodes", Value: 2},
@@ -35,7 +34,7 @@ func clusterCreateCommand() *ucli.Command {
 			&ucli.StringFlag{Name: "seed-dir", Usage: "where the cloud-init seeds are written", Value: ".data/seeds"},
 			&ucli.BoolFlag{Name: "seed-iso", Usage: "pack each seed as a cidata ISO (cloud-localds or genisoimage)"},
 			&ucli.StringFlag{Name: "domain-type", Usage: "libvirt domain type: kvm, qemu (TCG) or test", Value: "kvm"},
-		},
+		),
 		Action: func(c *ucli.Context) error {
 			hs, err := parseHosts(c)
 			if err != nil {
@@ -48,8 +47,8 @@ func clusterCreateCommand() *ucli.Command {
 				return usageError{err}
 			}
 			return onLibvirt(c, func(conn *cluster.Connector) ([]cluster.Node, error) { return conn.Create(s) },
-				func(w io.Writer, nodes []cluster.Node) error {
-					t := newTable(w, "VM", "ROLE", "HOST")
+				func(w *out, nodes []cluster.Node) error {
+					t := w.table("VM", "ROLE", "HOST")
 					for _, n := range nodes {
 						t.row(n.VM, n.Role, n.Host)
 					}
@@ -64,7 +63,7 @@ func clusterListCommand() *ucli.Command {
 		Name:      "list",
 		Usage:     "list the cluster VMs on hosts",
 		UsageText: "mrmarket cluster list --host host-1=qemu:///system",
-		Flags:     []ucli.Flag{flagJSON(), flagHosts()},
+		Flags:     outputFlags(flagHosts()),
 		Action: func(c *ucli.Context) error {
 			hs, err := parseHosts(c)
 			if err != nil {
@@ -80,7 +79,7 @@ func clusterDeleteCommand() *ucli.Command {
 		Name:      "delete",
 		Usage:     "destroy and undefine a cluster's VMs",
 		UsageText: "mrmarket cluster delete --name digg --host host-1=qemu:///system",
-		Flags:     []ucli.Flag{flagJSON(), flagHosts(), &ucli.StringFlag{Name: "name", Usage: "cluster name"}},
+		Flags:     outputFlags(flagHosts(), &ucli.StringFlag{Name: "name", Usage: "cluster name"}),
 		Action: func(c *ucli.Context) error {
 			hs, err := parseHosts(c)
 			if err != nil {
@@ -111,9 +110,9 @@ func parseHosts(c *ucli.Context) ([]cluster.Host, error) {
 }
 
 // onLibvirt is call's counterpart for the hypervisors: it runs do on
-// libvirt connections that it closes afterwards, and prints the result.
-// libvirt failing exits as unavailable.
-func onLibvirt[Rep any](c *ucli.Context, do func(conn *cluster.Connector) (Rep, error), human func(w io.Writer, rep Rep) error) error {
+// libvirt connections that it closes afterwards, and prints the result
+// (show). libvirt failing exits as unavailable.
+func onLibvirt[Rep any](c *ucli.Context, do func(conn *cluster.Connector) (Rep, error), human func(w *out, rep Rep) error) error {
 	conn := &cluster.Connector{}
 	defer conn.Close()
 	rep, err := do(conn)
@@ -123,8 +122,8 @@ func onLibvirt[Rep any](c *ucli.Context, do func(conn *cluster.Connector) (Rep, 
 	return show(c, rep, human)
 }
 
-func printMembers(w io.Writer, ms []cluster.Member) error {
-	t := newTable(w, "CLUSTER", "VM", "ROLE", "HOST", "OWNER", "RUNNING")
+func printMembers(w *out, ms []cluster.Member) error {
+	t := w.table("CLUSTER", "VM", "ROLE", "HOST", "OWNER", "RUNNING")
 	for _, m := range ms {
 		t.row(m.Cluster, m.VM, m.Role, m.Host, m.Owner, fmt.Sprint(m.Running))
 	}

@@ -51,25 +51,14 @@ func commandPath(c *ucli.Context) string {
 	return strings.Join(names, " ")
 }
 
-// credsDir is --creds, or MRM_CREDS, or the default, for commands with or
-// without the flag.
-func credsDir(c *ucli.Context) wire.CredsDir {
-	if d := c.String("creds"); d != "" {
-		return wire.CredsDir(d)
-	}
-	if d := os.Getenv("MRM_CREDS"); d != "" {
-		return wire.CredsDir(d)
-	}
-	return wire.CredsDir(DefaultCreds)
-}
+// credsDir is the credentials directory: --creds, or MRM_CREDS, or the
+// config file's, or the default, for commands with or without the flag.
+func credsDir(c *ucli.Context) wire.CredsDir { return wire.CredsDir(setting(c, "creds")) }
 
-// tlsCA is --tls-ca, or the CA next to the credentials directory when it
-// exists, or none (a server without TLS).
+// tlsCA is --tls-ca (MRM_TLS_CA, the config file's), or the CA next to the
+// credentials directory when it exists, or none (a server without TLS).
 func tlsCA(c *ucli.Context, creds wire.CredsDir) string {
-	if ca := c.String("tls-ca"); ca != "" {
-		return ca
-	}
-	if ca := os.Getenv("MRM_TLS_CA"); ca != "" {
+	if ca := setting(c, "tls-ca"); ca != "" {
 		return ca
 	}
 	ca := filepath.Join(filepath.Dir(filepath.Clean(string(creds))), "tls", "ca.pem")
@@ -93,7 +82,7 @@ func connPrincipal(c *ucli.Context, keys wire.CredsDir) (*wire.Signer, wire.As, 
 		s, err := keys.Signer(wire.RoleAdmin, "admin")
 		return s, admin, err
 	}
-	user := c.String("user")
+	user := setting(c, "user")
 	var userErr error
 	if user != "" {
 		s, err := keys.Signer(wire.RoleUser, user)
@@ -131,7 +120,7 @@ func connPrincipal(c *ucli.Context, keys wire.CredsDir) (*wire.Signer, wire.As, 
 // command's principal, failing fast (not retrying forever) when nothing is
 // there.
 func connect(c *ucli.Context) (*nats.Conn, error) {
-	url := c.String("nats")
+	url := setting(c, "nats")
 	keys := credsDir(c)
 	signer, err := connIdentity(c, keys)
 	if err != nil {
@@ -147,7 +136,7 @@ func connect(c *ucli.Context) (*nats.Conn, error) {
 // connectDaemon connects a daemon as signer, retrying forever once
 // connected (natsutil's policy).
 func connectDaemon(c *ucli.Context, name string, signer *wire.Signer) (*nats.Conn, error) {
-	url := c.String("nats")
+	url := setting(c, "nats")
 	nc, err := natsutil.ConnectWith(url, natsutil.ConnectOptions{Name: name, Signer: signer, CAFile: tlsCA(c, credsDir(c))})
 	if err != nil {
 		return nil, connectError(url, err)

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"io"
 	"net"
 	"strconv"
 	"strings"
@@ -23,13 +22,13 @@ func demoCommand() *ucli.Command {
 			"hosts in a temporary directory. alice spends twice bob's rate on VMs that share both\n" +
 			"hosts; a background VM of user batch also pays on host-1. One simulated hour runs in\n" +
 			"10-second ticks; then it prints prices, shares, spending and the ledger invariant.",
-		Flags: []ucli.Flag{flagJSON()},
+		Flags: outputFlags(),
 		Action: func(c *ucli.Context) error {
 			rep, err := market.RunDemo(c.Context)
 			if err != nil {
 				return err
 			}
-			if err := output(c, rep, func(w io.Writer) error { return printDemo(w, rep) }); err != nil {
+			if err := show(c, rep, printDemo); err != nil {
 				return err
 			}
 			if len(rep.Ledger.Violations) > 0 {
@@ -40,39 +39,39 @@ func demoCommand() *ucli.Command {
 	}
 }
 
-func printDemo(w io.Writer, rep *market.DemoReport) error {
+func printDemo(w *out, rep *market.DemoReport) error {
 	fmt.Fprintf(w, "mrmarket demo: %d ticks of simulated time (%s), %s of wall time\n\n",
-		rep.Ticks, durationOf(rep.EndAt), durationOf(rep.Elapsed))
+		rep.Ticks, span(rep.EndAt), span(rep.Elapsed))
 	fmt.Fprintln(w, "Spending:")
-	t := newTable(w, "  USER", "BUDGET", "DURATION", "VMS")
+	t := w.table("  USER", "BUDGET", "DURATION", "VMS")
 	for _, u := range []string{"alice", "bob", "batch"} {
 		s := rep.Spends[u]
-		t.row("  "+u, s.Budget.String(), s.Duration.String(), strings.Join(s.VMs, ","))
+		t.row("  "+u, s.Budget.String(), span(s.Duration), strings.Join(s.VMs, ","))
 	}
 	t.flush()
 
-	fmt.Fprintf(w, "\nAt t=%s — hosts (price = Σ rates):\n", durationOf(rep.SnapshotAt))
-	t = newTable(w, "  HOST", "PRICE")
+	fmt.Fprintf(w, "\nAt t=%s — hosts (price = Σ rates):\n", span(rep.SnapshotAt))
+	t = w.table("  HOST", "PRICE")
 	for _, h := range rep.Hosts {
 		t.row("  "+h.Host, perHour(h.Price))
 	}
 	t.flush()
-	fmt.Fprintf(w, "\nAt t=%s — VMs (share = rate / price; CPU = what the simulated host gave it):\n", durationOf(rep.SnapshotAt))
-	t = newTable(w, "  HOST", "VM", "OWNER", "RATE", "SHARE", "CPU")
+	fmt.Fprintf(w, "\nAt t=%s — VMs (share = rate / price; CPU = what the simulated host gave it):\n", span(rep.SnapshotAt))
+	t = w.table("  HOST", "VM", "OWNER", "RATE", "SHARE", "CPU")
 	for _, v := range rep.VMs {
 		t.row("  "+v.Host, v.VM, v.Owner, perHour(v.Rate), pct(v.Share), pct(v.CPU))
 	}
 	t.flush()
 	fmt.Fprintf(w, "  alice's share / bob's share on host-2: %.4f (bids 2:1)\n", rep.Ratio)
 
-	fmt.Fprintf(w, "\nAt t=%s — plans ended, remainders released:\n", durationOf(rep.EndAt))
-	t = newTable(w, "  USER", "GRANTED", "SPENT", "BALANCE", "HELD")
+	fmt.Fprintf(w, "\nAt t=%s — plans ended, remainders released:\n", span(rep.EndAt))
+	t = w.table("  USER", "GRANTED", "SPENT", "BALANCE", "HELD")
 	for _, u := range rep.Users {
 		t.row("  "+u.User, u.Granted.String(), u.Spent.String(), u.Balance.String(), u.Held.String())
 	}
 	t.flush()
 	fmt.Fprintln(w, "\nLedger:")
-	t = newTable(w, "  ACCOUNT", "KIND", "BALANCE")
+	t = w.table("  ACCOUNT", "KIND", "BALANCE")
 	for _, a := range rep.Ledger.Accounts {
 		t.row("  "+a.ID, a.Kind, a.Balance.String())
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"time"
 
@@ -12,19 +11,35 @@ import (
 
 	"github.com/mrmarket/mrmarket/broker"
 	"github.com/mrmarket/mrmarket/hadoopvm/yarn"
+	"github.com/mrmarket/mrmarket/internal/money"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
 // jobFileHelp shows the job file's shape.
-const jobFileHelp = `A job file is JSON: the job's VMs (its Hadoop cluster, VMs of its own), its
-MRM features and slots, and its ARIA profile — seconds per task at a full share
-of the host (from a run of the job, e.g. the YARN monitor's profile):
-   {"name": "etl", "vms": ["alice-1", "alice-2"], "maps": 16, "reduces": 2,
+const jobFileHelp = `A job file is JSON: the job's VMs (its Hadoop cluster; another plan may fund them
+too), its MRM features and slots, and its ARIA profile — seconds per task at a full
+share of the host (from a run of the job, e.g. the YARN monitor's profile). On
+` + "`mrmarket up`" + `'s VMs (alice owns h1-vm1, h2-vm1…; see examples/):
+   {"name": "etl", "vms": ["h1-vm1", "h2-vm1"], "maps": 16, "reduces": 2,
     "map_slots": 4, "reduce_slots": 4,
     "profile": {"map_avg": 20, "map_max": 27, "reduce_avg": 20, "reduce_max": 27}}
 Optional: "map_selectivity", "reduce_selectivity", the shuffle times
 ("sh1_avg", "sh1_max", "shtyp_avg", "shtyp_max") and a Jockey C(p, a)
 "jockey_table" ({"progress": [...], "alloc": [...], "remaining": [[s...]...]}).`
+
+func flagJobFile() *ucli.StringFlag {
+	return &ucli.StringFlag{Name: "job", Usage: "the job file (JSON)"}
+}
+
+// userAndJob are --user and the job file of --job.
+func userAndJob(c *ucli.Context) (string, wire.JobSpec, error) {
+	user, err := requireUser(c)
+	if err != nil {
+		return "", wire.JobSpec{}, err
+	}
+	spec, err := readJobFile(c)
+	return user, spec, err
+}
 
 // readJobFile reads a job file, strictly.
 func readJobFile(c *ucli.Context) (wire.JobSpec, error) {
@@ -75,34 +90,25 @@ func quoteCommand() *ucli.Command {
 			"cost of the job's reserved share at best-effort prices plus MRM's premium for the slack\n" +
 			"it takes. Confidence is the estimate's probability that the job fits by that deadline.\n\n" +
 			jobFileHelp,
-		Flags: []ucli.Flag{flagNATS(), flagCreds(), flagJSON(), flagUser(),
-			&ucli.StringFlag{Name: "job", Usage: "the job file (JSON)"},
+		Flags: marketFlags(flagJobFile(),
 			&ucli.IntFlag{Name: "points", Usage: "deadlines on the curve", Value: 10},
-		},
+		),
 		Action: func(c *ucli.Context) error {
-			user, err := requireUser(c)
+			user, spec, err := userAndJob(c)
 			if err != nil {
 				return err
 			}
-			spec, err := readJobFile(c)
-			if err != nil {
-				return err
-			}
-			req := &wire.QuoteRequest{User: user, Job: spec, Points: c.Int("points")}
-			if err := req.Validate(); err != nil {
-				return usageError{err}
-			}
-			return call(c, func(ctx context.Context, cl clients) (wire.QuoteReply, error) { return cl.broker.Quote(ctx, req) }, printQuote)
+			return call(c, onBroker(broker.Client.Quote), &wire.QuoteRequest{User: user, Job: spec, Points: c.Int("points")}, printQuote)
 		},
 	}
 }
 
-func printQuote(w io.Writer, rep wire.QuoteReply) error {
+func printQuote(w *out, rep wire.QuoteReply) error {
 	fmt.Fprintf(w, "job %s: %.0f s at a full share (estimate from %s: mean %.0f s, sd %.1f s); runs at share %.2f\n",
 		rep.Job, rep.Work, rep.Source, rep.Mean, rep.SD, rep.Share)
 	fmt.Fprintf(w, "earliest finish %s after %d admitted job(s); ARIA's minimum there: %d map and %d reduce slots; balance %s\n",
 		stamp(rep.Earliest), rep.Queued, rep.MapSlots, rep.ReduceSlots, rep.Balance)
-	t := newTable(w, "DEADLINE", "PRICE", "CONFIDENCE", "AFFORDABLE")
+	t := w.table("DEADLINE", "PRICE", "CONFIDENCE", "AFFORDABLE")
 	any := false
 	for _, p := range rep.Curve {
 		ok := "no"
@@ -135,19 +141,14 @@ func submitCommand() *ucli.Command {
 			"A best-effort job has no deadline: it runs on hosts no deadline job needs, in the broker's\n" +
 			"overlap order (MaxSRPT by default: the job with the least work left first).\n\n" +
 			jobFileHelp,
-		Flags: []ucli.Flag{flagNATS(), flagCreds(), flagJSON(), flagUser(),
-			&ucli.StringFlag{Name: "job", Usage: "the job file (JSON)"},
+		Flags: marketFlags(flagJobFile(),
 			&ucli.StringFlag{Name: "deadline", Usage: "finish by: a time (RFC 3339) or a duration from now"},
 			&ucli.StringFlag{Name: "budget", Usage: "credits: the earliest deadline they pay for"},
 			&ucli.StringFlag{Name: "id", Usage: "job id (idempotency: the same id gives the same job; default: a new id)"},
 			&ucli.BoolFlag{Name: "best-effort", Usage: "no deadline: hold --budget and run in the broker's overlap order"},
-		},
+		),
 		Action: func(c *ucli.Context) error {
-			user, err := requireUser(c)
-			if err != nil {
-				return err
-			}
-			spec, err := readJobFile(c)
+			user, spec, err := userAndJob(c)
 			if err != nil {
 				return err
 			}
@@ -169,20 +170,21 @@ func submitCommand() *ucli.Command {
 				return badInput("--deadline or --budget is required (see `mrmarket quote`)")
 			}
 			req.V = wire.Version
-			if err := req.Validate(); err != nil {
-				return usageError{err}
-			}
-			return callRetry(c, func(ctx context.Context, cl clients) (wire.SubmitReply, error) {
-				if err := signMaxPrice(ctx, cl, req); err != nil {
-					return wire.SubmitReply{}, err
-				}
-				return cl.broker.Submit(ctx, req)
-			}, printSubmit)
+			return call(c, retried(submit), req, printSubmit)
 		},
 	}
 }
 
-func printSubmit(w io.Writer, rep wire.SubmitReply) error {
+// submit admits a job, signing a max price for a deadline without a
+// budget.
+func submit(ctx context.Context, cl clients, req *wire.SubmitRequest) (wire.SubmitReply, error) {
+	if err := signMaxPrice(ctx, cl, req); err != nil {
+		return wire.SubmitReply{}, err
+	}
+	return cl.broker.Submit(ctx, req)
+}
+
+func printSubmit(w *out, rep wire.SubmitReply) error {
 	j := rep.Job
 	if j.Deadline.IsZero() {
 		_, err := fmt.Fprintf(w, "job %s (%s): admitted best-effort, %s held (hold %s); %s\n", j.ID, j.Name, j.Price, rep.Plan.Hold, j.Status)
@@ -199,20 +201,39 @@ func jobsCommand() *ucli.Command {
 		Usage:       "list admitted jobs: deadline, predicted finish, spent so far; or report one's progress",
 		UsageText:   "mrmarket jobs [--user alice]\n   mrmarket jobs watch --user alice --job etl.json --yarn http://rm:8088 [--history http://jhs:19888]",
 		Subcommands: []*ucli.Command{jobsWatchCommand()},
-		Flags:       []ucli.Flag{flagNATS(), flagCreds(), flagJSON(), flagUser()},
+		Flags:       marketFlags(),
 		Action: func(c *ucli.Context) error {
-			req := &wire.JobsRequest{User: c.String("user")}
-			return call(c, func(ctx context.Context, cl clients) (wire.JobsReply, error) { return cl.broker.Jobs(ctx, req) },
-				func(w io.Writer, rep wire.JobsReply) error {
-					t := newTable(w, "JOB", "USER", "NAME", "STATUS", "DEADLINE", "PREDICTED", "PROGRESS", "SHARE", "SPENT", "PRICE")
-					for _, j := range rep.Jobs {
-						t.row(j.ID, j.User, j.Name, j.Status, stamp(j.Deadline), stamp(j.Predict), fmt.Sprintf("%.0f%%", 100*j.Progress),
-							fmt.Sprintf("%.2f", j.Share), j.Spent.String(), j.Price.String())
-					}
-					return t.flush()
-				})
+			return call(c, jobsAndPlans, &wire.JobsRequest{User: setting(c, "user")}, printJobs)
 		},
 	}
+}
+
+// jobsView is the jobs reply (its JSON) with the jobs' plans.
+type jobsView struct {
+	wire.JobsReply
+	plans map[string]wire.Plan // by id: a job's plan shares its id
+}
+
+// jobsAndPlans reads the jobs, and their plans: what the bank holds for
+// each.
+func jobsAndPlans(ctx context.Context, cl clients, req *wire.JobsRequest) (jobsView, error) {
+	ps, js, err := readBook(ctx, cl, req.User)
+	return jobsView{js, byID(ps.Plans, func(p wire.Plan) string { return p.ID })}, err
+}
+
+// printJobs: SHARE is the share of its hosts the job's bids hold; SPENT
+// and HELD are the bank's (captured, and still held, of its price).
+func printJobs(w *out, v jobsView) error {
+	t := w.table("JOB", "USER", "NAME", "STATUS", "DEADLINE", "PREDICTED", "PROGRESS", "SHARE", "PRICE", "SPENT", "HELD")
+	for _, j := range v.Jobs {
+		held := "-"
+		if p, ok := v.plans[j.ID]; ok {
+			held = p.Held.String()
+		}
+		t.row(j.ID, j.User, j.Name, j.Status, stamp(j.Deadline), stamp(j.Predict), fmt.Sprintf("%.0f%%", 100*j.Progress),
+			fmt.Sprintf("%.2f", j.Share), j.Price.String(), j.Spent.String(), held)
+	}
+	return t.flush()
 }
 
 // jobsWatchCommand is `mrmarket jobs watch`: the YARN monitor reporting an
@@ -225,19 +246,15 @@ func jobsWatchCommand() *ucli.Command {
 			"Finds the user's newest YARN application named as the job, reads its maps and reduces done\n" +
 			"(the AM while it runs, the history server after), and reports Jockey's progress indicator,\n" +
 			"weighted by the job file's profile; a finished application ends the job's plan.",
-		Flags: []ucli.Flag{flagNATS(), flagCreds(), flagJSON(), flagUser(),
+		Flags: marketFlags(
 			&ucli.StringFlag{Name: "job", Usage: "the job file (JSON) it was submitted with"},
 			&ucli.StringFlag{Name: "yarn", Usage: "the ResourceManager's web address"},
 			&ucli.StringFlag{Name: "history", Usage: "the Job History Server's web address"},
 			&ucli.DurationFlag{Name: "every", Usage: "how often to report", Value: 10 * time.Second},
 			&ucli.BoolFlag{Name: "once", Usage: "report once and exit"},
-		},
+		),
 		Action: func(c *ucli.Context) error {
-			user, err := requireUser(c)
-			if err != nil {
-				return err
-			}
-			spec, err := readJobFile(c)
+			user, spec, err := userAndJob(c)
 			if err != nil {
 				return err
 			}
@@ -267,7 +284,7 @@ func watchJob(c *ucli.Context, mon *yarn.Monitor, bc broker.Client, user string,
 		if err != nil {
 			return err
 		}
-		if err := output(c, job, func(w io.Writer) error {
+		if err := show(c, job, func(w *out, job wire.Job) error {
 			_, err := fmt.Fprintf(w, "%s %s: %s, %.0f%% (%d/%d maps, %d/%d reduces), share %.2f, deadline %s, predicted %s\n",
 				job.ID, job.Name, job.Status, 100*job.Progress, p.MapsDone, p.Maps, p.ReducesDone, p.Reduces, job.Share, stamp(job.Deadline), stamp(job.Predict))
 			return err
@@ -283,4 +300,35 @@ func watchJob(c *ucli.Context, mon *yarn.Monitor, bc broker.Client, user string,
 		case <-time.After(c.Duration("every")):
 		}
 	}
+}
+
+// maxPriceSlack is how much above the quoted price a deadline submit
+// signs as its max price: prices move between the quote and the admission.
+const maxPriceSlack = 1.1
+
+// signMaxPrice gives a deadline submit without a budget a max price (the
+// bank holds no more than the user signed): the price quoted for the
+// deadline, plus a margin. A job without a deadline, or with a max price
+// already, is left as is.
+func signMaxPrice(ctx context.Context, cl clients, req *wire.SubmitRequest) error {
+	if req.Deadline.IsZero() || req.Budget != 0 || req.MaxPrice != 0 {
+		return nil
+	}
+	q, err := cl.broker.Quote(ctx, &wire.QuoteRequest{User: req.User, Job: req.Job, Points: 10})
+	if err != nil {
+		return err
+	}
+	if len(q.Curve) == 0 {
+		return wire.Errorf(wire.ErrUnavailable, "no price quoted for job %q", req.Job.Name)
+	}
+	// Prices fall with the deadline: the last point at or before it costs
+	// at least what the deadline does.
+	price := q.Curve[0].Price
+	for _, p := range q.Curve {
+		if !p.Deadline.After(req.Deadline) {
+			price = p.Price
+		}
+	}
+	req.MaxPrice = min(money.Micro(float64(price)*maxPriceSlack)+1, money.Max)
+	return nil
 }

@@ -68,21 +68,8 @@ func TestDeadlineCommands(t *testing.T) {
 		t.Fatalf("bob's quote: %+v", r)
 	}
 
-	ledger := func() string {
-		l, err := m.Bank.Ledger(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := json.Marshal(l)
-		return string(b)
-	}
-	before := ledger()
 	late := q.Curve[9].Deadline.Format(time.RFC3339)
-	for _, c := range []struct {
-		args []string
-		code int
-		msg  string
-	}{
+	refuse(t, m, []refusal{
 		{[]string{"submit", n, "--user", "bob", "--job", bob, "--deadline", late}, cli.ExitRefused, "insufficient"},
 		{[]string{"submit", n, "--user", "bob", "--job", bob, "--budget", "0.5"}, cli.ExitRefused, "insufficient"},
 		{[]string{"submit", n, "--user", "alice", "--job", alice, "--deadline", clock.Add(time.Minute).Format(time.RFC3339)}, cli.ExitRefused, "earliest finish"},
@@ -98,15 +85,7 @@ func TestDeadlineCommands(t *testing.T) {
 		{[]string{"submit", n, "--user", "alice", "--job", alice, "--best-effort", "--deadline", late}, cli.ExitBadInput, "no --deadline"},
 		{[]string{"submit", n, "--user", "bob", "--job", bob, "--best-effort", "--budget", "0.5"}, cli.ExitRefused, "insufficient"},
 		{[]string{"quote", n, "--user", "mallory", "--job", alice}, cli.ExitRefused, "no credentials"},
-	} {
-		r := mrmarket(c.args...)
-		if r.code != c.code || !strings.Contains(r.stderr, c.msg) {
-			t.Errorf("mrmarket %s: exit %d, stderr %q; want exit %d mentioning %q", strings.Join(c.args, " "), r.code, r.stderr, c.code, c.msg)
-		}
-	}
-	if after := ledger(); after != before {
-		t.Fatalf("refused jobs changed the ledger:\n%s\n→\n%s", before, after)
-	}
+	})
 
 	r = mrmarket("submit", n, "--user", "alice", "--job", alice, "--deadline", q.Curve[3].Deadline.Format(time.RFC3339), "--id", "job-etl", "--json")
 	var sub wire.SubmitReply

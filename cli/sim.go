@@ -35,14 +35,14 @@ func simListCommand() *ucli.Command {
 		Name:      "list",
 		Usage:     "list the experiments",
 		UsageText: "mrmarket sim list",
-		Flags:     []ucli.Flag{flagJSON()},
+		Flags:     outputFlags(),
 		Action: func(c *ucli.Context) error {
 			var list []experimentEntry
 			for _, e := range experiments.List() {
 				list = append(list, experimentEntry{e.Name, e.Title, e.Source, e.DefaultRuns})
 			}
-			return show(c, list, func(w io.Writer, list []experimentEntry) error {
-				t := newTable(w, "EXPERIMENT", "RUNS", "SOURCE", "TITLE")
+			return show(c, list, func(w *out, list []experimentEntry) error {
+				t := w.table("EXPERIMENT", "RUNS", "SOURCE", "TITLE")
 				for _, e := range list {
 					t.row(e.Name, fmt.Sprint(e.DefaultRuns), e.Source, e.Title)
 				}
@@ -58,11 +58,11 @@ func simRunCommand() *ucli.Command {
 		Usage: "run an experiment: the paper's figure beside ours (mean ± sd over runs) and their ratio",
 		UsageText: "mrmarket sim run s003-stage [--seed 1] [--runs 25] [--json] [--out results/]\n\n" +
 			"Each run is a seed; the same seed gives the same numbers. --out writes EXPERIMENT.json and .svg.",
-		Flags: []ucli.Flag{flagJSON(),
+		Flags: outputFlags(
 			&ucli.Uint64Flag{Name: "seed", Usage: "the first run's seed", Value: 1},
 			&ucli.IntFlag{Name: "runs", Usage: "runs (seeds) per configuration (default: the experiment's)"},
 			&ucli.StringFlag{Name: "out", Usage: "directory to write EXPERIMENT.json and EXPERIMENT.svg into"},
-		},
+		),
 		Action: func(c *ucli.Context) error {
 			if c.NArg() == 0 {
 				return badInput("name one experiment (see `mrmarket sim list`)")
@@ -77,11 +77,7 @@ func simRunCommand() *ucli.Command {
 			if err := checkRuns(c); err != nil {
 				return err
 			}
-			cfg := experiments.Config{Seed: c.Uint64("seed"), Runs: c.Int("runs")}
-			if !c.Bool("json") {
-				cfg.Progress = progressBar(c.App.ErrWriter, e.Name)
-			}
-			res, err := e.Run(c.Context, cfg)
+			res, err := e.Run(c.Context, experiments.Config{Seed: c.Uint64("seed"), Runs: c.Int("runs"), Progress: progressBar(c.App.ErrWriter, e.Name)})
 			if err != nil {
 				return err
 			}
@@ -171,8 +167,17 @@ func flagsAfter(c *ucli.Context) error {
 	return err
 }
 
-// progressBar draws "name [#####.....] done/total" on w, in place.
+// progressBar draws "name [#####.....] done/total" on w, in place, when w
+// is a terminal; elsewhere (a file, a pipe, a test) it draws nothing.
 func progressBar(w io.Writer, name string) func(done, total int) {
+	if !isTerminal(w) {
+		return nil
+	}
+	return drawProgress(w, name)
+}
+
+// drawProgress is progressBar's drawing.
+func drawProgress(w io.Writer, name string) func(done, total int) {
 	return func(done, total int) {
 		const width = 30
 		n := width * done / max(total, 1)
@@ -184,9 +189,9 @@ func progressBar(w io.Writer, name string) func(done, total int) {
 }
 
 // printResult is the side-by-side table.
-func printResult(w io.Writer, res experiments.Result) error {
-	fmt.Fprintf(w, "%s — %s (%s); seed %d, %d runs, %s\n", res.Experiment, res.Title, res.Source, res.Seed, res.Runs, res.Wall.Round(1e6))
-	t := newTable(w, "METRIC", "PAPER", "OURS (MEAN ± SD)", "RATIO")
+func printResult(w *out, res experiments.Result) error {
+	fmt.Fprintf(w, "%s — %s (%s); seed %d, %d runs, %s\n", res.Experiment, res.Title, res.Source, res.Seed, res.Runs, span(res.Wall))
+	t := w.table("METRIC", "PAPER", "OURS (MEAN ± SD)", "RATIO")
 	for _, r := range res.Rows {
 		t.row(r.Metric, r.PaperString(), r.OursString(), r.RatioString())
 	}

@@ -19,8 +19,9 @@ func TestSimCommands(t *testing.T) {
 			t.Fatalf("sim list: %+v", r)
 		}
 	}
+	// Its progress bar is for a terminal: stderr here is a buffer.
 	r = mrmarket("sim", "run", "lin", "--runs", "1")
-	if r.code != 0 || !strings.Contains(r.stdout, "PAPER") || !strings.Contains(r.stdout, "maxsrpt") || !strings.Contains(r.stderr, "1/") {
+	if r.code != 0 || !strings.Contains(r.stdout, "PAPER") || !strings.Contains(r.stdout, "maxsrpt") || r.stderr != "" {
 		t.Fatalf("sim run: %+v", r)
 	}
 	dir := t.TempDir()

@@ -8,11 +8,11 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nuid"
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/mrmarket/mrmarket/bank"
 	"github.com/mrmarket/mrmarket/broker"
 	"github.com/mrmarket/mrmarket/internal/money"
 	"github.com/mrmarket/mrmarket/internal/wire"
@@ -29,6 +29,16 @@ func parseAmount(flag, s string) (money.Micro, error) {
 	return m, nil
 }
 
+// userAndAmount are --user and --amount.
+func userAndAmount(c *ucli.Context) (string, money.Micro, error) {
+	user, err := requireUser(c)
+	if err != nil {
+		return "", 0, err
+	}
+	amount, err := parseAmount("amount", c.String("amount"))
+	return user, amount, err
+}
+
 func bankCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:  "bank",
@@ -37,22 +47,18 @@ func bankCommand() *ucli.Command {
 			Name:      "grant",
 			Usage:     "grant a budget to a user (creates the account)",
 			UsageText: "mrmarket bank grant --user alice --amount 100",
-			Flags: []ucli.Flag{flagNATS(), flagCreds(), flagJSON(), flagUser(),
+			Flags: marketFlags(
 				&ucli.StringFlag{Name: "amount", Usage: "credits to grant, e.g. 100 or 0.5"},
 				&ucli.StringFlag{Name: "id", Usage: "idempotency id: repeating a grant with the same id applies it once (default: a new id)"},
 				&ucli.StringFlag{Name: "memo", Usage: "note kept with the transfer"},
-			},
+			),
 			Action: func(c *ucli.Context) error {
-				user, err := requireUser(c)
-				if err != nil {
-					return err
-				}
-				amount, err := parseAmount("amount", c.String("amount"))
+				user, amount, err := userAndAmount(c)
 				if err != nil {
 					return err
 				}
 				req := &wire.GrantRequest{ID: idOrNew(c, "grant"), User: user, Amount: amount, Memo: c.String("memo")}
-				return callRetry(c, func(ctx context.Context, cl clients) (wire.GrantReply, error) { return cl.bank.Grant(ctx, req) }, printGrant)
+				return call(c, retried(onBank(bank.Client.Grant)), req, printGrant)
 			},
 		}, bankServeCommand(), incomeCommand(), principalCommand()},
 	}
@@ -67,7 +73,7 @@ func idOrNew(c *ucli.Context, prefix string) string {
 	return prefix + "-" + nuid.Next()
 }
 
-func printGrant(w io.Writer, rep wire.GrantReply) error {
+func printGrant(w *out, rep wire.GrantReply) error {
 	note := ""
 	if rep.Replayed {
 		note = " (already applied; nothing changed)"
@@ -81,27 +87,26 @@ func balanceCommand() *ucli.Command {
 		Name:      "balance",
 		Usage:     "show a user's balance, money held by running plans, and spending",
 		UsageText: "mrmarket balance --user alice",
-		Flags:     []ucli.Flag{flagNATS(), flagCreds(), flagJSON(), flagUser()},
+		Flags:     marketFlags(),
 		Action: func(c *ucli.Context) error {
 			user, err := requireUser(c)
 			if err != nil {
 				return err
 			}
-			req := &wire.BalanceRequest{User: user}
-			return call(c, func(ctx context.Context, cl clients) (wire.BalanceReply, error) { return cl.bank.Balance(ctx, req) }, printBalance)
+			return call(c, onBank(bank.Client.Balance), &wire.BalanceRequest{User: user}, printBalance)
 		},
 	}
 }
 
-func printBalance(w io.Writer, rep wire.BalanceReply) error {
-	t := newTable(w, "USER", "BALANCE", "HELD", "SPENT", "GRANTED")
+func printBalance(w *out, rep wire.BalanceReply) error {
+	t := w.table("USER", "BALANCE", "HELD", "SPENT", "GRANTED")
 	t.row(rep.User, rep.Balance.String(), rep.Held.String(), rep.Spent.String(), rep.Granted.String())
 	if err := t.flush(); err != nil {
 		return err
 	}
 	if len(rep.Holds) > 0 {
 		fmt.Fprintln(w)
-		t = newTable(w, "HOLD", "STATUS", "AMOUNT", "CAPTURED", "RELEASED", "EXPIRES")
+		t = w.table("HOLD", "STATUS", "AMOUNT", "CAPTURED", "RELEASED", "EXPIRES")
 		for _, h := range rep.Holds {
 			t.row(h.ID, h.Status, h.Amount.String(), h.Captured.String(), h.Released.String(), stamp(h.Expires))
 		}
@@ -125,7 +130,7 @@ func spendCommand() *ucli.Command {
 			"weights across stages, bottleneck elimination within the active one). What is not spent when the plan\n" +
 			"ends goes back to you. A plan file is JSON:\n" +
 			`  {"workflows": [{"name": "digg", "weight": 1, "stages": [{"name": "join", "weight": 20, "vms": ["a1", "a2"]}, …]}]}`,
-		Flags: []ucli.Flag{flagNATS(), flagCreds(), flagJSON(), flagUser(),
+		Flags: marketFlags(
 			&ucli.StringFlag{Name: "budget", Usage: "credits to spend over the duration"},
 			&ucli.DurationFlag{Name: "duration", Usage: "how long to spend it, e.g. 30m or 2h"},
 			&ucli.StringSliceFlag{Name: "vm", Usage: "a VM to spend on (repeat, or comma-separate)"},
@@ -136,8 +141,8 @@ func spendCommand() *ucli.Command {
 			&ucli.StringFlag{Name: "id", Usage: "plan id (idempotency: the same id and request gives the same plan; default: a new id)"},
 			&ucli.StringFlag{Name: "adjust-id", Usage: "--more/--less: idempotency id of the adjustment (default: a new id)"},
 			&ucli.StringFlag{Name: "more", Usage: "add this many credits to running plan --id"},
-			&ucli.StringFlag{Name: "less", Usage: "take this many unspent credits out of running plan --id"},
-		},
+			&ucli.StringFlag{Name: "less", Usage: "take this many unspent credits out of running plan --id (released to you at once)"},
+		),
 		Action: func(c *ucli.Context) error {
 			user, err := requireUser(c)
 			if err != nil {
@@ -150,7 +155,7 @@ func spendCommand() *ucli.Command {
 			if err != nil {
 				return err
 			}
-			return callRetry(c, func(ctx context.Context, cl clients) (wire.SpendReply, error) { return cl.broker.Spend(ctx, req) }, printSpend)
+			return call(c, retried(onBroker(broker.Client.Spend)), req, printSpend)
 		},
 	}
 }
@@ -166,7 +171,10 @@ func spendRequest(c *ucli.Context, user string) (*wire.SpendRequest, error) {
 		return nil, badInput("--duration must be greater than zero (e.g. 30m, 2h)")
 	}
 	req := &wire.SpendRequest{ID: idOrNew(c, "plan"), User: user, Budget: budget, Duration: wire.Duration(d),
-		Strategy: c.String("strategy"), Boost: c.Float64("boost"), VMs: splitList(c.StringSlice("vm"))}
+		Strategy: c.String("strategy"), Boost: c.Float64("boost")}
+	if req.VMs, err = splitList("vm", c.StringSlice("vm")); err != nil {
+		return nil, err
+	}
 	if file := c.String("plan"); file != "" {
 		if req.Workflows, err = readPlanFile(file); err != nil {
 			return nil, err
@@ -179,23 +187,29 @@ func spendRequest(c *ucli.Context, user string) (*wire.SpendRequest, error) {
 		return nil, err
 	}
 	req.V = wire.Version
-	if err := req.Validate(); err != nil {
-		return nil, usageError{err}
-	}
 	return req, nil
 }
 
-// splitList is the items of repeated, comma-separated flag values.
-func splitList(values []string) []string {
+// splitList is the items of repeated, comma-separated values of --flag:
+// an empty item (--vm "", --vm a1,,b1) or one given twice is an error, not
+// skipped — it is more likely a mistyped name than nothing.
+func splitList(flag string, values []string) ([]string, error) {
 	var out []string
+	seen := map[string]bool{}
 	for _, v := range values {
 		for _, p := range strings.Split(v, ",") {
-			if p = strings.TrimSpace(p); p != "" {
-				out = append(out, p)
+			p = strings.TrimSpace(p)
+			switch {
+			case p == "":
+				return nil, badInput("--%s %q: an empty name", flag, v)
+			case seen[p]:
+				return nil, badInput("--%s: %s is named twice", flag, p)
 			}
+			seen[p] = true
+			out = append(out, p)
 		}
 	}
-	return out
+	return out, nil
 }
 
 // parseHostWeights reads --host-weight host=weight flags (nil when none).
@@ -215,10 +229,10 @@ func parseHostWeights(flags []string) (map[string]float64, error) {
 	return weights, nil
 }
 
-func printSpend(w io.Writer, rep wire.SpendReply) error {
+func printSpend(w *out, rep wire.SpendReply) error {
 	p := rep.Plan
 	fmt.Fprintf(w, "plan %s: %s spends %s over %s (%s), hold %s, ends %s\n",
-		p.ID, p.User, p.Budget, humanDuration(p.Duration.D()), p.Strategy, p.Hold, stamp(p.End))
+		p.ID, p.User, p.Budget, span(p.Duration.D()), p.Strategy, p.Hold, stamp(p.End))
 	return printPlanVMs(w, p)
 }
 
@@ -264,19 +278,15 @@ func adjustPlan(c *ucli.Context, user string) error {
 			return err
 		}
 	}
-	if err := req.Validate(); err != nil {
-		return usageError{err}
-	}
-	return callRetry(c, func(ctx context.Context, cl clients) (wire.Plan, error) { return cl.broker.Adjust(ctx, req) },
-		func(w io.Writer, p wire.Plan) error {
-			_, err := fmt.Fprintf(w, "plan %s now spends %s (spent %s, held %s, given back %s), ends %s (adjustment %s)\n",
-				p.ID, p.Budget-p.Released, p.Spent, p.Held, p.Released, stamp(p.End), req.ID)
-			return err
-		})
+	return call(c, retried(onBroker(broker.Client.Adjust)), req, func(w *out, p wire.Plan) error {
+		_, err := fmt.Fprintf(w, "plan %s now spends %s (spent %s, held %s, given back %s), ends %s (adjustment %s)\n",
+			p.ID, p.Budget-p.Released, p.Spent, p.Held, p.Released, stamp(p.End), req.ID)
+		return err
+	})
 }
 
-func printPlanVMs(w io.Writer, p wire.Plan) error {
-	t := newTable(w, "VM", "HOST", "BUDGET", "RATE")
+func printPlanVMs(w *out, p wire.Plan) error {
+	t := w.table("VM", "HOST", "BUDGET", "RATE")
 	for _, v := range p.VMs {
 		t.row(v.VM, v.Host, v.Budget.String(), perHour(v.Rate))
 	}
@@ -288,8 +298,8 @@ func cancelCommand() *ucli.Command {
 		Name:      "cancel",
 		Usage:     "end one of your plans now and get back what it has not spent",
 		UsageText: "mrmarket cancel --user alice --plan plan-…",
-		Flags: []ucli.Flag{flagNATS(), flagCreds(), flagJSON(), flagUser(), &ucli.StringFlag{Name: "plan", Usage: "plan id"},
-			&ucli.StringFlag{Name: "id", Usage: "request id (default: a new id); cancelling twice changes nothing"}},
+		Flags: marketFlags(&ucli.StringFlag{Name: "plan", Usage: "plan id"},
+			&ucli.StringFlag{Name: "id", Usage: "request id (default: a new id); cancelling twice changes nothing"}),
 		Action: func(c *ucli.Context) error {
 			user, err := requireUser(c)
 			if err != nil {
@@ -299,43 +309,90 @@ func cancelCommand() *ucli.Command {
 				return badInput("--plan is required (see `mrmarket plans`)")
 			}
 			req := &wire.CancelRequest{Plan: c.String("plan"), User: user, ID: idOrNew(c, "cancel")}
-			return callRetry(c, func(ctx context.Context, cl clients) (wire.Plan, error) { return cl.broker.Cancel(ctx, req) },
-				func(w io.Writer, p wire.Plan) error {
-					_, err := fmt.Fprintf(w, "plan %s %s; %s released to %s\n", p.ID, p.Status, p.Released, p.User)
-					return err
-				})
+			return call(c, retried(onBroker(broker.Client.Cancel)), req, func(w *out, p wire.Plan) error {
+				_, err := fmt.Fprintf(w, "plan %s %s; spent %s, %s released to %s\n", p.ID, p.Status, p.Spent, p.Released, p.User)
+				return err
+			})
 		},
 	}
 }
 
 func plansCommand() *ucli.Command {
 	return &ucli.Command{
-		Name:      "plans",
-		Usage:     "list spend plans",
-		UsageText: "mrmarket plans [--user alice]",
-		Flags:     []ucli.Flag{flagNATS(), flagCreds(), flagJSON(), flagUser()},
+		Name:  "plans",
+		Usage: "list spend plans, with the bank's figures: spent (captured), released and still held",
+		UsageText: "mrmarket plans [--user alice]\n\n" +
+			"STRATEGY is the plan's, or for a job's plan deadline (a job with a deadline) or best-effort.",
+		Flags: marketFlags(),
 		Action: func(c *ucli.Context) error {
-			req := &wire.PlansRequest{User: c.String("user")}
-			return call(c, func(ctx context.Context, cl clients) (wire.PlansReply, error) { return cl.broker.Plans(ctx, req) },
-				func(w io.Writer, rep wire.PlansReply) error {
-					t := newTable(w, "PLAN", "USER", "STATUS", "STRATEGY", "BUDGET", "SPENT", "RELEASED", "HELD", "DURATION", "VMS", "ENDS")
-					estimates := false
-					for _, p := range rep.Plans {
-						spent := p.Spent.String()
-						if p.Figures == broker.FiguresEstimate {
-							spent, estimates = spent+"*", true
-						}
-						t.row(p.ID, p.User, p.Status, p.Strategy, p.Budget.String(), spent, p.Released.String(), p.Held.String(),
-							humanDuration(p.Duration.D()), fmt.Sprint(len(p.VMs)), stamp(p.End))
-					}
-					if err := t.flush(); err != nil || !estimates {
-						return err
-					}
-					_, err := fmt.Fprintln(w, "* the broker's estimate: the bank could not be asked")
-					return err
-				})
+			return call(c, plansAndJobs, &wire.PlansRequest{User: setting(c, "user")}, printPlans)
 		},
 	}
+}
+
+// plansView is the plans reply (its JSON) with the jobs the plans run.
+type plansView struct {
+	wire.PlansReply
+	jobs map[string]wire.Job // by id: a job's plan shares its id
+}
+
+// plansAndJobs reads the plans, and the jobs, so that a job's plan is
+// shown by the job it runs.
+func plansAndJobs(ctx context.Context, cl clients, req *wire.PlansRequest) (plansView, error) {
+	ps, js, err := readBook(ctx, cl, req.User)
+	return plansView{ps, byID(js.Jobs, func(j wire.Job) string { return j.ID })}, err
+}
+
+// readBook reads a user's plans and jobs (everyone's for "").
+func readBook(ctx context.Context, cl clients, user string) (wire.PlansReply, wire.JobsReply, error) {
+	ps, err := cl.broker.Plans(ctx, &wire.PlansRequest{User: user})
+	if err != nil {
+		return ps, wire.JobsReply{}, err
+	}
+	js, err := cl.broker.Jobs(ctx, &wire.JobsRequest{User: user})
+	return ps, js, err
+}
+
+// byID indexes items by their id.
+func byID[T any](items []T, id func(T) string) map[string]T {
+	m := make(map[string]T, len(items))
+	for _, it := range items {
+		m[id(it)] = it
+	}
+	return m
+}
+
+// strategy is what a plan spends by: its strategy, or for a job's plan
+// (whose strategy is the deadline service's) the kind of job: deadline or
+// best-effort.
+func (v plansView) strategy(p wire.Plan) string {
+	j, ok := v.jobs[p.ID]
+	switch {
+	case !ok:
+		return p.Strategy
+	case j.Deadline.IsZero():
+		return "best-effort"
+	default:
+		return wire.StrategyDeadline
+	}
+}
+
+func printPlans(w *out, m plansView) error {
+	t := w.table("PLAN", "USER", "STATUS", "STRATEGY", "BUDGET", "SPENT", "RELEASED", "HELD", "DURATION", "VMS", "ENDS")
+	estimates := false
+	for _, p := range m.Plans {
+		spent := p.Spent.String()
+		if p.Figures == broker.FiguresEstimate {
+			spent, estimates = spent+"*", true
+		}
+		t.row(p.ID, p.User, p.Status, m.strategy(p), p.Budget.String(), spent, p.Released.String(), p.Held.String(),
+			span(p.Duration.D()), fmt.Sprint(len(p.VMs)), stamp(p.End))
+	}
+	if err := t.flush(); err != nil || !estimates {
+		return err
+	}
+	_, err := fmt.Fprintln(w, "* the broker's estimate: the bank could not be asked")
+	return err
 }
 
 func priceCommand() *ucli.Command {
@@ -346,25 +403,23 @@ func priceCommand() *ucli.Command {
 			"   mrmarket price --host host-1 --what-if price --performance 0.5 --guarantee 0.9\n" +
 			"   mrmarket price --host host-1 --what-if performance --spending 2 --guarantee 0.9\n" +
 			"   mrmarket price --host host-1 --what-if guarantee --spending 2 --performance 0.5",
-		Flags: []ucli.Flag{flagNATS(), flagCreds(), flagJSON(), flagUser(), &ucli.StringFlag{Name: "host", Usage: "one host only"},
+		Flags: marketFlags(&ucli.StringFlag{Name: "host", Usage: "one host only"},
 			&ucli.StringFlag{Name: "what-if", Usage: "predict from the host's price history: performance, price or guarantee"},
 			&ucli.Float64Flag{Name: "spending", Usage: "a spending rate, credits per hour"},
 			&ucli.Float64Flag{Name: "performance", Usage: "a share of the host, 0..1"},
 			&ucli.Float64Flag{Name: "guarantee", Usage: "a probability, 0..1"},
-		},
+		),
 		Action: func(c *ucli.Context) error {
 			if c.String("what-if") != "" {
 				return whatIf(c)
 			}
-			req := &wire.PriceRequest{Host: c.String("host")}
-			return call(c, func(ctx context.Context, cl clients) (wire.PriceReply, error) { return cl.broker.Price(ctx, req) },
-				func(w io.Writer, rep wire.PriceReply) error {
-					t := newTable(w, "HOST", "PRICE", "VMS", "FUNDED", "UPDATED")
-					for _, h := range rep.Hosts {
-						t.row(h.Host, perHour(h.Price), fmt.Sprint(h.VMs), fmt.Sprint(h.Funded), stamp(h.Updated))
-					}
-					return t.flush()
-				})
+			return call(c, onBroker(broker.Client.Price), &wire.PriceRequest{Host: c.String("host")}, func(w *out, rep wire.PriceReply) error {
+				t := w.table("HOST", "PRICE", "VMS", "FUNDED", "UPDATED")
+				for _, h := range rep.Hosts {
+					t.row(h.Host, perHour(h.Price), fmt.Sprint(h.VMs), fmt.Sprint(h.Funded), stamp(h.Updated))
+				}
+				return t.flush()
+			})
 		},
 	}
 }
@@ -374,46 +429,44 @@ func whatIf(c *ucli.Context) error {
 	perSecond := float64(money.PerCredit) / 3600
 	req := &wire.PredictRequest{Host: c.String("host"), Query: c.String("what-if"), Spending: c.Float64("spending") * perSecond,
 		Performance: c.Float64("performance"), Guarantee: c.Float64("guarantee")}
-	if err := req.Validate(); err != nil {
-		return usageError{err}
-	}
-	return call(c, func(ctx context.Context, cl clients) (wire.PredictReply, error) { return cl.broker.Predict(ctx, req) },
-		func(w io.Writer, rep wire.PredictReply) error {
-			_, err := fmt.Fprintf(w, "%s (price %s ± %s over %d observations): spending %s buys a share of %.3f with probability %.3f\n",
-				rep.Host, perHour(rep.MeanPrice), perHour(rep.StdDevPrice), rep.Observations, perHour(rep.Spending), rep.Performance, rep.Guarantee)
-			return err
-		})
+	return call(c, onBroker(broker.Client.Predict), req, func(w *out, rep wire.PredictReply) error {
+		_, err := fmt.Fprintf(w, "%s (price %s ± %s over %d observations): spending %s buys a share of %.3f with probability %.3f\n",
+			rep.Host, perHour(rep.MeanPrice), perHour(rep.StdDevPrice), rep.Observations, perHour(rep.Spending), rep.Performance, rep.Guarantee)
+		return err
+	})
 }
 
 func vmsCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "vms",
-		Usage:     "list VMs with their owner, rate, share and utilisation",
+		Usage:     "list VMs with their owner, rate, share and utilisation, and every plan's bid on them",
 		UsageText: "mrmarket vms [--owner alice] [--host host-1] [--user alice]",
-		Flags: []ucli.Flag{flagNATS(), flagCreds(), flagJSON(), flagUser(),
+		Flags: marketFlags(
 			&ucli.StringFlag{Name: "owner", Usage: "only this user's VMs"},
 			&ucli.StringFlag{Name: "host", Usage: "only this host's VMs"},
-		},
+		),
 		Action: func(c *ucli.Context) error {
-			req := &wire.VMsRequest{Owner: c.String("owner"), Host: c.String("host")}
-			return call(c, func(ctx context.Context, cl clients) (wire.VMsReply, error) { return cl.broker.VMs(ctx, req) }, printVMs)
+			return call(c, onBroker(broker.Client.VMs), &wire.VMsRequest{Owner: c.String("owner"), Host: c.String("host")}, printVMs)
 		},
 	}
 }
 
-func printVMs(w io.Writer, rep wire.VMsReply) error {
-	t := newTable(w, "HOST", "VM", "OWNER", "PLAN", "RATE", "SHARE", "UTIL", "CHARGED", "ENDS")
+// printVMs is a row per bid: a VM funded by several plans has a row for
+// each (its rate is their sum), a VM without a bid one row with PLAN -.
+func printVMs(w *out, rep wire.VMsReply) error {
+	t := w.table("HOST", "VM", "OWNER", "RATE", "SHARE", "UTIL", "PLAN", "BID", "CHARGED", "ENDS")
 	for _, v := range rep.VMs {
-		plan, charged, ends := "-", "-", "-"
-		if len(v.Bids) > 0 {
-			b := v.Bids[0]
-			plan, charged, ends = b.Plan, b.Charged.String(), stamp(b.Ends)
-		}
 		util := pct(v.Util)
 		if v.Idle {
 			util += " idle"
 		}
-		t.row(v.Host, v.VM, v.Owner, plan, perHour(v.Rate), pct(v.Share), util, charged, ends)
+		vm := []string{v.Host, v.VM, v.Owner, perHour(v.Rate), pct(v.Share), util}
+		if len(v.Bids) == 0 {
+			t.row(append(vm, "-", "-", "-", "-")...)
+		}
+		for _, b := range v.Bids {
+			t.row(append(vm, b.Plan, perHour(b.Rate), b.Charged.String(), stamp(b.Ends))...)
+		}
 	}
 	return t.flush()
 }
@@ -423,15 +476,15 @@ func ledgerCommand() *ucli.Command {
 		Name:      "ledger",
 		Usage:     "show every account and check the ledger invariant",
 		UsageText: "mrmarket ledger",
-		Flags:     []ucli.Flag{flagNATS(), flagCreds(), flagJSON()},
+		Flags:     adminFlags(),
 		Action: func(c *ucli.Context) error {
 			var rep wire.LedgerReply // kept to judge the invariant after printing it
-			ledger := func(ctx context.Context, cl clients) (wire.LedgerReply, error) {
+			ledger := func(ctx context.Context, cl clients, _ *wire.LedgerRequest) (wire.LedgerReply, error) {
 				var err error
 				rep, err = cl.bank.Ledger(ctx)
 				return rep, err
 			}
-			if err := call(c, ledger, printLedger); err != nil {
+			if err := call(c, ledger, &wire.LedgerRequest{}, printLedger); err != nil {
 				return err
 			}
 			if len(rep.Violations) > 0 {
@@ -442,8 +495,8 @@ func ledgerCommand() *ucli.Command {
 	}
 }
 
-func printLedger(w io.Writer, rep wire.LedgerReply) error {
-	t := newTable(w, "ACCOUNT", "KIND", "BALANCE")
+func printLedger(w *out, rep wire.LedgerReply) error {
+	t := w.table("ACCOUNT", "KIND", "BALANCE")
 	for _, a := range rep.Accounts {
 		t.row(a.ID, a.Kind, a.Balance.String())
 	}
@@ -462,6 +515,3 @@ func printInvariant(w io.Writer, rep wire.LedgerReply) error {
 		rep.Balances, rep.OpenHolds, rep.Granted, verdict)
 	return err
 }
-
-// durationOf prints a virtual elapsed time compactly.
-func durationOf(d time.Duration) string { return d.Round(time.Second).String() }

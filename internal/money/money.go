@@ -52,14 +52,16 @@ var (
 	ErrDuration = errors.New("money: duration must be greater than zero")
 )
 
-// Parse parses a human amount in credits: an optional minus, digits, and up
-// to six fractional digits ("12", "12.5", "-3", "0.000001"). It never
-// rounds: extra precision is an error. Spaces and a plus sign are refused
-// (" 5" and "+5" are typos, not amounts). The magnitude must not exceed Max.
+// Parse parses a human amount in credits: an optional minus sign, digits,
+// and up to six fractional digits ("12", "12.5", "-3", "0.000001"). It never
+// rounds: extra precision is an error. The magnitude must not exceed Max.
+// The text is the amount and nothing else: a plus sign or a space around it
+// (" 5", "+5") is a syntax error, as an amount that looks unlike what is
+// printed (String never writes them) is more likely a slip than intended.
 func Parse(s string) (Micro, error) {
 	orig := s
 	neg := false
-	if s != "" && s[0] == '-' { // parsed, so a negative amount is refused as one
+	if s != "" && s[0] == '-' {
 		neg = true
 		s = s[1:]
 	}

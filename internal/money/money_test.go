@@ -19,12 +19,18 @@ func TestParse(t *testing.T) {
 		{"12.5", 12_500_000, nil},
 		{"0.000001", 1, nil},
 		{"12", 12_000_000, nil},
-		{" 3.25 ", 0, ErrSyntax}, // a stray space is a typo, not an amount
-		{" 5", 0, ErrSyntax},
-		{"5\n", 0, ErrSyntax},
 		{"-3", -3_000_000, nil},
-		{"+7.1", 0, ErrSyntax}, // amounts are written plainly: no sign but a refused minus
+		// Only what String could have written: no plus sign, no space.
+		{" 3.25 ", 0, ErrSyntax},
+		{" 5", 0, ErrSyntax},
+		{"5 ", 0, ErrSyntax},
+		{"\t5", 0, ErrSyntax},
+		{"5\n", 0, ErrSyntax},
 		{"+5", 0, ErrSyntax},
+		{"+7.1", 0, ErrSyntax},
+		{"- 3", 0, ErrSyntax},
+		{"-+3", 0, ErrSyntax},
+		{"-", 0, ErrSyntax},
 		{".5", 500_000, nil},
 		{"000012.500000", 12_500_000, nil},
 		{"0", 0, nil},

@@ -1,0 +1,147 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/mrmarket/mrmarket/bank"
+	"github.com/mrmarket/mrmarket/broker"
+	"github.com/mrmarket/mrmarket/internal/wire"
+)
+
+// A command's round trip to the market is one path, call: check the
+// request (bad input never waits on the network), connect as the command's
+// principal, ask (an op), print the reply (show), close. A command only
+// builds its request from its flags and names its op and its printer:
+//
+//	return call(c, onBank(bank.Client.Balance), req, printBalance)
+//	return call(c, retried(onBroker(broker.Client.Spend)), req, printSpend)
+
+// clients are the market's services as one command reaches them: over one
+// connection, signing with the credentials of --creds.
+type clients struct {
+	bank   bank.Client
+	broker broker.Client
+	warn   io.Writer // where a retry says so
+}
+
+// op is one request to the market and its reply.
+type op[Req, Rep any] func(ctx context.Context, cl clients, req Req) (Rep, error)
+
+// onBank is the op of a bank client method (bank.Client.Grant…).
+func onBank[Req, Rep any](m func(bank.Client, context.Context, Req) (Rep, error)) op[Req, Rep] {
+	return func(ctx context.Context, cl clients, req Req) (Rep, error) { return m(cl.bank, ctx, req) }
+}
+
+// onBroker is the op of a broker client method (broker.Client.Spend…).
+func onBroker[Req, Rep any](m func(broker.Client, context.Context, Req) (Rep, error)) op[Req, Rep] {
+	return func(ctx context.Context, cl clients, req Req) (Rep, error) { return m(cl.broker, ctx, req) }
+}
+
+// call is every command's round trip (see above). A request with a
+// Validate method is checked first: what it refuses is bad input (exit 2)
+// and nothing is sent.
+func call[Req, Rep any](c *ucli.Context, do op[Req, Rep], req Req, human func(o *out, rep Rep) error) error {
+	if v, ok := any(req).(wire.Validator); ok {
+		if err := v.Validate(); err != nil {
+			return usageError{err}
+		}
+	}
+	return withClients(c, func(cl clients) error {
+		rep, err := do(c.Context, cl, req)
+		if err != nil {
+			return err
+		}
+		return show(c, rep, human)
+	})
+}
+
+// withClients runs use on a connection to the market named by --nats, which
+// it closes afterwards: call's connection, and that of the commands that
+// talk more than once (jobs watch). A request the NATS server refuses to
+// this principal (a permission violation, reported asynchronously) ends the
+// command at once as forbidden rather than as a time-out.
+func withClients(c *ucli.Context, use func(cl clients) error) error {
+	nc, err := connect(c)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithCancelCause(c.Context)
+	defer cancel(nil)
+	nc.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			cancel(err)
+		}
+	})
+	outer := c.Context
+	c.Context = ctx
+	defer func() { c.Context = outer }()
+	keys := credsDir(c)
+	anchor := clientAdminKey(c) // answers count only signed by the bank or the broker
+	err = use(clients{bank: bank.Client{NC: nc, Keys: keys, AdminKey: anchor},
+		broker: broker.Client{NC: nc, Keys: keys, AdminKey: anchor, Reader: reader(c)}, warn: c.App.ErrWriter})
+	if cause := context.Cause(ctx); err != nil && errors.Is(cause, nats.ErrPermissionViolation) {
+		return wire.Errorf(wire.ErrForbidden, "the NATS server refused it to this principal (%s): %v", nc.Opts.Nkey, cause)
+	}
+	return err
+}
+
+// Requests that move money carry an id (spend, spend --more/--less,
+// cancel, submit, transfer, grant): the CLI makes one when --id is not
+// given, shows it, and when the answer is "unavailable" (a time-out: the
+// request may or may not have been applied) asks again with the same id —
+// each try a new signature and nonce, the same request — so the request is
+// applied once and its outcome is known.
+
+// retryDelays are the pauses before the second and third tries (about 15 s
+// in all).
+var retryDelays = []time.Duration{4 * time.Second, 10 * time.Second}
+
+// retried is do, asked again with the same request while unavailable.
+func retried[Req, Rep any](do op[Req, Rep]) op[Req, Rep] {
+	return func(ctx context.Context, cl clients, req Req) (Rep, error) {
+		for i := 0; ; i++ {
+			rep, err := do(ctx, cl, req)
+			if err == nil || !errors.Is(err, wire.ErrUnavailable) || i >= len(retryDelays) {
+				return rep, err
+			}
+			fmt.Fprintf(cl.warn, "mrmarket: %v; asking again with the same id\n", err)
+			select {
+			case <-time.After(retryDelays[i]):
+			case <-ctx.Done():
+				return rep, err
+			}
+		}
+	}
+}
+
+// reader is who signs a command's reads that act for no user (prices, VMs,
+// everyone's plans): the principal the command connects as (connPrincipal)
+// — --user when it is set, else the admin (the zero As), else the one user
+// whose credentials are there.
+func reader(c *ucli.Context) wire.As {
+	if _, as, err := connPrincipal(c, credsDir(c)); err == nil && as.Role == wire.RoleUser {
+		return as
+	}
+	return wire.As{}
+}
+
+// requireUser returns --user (or MRM_USER, or the config file's user) or a
+// usage error.
+func requireUser(c *ucli.Context) (string, error) {
+	u := setting(c, "user")
+	if u == "" {
+		return "", badInput("--user (or MRM_USER, or user in the config file) is required")
+	}
+	if err := wire.CheckName("user", u); err != nil {
+		return "", usageError{err}
+	}
+	return u, nil
+}
