@@ -51,8 +51,8 @@ type Config struct {
 	// IdleTicks ticks in a row is published as idle, so strategies can move
 	// money away from it (bottleneck elimination without Hadoop). A VM
 	// saturating a small share is busy however little of the host that is.
-	// An idle VM is busy again once it uses 2 × IdleBelow of its
-	// entitlement (hysteresis). Defaults 0.1 and 3.
+	// An idle VM whose share then shrinks stays idle until it uses more
+	// (see wakeShare). Defaults 0.1 and 3.
 	IdleBelow float64
 	IdleTicks int
 	// StateFile, when set, keeps the bid book and capture totals across
@@ -77,6 +77,11 @@ type Identities = service.Identities
 
 // legKey is what a capture's cumulative total is kept for.
 type legKey struct{ hold, vm string }
+
+// wakeShare: an idle VM is busy again once it uses this fraction of its
+// entitlement, or IdleBelow of the entitlement it had while it went quiet
+// if that is less (see measure).
+const wakeShare = 0.5
 
 // bidKey is a bid's place in the book: one bid per plan on a VM, so several
 // plans funding one VM add up.
@@ -140,7 +145,8 @@ type Agent struct {
 	ticks    int64
 	desired  map[string]float64 // the shares the book calls for; replaced, never changed in place
 	util     map[string]float64
-	quiet    map[string]int // consecutive ticks below IdleBelow
+	quiet    map[string]int     // consecutive ticks below IdleBelow
+	quietE   map[string]float64 // the largest entitlement over those ticks
 	// downtime is how long nobody ran this agent before it started (from
 	// its state file's last write), excused from every bid's charge.
 	downtime time.Duration
@@ -176,7 +182,7 @@ func New(cfg Config) (*Agent, error) {
 		cfg.IdleTicks = 3
 	}
 	a := &Agent{cfg: cfg, vms: map[string]VM{}, bids: map[bidKey]*bid{}, total: map[legKey]money.Micro{},
-		captured: map[legKey]money.Micro{}, util: map[string]float64{}, quiet: map[string]int{},
+		captured: map[legKey]money.Micro{}, util: map[string]float64{}, quiet: map[string]int{}, quietE: map[string]float64{},
 		mandates: wire.MandateCache{Size: mandateCacheSize}, signers: newSignerCache()}
 	ctx := context.Background()
 	if err := a.load(); err != nil {
@@ -560,18 +566,23 @@ func (a *Agent) measure(ctx context.Context, now time.Time) error {
 		for vm, u := range use {
 			used := (u - a.lastUse[vm]).Seconds() / dt // CPUs
 			a.util[vm] = used / a.cfg.Capacity
-			// Hysteresis: an idle VM is busy again at twice the threshold.
-			// Money moved away shrinks its share, so the same small use
-			// is a larger part of it; without the margin a VM using a
-			// little would flip back and forth between idle and busy.
-			below := a.cfg.IdleBelow
+			e := a.entitlement(vm)
+			bar := a.cfg.IdleBelow * e
 			if a.quiet[vm] >= a.cfg.IdleTicks {
-				below *= 2
+				// Idle already: money moved away from it shrinks its
+				// share, not its use, so the same small use is a larger
+				// part of the smaller share. It stays idle until it uses
+				// IdleBelow of the largest entitlement it had while
+				// quiet, or half of its entitlement now if that is less
+				// (filling a small share is busy at once).
+				bar = max(bar, min(a.cfg.IdleBelow*a.quietE[vm], wakeShare*e))
 			}
-			if used < below*a.entitlement(vm) {
+			if used < bar {
 				a.quiet[vm]++
+				a.quietE[vm] = max(a.quietE[vm], e)
 			} else {
 				a.quiet[vm] = 0
+				delete(a.quietE, vm)
 			}
 		}
 	}

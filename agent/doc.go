@@ -40,13 +40,24 @@
 // repaired within a tick. SimEnforcer is a simulated host for the demo, the
 // simulator and tests; the libvirt enforcer implements the same interface.
 //
-// Each tick the agent publishes the host's state (price = Σ funded rates,
-// every VM's rate and bids, share, CPU utilisation, and whether it has been
-// idle — using less than IdleBelow of its entitlement, min(share × host
-// CPUs, the CPUs it may run on), for IdleTicks ticks) for the broker, on
-// mrm.v1.host.<id>.state and in the MRM_HOSTS bucket — sealed for its host
-// by the agent's key when NATSPublisher has a Signer (wire.SealHostState),
-// so a broker that knows identities can tell it from a forgery.
+// Each tick the agent publishes the host's state — price = Σ funded rates,
+// every VM's rate and bids, share, CPU utilisation and whether it is idle —
+// for the broker, on mrm.v1.host.<id>.state and in the MRM_HOSTS bucket,
+// sealed for its host by the agent's key when NATSPublisher has a Signer
+// (wire.SealHostState), so a broker that knows identities can tell it from
+// a forgery.
+//
+// # Idle
+//
+// A VM is idle after using less than IdleBelow of its entitlement — min(share
+// × host CPUs, the CPUs it may run on) — for IdleTicks ticks: a guest
+// saturating a small share is busy, a sleeping guest idle, whatever the rest
+// of the host does. Once idle it stays idle until it uses IdleBelow of the
+// largest entitlement it had while quiet, or half of its entitlement now if
+// that is less: moving money away from an idle VM shrinks its share, not its
+// use, so the smaller share alone must not make it busy again (bottleneck
+// elimination would oscillate), while a VM that wakes and fills its smaller
+// share is busy at once.
 //
 // Package agent/virt is the libvirt Enforcer for real hosts (mrmarket agent).
 //

@@ -2,7 +2,10 @@ package agent_test
 
 import (
 	"context"
+	"log/slog"
+	"math"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -174,6 +177,110 @@ func TestIdleIsRelativeToEntitlement(t *testing.T) {
 	for _, v := range st.VMs {
 		if v.Idle != want[v.VM] {
 			t.Errorf("%s: idle %v, want %v (share %.3f, util %.4f of the host)", v.VM, v.Idle, want[v.VM], v.Share, v.Util)
+		}
+	}
+}
+
+// TestIdleVMStaysIdleWhenItsMoneyMoves: money moved away from an idle VM
+// shrinks its share, not its use: it stays idle although it now uses more
+// than IdleBelow of the smaller share, and is busy at once when it fills it.
+func TestIdleVMStaysIdleWhenItsMoneyMoves(t *testing.T) {
+	ctx := context.Background()
+	h := newHost(t, agent.VM{ID: "s", Owner: "alice"}, agent.VM{ID: "f", Owner: "bob"})
+	h.fund(t, "alice", "hs", 10_000)
+	h.fund(t, "bob", "hf", 10_000)
+	if _, err := h.a.SetBids(ctx, bidReq(hourBid("s", "alice", "ps", "hs", 3600), hourBid("f", "bob", "pf", "hf", 3600))); err != nil {
+		t.Fatal(err)
+	}
+	h.sim.SetDemand("s", 0.02) // 4% of its half of the host
+	at := time.Duration(0)
+	step := func() wire.VMState {
+		at += time.Second
+		*h.clock = t0.Add(at)
+		for _, v := range h.tick(t).VMs {
+			if v.VM == "s" {
+				return v
+			}
+		}
+		t.Fatal("no VM s in the host's state")
+		return wire.VMState{}
+	}
+	for i := 1; i <= 3; i++ {
+		if v := step(); v.Idle != (i == 3) {
+			t.Fatalf("tick %d: idle %v", i, v.Idle)
+		}
+	}
+	// Its plan moves money away: a tenth of f's rate, a share of 1/11;
+	// 0.02 CPUs is 22% of that, yet the VM is no busier than it was.
+	if _, err := h.a.SetBids(ctx, bidReq(hourBid("s", "alice", "ps", "hs", 360))); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if v := step(); !v.Idle || math.Abs(v.Share-1.0/11) > 1e-9 {
+			t.Fatalf("after its money moved: %+v", v)
+		}
+	}
+	// It wakes up and fills its smaller share: busy at once.
+	h.sim.SetDemand("s", 1)
+	if v := step(); v.Idle {
+		t.Fatalf("filling its share: %+v", v)
+	}
+}
+
+// TestRepairsAndRestartsAreLogged: a share repaired after it drifted and a
+// restart that took bids back are one log line each, naming the host.
+func TestRepairsAndRestartsAreLogged(t *testing.T) {
+	ctx := context.Background()
+	h := newHost(t, agent.VM{ID: "a", Owner: "alice"}, agent.VM{ID: "b", Owner: "bob"})
+	state := filepath.Join(t.TempDir(), "agent.json")
+	records := make(chan slog.Record, 64)
+	start := func() *agent.Agent {
+		return must(agent.New(agent.Config{Host: "host-1", Enforcer: h.sim, Capturer: h.bank, StateFile: state,
+			Now: func() time.Time { return *h.clock }, Logger: slog.New(recordHandler{records})}))
+	}
+	a := start()
+	h.fund(t, "alice", "ha", 3600)
+	if _, err := a.SetBids(ctx, bidReq(hourBid("a", "alice", "pa", "ha", 3600))); err != nil {
+		t.Fatal(err)
+	}
+	h.sim.Tamper("b", 0.9)
+	*h.clock = t0.Add(time.Second)
+	if _, err := a.Tick(ctx, *h.clock); err != nil {
+		t.Fatal(err)
+	}
+	*h.clock = t0.Add(time.Minute)
+	start()
+	logged := drain(records)
+	for _, want := range []struct{ msg, attr, value string }{
+		{"repairing", "found", "b:0.9"},
+		{"started", "bids_loaded", "1"},
+		{"started", "downtime_excused", "59s"},
+	} {
+		found := false
+		for _, r := range logged {
+			attrs := map[string]string{}
+			r.Attrs(func(a slog.Attr) bool { attrs[a.Key] = a.Value.String(); return true })
+			if strings.Contains(r.Message, want.msg) && attrs["host"] == "host-1" && strings.Contains(attrs[want.attr], want.value) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no line %q with %s=%s in %d lines", want.msg, want.attr, want.value, len(logged))
+			for _, r := range logged {
+				t.Logf("  %s %s", r.Level, r.Message)
+			}
+		}
+	}
+}
+
+func drain(ch chan slog.Record) []slog.Record {
+	var out []slog.Record
+	for {
+		select {
+		case r := <-ch:
+			out = append(out, r)
+		default:
+			return out
 		}
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,8 +88,9 @@ func TestForgedWhoisAnswerRefusedByTheAgent(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	metrics := obs.NewMetrics(reg)
 	sim := agent.NewSimEnforcer(time.Now, 1, agent.VM{ID: "vm1", Owner: "alice"})
+	records := make(chan slog.Record, 64)
 	a, err := agent.New(agent.Config{Host: "host-1", Enforcer: sim, Capturer: ackCapturer{}, Metrics: metrics,
-		Identities: bank.Client{NC: nc}, AdminKey: admin.Public()})
+		Identities: bank.Client{NC: nc}, AdminKey: admin.Public(), Logger: slog.New(recordHandler{records})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,6 +109,18 @@ func TestForgedWhoisAnswerRefusedByTheAgent(t *testing.T) {
 		if got := errorsCounted(t, reg, "agent", "forged_whois"); got != float64(i+1) {
 			t.Fatalf("forged answers counted: %v, want %d", got, i+1)
 		}
+	}
+	// Each refusal is one log line naming the host, the request and why.
+	refused := 0
+	for _, r := range drain(records) {
+		attrs := map[string]string{}
+		r.Attrs(func(a slog.Attr) bool { attrs[a.Key] = a.Value.String(); return true })
+		if strings.Contains(r.Message, "refused") && attrs["host"] == "host-1" && attrs["op"] != "" && attrs["err"] != "" {
+			refused++
+		}
+	}
+	if refused != 2 {
+		t.Fatalf("%d refusals logged, want 2", refused)
 	}
 	if st := a.State(); st.VMs[0].Rate != 0 {
 		t.Fatalf("a forged bid is charging: %+v", st.VMs[0])
