@@ -31,7 +31,7 @@ func agentCommand() *ucli.Command {
 			&ucli.StringFlag{Name: "libvirt", Usage: "libvirt URI", Value: "qemu:///system", EnvVars: []string{"MRM_LIBVIRT_URI"}},
 			&ucli.Float64Flag{Name: "capacity", Usage: "the host's CPUs (default: all of them)"},
 			&ucli.BoolFlag{Name: "hard-cap", Usage: "also cap each VM at its share with vcpu_quota (off: caps a former run left are removed)"},
-			&ucli.Float64Flag{Name: "idle-below", Usage: "a VM using less than this fraction of its entitlement (its share of the host, at most the CPUs it may run on) for 3 ticks is idle", Value: 0.1},
+			flagIdleBelow(),
 			&ucli.BoolFlag{Name: "disk", Usage: "govern blkio weights too", Value: true},
 			&ucli.UintFlag{Name: "link-kibps", Usage: "cap interfaces at their share of this link capacity (KiB/s; 0: do not govern network)"},
 			&ucli.DurationFlag{Name: "tick", Usage: "charge, reconcile and publish every", Value: defaultTick},
@@ -52,6 +52,9 @@ func agentCommand() *ucli.Command {
 			}
 			if capacity == 0 {
 				capacity = float64(runtime.NumCPU())
+			}
+			if err := checkIdleBelow(c); err != nil {
+				return err
 			}
 			signer, err := wire.CredsDir(c.String("creds")).Signer(wire.RoleAgent, host)
 			if err != nil {
@@ -81,9 +84,6 @@ func agentCommand() *ucli.Command {
 			}
 			reg := prometheus.NewRegistry()
 			metrics := obs.NewMetrics(reg)
-			if f := c.Float64("idle-below"); !(f > 0 && f < 1) {
-				return badInput("--idle-below must be between 0 and 1 (exclusive), got %v", f)
-			}
 			a, err := agent.New(agent.Config{Host: host, Enforcer: enf, IdleBelow: c.Float64("idle-below"),
 				Capturer:  bank.Client{NC: nc, Signer: signer, AdminKey: anchor, OnRefused: func(error) { metrics.Error("agent", "untrusted_reply") }},
 				Publisher: agent.NATSPublisher{NC: nc, KV: assets.Hosts, Signer: signer}, Metrics: metrics, Capacity: capacity,
@@ -189,4 +189,17 @@ func brokerCommand() *ucli.Command {
 			}
 		},
 	}
+}
+
+// flagIdleBelow is the agents' idle threshold (mrmarket agent and up).
+func flagIdleBelow() ucli.Flag {
+	return &ucli.Float64Flag{Name: "idle-below", Value: 0.1,
+		Usage: "a VM using less than this fraction of its entitlement (its share of the host, at most the CPUs it may run on) for 3 ticks is idle"}
+}
+
+func checkIdleBelow(c *ucli.Context) error {
+	if f := c.Float64("idle-below"); !(f > 0 && f < 1) {
+		return badInput("--idle-below must be between 0 and 1 (exclusive), got %v", f)
+	}
+	return nil
 }

@@ -143,6 +143,8 @@ func TestBadInputToEveryCommand(t *testing.T) {
 		{[]string{"bank", "grant", n, "--amount", "5"}, cli.ExitBadInput, "--user"},
 		{[]string{"bank", "grant", n, "--user", "a.b", "--amount", "5"}, cli.ExitBadInput, "invalid user"},
 		{[]string{"balance", n, "--user", "nobody"}, cli.ExitRefused, "nobody"},
+		{[]string{"up", "--data", t.TempDir(), "--idle-below", "1.5"}, cli.ExitBadInput, "--idle-below must be between 0 and 1"},
+		{[]string{"agent", "--host", "host-1", "--idle-below", "0"}, cli.ExitBadInput, "--idle-below must be between 0 and 1"},
 		{[]string{"spend", n, "--user", "alice", "--budget", "5", "--duration", "0s", "--vm", "a1"}, cli.ExitBadInput, "duration"},
 		{[]string{"spend", n, "--user", "alice", "--budget", "5", "--duration", "soon", "--vm", "a1"}, cli.ExitBadInput, "duration"},
 		{[]string{"spend", n, "--user", "alice", "--budget", "5", "--duration", "1y", "--vm", "a1"}, cli.ExitBadInput, `--duration "1y" is not a duration`},

@@ -93,6 +93,7 @@ func upCommand() *ucli.Command {
 			&ucli.StringFlag{Name: "listen", Usage: "NATS listen address", Value: "127.0.0.1:4222"},
 			&ucli.StringFlag{Name: "http", Usage: "address for /metrics and /healthz", Value: "127.0.0.1:9464"},
 			&ucli.DurationFlag{Name: "tick", Usage: "agent tick period", Value: defaultTick},
+			flagIdleBelow(),
 		},
 		Action: func(c *ucli.Context) error {
 			var users []string
@@ -108,12 +109,16 @@ func upCommand() *ucli.Command {
 			if c.Duration("tick") < tickMin || c.Duration("tick") > tickMax {
 				return badInput("--tick must be between %s and %s", tickMin, tickMax)
 			}
+			if err := checkIdleBelow(c); err != nil {
+				return err
+			}
 			host, port, err := splitHostPort(c.String("listen"))
 			if err != nil {
 				return err
 			}
 			m, err := market.Start(c.Context, market.Config{
 				Dir: c.String("data"), NATSHost: host, NATSPort: port, Hosts: hosts, Users: users, TickPeriod: c.Duration("tick"), AgentState: true,
+				IdleBelow: c.Float64("idle-below"),
 			})
 			if err != nil {
 				return err

@@ -73,6 +73,9 @@ type Config struct {
 	// NATSCAFile verifies an external NATS's TLS certificate (with
 	// NATSURL); empty: Dir/tls/ca.pem when it exists, else no TLS.
 	NATSCAFile string
+	// IdleBelow is the agents' idle threshold, a fraction of a VM's
+	// entitlement (agent.Config.IdleBelow); 0 means the agents' default.
+	IdleBelow float64
 }
 
 // Layout makes hosts host-1…host-n, each with perHost VMs named
@@ -441,6 +444,7 @@ func (m *Market) startAgents(ctx context.Context, now func() time.Time) error {
 			Metrics:    m.Metrics,
 			Now:        now,
 			Capacity:   h.CPUs,
+			IdleBelow:  m.cfg.IdleBelow,
 			Identities: bank.Client{NC: nc, AdminKey: m.AdminKey()},
 			StateFile:  stateFile(h.ID),
 		})
