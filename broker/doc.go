@@ -106,9 +106,10 @@
 // work, each at the rate of the station it is in (map while it has maps
 // left), scaled down where a host's total would pass Φ.
 //
-// Progress comes from the YARN monitor (`mrmarket jobs watch`; the
-// simulator's ProgressFeed in tests) on mrm.v1.broker.progress; once a minute it drives the control
-// loop: Jockey's (slack 1.2, hysteresis 0.2, dead zone min(3 min, a tenth
+// Progress comes on mrm.v1.broker.progress, signed by the job's user: from
+// the YARN monitor (`mrmarket jobs watch`), from up's simulated Hadoop
+// (internal/market/jobs.go) or from the simulator's ProgressFeed. Once a
+// minute it drives the control loop: Jockey's (slack 1.2, hysteresis 0.2, dead zone min(3 min, a tenth
 // of the time left)) over the job's table, else ARIA's minimum slots for
 // the tasks left at the pace measured so far, as a share of the job's
 // slots. A done job ends its plan; what it did not spend is released.
