@@ -27,19 +27,7 @@ func upMarket(t *testing.T, tick time.Duration) (*market.Market, *time.Time, ban
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock := time.Date(2026, 6, 1, 9, 0, 0, 0, time.UTC)
-	m, err := market.Start(context.Background(), market.Config{
-		Dir: t.TempDir(), NATSPort: -1, Now: func() time.Time { return clock }, TickPeriod: tick, Hosts: hosts, Users: []string{"alice", "bob"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Close)
-	nc, err := m.NC("test-client")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m, &clock, bank.Client{NC: nc, Keys: m.Keys()}, broker.Client{NC: nc, Keys: m.Keys()}
+	return startAt(t, time.Date(2026, 6, 1, 9, 0, 0, 0, time.UTC), market.Config{TickPeriod: tick, Hosts: hosts, Users: []string{"alice", "bob"}})
 }
 
 // exampleJob reads a job file of examples/ as the CLI does.

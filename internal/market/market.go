@@ -590,12 +590,12 @@ func (m *Market) Tick(ctx context.Context, now time.Time) error {
 	return nil
 }
 
-// Run ticks every component on the wall clock until ctx ends.
+// Run ticks every component on the wall clock until ctx ends: the agents
+// each on its own, the bank, the broker and the simulated jobs in turn.
 func (m *Market) Run(ctx context.Context) {
 	for _, a := range m.Agents {
 		go agent.Run(ctx, a, m.cfg.TickPeriod)
 	}
-	go m.runJobs(ctx)
 	t := time.NewTicker(m.cfg.TickPeriod)
 	defer t.Stop()
 	for {
@@ -609,19 +609,6 @@ func (m *Market) Run(ctx context.Context) {
 			if err := m.Broker.Tick(ctx, now); err != nil {
 				m.Metrics.Error("broker", "tick")
 			}
-		}
-	}
-}
-
-// runJobs steps the job runner on the wall clock until ctx ends.
-func (m *Market) runJobs(ctx context.Context) {
-	t := time.NewTicker(m.cfg.TickPeriod)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
 			if err := m.jobs.step(ctx, m.now(), false); err != nil && ctx.Err() == nil {
 				m.Metrics.Error("jobs", "step")
 			}

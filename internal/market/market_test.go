@@ -30,14 +30,22 @@ func credits(t *testing.T, s string) money.Micro {
 // a virtual clock the test advances.
 func testMarket(t *testing.T) (*market.Market, *time.Time, bank.Client, broker.Client) {
 	t.Helper()
-	clock := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	m, err := market.Start(context.Background(), market.Config{
-		Dir: t.TempDir(), NATSPort: -1, Now: func() time.Time { return clock }, TickPeriod: 5 * time.Second,
+	return startAt(t, time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC), market.Config{TickPeriod: 5 * time.Second,
 		Hosts: []market.HostSpec{
 			{ID: "host-1", CPUs: 1, VMs: []agent.VM{{ID: "a1", Owner: "alice"}, {ID: "b1", Owner: "bob"}}},
 			{ID: "host-2", CPUs: 1, VMs: []agent.VM{{ID: "a2", Owner: "alice"}, {ID: "b2", Owner: "bob"}}},
 		},
 	})
+}
+
+// startAt starts cfg's market in a temporary directory on a free port, on
+// a virtual clock starting at start that the test advances, with a bank
+// and a broker client.
+func startAt(t *testing.T, start time.Time, cfg market.Config) (*market.Market, *time.Time, bank.Client, broker.Client) {
+	t.Helper()
+	clock := start
+	cfg.Dir, cfg.NATSPort, cfg.Now = t.TempDir(), -1, func() time.Time { return clock }
+	m, err := market.Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
