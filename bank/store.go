@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // the PostgreSQL/CockroachDB driver
 	_ "modernc.org/sqlite"             // the embedded store's driver
+
+	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
 // dialect is the SQL flavour of a store.
@@ -41,7 +43,7 @@ const maxTxAttempts = 50
 func openStore(target string) (*store, error) {
 	switch {
 	case strings.HasPrefix(target, "postgres://"), strings.HasPrefix(target, "postgresql://"):
-		db, err := sql.Open("pgx", withCustomPlans(target))
+		db, err := sql.Open("pgx", withConnectTimeout(withCustomPlans(target)))
 		if err != nil {
 			return nil, fmt.Errorf("bank: opening PostgreSQL: %w", err)
 		}
@@ -82,6 +84,43 @@ func withCustomPlans(url string) string {
 		sep = "&"
 	}
 	return url + sep + "plan_cache_mode=force_custom_plan"
+}
+
+// multiHostConnectTimeout bounds each host's connection attempt when the
+// URL lists several hosts (see withConnectTimeout).
+const multiHostConnectTimeout = "2"
+
+// withConnectTimeout gives a URL that lists several hosts
+// ("postgres://h1:5432,h2:5432/db?target_session_attrs=read-write": a
+// primary and its standby) a per-host connect_timeout, unless it has one.
+// pgx tries the hosts in order and bounds each with connect_timeout; without
+// one, a first host that is gone without resetting connections (a dead
+// machine, a partition) holds every new connection until the request's own
+// deadline, and the promoted standby listed after it is never reached.
+func withConnectTimeout(url string) string {
+	if strings.Contains(url, "connect_timeout=") || !strings.Contains(urlHosts(url), ",") {
+		return url
+	}
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	return url + sep + "connect_timeout=" + multiHostConnectTimeout
+}
+
+// urlHosts is the host list of a connection URL: after the scheme and any
+// user information, up to the path or query.
+func urlHosts(url string) string {
+	if i := strings.Index(url, "://"); i >= 0 {
+		url = url[i+3:]
+	}
+	if i := strings.IndexAny(url, "/?"); i >= 0 {
+		url = url[:i]
+	}
+	if i := strings.LastIndex(url, "@"); i >= 0 {
+		url = url[i+1:]
+	}
+	return url
 }
 
 // redact drops a password from a connection URL.
@@ -171,7 +210,11 @@ func (s *store) runOnce(ctx context.Context, fn func(tx) error) error {
 	}
 	if err := fn(tx{t, s}); err != nil {
 		_ = t.Rollback()
-		var we interface{ Is(error) bool }
+		// Only the bank's own refusals (wire errors) go to the caller as
+		// they are. Not any error with an Is method: a lost connection
+		// (ECONNRESET, EPIPE) arrives as a syscall.Errno, which has one, and
+		// must be reported unavailable so that the client retries by id.
+		var we *wire.Error
 		if errors.As(err, &we) || retryable(err) {
 			return err // a refusal for the caller, or a race to retry
 		}
