@@ -65,6 +65,7 @@ func StartPairMain() (*Pair, func(), error) {
 	stop := func() {
 		for _, c := range []*Cluster{p.Primary, p.Standby} {
 			if c != nil {
+				_ = c.Resume() // a paused server would not stop
 				_, _ = c.run("pg_ctl", "-D", c.dir, "-m", "immediate", "-w", "stop")
 			}
 		}
@@ -177,8 +178,7 @@ func (p *Pair) URL(db string) string {
 }
 
 // KillPrimary loses the primary's machine: SIGKILL to the postmaster and
-// every server process (pg_ctl starts the postmaster in its own session, so
-// they are one process group), then waits until they are gone. Connections
+// every server process at once, then waits until they are gone. Connections
 // to it break at once, as they would when its host resets them; a host that
 // vanishes without resetting connections is not simulated.
 func (p *Pair) KillPrimary() error {
@@ -186,59 +186,126 @@ func (p *Pair) KillPrimary() error {
 }
 
 // Kill sends SIGKILL to the server's postmaster and all its processes and
-// waits until they are dead.
+// waits until they are dead. (Not to a process group: every PostgreSQL
+// child calls setsid, so the postmaster's group is the postmaster alone.)
 func (c *Cluster) Kill() error {
-	b, err := os.ReadFile(c.dir + "/postmaster.pid")
+	pids, err := c.processes(true)
 	if err != nil {
-		return fmt.Errorf("pgtest: no running server in %s: %w", c.dir, err)
+		return err
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
-	if err != nil || pid <= 1 {
-		return fmt.Errorf("pgtest: bad postmaster.pid in %s", c.dir)
-	}
-	pgid, err := syscall.Getpgid(pid)
-	if err != nil {
-		return fmt.Errorf("pgtest: postmaster %d: %w", pid, err)
-	}
-	if pgid != pid {
-		return fmt.Errorf("pgtest: postmaster %d is not a process group leader (group %d); refusing to kill the group", pid, pgid)
-	}
-	if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil {
-		return fmt.Errorf("pgtest: killing process group %d: %w", pgid, err)
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for groupAlive(pgid) {
+	for anyAlive(pids) {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("pgtest: process group %d still alive after SIGKILL", pgid)
+			return fmt.Errorf("pgtest: server processes %v still alive after SIGKILL", pids)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	return nil
 }
 
-// groupAlive reports whether any process of group pgid is alive (not a
-// zombie: PID 1 here need not reap the postmaster).
-func groupAlive(pgid int) bool {
+// Pause stops every process of the server (SIGSTOP), as a machine that
+// hangs; Resume lets them go on (SIGCONT). A paused synchronous standby
+// holds every COMMIT on the primary in its wait for the standby, with the
+// commit record already sent: what the standby then has, the client was
+// never told.
+func (c *Cluster) Pause() error {
+	pids, err := c.processes(true)
+	if err != nil {
+		return err
+	}
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return fmt.Errorf("pgtest: stopping %d: %w", pid, err)
+		}
+	}
+	return nil
+}
+
+// Resume undoes Pause.
+func (c *Cluster) Resume() error {
+	pids, err := c.processes(false)
+	if err != nil {
+		return err
+	}
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, syscall.SIGCONT); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return fmt.Errorf("pgtest: continuing %d: %w", pid, err)
+		}
+	}
+	return nil
+}
+
+// processes is the postmaster's pid and its children's. With freeze, the
+// postmaster is stopped (SIGSTOP) first so that it forks no child after the
+// list is made; the caller then signals them all.
+func (c *Cluster) processes(freeze bool) ([]int, error) {
+	b, err := os.ReadFile(c.dir + "/postmaster.pid")
+	if err != nil {
+		return nil, fmt.Errorf("pgtest: no running server in %s: %w", c.dir, err)
+	}
+	pm, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
+	if err != nil || pm <= 1 {
+		return nil, fmt.Errorf("pgtest: bad postmaster.pid in %s", c.dir)
+	}
+	if !alive(pm) {
+		return nil, fmt.Errorf("pgtest: postmaster %d of %s is not running", pm, c.dir)
+	}
+	if freeze {
+		if err := syscall.Kill(pm, syscall.SIGSTOP); err != nil {
+			return nil, fmt.Errorf("pgtest: stopping postmaster %d: %w", pm, err)
+		}
+	}
+	pids := []int{pm}
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
-		return syscall.Kill(-pgid, 0) == nil
+		return nil, err
 	}
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
+		if st, ok := procStat(pid); ok && st.ppid == pm {
+			pids = append(pids, pid)
 		}
-		// pid (comm) state ppid pgrp …; comm may hold spaces and parentheses.
-		s := string(stat)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) < 3 || f[0] == "Z" || f[0] == "X" {
-			continue
-		}
-		if g, _ := strconv.Atoi(f[2]); g == pgid && pid > 0 {
+	}
+	return pids, nil
+}
+
+type procState struct {
+	state byte
+	ppid  int
+}
+
+// procStat reads a process's state and parent from /proc.
+func procStat(pid int) (procState, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procState{}, false
+	}
+	// pid (comm) state ppid …; comm may hold spaces and parentheses.
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 2 || len(f[0]) != 1 {
+		return procState{}, false
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return procState{state: f[0][0], ppid: ppid}, true
+}
+
+// alive reports whether pid runs (a zombie does not: PID 1 here need not
+// reap the postmaster).
+func alive(pid int) bool {
+	st, ok := procStat(pid)
+	return ok && st.state != 'Z' && st.state != 'X'
+}
+
+func anyAlive(pids []int) bool {
+	for _, pid := range pids {
+		if alive(pid) {
 			return true
 		}
 	}
