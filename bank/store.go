@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -31,7 +32,8 @@ const (
 type store struct {
 	db      *sql.DB
 	dialect dialect
-	name    string // for messages: "sqlite:/path" or the PostgreSQL host/db
+	name    string       // for messages: "sqlite:/path" or the PostgreSQL host/db
+	flavour atomic.Int32 // PostgreSQL or CockroachDB (see durableCommit)
 }
 
 // maxTxAttempts bounds the retries of a transaction that lost a race
@@ -220,11 +222,65 @@ func (s *store) runOnce(ctx context.Context, fn func(tx) error) error {
 		}
 		return storeErr("transaction", err)
 	}
+	if s.dialect == postgresDialect {
+		if err := s.durableCommit(ctx, t); err != nil {
+			_ = t.Rollback()
+			return storeErr("transaction", err)
+		}
+	}
 	if err := t.Commit(); err != nil {
 		return storeErr("commit", err)
 	}
 	return nil
 }
+
+// durableCommit makes the transaction write a little WAL on PostgreSQL (a
+// transactional logical message, prefix "mrmarket", empty), so that its
+// COMMIT, like a write's, is flushed and, with a synchronous standby, waits
+// until the standby has it — even when the transaction only read.
+//
+// Why: when a COMMIT waiting for the standby is cancelled (pgx sends a
+// CancelRequest when it drops a connection whose context ran out; so do
+// statement_timeout and pg_cancel_backend), PostgreSQL keeps the
+// transaction, committed on the primary alone, and shows it to everyone.
+// The client saw an error and retries by id; the retry finds the transfer
+// and answers it as done (Replayed) in a transaction that wrote nothing,
+// which PostgreSQL commits without waiting for the standby. Measured
+// (TestFailover, standby paused): such answers came within milliseconds
+// while nothing could reach the standby — acknowledged operations that die
+// with the primary. Now the retry's COMMIT waits for the standby to reach
+// its own commit record, which comes after the one it read, so the answer
+// is given only once the standby has what it reports. (An xid alone is not
+// enough: PostgreSQL skips the flush and the wait for a transaction that
+// wrote no WAL.) Cost: one statement and a few bytes of WAL per
+// transaction, and for a read the standby's acknowledgement. CockroachDB
+// commits through consensus, has no such window and no such function: it
+// is skipped there.
+func (s *store) durableCommit(ctx context.Context, t *sql.Tx) error {
+	switch s.flavour.Load() {
+	case flavourCockroach:
+		return nil
+	case flavourUnknown:
+		var v string
+		if err := t.QueryRowContext(ctx, `SELECT version()`).Scan(&v); err != nil {
+			return err
+		}
+		if strings.Contains(v, "CockroachDB") {
+			s.flavour.Store(flavourCockroach)
+			return nil
+		}
+		s.flavour.Store(flavourPostgres)
+	}
+	_, err := t.ExecContext(ctx, `SELECT pg_logical_emit_message(true, 'mrmarket', '')`)
+	return err
+}
+
+// The server behind a postgres:// URL, learnt on the first transaction.
+const (
+	flavourUnknown int32 = iota
+	flavourPostgres
+	flavourCockroach
+)
 
 // storeErr marks a store failure as unavailable, keeping the driver error
 // (and so its SQLSTATE) in the chain for retryable.
