@@ -120,6 +120,8 @@ func retryByID(ctx context.Context, op func(ctx context.Context) error) (retries
 // must resume within a bound.
 func TestFailover(t *testing.T) {
 	pair := pgtest.StartPair(t)
+	unknownCommits.Store(0)
+	timedOut.Store(0)
 	target := pair.DSN(t, "bank_failover")
 	b, err := bank.Open(target, bank.Options{})
 	if err != nil {
@@ -317,8 +319,8 @@ func TestFailover(t *testing.T) {
 		t.Error("no COMMIT was cut by the kill: the test did not exercise an unknown outcome")
 	}
 	ms := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
-	t.Logf("standby paused at +%v, primary killed %v later, standby resumed and promoted %v after the kill (pg_ctl promote took %v); outage as the clients saw it %v (last acknowledgement %v before the pause, first %v after the promotion began)",
-		ms(paused.Sub(start)), ms(killed.Sub(paused)), ms(promoting.Sub(killed)), ms(promoted.Sub(promoting)), ms(outage), ms(paused.Sub(lastBefore)), ms(firstAfter))
+	t.Logf("standby paused at +%v, primary killed %v later, standby resumed and promoted %v after the kill (pg_ctl promote took %v); outage as the clients saw it %v (last acknowledgement at pause%+v, first %v after the promotion began)",
+		ms(paused.Sub(start)), ms(killed.Sub(paused)), ms(promoting.Sub(killed)), ms(promoted.Sub(promoting)), ms(outage), ms(lastBefore.Sub(paused)), ms(firstAfter))
 	t.Logf("longest gap without an acknowledgement %v (from +%v; %v of it the pause and waiting for the promotion); longest gap before the pause %v; slowest operation %s took %v, retries included",
 		ms(gap), ms(gapAt.Sub(start)), ms(standbyPause+failoverDetect), ms(baseline), slowID, ms(slow))
 	// The gap is the detection time plus the bank's own recovery; the
