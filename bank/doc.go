@@ -87,4 +87,48 @@
 // report such a transaction as done: see TestWriteSkewAtCommit). Statements
 // are planned with their real parameters (plan_cache_mode=force_custom_plan).
 // Migrations are embedded and run on Open.
+//
+// # Losing the database machine
+//
+// On PostgreSQL the bank runs on a primary with a synchronous streaming
+// standby (synchronous_commit=on, synchronous_standby_names naming the
+// standby, the standby made with pg_basebackup -R) and a URL listing both,
+// postgres://h1:5432,h2:5432/mrm?target_session_attrs=read-write: pgx tries
+// the hosts in order and keeps the one that accepts writes. A URL listing
+// several hosts gets connect_timeout=2 unless it sets one, so a first host
+// that is gone without resetting connections costs a new connection 2 s,
+// not the request's whole deadline. When the primary dies, every transaction
+// on it fails unavailable (a broken connection is never reused: pgx marks it
+// closed and database/sql drops it) and its caller retries by id; once the
+// standby is promoted the same URL reaches it. A COMMIT cut by the failure
+// has an unknown outcome; the retry by id answers it exactly once either
+// way. Every PostgreSQL transaction writes an empty transactional logical
+// message (prefix "mrmarket") so that its COMMIT waits for the standby even
+// when it only read: a COMMIT whose wait for the standby is cancelled
+// (pgx cancels when a context runs out) stays committed on the primary
+// alone, and a retry that merely read it would otherwise answer "done" for
+// something the standby may never get (see store.durableCommit). Keep
+// statement_timeout off for the bank's user and do not pg_cancel_backend
+// its sessions, for the same reason; keep synchronous_standby_names out of
+// the standby's configuration (a promoted standby that names a standby waits
+// for it on every COMMIT). Promotion is the operator's or a failover
+// manager's (pg_ctl promote, Patroni…); the bank does not promote.
+//
+// Tested (TestFailover, on PostgreSQL 15 here): six concurrent clients
+// transfer, hold, capture and release with ids; the standby is paused
+// (SIGSTOP) for 2.5 s so that COMMITs are in flight and attempts time out,
+// the primary is killed with SIGKILL (every server process), the standby
+// promoted 1 s later; every acknowledged operation is in the ledger exactly
+// once, the invariant holds throughout, nothing is acknowledged while the
+// standby is paused, and the bank acknowledges again within milliseconds of
+// the promotion. TestFailoverPassesSilentHost: a first host that accepts
+// TCP and never answers is passed over. Not tested here: CockroachDB (it
+// shares this code path — multi-host URLs and retries by id — but not the
+// logical message, which it lacks and does not need: its commits are
+// replicated by consensus); a real network partition or a host that
+// vanishes with connections open (only SIGKILL on one machine, where the
+// kernel resets them; an in-flight query on a silent host is bounded by the
+// request's context); re-attaching the old primary as a standby (pg_rewind);
+// a failover manager; the bank served over NATS during the failover (the
+// test calls the in-process methods the NATS handlers call).
 package bank

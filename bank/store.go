@@ -8,11 +8,14 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // the PostgreSQL/CockroachDB driver
 	_ "modernc.org/sqlite"             // the embedded store's driver
+
+	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
 // dialect is the SQL flavour of a store.
@@ -29,7 +32,8 @@ const (
 type store struct {
 	db      *sql.DB
 	dialect dialect
-	name    string // for messages: "sqlite:/path" or the PostgreSQL host/db
+	name    string       // for messages: "sqlite:/path" or the PostgreSQL host/db
+	flavour atomic.Int32 // PostgreSQL or CockroachDB (see durableCommit)
 }
 
 // maxTxAttempts bounds the retries of a transaction that lost a race
@@ -41,7 +45,7 @@ const maxTxAttempts = 50
 func openStore(target string) (*store, error) {
 	switch {
 	case strings.HasPrefix(target, "postgres://"), strings.HasPrefix(target, "postgresql://"):
-		db, err := sql.Open("pgx", withCustomPlans(target))
+		db, err := sql.Open("pgx", withConnectTimeout(withCustomPlans(target)))
 		if err != nil {
 			return nil, fmt.Errorf("bank: opening PostgreSQL: %w", err)
 		}
@@ -82,6 +86,43 @@ func withCustomPlans(url string) string {
 		sep = "&"
 	}
 	return url + sep + "plan_cache_mode=force_custom_plan"
+}
+
+// multiHostConnectTimeout bounds each host's connection attempt when the
+// URL lists several hosts (see withConnectTimeout).
+const multiHostConnectTimeout = "2"
+
+// withConnectTimeout gives a URL that lists several hosts
+// ("postgres://h1:5432,h2:5432/db?target_session_attrs=read-write": a
+// primary and its standby) a per-host connect_timeout, unless it has one.
+// pgx tries the hosts in order and bounds each with connect_timeout; without
+// one, a first host that is gone without resetting connections (a dead
+// machine, a partition) holds every new connection until the request's own
+// deadline, and the promoted standby listed after it is never reached.
+func withConnectTimeout(url string) string {
+	if strings.Contains(url, "connect_timeout=") || !strings.Contains(urlHosts(url), ",") {
+		return url
+	}
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	return url + sep + "connect_timeout=" + multiHostConnectTimeout
+}
+
+// urlHosts is the host list of a connection URL: after the scheme and any
+// user information, up to the path or query.
+func urlHosts(url string) string {
+	if i := strings.Index(url, "://"); i >= 0 {
+		url = url[i+3:]
+	}
+	if i := strings.IndexAny(url, "/?"); i >= 0 {
+		url = url[:i]
+	}
+	if i := strings.LastIndex(url, "@"); i >= 0 {
+		url = url[i+1:]
+	}
+	return url
 }
 
 // redact drops a password from a connection URL.
@@ -171,17 +212,75 @@ func (s *store) runOnce(ctx context.Context, fn func(tx) error) error {
 	}
 	if err := fn(tx{t, s}); err != nil {
 		_ = t.Rollback()
-		var we interface{ Is(error) bool }
+		// Only the bank's own refusals (wire errors) go to the caller as
+		// they are. Not any error with an Is method: a lost connection
+		// (ECONNRESET, EPIPE) arrives as a syscall.Errno, which has one, and
+		// must be reported unavailable so that the client retries by id.
+		var we *wire.Error
 		if errors.As(err, &we) || retryable(err) {
 			return err // a refusal for the caller, or a race to retry
 		}
 		return storeErr("transaction", err)
+	}
+	if s.dialect == postgresDialect {
+		if err := s.durableCommit(ctx, t); err != nil {
+			_ = t.Rollback()
+			return storeErr("transaction", err)
+		}
 	}
 	if err := t.Commit(); err != nil {
 		return storeErr("commit", err)
 	}
 	return nil
 }
+
+// durableCommit makes the transaction write a little WAL on PostgreSQL (a
+// transactional logical message, prefix "mrmarket", empty), so that its
+// COMMIT, like a write's, is flushed and, with a synchronous standby, waits
+// until the standby has it — even when the transaction only read.
+//
+// Why: when a COMMIT waiting for the standby is cancelled (pgx sends a
+// CancelRequest when it drops a connection whose context ran out; so do
+// statement_timeout and pg_cancel_backend), PostgreSQL keeps the
+// transaction, committed on the primary alone, and shows it to everyone.
+// The client saw an error and retries by id; the retry finds the transfer
+// and answers it as done (Replayed) in a transaction that wrote nothing,
+// which PostgreSQL commits without waiting for the standby. Measured
+// (TestFailover, standby paused): such answers came within milliseconds
+// while nothing could reach the standby — acknowledged operations that die
+// with the primary. Now the retry's COMMIT waits for the standby to reach
+// its own commit record, which comes after the one it read, so the answer
+// is given only once the standby has what it reports. (An xid alone is not
+// enough: PostgreSQL skips the flush and the wait for a transaction that
+// wrote no WAL.) Cost: one statement and a few bytes of WAL per
+// transaction, and for a read the standby's acknowledgement. CockroachDB
+// commits through consensus, has no such window and no such function: it
+// is skipped there.
+func (s *store) durableCommit(ctx context.Context, t *sql.Tx) error {
+	switch s.flavour.Load() {
+	case flavourCockroach:
+		return nil
+	case flavourUnknown:
+		var v string
+		if err := t.QueryRowContext(ctx, `SELECT version()`).Scan(&v); err != nil {
+			return err
+		}
+		if strings.Contains(v, "CockroachDB") {
+			s.flavour.Store(flavourCockroach)
+			return nil
+		}
+		s.flavour.Store(flavourPostgres)
+	}
+	_, err := t.ExecContext(ctx, `SELECT pg_logical_emit_message(true, 'mrmarket', '')`)
+	return err
+}
+
+// The server behind a postgres:// URL, learnt on the first transaction.
+const (
+	flavourUnknown int32 = iota
+	flavourPostgres
+	flavourCockroach
+)
 
 // storeErr marks a store failure as unavailable, keeping the driver error
 // (and so its SQLSTATE) in the chain for retryable.

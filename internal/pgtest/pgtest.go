@@ -33,7 +33,8 @@ type Cluster struct {
 	dir  string // data directory (and socket directory)
 	root string // what to remove at the end
 	port int
-	asPG bool // run the binaries as the postgres user
+	asPG bool     // run the binaries as the postgres user
+	opts []string // server settings (-c name=value) beyond the defaults
 
 	mu  sync.Mutex
 	dbs map[string]bool
@@ -56,38 +57,15 @@ func Start(t testing.TB) *Cluster {
 
 // StartMain starts a cluster for a TestMain; stop stops and removes it.
 func StartMain() (*Cluster, func(), error) {
-	bin, err := findBin()
+	root, err := newRoot()
 	if err != nil {
 		return nil, nil, err
 	}
-	root, err := os.MkdirTemp("", "pgtest-")
+	c, err := initCluster(root, "data")
+	if err == nil {
+		err = c.start()
+	}
 	if err != nil {
-		return nil, nil, err
-	}
-	c := &Cluster{bin: bin, root: root, dir: filepath.Join(root, "data"), dbs: map[string]bool{}}
-	if u, err := user.Current(); err == nil && u.Uid == "0" {
-		c.asPG = true
-		pg, err := user.Lookup("postgres")
-		if err != nil {
-			os.RemoveAll(root)
-			return nil, nil, fmt.Errorf("pgtest: running as root needs the postgres user: %w", err)
-		}
-		uid, _ := strconv.Atoi(pg.Uid)
-		gid, _ := strconv.Atoi(pg.Gid)
-		if err := os.Chown(root, uid, gid); err != nil {
-			os.RemoveAll(root)
-			return nil, nil, err
-		}
-	}
-	if out, err := c.run("initdb", "-D", c.dir, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"); err != nil {
-		os.RemoveAll(root)
-		return nil, nil, fmt.Errorf("pgtest: initdb: %v\n%s", err, out)
-	}
-	if c.port, err = freePort(); err != nil {
-		os.RemoveAll(root)
-		return nil, nil, err
-	}
-	if err := c.start(); err != nil {
 		os.RemoveAll(root)
 		return nil, nil, err
 	}
@@ -96,6 +74,68 @@ func StartMain() (*Cluster, func(), error) {
 		os.RemoveAll(root)
 	}
 	return c, stop, nil
+}
+
+// newRoot makes the temporary directory of one or more clusters, owned by
+// the postgres user when we are root.
+func newRoot() (string, error) {
+	if _, err := findBin(); err != nil {
+		return "", err
+	}
+	root, err := os.MkdirTemp("", "pgtest-")
+	if err != nil {
+		return "", err
+	}
+	if u, err := user.Current(); err == nil && u.Uid == "0" {
+		uid, gid, err := postgresUser()
+		if err == nil {
+			err = os.Chown(root, uid, gid)
+		}
+		if err != nil {
+			os.RemoveAll(root)
+			return "", err
+		}
+	}
+	return root, nil
+}
+
+func postgresUser() (uid, gid int, err error) {
+	pg, err := user.Lookup("postgres")
+	if err != nil {
+		return 0, 0, fmt.Errorf("pgtest: running as root needs the postgres user: %w", err)
+	}
+	uid, _ = strconv.Atoi(pg.Uid)
+	gid, _ = strconv.Atoi(pg.Gid)
+	return uid, gid, nil
+}
+
+// newCluster describes a cluster in root/name on a free port; nothing is
+// created yet.
+func newCluster(root, name string) (*Cluster, error) {
+	bin, err := findBin()
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{bin: bin, root: root, dir: filepath.Join(root, name), dbs: map[string]bool{}}
+	if u, err := user.Current(); err == nil && u.Uid == "0" {
+		c.asPG = true
+	}
+	if c.port, err = freePort(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// initCluster runs initdb for a new cluster in root/name.
+func initCluster(root, name string) (*Cluster, error) {
+	c, err := newCluster(root, name)
+	if err != nil {
+		return nil, err
+	}
+	if out, err := c.run("initdb", "-D", c.dir, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"); err != nil {
+		return nil, fmt.Errorf("pgtest: initdb: %v\n%s", err, out)
+	}
+	return c, nil
 }
 
 // findBin finds the newest PostgreSQL server binaries.
@@ -141,6 +181,9 @@ func (c *Cluster) run(name string, args ...string) ([]byte, error) {
 
 func (c *Cluster) start() error {
 	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200", c.port, c.dir)
+	for _, o := range c.opts {
+		opts += " -c " + o // later settings win
+	}
 	if out, err := c.run("pg_ctl", "-D", c.dir, "-o", opts, "-l", filepath.Join(c.dir, "log"), "-w", "-t", "60", "start"); err != nil {
 		log, _ := os.ReadFile(filepath.Join(c.dir, "log"))
 		return fmt.Errorf("pgtest: starting PostgreSQL: %v\n%s\n%s", err, out, log)
