@@ -79,10 +79,10 @@ type pricing struct {
 	commits        *hostCommits // the hosts' commitment records, as read
 }
 
-// price prices a job now for admission token (none for a quote): MRM's
-// queue on its hosts is the store's jobs and those their commitment
-// records list (commit.go), but token's own.
-func (b *Broker) price(ctx context.Context, now time.Time, user string, s wire.JobSpec, token string) (*pricing, error) {
+// price prices a job now as plan id (none for a quote): MRM's queue on
+// its hosts is the store's jobs and those their commitment records list
+// (commit.go), but plan id's.
+func (b *Broker) price(ctx context.Context, now time.Time, user string, s wire.JobSpec, id string) (*pricing, error) {
 	hosts, err := b.jobHosts(user, s)
 	if err != nil {
 		return nil, err
@@ -98,7 +98,7 @@ func (b *Broker) price(ctx context.Context, now time.Time, user string, s wire.J
 	}
 	phi := b.cfg.DeadlineShare
 	p.run = p.work / phi
-	p.queue = b.committed(now, hosts, p.commits.pending(token))
+	p.queue = b.committed(now, hosts, p.commits.pending(id))
 	sum := p.run
 	for _, q := range p.queue {
 		sum += q.Work
@@ -214,9 +214,12 @@ func at(now time.Time, secs float64) time.Time {
 // Submit admits a job with a committed deadline (the one asked for, or the
 // earliest whose price fits the budget), holds its price and runs it as a
 // plan of strategy "deadline": EDF on committed deadlines, realised as
-// spending (see the package doc). A deadline earlier than the earliest
-// feasible finish, or a price above the budget or the balance, is refused
-// and nothing is held.
+// spending (see the package doc). The deadline is committed on the job's
+// hosts before anything is held (commit.go): a submit another replica's
+// admission beats to a host prices again. A deadline earlier than the
+// earliest feasible finish, a price above the budget or the balance, or
+// losing that race maxAdmitTries times (ErrAdmitRace) is refused and
+// nothing is held.
 func (b *Broker) Submit(ctx context.Context, req *wire.SubmitRequest) (wire.SubmitReply, error) {
 	if err := req.Validate(); err != nil {
 		return wire.SubmitReply{}, err
@@ -282,7 +285,7 @@ func (b *Broker) admitJob(ctx context.Context, req *wire.SubmitRequest, id, toke
 	}
 	for range maxAdmitTries {
 		now := b.cfg.Now()
-		p, err := b.price(ctx, now, req.User, req.Job, token)
+		p, err := b.price(ctx, now, req.User, req.Job, id)
 		if err != nil {
 			return fail(err)
 		}

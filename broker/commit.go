@@ -102,14 +102,15 @@ func (b *Broker) readCommits(ctx context.Context, hosts map[string]bool) (*hostC
 	return hc, nil
 }
 
-// pending are the jobs the records list, once each, but the admission
-// token (its own, when re-pricing after a lost race).
-func (hc *hostCommits) pending(token string) []commitment {
+// pending are the jobs the records list, once each, but those of plan id
+// (the admission's own entry, when it prices again after a lost race, or
+// another admission of the same id: only one of them can start the plan).
+func (hc *hostCommits) pending(id string) []commitment {
 	var out []commitment
-	seen := map[string]bool{token: true}
+	seen := map[string]bool{}
 	for _, h := range hc.hosts {
 		for _, c := range hc.recs[h].Jobs {
-			if !seen[c.Token] {
+			if c.Plan != id && !seen[c.Token] {
 				seen[c.Token] = true
 				out = append(out, c)
 			}
