@@ -2,10 +2,9 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
-	"slices"
-	"sort"
 	"time"
 
 	"gonum.org/v1/gonum/stat/distuv"
@@ -28,34 +27,6 @@ const (
 	maxHistory           = 200
 	upperZ               = 1.64 // the estimate's one-sided 95 % bound
 )
-
-// committed lists the admitted deadline jobs not yet done whose VMs share a
-// host with hosts: MRM's queue, each with the
-// time it still needs at the reserved share and its deadline, in seconds
-// from now, in deadline order. A job behind its estimate is due when EDF
-// can finish it, not before: it is committed, and the queue after it must
-// still fit.
-func (b *Broker) committed(now time.Time, hosts map[string]bool) []strategies.Queued {
-	var q []strategies.Queued
-	phi := b.cfg.DeadlineShare
-	b.store.each(func(rec *planRecord, _ uint64) {
-		j := rec.Job
-		if j == nil || j.Done || j.Deadline.IsZero() || rec.Plan.Status != wire.PlanRunning && rec.Plan.Status != planStarting {
-			return
-		}
-		if !slices.ContainsFunc(rec.Plan.VMs, func(v wire.PlanVM) bool { return hosts[v.Host] }) {
-			return
-		}
-		q = append(q, strategies.Queued{Work: j.Work * (1 - j.Progress) / phi, Deadline: j.Deadline.Sub(now).Seconds()})
-	})
-	sort.SliceStable(q, func(i, k int) bool { return q[i].Deadline < q[k].Deadline })
-	done := 0.0
-	for i := range q {
-		done += q[i].Work
-		q[i].Deadline = max(q[i].Deadline, done)
-	}
-	return q
-}
 
 // jobHosts checks the job's VMs are known and the user's, and gives their hosts.
 func (b *Broker) jobHosts(user string, s wire.JobSpec) (map[string]bool, error) {
@@ -102,12 +73,16 @@ type pricing struct {
 	source         string
 	run            float64 // seconds at the reserved share
 	queue          []strategies.Queued
-	gamma          float64 // γ̄: the mean run time of the queue and the job
-	earliest       float64 // seconds from now
-	exec           float64 // credits·1e-6 the run costs at the reserved share
+	gamma          float64      // γ̄: the mean run time of the queue and the job
+	earliest       float64      // seconds from now
+	exec           float64      // credits·1e-6 the run costs at the reserved share
+	commits        *hostCommits // the hosts' commitment records, as read
 }
 
-func (b *Broker) price(now time.Time, user string, s wire.JobSpec) (*pricing, error) {
+// price prices a job now as plan id (none for a quote): MRM's queue on
+// its hosts is the store's jobs and those their commitment records list
+// (commit.go), but plan id's.
+func (b *Broker) price(ctx context.Context, now time.Time, user string, s wire.JobSpec, id string) (*pricing, error) {
 	hosts, err := b.jobHosts(user, s)
 	if err != nil {
 		return nil, err
@@ -116,9 +91,14 @@ func (b *Broker) price(now time.Time, user string, s wire.JobSpec) (*pricing, er
 	if p.mean, p.sd, p.work, p.source, err = b.estimate(s); err != nil {
 		return nil, err
 	}
+	// The records first: a job committed after this read makes the
+	// commit fail, one committed before is in them or in the store.
+	if p.commits, err = b.readCommits(ctx, hosts); err != nil {
+		return nil, err
+	}
 	phi := b.cfg.DeadlineShare
 	p.run = p.work / phi
-	p.queue = b.committed(now, hosts)
+	p.queue = b.committed(now, hosts, p.commits.pending(id))
 	sum := p.run
 	for _, q := range p.queue {
 		sum += q.Work
@@ -195,7 +175,7 @@ func (b *Broker) Quote(ctx context.Context, req *wire.QuoteRequest) (wire.QuoteR
 	b.admit.Lock()
 	defer b.admit.Unlock()
 	now := b.cfg.Now()
-	p, err := b.price(now, req.User, req.Job)
+	p, err := b.price(ctx, now, req.User, req.Job, "")
 	if err != nil {
 		return wire.QuoteReply{}, err
 	}
@@ -234,9 +214,12 @@ func at(now time.Time, secs float64) time.Time {
 // Submit admits a job with a committed deadline (the one asked for, or the
 // earliest whose price fits the budget), holds its price and runs it as a
 // plan of strategy "deadline": EDF on committed deadlines, realised as
-// spending (see the package doc). A deadline earlier than the earliest
-// feasible finish, or a price above the budget or the balance, is refused
-// and nothing is held.
+// spending (see the package doc). The deadline is committed on the job's
+// hosts before anything is held (commit.go): a submit another replica's
+// admission beats to a host prices again. A deadline earlier than the
+// earliest feasible finish, a price above the budget or the balance, or
+// losing that race maxAdmitTries times (ErrAdmitRace) is refused and
+// nothing is held.
 func (b *Broker) Submit(ctx context.Context, req *wire.SubmitRequest) (wire.SubmitReply, error) {
 	if err := req.Validate(); err != nil {
 		return wire.SubmitReply{}, err
@@ -256,23 +239,10 @@ func (b *Broker) Submit(ctx context.Context, req *wire.SubmitRequest) (wire.Subm
 	if err := b.clash(req); err != nil {
 		return wire.SubmitReply{}, err
 	}
-	now := b.cfg.Now()
-	p, err := b.price(now, req.User, req.Job)
+	token := randomHex()
+	now, p, d, price, err := b.admitJob(ctx, req, id, token)
 	if err != nil {
 		return wire.SubmitReply{}, err
-	}
-	d, price, err := p.terms(req, now, b.cfg.DeadlineKappa)
-	if err != nil {
-		return wire.SubmitReply{}, err
-	}
-	if req.Budget > 0 && price > req.Budget {
-		return wire.SubmitReply{}, fmt.Errorf("%w: finishing by then costs %s, the budget is %s", ErrUnaffordable, price, req.Budget)
-	}
-	if req.MaxPrice > 0 && price > req.MaxPrice {
-		return wire.SubmitReply{}, fmt.Errorf("%w: finishing by then costs %s, the most signed for is %s", ErrUnaffordable, price, req.MaxPrice)
-	}
-	if bal, ok := b.balance(ctx, req.User); ok && price > bal {
-		return wire.SubmitReply{}, fmt.Errorf("%w: finishing by then costs %s, the balance is %s", ErrUnaffordable, price, bal)
 	}
 	job := &jobRec{Spec: req.Job, Work: p.work, Admitted: now, Price: price}
 	// A late job keeps running, for a quarter of its window past its
@@ -280,19 +250,71 @@ func (b *Broker) Submit(ctx context.Context, req *wire.SubmitRequest) (wire.Subm
 	// one ends its plan at once.
 	end := now.Add(max(time.Duration(10*p.run*float64(time.Second)), time.Hour))
 	if !req.BestEffort {
-		job.Deadline = at(now, d)
+		job.Deadline, job.Commit = at(now, d), token
 		end = job.Deadline.Add(max(job.Deadline.Sub(now)/4, 10*b.cfg.Tick))
 	}
 	rep, err := b.spend(ctx, &wire.SpendRequest{ID: id, User: req.User, Budget: price,
 		Duration: wire.Duration(end.Sub(now)), VMs: req.Job.VMs, Strategy: wire.StrategyDeadline}, job)
+	v, _ := b.store.get(id)
+	if job.Commit != "" && (err != nil || v.rec == nil || v.rec.Job == nil || v.rec.Job.Commit != token) {
+		// Not admitted after all, or the id's plan is another admission's
+		// (a retry raced this one): this one commits nothing.
+		b.uncommit(ctx, p.commits.hosts, token)
+	}
 	if err != nil {
 		return wire.SubmitReply{}, err
 	}
-	v, _ := b.store.get(id)
 	if v.rec == nil {
 		return wire.SubmitReply{}, fmt.Errorf("%w: job %s vanished", wire.ErrInternal, id)
 	}
 	return wire.SubmitReply{Job: b.jobView(v.rec, now), Plan: rep.Plan}, nil
+}
+
+// admitJob prices a submit of plan id and, for a deadline, commits it on
+// its hosts (commit.go) as admission token: when another admission commits one of
+// them first, it prices again, at most maxAdmitTries times. It gives the
+// time it priced at, the pricing, the deadline (seconds from then) and
+// the price; refused, nothing is left committed.
+func (b *Broker) admitJob(ctx context.Context, req *wire.SubmitRequest, id, token string) (time.Time, *pricing, float64, money.Micro, error) {
+	var hosts []string // those a commit may have written
+	fail := func(err error) (time.Time, *pricing, float64, money.Micro, error) {
+		if hosts != nil {
+			b.uncommit(ctx, hosts, token)
+		}
+		return time.Time{}, nil, 0, 0, err
+	}
+	for range maxAdmitTries {
+		now := b.cfg.Now()
+		p, err := b.price(ctx, now, req.User, req.Job, id)
+		if err != nil {
+			return fail(err)
+		}
+		d, price, err := p.terms(req, now, b.cfg.DeadlineKappa)
+		if err != nil {
+			return fail(err)
+		}
+		if req.Budget > 0 && price > req.Budget {
+			return fail(fmt.Errorf("%w: finishing by then costs %s, the budget is %s", ErrUnaffordable, price, req.Budget))
+		}
+		if req.MaxPrice > 0 && price > req.MaxPrice {
+			return fail(fmt.Errorf("%w: finishing by then costs %s, the most signed for is %s", ErrUnaffordable, price, req.MaxPrice))
+		}
+		if bal, ok := b.balance(ctx, req.User); ok && price > bal {
+			return fail(fmt.Errorf("%w: finishing by then costs %s, the balance is %s", ErrUnaffordable, price, bal))
+		}
+		if req.BestEffort {
+			return now, p, d, price, nil // no deadline to commit
+		}
+		hosts = p.commits.hosts
+		err = b.commit(ctx, p.commits, commitment{Plan: id, Token: token, Work: p.work, Deadline: at(now, d), Admitted: now}, now)
+		if err == nil {
+			return now, p, d, price, nil
+		}
+		if !errors.Is(err, errStale) {
+			return fail(err)
+		}
+	}
+	return fail(ErrAdmitRace)
 }
 
 // clash refuses a job of a name the user already runs. A job may share its

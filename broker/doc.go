@@ -113,20 +113,33 @@
 // of the time left)) over the job's table, else ARIA's minimum slots for
 // the tasks left at the pace measured so far, as a share of the job's
 // slots. A done job ends its plan; what it did not spend is released.
-// Admission is serialised within a replica; two replicas admitting at
-// once can over-commit, so run quotes and submits on one replica (a known
-// limit). A job may share its VMs with running plans: an agent keeps one
-// bid per (VM, plan) and their rates add up.
+// Admission is safe across replicas. A submit reads the commitment record
+// of each of the job's hosts (commit.go: in MRM_PLANS, or the
+// MemoryPlans), prices the job against the queue the plans and those
+// records give, and commits it to each record by compare-and-set over the
+// revision it read. Of two replicas admitting on a host at once, one
+// commits first; the other's write fails and it prices again with the
+// first job in its queue — refused if its deadline no longer fits, else
+// admitted at the new price — up to five times before it refuses with
+// ErrAdmitRace (a wire.ErrConflict; a retry may succeed). Money is held
+// only once the job is committed, and a job refused after committing is
+// taken off the records again, so a refused job holds nothing. The jobs
+// admitted on a host are always what MRM admits for some serial order of
+// their submits: none over-commits it. Within a replica, quotes and
+// submits take turns. A job may share its VMs with running plans: an
+// agent keeps one bid per (VM, plan) and their rates add up.
 //
 // # Replicas
 //
 // With a JetStream bucket (MRM_PLANS) the plans are shared by every broker
 // replica in the queue group: each follows the bucket through a watch,
 // writes only by compare-and-set on revisions, and beats a heartbeat every
-// tick. A plan is run by its owner; when an owner's heartbeat is two ticks
-// old, the first replica to win the compare-and-set takes its plans over, so
-// a survivor runs them from its next round (within three ticks of the
-// death), and no plan is ever run by two replicas for one revision.
+// tick; the hosts' deadline commitment records live there too, each
+// written by compare-and-set (Deadlines, above). A plan is run by its
+// owner; when an owner's heartbeat is two ticks old, the first replica to
+// win the compare-and-set takes its plans over, so a survivor runs them
+// from its next round (within three ticks of the death), and no plan is
+// ever run by two replicas for one revision.
 // Without a bucket, plans live in the process's memory — the replica's
 // own, or a MemoryPlans several replicas in one process share.
 //
@@ -139,11 +152,14 @@
 // (mandate.go, wire/mandate.go). Plan records are sealed by the broker
 // that wrote them and verified on read; a record no broker sealed is
 // refused, a deleted key or bucket is detected, and both are reported and
-// restored from the replica's mirror (seal.go). The replicas share the
-// nonces of the requests they serve in MRM_NONCES (a replay to another
-// replica or after a restart is refused). A spend with an id is
-// idempotent on every replica: a retry returns the plan, even one still
-// starting; plans starting are listed and cancellable, and one left
+// restored from the replica's mirror (seal.go). The hosts' commitment
+// records are sealed and verified the same way; one that fails counts as
+// empty (the plan records still hold every job but those being admitted)
+// and is reported, and the next admission on its host overwrites it. The
+// replicas share the nonces of the requests they serve in MRM_NONCES (a
+// replay to another replica or after a restart is refused). A spend with
+// an id is idempotent on every replica: a retry returns the plan, even one
+// still starting; plans starting are listed and cancellable, and one left
 // starting by its own replica is failed, its hold released, after
 // startingTimeout.
 //
@@ -155,8 +171,9 @@
 // settling; store.go the plan stores; seal.go their sealing and repair;
 // mandate.go the mandates plans carry. The deadline service is in
 // estimation.go (processing times), admission.go (prices, Quote, Submit),
-// execution.go (EDF's inputs, the share-seconds a job held) and control.go
-// (progress, the control loop, the jobs' view).
+// commit.go (the hosts' commitment records), execution.go (EDF's inputs,
+// the share-seconds a job held) and control.go (progress, the control
+// loop, the jobs' view).
 //
 // Package brokertest runs real replicas with no network (shared in-memory
 // plans, recording agents and bank, an injected clock); the scripts in

@@ -21,11 +21,14 @@ type jobRec struct {
 	Admitted time.Time    `json:"admitted"`
 	Deadline time.Time    `json:"deadline"`
 	Price    money.Micro  `json:"price"`
-	Progress float64      `json:"progress"`
-	MapsDone int          `json:"maps_done"`
-	RedsDone int          `json:"reduces_done"`
-	Done     bool         `json:"done,omitempty"`
-	Finished time.Time    `json:"finished,omitzero"`
+	// Commit is the admission's token on its hosts' commitment records
+	// (commit.go).
+	Commit   string    `json:"commit,omitempty"`
+	Progress float64   `json:"progress"`
+	MapsDone int       `json:"maps_done"`
+	RedsDone int       `json:"reduces_done"`
+	Done     bool      `json:"done,omitempty"`
+	Finished time.Time `json:"finished,omitzero"`
 	// Share is what the control loop (Jockey with a C(p, a) table, else ARIA
 	// over the tasks left) last said the job needs; the job holds at least
 	// the reserved share whenever it runs.

@@ -48,30 +48,26 @@ type sealing struct {
 // encode is rec as stored: sealed when there is a signer.
 func (s *sealing) encode(rec *planRecord) ([]byte, error) {
 	body, err := json.Marshal(rec)
-	if err != nil || s.signer == nil {
-		return body, err
+	if err != nil {
+		return nil, err
 	}
-	return json.Marshal(s.signer.Seal(PlanPurpose(rec.Plan.ID), body))
+	return s.seal(PlanPurpose(rec.Plan.ID), body)
+}
+
+// seal is body as stored for purpose: sealed when there is a signer.
+func (s *sealing) seal(purpose string, body []byte) ([]byte, error) {
+	if s.signer == nil {
+		return body, nil
+	}
+	return json.Marshal(s.signer.Seal(purpose, body))
 }
 
 // open reads the record stored for plan id, checking its seal when the
 // store verifies.
 func (s *sealing) open(id string, value []byte) (*planRecord, error) {
-	var sealed wire.Sealed
-	body := value
-	if json.Unmarshal(value, &sealed) == nil && sealed.Sig != "" {
-		key, err := sealed.Open(PlanPurpose(id))
-		if err != nil {
-			return nil, err
-		}
-		if s.ids != nil {
-			if err := s.broker(key); err != nil {
-				return nil, err
-			}
-		}
-		body = sealed.Body
-	} else if s.ids != nil {
-		return nil, fmt.Errorf("%w: unsealed plan record", wire.ErrBadSeal)
+	body, err := s.unseal(PlanPurpose(id), value)
+	if err != nil {
+		return nil, err
 	}
 	var rec planRecord
 	if err := json.Unmarshal(body, &rec); err != nil {
@@ -81,6 +77,28 @@ func (s *sealing) open(id string, value []byte) (*planRecord, error) {
 		return nil, fmt.Errorf("%w: record of plan %q under the key of %q", wire.ErrWrongPlace, rec.Plan.ID, id)
 	}
 	return &rec, nil
+}
+
+// unseal is the body of a value stored for purpose: a sealed value's seal
+// is checked (and with verification on, its signer must be a broker); an
+// unsealed one is taken only without verification.
+func (s *sealing) unseal(purpose string, value []byte) ([]byte, error) {
+	var sealed wire.Sealed
+	if json.Unmarshal(value, &sealed) == nil && sealed.Sig != "" {
+		key, err := sealed.Open(purpose)
+		if err != nil {
+			return nil, err
+		}
+		if s.ids != nil {
+			if err := s.broker(key); err != nil {
+				return nil, err
+			}
+		}
+		return sealed.Body, nil
+	} else if s.ids != nil {
+		return nil, fmt.Errorf("%w: unsealed record (%s)", wire.ErrBadSeal, purpose)
+	}
+	return value, nil
 }
 
 // broker checks key is a broker's.

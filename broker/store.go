@@ -87,15 +87,21 @@ type planStore interface {
 	each(f func(rec *planRecord, rev uint64))
 	heartbeat(ctx context.Context, replica string, at time.Time) error
 	heartbeats() map[string]time.Time
+	// commitments is host's deadline commitment record as stored now and
+	// its revision (0: none yet); commit writes one over revision rev (0:
+	// none yet), errStale if it changed since (commit.go).
+	commitments(ctx context.Context, host string) (*commitRec, uint64, error)
+	commit(ctx context.Context, rec *commitRec, rev uint64) (uint64, error)
 	close()
 }
 
 // memStore is a plan store in memory, for a broker without JetStream.
 type memStore struct {
-	mu    sync.Mutex
-	plans map[string]versioned
-	beats map[string]time.Time
-	rev   uint64
+	mu      sync.Mutex
+	plans   map[string]versioned
+	beats   map[string]time.Time
+	commits map[string]versionedCommit // host → its commitment record
+	rev     uint64
 }
 
 // MemoryPlans is a plan store in this process's memory that several
@@ -106,7 +112,7 @@ type MemoryPlans struct{ s *memStore }
 func NewMemoryPlans() *MemoryPlans { return &MemoryPlans{newMemStore()} }
 
 func newMemStore() *memStore {
-	return &memStore{plans: map[string]versioned{}, beats: map[string]time.Time{}}
+	return &memStore{plans: map[string]versioned{}, beats: map[string]time.Time{}, commits: map[string]versionedCommit{}}
 }
 
 func (s *memStore) create(_ context.Context, rec *planRecord) (uint64, error) {
@@ -354,8 +360,7 @@ func (s *kvStore) update(ctx context.Context, rec *planRecord, rev uint64) (uint
 	}
 	nrev, err := s.bucket().Update(ctx, planKey(rec.Plan.ID), data, rev)
 	if err != nil {
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+		if wrongLastSequence(err) {
 			return 0, errStale
 		}
 		return 0, fmt.Errorf("%w: plan store: %v", wire.ErrUnavailable, err)

@@ -11,9 +11,12 @@
 // host; a recording Bank with balances, holds, extensions and releases
 // (what a hold released is what the harness's bids charged against it);
 // and broker replicas sharing one in-memory plan store
-// (broker.MemoryPlans), so a script can kill the replica running a plan
-// and watch a survivor take it over. Replicas run Serial, so what they
-// send comes in a deterministic order.
+// (broker.MemoryPlans) — or, given Config.Plans, one JetStream bucket —
+// so a script can kill the replica running a plan and watch a survivor
+// take it over. Replicas run Serial, so what they send comes in a
+// deterministic order. A replica can be paused at its next balance
+// question (a quote or submit asks it after pricing the job, before
+// committing it), so a script can make two admissions race.
 //
 // Run interprets the commands of github.com/cockroachdb/datadriven
 // scripts (broker/testdata/*.txt; the commands are listed on Run), each
@@ -95,11 +98,19 @@ type replica struct {
 	dieAtBid bool          // its next bid request never returns: it dies mid-call
 	died     chan struct{} // closed when it does
 	once     sync.Once
+
+	// pause, when set, makes the replica's next balance question wait:
+	// paused is closed when it does, resume lets it go on (Pause, Resume).
+	pause          bool
+	paused, resume chan struct{}
+	pending        chan string // what the call left paused will print
 }
 
 // New makes an empty harness whose replicas will use cfg's Tick, Settle,
-// MaxBoost and deadline settings (Tick defaults to 10 s, Settle to 20 s);
-// the clock, plan store, agents and bank are the harness's.
+// MaxBoost and deadline settings (Tick defaults to 10 s, Settle to 20 s)
+// and, when set, its Plans bucket (each replica following it on its own);
+// the clock, agents and bank are the harness's, and so is the plan store
+// without a bucket.
 func New(t testing.TB, cfg broker.Config) *Harness {
 	if cfg.Tick <= 0 {
 		cfg.Tick = 10 * time.Second
@@ -130,8 +141,11 @@ func (h *Harness) Now() time.Time {
 func (h *Harness) AddReplica(name string) *broker.Broker {
 	r := &replica{name: name, died: make(chan struct{})}
 	cfg := h.cfg
-	cfg.Replica, cfg.Serial, cfg.Memory, cfg.Now = name, true, h.plans, h.Now
-	cfg.Agents, cfg.Bank = agents{h, r}, h.Bank()
+	cfg.Replica, cfg.Serial, cfg.Now = name, true, h.Now
+	if cfg.Plans == nil {
+		cfg.Memory = h.plans
+	}
+	cfg.Agents, cfg.Bank = agents{h, r}, Bank{h, r}
 	b, err := broker.New(cfg)
 	if err != nil {
 		h.t.Fatal(err)
@@ -183,6 +197,28 @@ func (h *Harness) Kill(name string, atBid bool) {
 		return
 	}
 	r.dead = true
+}
+
+// Pause makes replica name's next balance question (a quote's or a
+// submit's, once it priced the job) wait until Resume.
+func (h *Harness) Pause(name string) {
+	r := h.replica(name)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r.pause, r.paused, r.resume = true, make(chan struct{}), make(chan struct{})
+}
+
+// Resume lets replica name go on from where Pause stopped it.
+func (h *Harness) Resume(name string) {
+	r := h.replica(name)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if r.resume == nil {
+		h.t.Fatalf("replica %q is not paused", name)
+	}
+	r.pause = false
+	close(r.resume)
+	r.resume, r.paused = nil, nil
 }
 
 // AddHost adds a host with VMs given as "vm:owner", and shows it to the
@@ -333,7 +369,7 @@ func (h *Harness) Sent(host string) []wire.BidRequest {
 }
 
 // Bank is the harness's bank.
-func (h *Harness) Bank() Bank { return Bank{h} }
+func (h *Harness) Bank() Bank { return Bank{h: h} }
 
 // Log returns what happened since it was last called, one line each.
 func (h *Harness) Log() []string {

@@ -124,8 +124,27 @@ type holdRec struct {
 
 // Bank is the harness's recording bank (broker.Bank, and the Balance quotes
 // ask): it logs every hold, extension and release, keeps each user's
-// balance, and releases what a hold's bids did not charge.
-type Bank struct{ h *Harness }
+// balance, and releases what a hold's bids did not charge. The bank a
+// replica uses knows it, to pause it (Harness.Pause).
+type Bank struct {
+	h *Harness
+	r *replica
+}
+
+// OpenHolds are the holds not released, by plan id (the hold's id less
+// "hold-" and the broker's random suffix), with their amounts.
+func (k Bank) OpenHolds() map[string]money.Micro {
+	h := k.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := map[string]money.Micro{}
+	for id, hr := range h.bank.holds {
+		if !hr.released {
+			out[strings.TrimPrefix(holdName(id), "hold-")] = hr.amount
+		}
+	}
+	return out
+}
 
 // Grant gives user amount.
 func (k Bank) Grant(user string, amount money.Micro) {
@@ -217,6 +236,17 @@ func (k Bank) Release(_ context.Context, req *wire.ReleaseRequest) (wire.Release
 func (k Bank) Balance(_ context.Context, req *wire.BalanceRequest) (wire.BalanceReply, error) {
 	h := k.h
 	h.mu.Lock()
+	if r := k.r; r != nil && r.pause {
+		r.pause = false
+		paused, resume := r.paused, r.resume
+		h.mu.Unlock()
+		close(paused)
+		select {
+		case <-resume:
+		case <-h.stop:
+		}
+		h.mu.Lock()
+	}
 	defer h.mu.Unlock()
 	a := h.account(req.User)
 	rep := wire.BalanceReply{User: req.User, Balance: a.balance, Granted: a.granted}

@@ -35,6 +35,9 @@ import (
 //	    (the input is the job spec as JSON)
 //	progress user=U job=NAME progress=F [maps=N] [reduces=N] [done]
 //	kill-replica name=R [at=bid]
+//	pause-replica name=R | resume-replica name=R
+//	    (pause: R's next submit or quote waits once it priced the job,
+//	    before committing it, until resume, which prints its answer)
 //	plans | jobs | balance user=U
 func (h *Harness) Run(t *testing.T, d *datadriven.TestData) string {
 	h.t = t
@@ -73,7 +76,7 @@ func init() {
 		},
 		"spend": cmdSpend, "cancel": cmdCancel, "adjust": cmdAdjust, "stage-started": cmdStageStarted,
 		"tick": cmdTick, "quote": cmdQuote, "submit": cmdSubmit, "progress": cmdProgress,
-		"kill-replica": cmdKill, "plans": cmdPlans, "jobs": cmdJobs, "balance": cmdBalance,
+		"kill-replica": cmdKill, "pause-replica": cmdPause, "resume-replica": cmdResume, "plans": cmdPlans, "jobs": cmdJobs, "balance": cmdBalance,
 	}
 }
 
@@ -193,37 +196,52 @@ func cmdSpend(h *Harness, d *datadriven.TestData, say func(string, ...any)) {
 		}
 	}
 	r := h.live(optStr(d, "replica", ""))
-	rep, died, err := h.call(r, func(b *broker.Broker) (wire.SpendReply, error) { return b.Spend(context.Background(), req) })
-	switch {
-	case died:
-		say("%s died while spending %s", r.name, req.ID)
-	case err != nil:
-		say("error: %v", err)
-	default:
-		say("plan %s %s", rep.Plan.ID, rep.Plan.Status)
-	}
+	say("%s", h.call(r, "spending "+req.ID, func(b *broker.Broker) string {
+		rep, err := b.Spend(context.Background(), req)
+		if err != nil {
+			return fmt.Sprintf("error: %v", err)
+		}
+		return fmt.Sprintf("plan %s %s", rep.Plan.ID, rep.Plan.Status)
+	}))
 }
 
-// call runs f on replica r; if r dies in it (Kill at its next bid), f is
-// left hanging and call reports the death.
-func (h *Harness) call(r *replica, f func(b *broker.Broker) (wire.SpendReply, error)) (wire.SpendReply, bool, error) {
-	type result struct {
-		rep wire.SpendReply
-		err error
-	}
-	done := make(chan result, 1)
+// call runs f on replica r and gives what it printed. If r dies in it
+// (Kill at its next bid), f is left hanging and call says so; if r pauses
+// in it (Pause), f waits, and resume-replica prints its answer.
+func (h *Harness) call(r *replica, what string, f func(b *broker.Broker) string) string {
+	done := make(chan string, 1)
 	h.hung.Add(1)
 	go func() {
 		defer h.hung.Done()
-		rep, err := f(r.b)
-		done <- result{rep, err}
+		done <- f(r.b)
 	}()
+	h.mu.Lock()
+	paused := r.paused // nil (never ready) unless Pause was called
+	h.mu.Unlock()
 	select {
-	case res := <-done:
-		return res.rep, false, res.err
+	case s := <-done:
+		return s
 	case <-r.died:
 		r.dead = true
-		return wire.SpendReply{}, true, nil
+		return fmt.Sprintf("%s died while %s", r.name, what)
+	case <-paused:
+		r.pending = done
+		return fmt.Sprintf("%s paused while %s", r.name, what)
+	}
+}
+
+func cmdPause(h *Harness, d *datadriven.TestData, _ func(string, ...any)) {
+	h.Pause(str(h, d, "name"))
+}
+
+// cmdResume lets a paused replica go on and prints the answer of the call
+// it was paused in.
+func cmdResume(h *Harness, d *datadriven.TestData, say func(string, ...any)) {
+	r := h.replica(str(h, d, "name"))
+	h.Resume(r.name)
+	if r.pending != nil {
+		say("%s", <-r.pending)
+		r.pending = nil
 	}
 }
 
@@ -312,13 +330,14 @@ func cmdSubmit(h *Harness, d *datadriven.TestData, say func(string, ...any)) {
 	if d.HasArg("deadline") {
 		req.Deadline = h.Now().Add(duration(h, d, "deadline", 0))
 	}
-	rep, err := h.Broker(optStr(d, "replica", "")).Submit(context.Background(), req)
-	if err != nil {
-		say("error: %v", err)
-		return
-	}
-	j := rep.Job
-	say("job %s %s deadline=%s price=%s plan ends %s", j.ID, j.Status, rel(j.Deadline), j.Price, rel(rep.Plan.End))
+	say("%s", h.call(h.live(optStr(d, "replica", "")), "submitting "+req.ID, func(b *broker.Broker) string {
+		rep, err := b.Submit(context.Background(), req)
+		if err != nil {
+			return fmt.Sprintf("error: %v", err)
+		}
+		j := rep.Job
+		return fmt.Sprintf("job %s %s deadline=%s price=%s plan ends %s", j.ID, j.Status, rel(j.Deadline), j.Price, rel(rep.Plan.End))
+	}))
 }
 
 func cmdProgress(h *Harness, d *datadriven.TestData, say func(string, ...any)) {
