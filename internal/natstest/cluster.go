@@ -44,6 +44,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 			ClusterName: "test", ClusterListen: strings.TrimPrefix(routes[i], "nats-route://"), Routes: routes,
 			MaxPayload: natsutil.DefaultLimits.MaxPayload, MaxPending: natsutil.DefaultLimits.MaxPending,
 			MaxSubs: natsutil.DefaultLimits.MaxSubs, MaxConn: natsutil.DefaultLimits.MaxConn,
+			Open: true,
 		}
 		node, err := natsutil.StartNode(context.Background(), natsutil.NodeOptions{
 			File: filepath.Join(dir, fmt.Sprintf("n%d.conf", i+1)),
