@@ -18,8 +18,8 @@ package natsutil
 // on 0.0.0.0 advertises every interface). So the cluster size is asked of
 // the one component that knows it: the meta leader placing the replicas.
 // When it cannot place three (JSClusterNoPeersErr, insufficient resources:
-// fewer than three JetStream servers up), the asset is retried for
-// placementGrace — a cluster whose routes are still forming places R3 a
+// fewer than three JetStream servers up), a new asset is retried for
+// placementGrace — a cluster whose servers are still joining places it a
 // moment later — and then created R1, with a warning. Replicas are never
 // lowered automatically: an asset already at R3 stays R3 while a server is
 // down.
@@ -74,8 +74,9 @@ const ClusterReplicas = 3
 
 var (
 	// placementGrace is how long a new asset waits for the cluster to
-	// place ClusterReplicas before it is created R1.
-	placementGrace = 5 * time.Second
+	// place its replicas before it is created R1 (or, with an override,
+	// refused).
+	placementGrace = 10 * time.Second
 	// ensureWait bounds the retries of "try again" JetStream errors.
 	ensureWait = 30 * time.Second
 )
@@ -152,9 +153,10 @@ func ensure(ctx context.Context, js jetstream.JetStream, a asset) (int, error) {
 			}
 			return want, nil
 		}
-		// A new asset on a cluster whose routes are still forming: the
-		// meta leader places three a moment later.
-		if !isPlacement(err) || override > 0 || want <= 1 || cur > 0 || time.Now().After(deadline) {
+		// A new asset on a cluster whose servers are still joining: the
+		// meta leader places it a moment later (even R1 fails with "peer
+		// offline" right after the first election).
+		if !isPlacement(err) || apiCode(err) == errReplicasNotSupported || cur > 0 || time.Now().After(deadline) {
 			break
 		}
 		if err := sleep(ctx, 250*time.Millisecond); err != nil {
