@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mrmarket/mrmarket/internal/natsutil"
 	"github.com/mrmarket/mrmarket/internal/obs"
 	"github.com/mrmarket/mrmarket/internal/service"
 	"github.com/mrmarket/mrmarket/internal/wire"
@@ -195,7 +196,6 @@ func recreatePlans(nc *nats.Conn, plans jetstream.KeyValue) func(ctx context.Con
 		if err != nil {
 			return nil, err
 		}
-		return js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: name, History: 1,
-			Description: "the broker's spend plans and its replicas' heartbeats"})
+		return js.CreateOrUpdateKeyValue(ctx, natsutil.PlansConfig(nc, name))
 	}
 }

@@ -2,7 +2,10 @@ package cli
 
 import (
 	"fmt"
+	"maps"
 	"net"
+	neturl "net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -10,6 +13,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/mrmarket/mrmarket/internal/market"
+	"github.com/mrmarket/mrmarket/internal/natsutil"
 	"github.com/mrmarket/mrmarket/internal/obs"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
@@ -90,7 +94,10 @@ func upCommand() *ucli.Command {
 			&ucli.IntFlag{Name: "hosts", Usage: "simulated hosts", Value: 2},
 			&ucli.IntFlag{Name: "vms-per-host", Usage: "simulated VMs per host, owned round-robin by --users", Value: 2},
 			&ucli.StringFlag{Name: "users", Usage: "comma-separated owners of the simulated VMs", Value: "alice,bob"},
-			&ucli.StringFlag{Name: "listen", Usage: "NATS listen address", Value: "127.0.0.1:4222"},
+			&ucli.StringFlag{Name: "listen", Usage: "NATS listen address of the embedded server", Value: "127.0.0.1:4222"},
+			&ucli.StringFlag{Name: "nats", Usage: "join this NATS (cluster) instead of embedding one: URL[,URL,…], e.g. nats://n1:4222,nats://n2:4222,nats://n3:4222; " +
+				"it must know the market's principals (mrmarket nats serve --data on this data directory); TLS verified with --tls-ca, else <data>/tls/ca.pem"},
+			flagJSReplicas(),
 			&ucli.StringFlag{Name: "http", Usage: "address for /metrics and /healthz", Value: "127.0.0.1:9464"},
 			&ucli.DurationFlag{Name: "tick", Usage: "agent tick period", Value: defaultTick},
 			flagIdleBelow(),
@@ -112,14 +119,26 @@ func upCommand() *ucli.Command {
 			if err := checkIdleBelow(c); err != nil {
 				return err
 			}
-			host, port, err := splitHostPort(c.String("listen"))
+			replicas, err := jsReplicas(c)
 			if err != nil {
 				return err
 			}
-			m, err := market.Start(c.Context, market.Config{
-				Dir: c.String("data"), NATSHost: host, NATSPort: port, Hosts: hosts, Users: users, TickPeriod: c.Duration("tick"), AgentState: true,
-				IdleBelow: c.Float64("idle-below"),
-			})
+			cfg := market.Config{
+				Dir: c.String("data"), Hosts: hosts, Users: users, TickPeriod: c.Duration("tick"), AgentState: true,
+				IdleBelow: c.Float64("idle-below"), JSReplicas: replicas,
+			}
+			if url := c.String("nats"); url != "" {
+				if c.IsSet("listen") {
+					return badInput("--listen is the embedded server's; with --nats there is none")
+				}
+				if cfg.NATSURL, err = natsURLs(url); err != nil {
+					return err
+				}
+				cfg.NATSCAFile = c.String("tls-ca")
+			} else if cfg.NATSHost, cfg.NATSPort, err = splitHostPort(c.String("listen")); err != nil {
+				return err
+			}
+			m, err := market.Start(c.Context, cfg)
 			if err != nil {
 				return err
 			}
@@ -132,6 +151,7 @@ func upCommand() *ucli.Command {
 			w := c.App.Writer
 			fmt.Fprintf(w, "mrmarket is up: %d hosts, %d VMs each, data in %s\n", len(hosts), c.Int("vms-per-host"), c.String("data"))
 			fmt.Fprintf(w, "  NATS     %s   (export MRM_NATS_URL=%s)\n", m.URL, m.URL)
+			fmt.Fprintf(w, "  JetStream replicas: %s\n", replicasText(m.Replicas))
 			fmt.Fprintf(w, "  creds    %s   (export MRM_CREDS=%s; each principal's NKey: it connects with it and signs every request that moves money)\n", m.Keys(), m.Keys())
 			fmt.Fprintf(w, "  TLS CA   %s   (NATS requires TLS; the CLI finds the CA next to the creds, or export MRM_TLS_CA=%s)\n", m.CAFile, m.CAFile)
 			fmt.Fprintf(w, "  metrics  http://%s/metrics   health  http://%s/healthz\n", srv.Addr(), srv.Addr())
@@ -152,6 +172,53 @@ const (
 	tickMin     = 10 * time.Millisecond
 	tickMax     = 10 * time.Minute
 )
+
+// flagJSReplicas is --js-replicas of the daemons that create JetStream
+// assets.
+func flagJSReplicas() *ucli.IntFlag {
+	return &ucli.IntFlag{Name: "js-replicas", EnvVars: []string{natsutil.EnvReplicas},
+		Usage: "replicas of the JetStream streams and buckets this daemon creates (0: from the cluster — 3 on a cluster, 1 on one server)"}
+}
+
+// jsReplicas is --js-replicas, checked.
+func jsReplicas(c *ucli.Context) (int, error) {
+	n := c.Int("js-replicas")
+	if n < 0 || n > natsutil.MaxReplicas {
+		return 0, badInput("--js-replicas must be between 0 (from the cluster) and %d, got %d", natsutil.MaxReplicas, n)
+	}
+	return n, nil
+}
+
+// natsURLs checks a comma-separated list of NATS URLs (nats.go takes the
+// list as it is and fails over between them).
+func natsURLs(list string) (string, error) {
+	var urls []string
+	for _, u := range strings.Split(list, ",") {
+		u = strings.TrimSpace(u)
+		if u == "" {
+			continue
+		}
+		p, err := neturl.Parse(u)
+		if err != nil || p.Host == "" || (p.Scheme != "nats" && p.Scheme != "tls") {
+			return "", badInput("--nats %q: want nats://host:port or tls://host:port, comma-separated", u)
+		}
+		urls = append(urls, u)
+	}
+	if len(urls) == 0 {
+		return "", badInput("--nats: no URL")
+	}
+	return strings.Join(urls, ","), nil
+}
+
+// replicasText says the replicas of the market's assets: "MRM_EVENTS R3, …".
+func replicasText(r map[string]int) string {
+	names := slices.Sorted(maps.Keys(r))
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = fmt.Sprintf("%s R%d", n, r[n])
+	}
+	return strings.Join(parts, ", ")
+}
 
 func splitHostPort(addr string) (string, int, error) {
 	h, p, err := net.SplitHostPort(addr)

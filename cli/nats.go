@@ -38,29 +38,91 @@ func natsCommand() *ucli.Command {
 				"CA in --tls are created when missing (names: 127.0.0.1, ::1, localhost, this host, --tls-name).\n" +
 				"With --out and --follow the file is rewritten whenever a principal is added, and the server\n" +
 				"whose pid is in --pid-file is told to reload (SIGHUP).",
-			Flags: []ucli.Flag{
-				&ucli.StringFlag{Name: "data", Usage: "a market data directory: its creds/, tls/ and bank.db", Value: ".data"},
-				&ucli.StringFlag{Name: "creds", Usage: "credentials directory (default <data>/creds)"},
-				&ucli.StringFlag{Name: "tls", Usage: "TLS directory: ca.pem, server.pem, server-key.pem (default <data>/tls; created when missing)"},
-				&ucli.StringSliceFlag{Name: "tls-name", Usage: "another name or IP of the server in its certificate (repeat)"},
-				&ucli.BoolFlag{Name: "no-tls", Usage: "no TLS (not recommended)"},
-				&ucli.StringFlag{Name: "store", Usage: "the bank's store to read principals from (default sqlite:<data>/bank.db when it exists)", EnvVars: []string{"MRM_BANK_STORE"}},
-				&ucli.StringFlag{Name: "listen", Usage: "client listen address", Value: "0.0.0.0:4222"},
-				&ucli.StringFlag{Name: "name", Usage: "server name (unique per cluster node)", Value: "mrmarket"},
-				&ucli.StringFlag{Name: "store-dir", Usage: "JetStream directory (default <data>/nats-server)"},
-				&ucli.StringFlag{Name: "cluster-name", Usage: "cluster name", Value: "mrmarket"},
-				&ucli.StringFlag{Name: "cluster-listen", Usage: "route listen address (makes this a cluster node), e.g. 0.0.0.0:6222"},
-				&ucli.StringSliceFlag{Name: "route", Usage: "another node's route URL, nats-route://host:6222 (repeat)"},
+			Flags: append(natsConfigFlags(),
 				&ucli.StringFlag{Name: "out", Usage: "write the configuration to this file (atomically) instead of stdout"},
 				&ucli.DurationFlag{Name: "follow", Usage: "with --out: check the registry this often and rewrite the file when it changes (0: once)"},
 				&ucli.StringFlag{Name: "pid-file", Usage: "with --follow: the nats-server's pid file (nats-server -P); it is sent SIGHUP after each rewrite"},
-			},
+			),
 			Action: natsConfig,
-		}},
+		}, natsServeCommand()},
 	}
 }
 
-func natsConfig(c *ucli.Context) error {
+// natsConfigFlags are the flags of the configuration, shared by `nats
+// config` and `nats serve`.
+func natsConfigFlags() []ucli.Flag {
+	return []ucli.Flag{
+		&ucli.StringFlag{Name: "data", Usage: "a market data directory: its creds/, tls/ and bank.db", Value: ".data"},
+		&ucli.StringFlag{Name: "creds", Usage: "credentials directory (default <data>/creds)"},
+		&ucli.StringFlag{Name: "tls", Usage: "TLS directory: ca.pem, server.pem, server-key.pem (default <data>/tls; created when missing)"},
+		&ucli.StringSliceFlag{Name: "tls-name", Usage: "another name or IP of the server in its certificate (repeat)"},
+		&ucli.BoolFlag{Name: "no-tls", Usage: "no TLS (not recommended)"},
+		&ucli.StringFlag{Name: "store", Usage: "the bank's store to read principals from (default sqlite:<data>/bank.db when it exists)", EnvVars: []string{"MRM_BANK_STORE"}},
+		&ucli.StringFlag{Name: "listen", Usage: "client listen address", Value: "0.0.0.0:4222"},
+		&ucli.StringFlag{Name: "name", Usage: "server name (unique per cluster node)", Value: "mrmarket"},
+		&ucli.StringFlag{Name: "store-dir", Usage: "JetStream directory (default <data>/nats-server)"},
+		&ucli.StringFlag{Name: "cluster-name", Usage: "cluster name", Value: "mrmarket"},
+		&ucli.StringFlag{Name: "cluster-listen", Usage: "route listen address (makes this a cluster node), e.g. 0.0.0.0:6222"},
+		&ucli.StringSliceFlag{Name: "route", Usage: "a node's route URL, nats-route://host:6222 (repeat; every node of the cluster, this one included, is fine)"},
+	}
+}
+
+// natsServeCommand is `mrmarket nats serve`: one node of the market's
+// NATS (cluster), the embedded nats-server run from the configuration
+// `nats config` writes, so a cluster needs no other binary.
+func natsServeCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "serve",
+		Usage: "run one NATS server (a cluster node) for the market: JetStream, routes, the principals' NKey users and TLS",
+		UsageText: "mrmarket nats serve --data .data --name n1 --listen 0.0.0.0:4222 --cluster-listen 0.0.0.0:6222 \\\n" +
+			"     --route nats-route://n1:6222 --route nats-route://n2:6222 --route nats-route://n3:6222 --tls-name n1 --tls-name n2 --tls-name n3\n" +
+			"   (the same on n2 and n3 with their --name; then: mrmarket up --nats nats://n1:4222,nats://n2:4222,nats://n3:4222)",
+		Description: "Writes the configuration `mrmarket nats config` prints to --conf and runs the embedded\n" +
+			"nats-server from that file: what it runs is what a real nats-server given the file runs.\n" +
+			"Every --follow it reads the principals again; when they changed it rewrites the file and\n" +
+			"reloads (new principals connect, removed ones are disconnected). JetStream clustering needs\n" +
+			"--route on every node (listing every node, itself included, is the simplest). Nodes share\n" +
+			"one TLS directory (copy <data>/tls to every node; --tls-name every node's name when it is\n" +
+			"first created): routes use the same certificate, verified both ways.",
+		Flags: append(natsConfigFlags(),
+			&ucli.StringFlag{Name: "conf", Usage: "where the configuration is written (default <data>/nats-<name>.conf)"},
+			&ucli.DurationFlag{Name: "follow", Usage: "check the registry this often and reload when it changes (0: never)", Value: 5 * time.Second},
+			&ucli.BoolFlag{Name: "quiet", Usage: "no server log on stderr"},
+		),
+		Action: natsServe,
+	}
+}
+
+func natsServe(c *ucli.Context) error {
+	render, opts, err := natsRenderer(c)
+	if err != nil {
+		return err
+	}
+	conf := orDefault(c.String("conf"), filepath.Join(c.String("data"), "nats-"+opts.Name+".conf"))
+	node, err := natsutil.StartNode(c.Context, natsutil.NodeOptions{File: conf, Render: render, Log: !c.Bool("quiet")})
+	if err != nil {
+		return wire.Errorf(wire.ErrUnavailable, "%v", err)
+	}
+	defer node.Shutdown()
+	w := c.App.Writer
+	fmt.Fprintf(w, "mrmarket nats serve: node %s, clients %s, config %s\n", opts.Name, node.Server.ClientURL(), conf)
+	if addr := node.Server.ClusterAddr(); addr != nil {
+		fmt.Fprintf(w, "  routes %s (cluster %s), JetStream in %s\n", addr, opts.ClusterName, opts.StoreDir)
+	}
+	if every := c.Duration("follow"); every > 0 {
+		go node.Follow(c.Context, every, func(err error) {
+			fmt.Fprintf(c.App.ErrWriter, "mrmarket nats serve: keeping the last configuration: %v\n", err)
+		})
+	}
+	<-c.Context.Done()
+	fmt.Fprintln(w, "mrmarket nats serve: stopping")
+	return nil
+}
+
+// natsRenderer reads the configuration flags and returns what renders the
+// configuration of the principals as they are now (`nats config` prints
+// it, `nats serve` runs it) and the options without the users.
+func natsRenderer(c *ucli.Context) (func(context.Context) ([]byte, error), natsauth.ConfigOptions, error) {
 	data := c.String("data")
 	opts := natsauth.ConfigOptions{
 		Name: c.String("name"), Listen: c.String("listen"), StoreDir: orDefault(c.String("store-dir"), filepath.Join(data, "nats-server")),
@@ -69,15 +131,22 @@ func natsConfig(c *ucli.Context) error {
 	}
 	if l := c.String("cluster-listen"); l != "" {
 		opts.ClusterName, opts.ClusterListen, opts.Routes = c.String("cluster-name"), l, c.StringSlice("route")
+	} else if len(c.StringSlice("route")) > 0 {
+		return nil, opts, badInput("--route needs --cluster-listen (the node's own route address)")
 	}
 	if !c.Bool("no-tls") {
 		files, err := natsauth.EnsureTLS(orDefault(c.String("tls"), filepath.Join(data, "tls")), c.StringSlice("tls-name")...)
 		if err != nil {
-			return err
+			return nil, opts, err
 		}
 		for _, f := range []*string{&files.CA, &files.Cert, &files.Key} {
 			if abs, err := filepath.Abs(*f); err == nil {
 				*f = abs
+			}
+		}
+		if opts.ClusterListen != "" {
+			if err := natsauth.CheckRouteCert(files); err != nil {
+				return nil, opts, err
 			}
 		}
 		opts.TLS = files
@@ -86,14 +155,14 @@ func natsConfig(c *ucli.Context) error {
 		opts.StoreDir = abs
 	}
 	keys := wire.CredsDir(orDefault(c.String("creds"), filepath.Join(data, "creds")))
-	store := c.String("store")
-	if store == "" {
-		if db := filepath.Join(data, "bank.db"); fileExists(db) {
-			store = "sqlite:" + db
+	render := func(ctx context.Context) ([]byte, error) {
+		store := c.String("store")
+		if store == "" { // looked for each time: a node may start before the bank
+			if db := filepath.Join(data, "bank.db"); fileExists(db) {
+				store = "sqlite:" + db
+			}
 		}
-	}
-	render := func() ([]byte, error) {
-		ps, err := configPrincipals(c.Context, store, keys)
+		ps, err := configPrincipals(ctx, store, keys)
 		if err != nil {
 			return nil, err
 		}
@@ -107,6 +176,15 @@ func natsConfig(c *ucli.Context) error {
 		err = natsauth.Config(&buf, o)
 		return buf.Bytes(), err
 	}
+	return render, opts, nil
+}
+
+func natsConfig(c *ucli.Context) error {
+	r, _, err := natsRenderer(c)
+	if err != nil {
+		return err
+	}
+	render := func() ([]byte, error) { return r(c.Context) }
 	out := c.String("out")
 	if out == "" {
 		if c.Duration("follow") > 0 {

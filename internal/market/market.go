@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
@@ -48,8 +49,18 @@ type HostSpec struct {
 type Config struct {
 	// Dir is the data directory: nats/ (JetStream) and bank.db live there.
 	Dir string
-	// NATSURL connects to an external NATS instead of starting one.
+	// NATSURL connects to an external NATS (cluster) instead of starting
+	// one: a URL, or several comma-separated (every node of a cluster, so
+	// the components fail over). Its users must include the market's
+	// principals (mrmarket nats serve/config --follow on the same data
+	// directory); connections refused for authorization are retried for
+	// NATSWait while the server learns them.
 	NATSURL string
+	// NATSWait bounds those retries; default 30s.
+	NATSWait time.Duration
+	// JSReplicas overrides the replicas of the JetStream assets the bank
+	// and broker create (natsutil.SetReplicas); 0: from the cluster.
+	JSReplicas int
 	// NATSHost and NATSPort are where the embedded server listens
 	// (port -1 = a free port, 0 = 4222).
 	NATSHost string
@@ -121,7 +132,10 @@ type Market struct {
 	Metrics  *obs.Metrics
 	// CAFile is the CA that verifies the NATS server's certificate: the
 	// embedded server's own (Dir/tls/ca.pem), or Config.NATSCAFile.
-	CAFile   string
+	CAFile string
+	// Replicas are the replica counts of the JetStream assets the bank
+	// and broker created or opened, by name (MRM_HOSTS, …).
+	Replicas map[string]int
 	conns    []*nats.Conn
 	stops    []func()
 	keys     wire.CredsDir
@@ -315,9 +329,14 @@ func (m *Market) serveBank(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := natsutil.EnsureBankAssets(ctx, nc); err != nil {
+	if err := m.setReplicas(nc); err != nil {
 		return err
 	}
+	assets, err := natsutil.EnsureBankAssets(ctx, nc)
+	if err != nil {
+		return err
+	}
+	m.noteReplicas(assets)
 	stop, err := bank.Serve(nc, m.Bank)
 	if err != nil {
 		return err
@@ -469,10 +488,14 @@ func (m *Market) startBroker(ctx context.Context, now func() time.Time, signer *
 	if err != nil {
 		return err
 	}
+	if err := m.setReplicas(nc); err != nil {
+		return err
+	}
 	assets, err := natsutil.EnsureBrokerAssets(ctx, nc)
 	if err != nil {
 		return err
 	}
+	m.noteReplicas(assets)
 	m.Broker, err = broker.New(broker.Config{
 		NC: nc, Bank: bank.Client{NC: nc, Signer: signer, AdminKey: m.AdminKey(), OnRefused: m.refused("broker")}, Now: now,
 		Settle: m.cfg.Settle, Metrics: m.Metrics, Signer: signer, Identities: bank.Client{NC: nc, AdminKey: m.AdminKey()}, AdminKey: m.AdminKey(),
@@ -514,14 +537,45 @@ func (m *Market) NCAs(role, name string) (*nats.Conn, error) {
 	return m.connect("mrmarket-"+role+"-"+name, s)
 }
 
-// connect connects as signer, verifying the server with CAFile.
-func (m *Market) connect(name string, signer *wire.Signer) (*nats.Conn, error) {
-	nc, err := natsutil.ConnectWith(m.URL, natsutil.ConnectOptions{Name: name, Signer: signer, CAFile: m.CAFile})
-	if err != nil {
-		return nil, err
+// noteReplicas records the replicas of the assets a component created.
+func (m *Market) noteReplicas(a *natsutil.Assets) {
+	if m.Replicas == nil {
+		m.Replicas = map[string]int{}
 	}
-	m.conns = append(m.conns, nc)
-	return nc, nil
+	maps.Copy(m.Replicas, a.Replicas)
+}
+
+// setReplicas applies Config.JSReplicas to the assets created over nc.
+func (m *Market) setReplicas(nc *nats.Conn) error {
+	if m.cfg.JSReplicas == 0 {
+		return nil // from the cluster (or MRM_JS_REPLICAS)
+	}
+	if err := natsutil.SetReplicas(nc, m.cfg.JSReplicas); err != nil {
+		return fmt.Errorf("market: %w", err)
+	}
+	return nil
+}
+
+// connect connects as signer, verifying the server with CAFile. An
+// external server that refuses the key (it has not reloaded the principal
+// the market just registered) is asked again for NATSWait.
+func (m *Market) connect(name string, signer *wire.Signer) (*nats.Conn, error) {
+	wait := m.cfg.NATSWait
+	if wait <= 0 {
+		wait = 30 * time.Second
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		nc, err := natsutil.ConnectWith(m.URL, natsutil.ConnectOptions{Name: name, Signer: signer, CAFile: m.CAFile})
+		if err == nil {
+			m.conns = append(m.conns, nc)
+			return nc, nil
+		}
+		if m.Server != nil || !errors.Is(err, nats.ErrAuthorization) || time.Now().After(deadline) {
+			return nil, err
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 }
 
 func (m *Market) tickAgents(ctx context.Context, now time.Time) error {

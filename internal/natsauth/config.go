@@ -1,12 +1,14 @@
 package natsauth
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nkeys"
 )
 
 // ConfigOptions describe a standalone nats-server (or one node of a
@@ -37,7 +39,26 @@ type ConfigOptions struct {
 	ClusterName   string
 	ClusterListen string
 	Routes        []string
+	// Open leaves out the authorization block: anyone connects. Only for
+	// tests of replication (natstest.StartCluster); the commands never
+	// set it.
+	Open bool
 }
+
+// nobody is an NKey user whose key nobody holds: its 32 bytes are a hash
+// of a fixed sentence (nothing up the sleeve), so no one knows a private
+// key for it, and it may only touch a subject nothing uses. A
+// configuration with no principal yet lists it, because nats-server runs
+// an authorization block with no users as an open server.
+var nobody = func() *server.NkeyUser {
+	sum := sha256.Sum256([]byte("mrmarket: a NATS user nobody holds the key of"))
+	key, err := nkeys.Encode(nkeys.PrefixByteUser, sum[:])
+	if err != nil {
+		panic(err)
+	}
+	none := &server.SubjectPermission{Allow: []string{"mrm.nobody.never"}}
+	return &server.NkeyUser{Nkey: string(key), Permissions: &server.Permissions{Publish: none, Subscribe: none}}
+}()
 
 // Config writes a complete nats-server configuration of o: listen, TLS,
 // JetStream, limits, and the authorization users with their NKeys and
@@ -67,8 +88,18 @@ func Config(w io.Writer, o ConfigOptions) error {
 		}
 		p("  routes: %s\n}\n\n", list(o.Routes, ""))
 	}
+	if o.Open {
+		p("# WARNING: no authorization: anyone may connect (tests only).\n")
+		_, err := io.WriteString(w, b.String())
+		return err
+	}
+	users := o.Users
+	if len(users) == 0 {
+		p("# No principal yet: nobody's key (which no one holds) keeps the server closed.\n")
+		users = []*server.NkeyUser{nobody}
+	}
 	p("authorization {\n  users: [\n")
-	for _, u := range o.Users {
+	for _, u := range users {
 		if who := o.Who[u.Nkey]; who != "" {
 			p("    # %s\n", strings.ReplaceAll(who, "\n", " "))
 		}

@@ -81,9 +81,11 @@ func EnsureTLS(dir string, extra ...string) (TLSFiles, error) {
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     now.Add(certLife),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")},
-		DNSNames:     []string{"localhost"},
+		// Client auth too: a cluster node presents it on the routes it
+		// dials, and routes verify both ways (nats-server forces it).
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")},
+		DNSNames:    []string{"localhost"},
 	}
 	names := extra
 	if h, err := os.Hostname(); err == nil && h != "" {
@@ -117,6 +119,31 @@ func EnsureTLS(dir string, extra ...string) (TLSFiles, error) {
 		return f, err
 	}
 	return f, nil
+}
+
+// ErrRouteCert: the server certificate cannot authenticate cluster routes.
+var ErrRouteCert = errors.New("natsauth: the server certificate is not valid for cluster routes")
+
+// CheckRouteCert checks that f's server certificate may also authenticate
+// as a client (extended key usage clientAuth), which cluster routes need:
+// EnsureTLS has issued such certificates since clustering; an older one is
+// refused here with what to do, not by a route failing its handshake.
+func CheckRouteCert(f TLSFiles) error {
+	pair, err := tls.LoadX509KeyPair(f.Cert, f.Key)
+	if err != nil {
+		return fmt.Errorf("natsauth: server certificate %s: %w", f.Cert, err)
+	}
+	cert, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return fmt.Errorf("natsauth: server certificate %s: %w", f.Cert, err)
+	}
+	for _, u := range cert.ExtKeyUsage {
+		if u == x509.ExtKeyUsageClientAuth || u == x509.ExtKeyUsageAny {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %s has no clientAuth usage (issued before clustering). Move its directory away to have a new "+
+		"CA and certificate issued (clients then need the new ca.pem), or install a certificate with serverAuth and clientAuth", ErrRouteCert, f.Cert)
 }
 
 // ServerConfig is the server's TLS configuration of f (TLS 1.2 or later;

@@ -1,10 +1,14 @@
 // Package natsutil starts mrmarket's embedded NATS server (with the NKey
 // users and TLS of package natsauth, reloaded when principals change),
-// connects components as their principals (ConnectWith), and creates the
-// JetStream assets the components share (the MRM_HOSTS and MRM_PLANS KV
-// buckets and the MRM_EVENTS stream). Production points every component at
-// an external NATS cluster instead; nothing else in the code assumes an
-// embedded server.
+// runs a node of a NATS cluster from the configuration `mrmarket nats
+// config` generates (node.go: `mrmarket nats serve`), connects components
+// as their principals (ConnectWith; several URLs, comma-separated, for a
+// cluster), and creates the JetStream assets the components share (the
+// MRM_HOSTS, MRM_PLANS and MRM_NONCES KV buckets and the MRM_EVENTS
+// stream) with replicas from the cluster's size (replicas.go: R3 on a
+// cluster, R1 on one server, an override). Production points every
+// component at an external NATS cluster instead; nothing else in the code
+// assumes an embedded server or a single one.
 package natsutil
 
 import (
@@ -12,6 +16,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -115,6 +120,12 @@ func StartServer(opts ServerOptions) (*server.Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	return startWith(so)
+}
+
+// startWith starts an embedded server with so and waits until it accepts
+// connections (StartServer, StartNode).
+func startWith(so *server.Options) (*server.Server, error) {
 	ns, err := server.NewServer(so)
 	if err != nil {
 		return nil, fmt.Errorf("natsutil: configuring embedded NATS: %w", err)
@@ -202,6 +213,9 @@ type Assets struct {
 	Hosts  jetstream.KeyValue
 	Plans  jetstream.KeyValue
 	Events jetstream.Stream
+	// Replicas are the replica counts of the assets this call created or
+	// opened, by name (MRM_HOSTS, …): see replicas.go.
+	Replicas map[string]int
 }
 
 // Who creates what. With subject permissions (package natsauth) each role
@@ -214,6 +228,7 @@ type Assets struct {
 //     create it (OpenHosts).
 //
 // EnsureAssets creates all of them, for an admin or an open server (tests).
+// Each gets its replicas from the cluster or the override (replicas.go).
 
 // EnsureAssets creates (or opens) the MRM_HOSTS and MRM_PLANS buckets and
 // the MRM_EVENTS stream. Safe to call from every component at start on an
@@ -223,7 +238,7 @@ func EnsureAssets(ctx context.Context, nc *nats.Conn) (*Assets, error) {
 	if err != nil {
 		return nil, err
 	}
-	if a.Plans, err = ensurePlans(ctx, a.JS); err != nil {
+	if a.Plans, err = ensurePlans(ctx, a.JS, a.Replicas); err != nil {
 		return nil, err
 	}
 	return a, nil
@@ -236,27 +251,80 @@ func EnsureBankAssets(ctx context.Context, nc *nats.Conn) (*Assets, error) {
 	if err != nil {
 		return nil, fmt.Errorf("natsutil: jetstream: %w", err)
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, hostsConfig)
-	if err != nil {
-		return nil, fmt.Errorf("natsutil: bucket %s: %w", wire.BucketHosts, err)
+	a := &Assets{JS: js, Replicas: map[string]int{}}
+	if a.Hosts, err = ensureKV(ctx, js, hostsConfig, a.Replicas); err != nil {
+		return nil, err
 	}
-	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	events := jetstream.StreamConfig{
 		Name:        wire.StreamEvents,
 		Description: "audit events of bank, broker and agents",
 		Subjects:    []string{wire.AllEvents},
 		MaxAge:      30 * 24 * time.Hour,
 		MaxBytes:    256 << 20,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("natsutil: stream %s: %w", wire.StreamEvents, err)
 	}
-	return &Assets{JS: js, Hosts: kv, Events: st}, nil
+	n, err := ensure(ctx, js, asset{name: wire.StreamEvents, stream: wire.StreamEvents, apply: func(ctx context.Context, r int) error {
+		cfg := events
+		cfg.Replicas = r
+		st, err := js.CreateOrUpdateStream(ctx, cfg)
+		if err == nil {
+			a.Events = st
+		}
+		return err
+	}})
+	if err != nil {
+		return nil, err
+	}
+	if a.Events == nil { // not updated (see ensure): open it as it is
+		if a.Events, err = js.Stream(ctx, wire.StreamEvents); err != nil {
+			return nil, fmt.Errorf("natsutil: stream %s: %w", wire.StreamEvents, err)
+		}
+	}
+	a.Replicas[wire.StreamEvents] = n
+	return a, nil
 }
 
 var hostsConfig = jetstream.KeyValueConfig{
 	Bucket:      wire.BucketHosts,
 	Description: "last published state of every host",
 	History:     1,
+}
+
+// ensureKV creates, updates or opens the bucket of cfg with its replicas
+// (replicas.go), recording them in replicas.
+func ensureKV(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, replicas map[string]int) (jetstream.KeyValue, error) {
+	var kv jetstream.KeyValue
+	n, err := ensure(ctx, js, asset{name: cfg.Bucket, stream: "KV_" + cfg.Bucket, apply: func(ctx context.Context, r int) error {
+		c := cfg
+		c.Replicas = r
+		b, err := js.CreateOrUpdateKeyValue(ctx, c)
+		if err == nil {
+			kv = b
+		}
+		return err
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("natsutil: bucket %s: %w", cfg.Bucket, err)
+	}
+	if kv == nil { // not updated (see ensure): open it as it is
+		if kv, err = js.KeyValue(ctx, cfg.Bucket); err != nil {
+			return nil, fmt.Errorf("natsutil: bucket %s: %w", cfg.Bucket, err)
+		}
+	}
+	chosen.Store(chosenKey{js.Conn(), cfg.Bucket}, n)
+	if replicas != nil {
+		replicas[cfg.Bucket] = n
+	}
+	return kv, nil
+}
+
+// chosen are the replica counts ensureKV chose, by connection and bucket:
+// a bucket re-created through the same connection gets the same
+// (PlansConfig).
+var chosen sync.Map // chosenKey → int
+
+type chosenKey struct {
+	nc     *nats.Conn
+	bucket string
 }
 
 // EnsureBrokerAssets creates (or opens) what the broker owns, the MRM_PLANS
@@ -267,31 +335,43 @@ func EnsureBrokerAssets(ctx context.Context, nc *nats.Conn) (*Assets, error) {
 	if err != nil {
 		return nil, fmt.Errorf("natsutil: jetstream: %w", err)
 	}
-	plans, err := ensurePlans(ctx, js)
-	if err != nil {
+	a := &Assets{JS: js, Replicas: map[string]int{}}
+	if a.Plans, err = ensurePlans(ctx, js, a.Replicas); err != nil {
 		return nil, err
 	}
-	a := &Assets{JS: js, Plans: plans}
 	if kv, err := js.KeyValue(ctx, wire.BucketHosts); err == nil {
 		a.Hosts = kv
 	}
 	return a, nil
 }
 
-func ensurePlans(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
-	plans, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      wire.BucketPlans,
-		Description: "the broker's spend plans and its replicas' heartbeats",
-		History:     1,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("natsutil: bucket %s: %w", wire.BucketPlans, err)
-	}
-	return plans, nil
+func ensurePlans(ctx context.Context, js jetstream.JetStream, replicas map[string]int) (jetstream.KeyValue, error) {
+	return ensureKV(ctx, js, plansConfig(wire.BucketPlans, 0), replicas)
 }
 
-// ErrNoBucket: an asset its owner creates did not appear in time.
-var ErrNoBucket = errors.New("natsutil: bucket not created by its owner in time")
+func plansConfig(bucket string, replicas int) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:      bucket,
+		Description: "the broker's spend plans and its replicas' heartbeats",
+		History:     1,
+		Replicas:    replicas,
+	}
+}
+
+// PlansConfig is the configuration of the plans bucket (named bucket) for
+// the broker to create it again over nc after it was lost: the replicas
+// EnsureBrokerAssets chose over nc, else the override, else the cluster's.
+func PlansConfig(nc *nats.Conn, bucket string) jetstream.KeyValueConfig {
+	n, ok := chosen.Load(chosenKey{nc, bucket})
+	if !ok {
+		o, err := Override(nc)
+		if err != nil || o == 0 {
+			o = FromCluster(nc)
+		}
+		n = o
+	}
+	return plansConfig(bucket, n.(int))
+}
 
 // OpenHosts opens the MRM_HOSTS bucket for an agent, waiting up to wait
 // for the bank to create it (the agent may start first); Hosts and JS are

@@ -2,7 +2,6 @@ package natsutil
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -14,16 +13,13 @@ import (
 const NonceTTL = 2*wire.MaxSkew + wire.MaxSkew/2
 
 // EnsureNonces creates (or opens) the MRM_NONCES bucket, whose keys expire
-// after NonceTTL (service.KVNonces keeps the broker replicas' nonces there).
+// after NonceTTL (service.KVNonces keeps the broker replicas' nonces
+// there), with the replicas of replicas.go.
 func EnsureNonces(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	return ensureKV(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      wire.BucketNonces,
 		Description: "nonces of the signed requests broker replicas served",
 		History:     1,
 		TTL:         NonceTTL,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("natsutil: bucket %s: %w", wire.BucketNonces, err)
-	}
-	return kv, nil
+	}, nil)
 }

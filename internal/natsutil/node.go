@@ -1,0 +1,140 @@
+package natsutil
+
+// A node of a NATS cluster (mrmarket nats serve).
+//
+// A node runs the embedded server from the very configuration file `mrmarket
+// nats config` writes for a standalone nats-server (natsauth.Config): the
+// node renders it, writes it, and starts the server from the file through
+// nats-server's own parser (server.ProcessConfigFile). So an embedded node
+// and a real nats-server given that file are configured by one code path,
+// and the file on disk is always what the node runs (an operator can read
+// it, or hand it to nats-server). Refresh renders it again (a principal was
+// added at the bank), and when it changed writes it and reloads the server
+// with it: new users connect at once, removed ones are disconnected.
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// NodeOptions configure a node.
+type NodeOptions struct {
+	// File is where the configuration is written (mode 0600: it names
+	// every principal's key).
+	File string
+	// Render returns the configuration (natsauth.Config's text), read
+	// afresh on every Refresh.
+	Render func(ctx context.Context) ([]byte, error)
+	// Log makes the server log to stderr (a daemon); false keeps it quiet
+	// (tests).
+	Log bool
+}
+
+// Node is a running node.
+type Node struct {
+	Server *server.Server
+	o      NodeOptions
+	mu     sync.Mutex
+	last   []byte
+}
+
+// StartNode writes the configuration and starts a server from it,
+// waiting until it accepts connections.
+func StartNode(ctx context.Context, o NodeOptions) (*Node, error) {
+	conf, err := o.Render(ctx)
+	if err != nil {
+		return nil, err
+	}
+	so, err := o.load(conf)
+	if err != nil {
+		return nil, err
+	}
+	ns, err := startWith(so)
+	if err != nil {
+		return nil, err
+	}
+	if o.Log {
+		ns.ConfigureLogger()
+	}
+	return &Node{Server: ns, o: o, last: conf}, nil
+}
+
+// load writes conf to the file and parses it as nats-server does.
+func (o NodeOptions) load(conf []byte) (*server.Options, error) {
+	if err := writeFileAtomic(o.File, conf); err != nil {
+		return nil, err
+	}
+	so, err := server.ProcessConfigFile(o.File)
+	if err != nil {
+		return nil, fmt.Errorf("natsutil: configuration %s: %w", o.File, err)
+	}
+	so.NoSigs = true // the daemon handles signals (and stops the node)
+	so.NoLog = !o.Log
+	if o.Log {
+		so.Logtime = true
+	}
+	return so, nil
+}
+
+// Refresh renders the configuration again and, when it changed, writes it
+// and reloads the server with it; it reports whether it reloaded.
+func (n *Node) Refresh(ctx context.Context) (bool, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	conf, err := n.o.Render(ctx)
+	if err != nil {
+		return false, err
+	}
+	if bytes.Equal(conf, n.last) {
+		return false, nil
+	}
+	so, err := n.o.load(conf)
+	if err != nil {
+		return false, err
+	}
+	if err := n.Server.ReloadOptions(so); err != nil {
+		return false, fmt.Errorf("natsutil: reloading %s: %w", n.o.File, err)
+	}
+	n.last = conf
+	return true, nil
+}
+
+// Follow calls Refresh every period until ctx ends; errors go to onErr
+// (the node keeps running on its last good configuration).
+func (n *Node) Follow(ctx context.Context, period time.Duration, onErr func(error)) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := n.Refresh(ctx); err != nil && onErr != nil {
+				onErr(err)
+			}
+		}
+	}
+}
+
+// Shutdown stops the node and waits until it has.
+func (n *Node) Shutdown() {
+	n.Server.Shutdown()
+	n.Server.WaitForShutdown()
+}
+
+func writeFileAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return fmt.Errorf("natsutil: writing %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("natsutil: writing %s: %w", path, err)
+	}
+	return nil
+}
