@@ -138,7 +138,7 @@ func runAgent(c *ucli.Context) error {
 		}
 		defer srv.Close()
 	}
-	fmt.Fprintf(c.App.Writer, "mrmarket agent %s: %s, %g CPUs, NATS %s, state %s\n", host, h.about, h.capacity, c.String("nats"), state)
+	fmt.Fprintf(c.App.Writer, "mrmarket agent %s: %s, CPUs %g, NATS %s, state %s\n", host, h.about, h.capacity, c.String("nats"), state)
 	agent.Run(c.Context, a, c.Duration("tick"))
 	return nil
 }
