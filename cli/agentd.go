@@ -26,12 +26,13 @@ import (
 func agentCommand() *ucli.Command {
 	flags := []ucli.Flag{flagNATS(), flagCreds(), flagTLSCA(), flagAdminKey(),
 		&ucli.StringFlag{Name: "host", Usage: "this host's id (its agent credentials: <creds>/agents/<host>.nk)", EnvVars: []string{"MRM_HOST"}},
-		&ucli.Float64Flag{Name: "capacity", Usage: "the host's CPUs (default: all of them; 1 with --sim)"},
+		&ucli.Float64Flag{Name: "capacity", Usage: "the host's CPUs", DefaultText: "all of them; 1 with --sim"},
 		flagIdleBelow(),
 		&ucli.DurationFlag{Name: "tick", Usage: "charge, reconcile and publish every", Value: defaultTick},
-		&ucli.StringFlag{Name: "state", Usage: "state file keeping the bid book across restarts (default with --sim: .data/agents/<host>.json, as up keeps it)",
-			Value: "/var/lib/mrmarket/agent.json", EnvVars: []string{"MRM_AGENT_STATE"}},
-		&ucli.StringFlag{Name: "http", Usage: "address for /metrics and /healthz (empty: none; default with --sim: none)", Value: "127.0.0.1:9466"},
+		&ucli.StringFlag{Name: "state", Usage: "state file keeping the bid book across restarts", Value: "/var/lib/mrmarket/agent.json",
+			DefaultText: "/var/lib/mrmarket/agent.json; with --sim .data/agents/<host>.json, where up keeps it", EnvVars: []string{"MRM_AGENT_STATE"}},
+		&ucli.StringFlag{Name: "http", Usage: "address for /metrics and /healthz (empty: none)", Value: "127.0.0.1:9466",
+			DefaultText: "127.0.0.1:9466; with --sim none"},
 	}
 	flags = append(flags, libvirtFlags()...)
 	flags = append(flags, simFlags()...)

@@ -151,6 +151,14 @@ func TestAgentSimDaemon(t *testing.T) {
 		}
 		return rep, json.Unmarshal([]byte(r.stdout), &rep)
 	}
+	layout, err := market.Layout(7, 2, []string{"alice", "bob"}) // what `up --hosts 7 --vms-per-host 2` runs on host-7
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for _, vm := range layout[6].VMs {
+		want[vm.ID] = vm.Owner
+	}
 	testpoll.CheckFor(t, 20*time.Second, 20*time.Millisecond, func() error {
 		rep, err := vms()
 		if err != nil {
@@ -162,10 +170,10 @@ func TestAgentSimDaemon(t *testing.T) {
 				got[v.VM] = v.Owner
 			}
 		}
-		if len(got) == 2 && got["h7-vm1"] == "alice" && got["h7-vm2"] == "bob" {
+		if fmt.Sprint(got) == fmt.Sprint(want) {
 			return nil
 		}
-		return fmt.Errorf("host-7's state at the broker: VMs %v, want h7-vm1=alice and h7-vm2=bob as up lays them out; agent output:\n%s", got, p.output())
+		return fmt.Errorf("host-7's state at the broker: VMs %v, want %v as up lays them out; agent output:\n%s", got, want, p.output())
 	})
 	if out := p.output(); !strings.Contains(out, "mrmarket agent host-7: simulated, 2 VMs (h7-vm1=alice,h7-vm2=bob)") {
 		t.Errorf("the agent's start line: %q", out)

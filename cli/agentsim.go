@@ -61,9 +61,9 @@ var libvirtOnly = []string{"libvirt", "hard-cap", "disk", "link-kibps"}
 // simFlags are the flags of a simulated host.
 func simFlags() []ucli.Flag {
 	return []ucli.Flag{
-		&ucli.BoolFlag{Name: "sim", Usage: "simulate the host instead of governing libvirt domains (see below)"},
+		&ucli.BoolFlag{Name: "sim", Usage: "simulate the host instead of governing libvirt domains (see the description above)"},
 		&ucli.StringFlag{Name: "vms", Usage: "with --sim: the host's VMs and their owners, ID=OWNER,… (e.g. web-1=alice,db-1=bob)"},
-		&ucli.IntFlag{Name: "vms-per-host", Usage: "with --sim: this many VMs named as `up` names them, owned round-robin by --users"},
+		&ucli.IntFlag{Name: "vms-per-host", Usage: "with --sim: this many VMs, named as up names them, owned round-robin by --users"},
 		&ucli.StringFlag{Name: "users", Usage: "with --sim and --vms-per-host: comma-separated owners of the VMs"},
 	}
 }
