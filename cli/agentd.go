@@ -19,95 +19,157 @@ import (
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
-// agentCommand is `mrmarket agent`: one host's agent daemon on libvirt.
+// agentCommand is `mrmarket agent`: one host's agent daemon, on libvirt or
+// (--sim) on a simulated host. Both are one code path: only the Enforcer
+// (and its flags) differ — the identity, the bank and NATS wiring, the state
+// file, metrics and the tick loop are shared (runAgent).
 func agentCommand() *ucli.Command {
+	flags := []ucli.Flag{flagNATS(), flagCreds(), flagTLSCA(), flagAdminKey(),
+		&ucli.StringFlag{Name: "host", Usage: "this host's id (its agent credentials: <creds>/agents/<host>.nk)", EnvVars: []string{"MRM_HOST"}},
+		&ucli.Float64Flag{Name: "capacity", Usage: "the host's CPUs", DefaultText: "all of them; 1 with --sim"},
+		flagIdleBelow(),
+		&ucli.DurationFlag{Name: "tick", Usage: "charge, reconcile and publish every", Value: defaultTick},
+		&ucli.StringFlag{Name: "state", Usage: "state file keeping the bid book across restarts", Value: "/var/lib/mrmarket/agent.json",
+			DefaultText: "/var/lib/mrmarket/agent.json; with --sim .data/agents/<host>.json, where up keeps it", EnvVars: []string{"MRM_AGENT_STATE"}},
+		&ucli.StringFlag{Name: "http", Usage: "address for /metrics and /healthz (empty: none)", Value: "127.0.0.1:9466",
+			DefaultText: "127.0.0.1:9466; with --sim none"},
+	}
+	flags = append(flags, libvirtFlags()...)
+	flags = append(flags, simFlags()...)
 	return &ucli.Command{
 		Name:  "agent",
-		Usage: "run one host's agent: enforce shares on its libvirt domains, charge bids, publish the host's state",
+		Usage: "run one host's agent: enforce shares on its libvirt domains (or a simulated host's VMs: --sim), charge bids, publish the host's state",
 		UsageText: "mrmarket agent --host host-1 --libvirt qemu:///system --nats nats://nats-1:4222 --creds /etc/mrmarket/creds\n" +
-			"   (domains are managed when their metadata names an owner: see `go doc ./agent/virt`)",
-		Flags: []ucli.Flag{flagNATS(), flagCreds(), flagTLSCA(), flagAdminKey(),
-			&ucli.StringFlag{Name: "host", Usage: "this host's id (its agent credentials: <creds>/agents/<host>.nk)", EnvVars: []string{"MRM_HOST"}},
-			&ucli.StringFlag{Name: "libvirt", Usage: "libvirt URI", Value: "qemu:///system", EnvVars: []string{"MRM_LIBVIRT_URI"}},
-			&ucli.Float64Flag{Name: "capacity", Usage: "the host's CPUs (default: all of them)"},
-			&ucli.BoolFlag{Name: "hard-cap", Usage: "also cap each VM at its share with vcpu_quota (off: caps a former run left are removed)"},
-			flagIdleBelow(),
-			&ucli.BoolFlag{Name: "disk", Usage: "govern blkio weights too", Value: true},
-			&ucli.UintFlag{Name: "link-kibps", Usage: "cap interfaces at their share of this link capacity (KiB/s; 0: do not govern network)"},
-			&ucli.DurationFlag{Name: "tick", Usage: "charge, reconcile and publish every", Value: defaultTick},
-			&ucli.StringFlag{Name: "state", Usage: "state file keeping the bid book across restarts", Value: "/var/lib/mrmarket/agent.json", EnvVars: []string{"MRM_AGENT_STATE"}},
-			&ucli.StringFlag{Name: "http", Usage: "address for /metrics and /healthz (empty: none)", Value: "127.0.0.1:9466"},
-		},
-		Action: func(c *ucli.Context) error {
-			host := c.String("host")
-			if err := wire.CheckName("--host", host); err != nil {
-				return usageError{err}
-			}
-			if c.Duration("tick") < tickMin || c.Duration("tick") > tickMax {
-				return badInput("--tick must be between %s and %s", tickMin, tickMax)
-			}
-			capacity := c.Float64("capacity")
-			if capacity < 0 || capacity > 4096 {
-				return badInput("--capacity must be between 0 (all CPUs) and 4096")
-			}
-			if capacity == 0 {
-				capacity = float64(runtime.NumCPU())
-			}
-			if err := checkIdleBelow(c); err != nil {
-				return err
-			}
-			signer, err := wire.CredsDir(c.String("creds")).Signer(wire.RoleAgent, host)
-			if err != nil {
-				return err
-			}
-			anchor, err := adminKey(c)
-			if err != nil {
-				return err
-			}
-			enf, err := virt.New(virt.Config{URI: c.String("libvirt"), HostCPUs: capacity, HardCap: c.Bool("hard-cap"),
-				Disk: c.Bool("disk"), LinkKiBps: c.Uint("link-kibps")})
-			if err != nil {
-				return wire.Errorf(wire.ErrUnavailable, "%v", err)
-			}
-			defer enf.Close()
-			nc, err := connectDaemon(c, "mrmarket-agent-"+host, signer)
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			assets, err := natsutil.OpenHosts(c.Context, nc, time.Minute) // the bank creates it
-			if err != nil {
-				return wire.Errorf(wire.ErrUnavailable, "%v", err)
-			}
-			if err := os.MkdirAll(filepath.Dir(c.String("state")), 0o750); err != nil {
-				return err
-			}
-			reg := prometheus.NewRegistry()
-			metrics := obs.NewMetrics(reg)
-			a, err := agent.New(agent.Config{Host: host, Enforcer: enf, IdleBelow: c.Float64("idle-below"),
-				Capturer:  bank.Client{NC: nc, Signer: signer, AdminKey: anchor, OnRefused: func(error) { metrics.Error("agent", "untrusted_reply") }},
-				Publisher: agent.NATSPublisher{NC: nc, KV: assets.Hosts, Signer: signer}, Metrics: metrics, Capacity: capacity,
-				StateFile: c.String("state"), Identities: bank.Client{NC: nc, AdminKey: anchor}, AdminKey: anchor, Signer: signer})
-			if err != nil {
-				return err
-			}
-			stop, err := agent.Serve(nc, a)
-			if err != nil {
-				return err
-			}
-			defer stop()
-			if addr := c.String("http"); addr != "" {
-				srv, err := obs.Serve(addr, reg, map[string]obs.HealthFunc{"nats": natsHealth(nc)})
-				if err != nil {
-					return err
-				}
-				defer srv.Close()
-			}
-			fmt.Fprintf(c.App.Writer, "mrmarket agent %s: %s, NATS %s, state %s\n", host, c.String("libvirt"), c.String("nats"), c.String("state"))
-			agent.Run(c.Context, a, c.Duration("tick"))
-			return nil
-		},
+			"   (domains are managed when their metadata names an owner: see `go doc ./agent/virt`)\n" +
+			"mrmarket agent --sim --host host-1 --vms-per-host 2 --users alice,bob --nats … --creds .data/creds\n" +
+			"mrmarket agent --sim --host host-3 --vms web-1=alice,db-1=bob --capacity 4 --nats … --creds …",
+		Description: simDescription,
+		Flags:       flags,
+		Action:      runAgent,
 	}
+}
+
+// agentHost is what differs between the agent's kinds of host: how its VMs
+// are seen and governed, and how many CPUs it has.
+type agentHost struct {
+	enforcer agent.Enforcer
+	capacity float64
+	about    string // for the start line: "libvirt qemu:///system"
+	close    func()
+}
+
+// runAgent is `mrmarket agent`. Every flag is checked before anything is
+// opened or connected to; then the host's enforcer is opened (libvirt, or
+// the simulated host) and everything else is the same for both.
+func runAgent(c *ucli.Context) error {
+	host := c.String("host")
+	if err := wire.CheckName("--host", host); err != nil {
+		return usageError{err}
+	}
+	if c.Duration("tick") < tickMin || c.Duration("tick") > tickMax {
+		return badInput("--tick must be between %s and %s", tickMin, tickMax)
+	}
+	capacity := c.Float64("capacity")
+	if capacity < 0 || capacity > 4096 {
+		return badInput("--capacity must be between 0 (all CPUs) and 4096")
+	}
+	if err := checkIdleBelow(c); err != nil {
+		return err
+	}
+	state, httpAddr := c.String("state"), c.String("http")
+	var open func() (agentHost, error)
+	var err error
+	if c.Bool("sim") {
+		open, err = simHost(c, host, capacity)
+		if !c.IsSet("state") {
+			state = filepath.Join(".data", "agents", host+".json")
+		}
+		if !c.IsSet("http") {
+			httpAddr = "" // several simulated hosts share a machine
+		}
+	} else {
+		open, err = libvirtHost(c, capacity)
+	}
+	if err != nil {
+		return err
+	}
+	signer, err := wire.CredsDir(c.String("creds")).Signer(wire.RoleAgent, host)
+	if err != nil {
+		return err
+	}
+	anchor, err := adminKey(c)
+	if err != nil {
+		return err
+	}
+	h, err := open()
+	if err != nil {
+		return err
+	}
+	defer h.close()
+	nc, err := connectDaemon(c, "mrmarket-agent-"+host, signer)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	assets, err := natsutil.OpenHosts(c.Context, nc, time.Minute) // the bank creates it
+	if err != nil {
+		return wire.Errorf(wire.ErrUnavailable, "%v", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(state), 0o750); err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	metrics := obs.NewMetrics(reg)
+	a, err := agent.New(agent.Config{Host: host, Enforcer: h.enforcer, IdleBelow: c.Float64("idle-below"),
+		Capturer:  bank.Client{NC: nc, Signer: signer, AdminKey: anchor, OnRefused: func(error) { metrics.Error("agent", "untrusted_reply") }},
+		Publisher: agent.NATSPublisher{NC: nc, KV: assets.Hosts, Signer: signer}, Metrics: metrics, Capacity: h.capacity,
+		StateFile: state, Identities: bank.Client{NC: nc, AdminKey: anchor}, AdminKey: anchor, Signer: signer})
+	if err != nil {
+		return err
+	}
+	stop, err := agent.Serve(nc, a)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	if httpAddr != "" {
+		srv, err := obs.Serve(httpAddr, reg, map[string]obs.HealthFunc{"nats": natsHealth(nc)})
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
+	}
+	fmt.Fprintf(c.App.Writer, "mrmarket agent %s: %s, CPUs %g, NATS %s, state %s\n", host, h.about, h.capacity, c.String("nats"), state)
+	agent.Run(c.Context, a, c.Duration("tick"))
+	return nil
+}
+
+// libvirtFlags are the flags of a libvirt host (refused with --sim).
+func libvirtFlags() []ucli.Flag {
+	return []ucli.Flag{
+		&ucli.StringFlag{Name: "libvirt", Usage: "libvirt URI", Value: "qemu:///system", EnvVars: []string{"MRM_LIBVIRT_URI"}},
+		&ucli.BoolFlag{Name: "hard-cap", Usage: "also cap each VM at its share with vcpu_quota (off: caps a former run left are removed)"},
+		&ucli.BoolFlag{Name: "disk", Usage: "govern blkio weights too", Value: true},
+		&ucli.UintFlag{Name: "link-kibps", Usage: "cap interfaces at their share of this link capacity (KiB/s; 0: do not govern network)"},
+	}
+}
+
+// libvirtHost checks the libvirt host's flags and returns how to open it.
+func libvirtHost(c *ucli.Context, capacity float64) (func() (agentHost, error), error) {
+	if err := onlyWith(c, "--sim", simOnly...); err != nil {
+		return nil, err
+	}
+	if capacity == 0 {
+		capacity = float64(runtime.NumCPU())
+	}
+	return func() (agentHost, error) {
+		enf, err := virt.New(virt.Config{URI: c.String("libvirt"), HostCPUs: capacity, HardCap: c.Bool("hard-cap"),
+			Disk: c.Bool("disk"), LinkKiBps: c.Uint("link-kibps")})
+		if err != nil {
+			return agentHost{}, wire.Errorf(wire.ErrUnavailable, "%v", err)
+		}
+		return agentHost{enforcer: enf, capacity: capacity, about: "libvirt " + c.String("libvirt"), close: func() { _ = enf.Close() }}, nil
+	}, nil
 }
 
 // brokerCommand is `mrmarket broker`: the broker daemon.
