@@ -52,39 +52,69 @@ func transfer(ctx context.Context, t tx, id, kind, debit, credit string, amount 
 	if debit == MintAccount {
 		floor = amount - maxBalance
 	}
-	res, err := t.exec(ctx, `UPDATE accounts SET balance = balance - ? WHERE id = ? AND balance >= ?`, int64(amount), debit, int64(floor))
-	if err != nil {
-		return err
-	}
-	if n, err := res.RowsAffected(); err != nil || n == 0 {
-		if err != nil {
+	// Rows are updated in account-id order, so two transfers between the
+	// same accounts in opposite directions lock them in the same order
+	// instead of deadlocking (PostgreSQL would abort one after
+	// deadlock_timeout, a second's stall).
+	if credit < debit {
+		if err := creditAccount(ctx, t, credit, amount); err != nil {
 			return err
 		}
-		have, err := balance(ctx, t, debit)
-		if err != nil {
+		if err := debitAccount(ctx, t, debit, amount, floor); err != nil {
 			return err
 		}
-		if debit == MintAccount {
-			return fmt.Errorf("%w: total granted", ErrOverflow)
-		}
-		return fmt.Errorf("%w: %s has %s, needs %s", ErrInsufficient, debit, have, amount)
-	}
-	res, err = t.exec(ctx, `UPDATE accounts SET balance = balance + ? WHERE id = ? AND balance <= ?`, int64(amount), credit, int64(maxBalance-amount))
-	if err != nil {
-		return err
-	}
-	if n, err := res.RowsAffected(); err != nil || n == 0 {
-		if err != nil {
+	} else {
+		if err := debitAccount(ctx, t, debit, amount, floor); err != nil {
 			return err
 		}
-		if _, err := balance(ctx, t, credit); err != nil {
+		if err := creditAccount(ctx, t, credit, amount); err != nil {
 			return err
 		}
-		return fmt.Errorf("%w: %s", ErrOverflow, credit)
 	}
-	_, err = t.exec(ctx, `INSERT INTO transfers (id, kind, debit, credit, amount, fingerprint, memo, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err := t.exec(ctx, `INSERT INTO transfers (id, kind, debit, credit, amount, fingerprint, memo, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
 		id, kind, debit, credit, int64(amount), fp, memo, at.UnixNano())
 	return err
+}
+
+// debitAccount takes amount from account unless its balance would fall
+// below amount-floor.
+func debitAccount(ctx context.Context, t tx, account string, amount, floor money.Micro) error {
+	res, err := t.exec(ctx, `UPDATE accounts SET balance = balance - ? WHERE id = ? AND balance >= ?`, int64(amount), account, int64(floor))
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		if err != nil {
+			return err
+		}
+		have, err := balance(ctx, t, account)
+		if err != nil {
+			return err
+		}
+		if account == MintAccount {
+			return fmt.Errorf("%w: total granted", ErrOverflow)
+		}
+		return fmt.Errorf("%w: %s has %s, needs %s", ErrInsufficient, account, have, amount)
+	}
+	return nil
+}
+
+// creditAccount adds amount to account unless it would exceed maxBalance.
+func creditAccount(ctx context.Context, t tx, account string, amount money.Micro) error {
+	res, err := t.exec(ctx, `UPDATE accounts SET balance = balance + ? WHERE id = ? AND balance <= ?`, int64(amount), account, int64(maxBalance-amount))
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		if err != nil {
+			return err
+		}
+		if _, err := balance(ctx, t, account); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: %s", ErrOverflow, account)
+	}
+	return nil
 }
 
 func balance(ctx context.Context, t tx, account string) (money.Micro, error) {

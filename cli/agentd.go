@@ -184,6 +184,7 @@ func brokerCommand() *ucli.Command {
 			&ucli.StringFlag{Name: "http", Usage: "address for /metrics and /healthz (empty: none)", Value: "127.0.0.1:9467"},
 			&ucli.Float64Flag{Name: "deadline-share", Usage: "the share of its hosts an admitted job holds while it runs (0–0.95)", Value: 0.8},
 			&ucli.StringFlag{Name: "job-order", Usage: "best-effort jobs' overlap order: maxsrpt, splitsrpt, klps or fifo", Value: "maxsrpt"},
+			flagJSReplicas(),
 		},
 		Action: func(c *ucli.Context) error {
 			if s := c.Float64("deadline-share"); !(s > 0 && s <= 0.95) {
@@ -196,6 +197,10 @@ func brokerCommand() *ucli.Command {
 			}
 			if c.Duration("tick") < tickMin || c.Duration("tick") > tickMax {
 				return badInput("--tick must be between %s and %s", tickMin, tickMax)
+			}
+			replicas, err := jsReplicas(c)
+			if err != nil {
+				return err
 			}
 			signer, err := wire.CredsDir(c.String("creds")).Signer(wire.RoleBroker, "broker")
 			if err != nil {
@@ -210,6 +215,9 @@ func brokerCommand() *ucli.Command {
 				return err
 			}
 			defer nc.Close()
+			if err := natsutil.SetReplicas(nc, replicas); err != nil {
+				return err
+			}
 			assets, err := natsutil.EnsureBrokerAssets(c.Context, nc)
 			if err != nil {
 				return wire.Errorf(wire.ErrUnavailable, "%v", err)

@@ -29,10 +29,15 @@ func bankServeCommand() *ucli.Command {
 			&ucli.StringFlag{Name: "store", Usage: "sqlite:PATH or postgres://…", Value: "sqlite:.data/bank.db", EnvVars: []string{"MRM_BANK_STORE"}},
 			&ucli.StringFlag{Name: "http", Usage: "address for /metrics and /healthz (empty: none)", Value: "127.0.0.1:9465"},
 			&ucli.DurationFlag{Name: "tick", Usage: "how often to expire holds and pay income", Value: 5 * time.Second},
+			flagJSReplicas(),
 		},
 		Action: func(c *ucli.Context) error {
 			if c.Duration("tick") < tickMin || c.Duration("tick") > tickMax {
 				return badInput("--tick must be between %s and %s", tickMin, tickMax)
+			}
+			replicas, err := jsReplicas(c)
+			if err != nil {
+				return err
 			}
 			reg := prometheus.NewRegistry()
 			metrics := obs.NewMetrics(reg)
@@ -58,6 +63,9 @@ func bankServeCommand() *ucli.Command {
 				return err
 			}
 			defer nc.Close()
+			if err := natsutil.SetReplicas(nc, replicas); err != nil {
+				return err
+			}
 			if _, err := natsutil.EnsureBankAssets(c.Context, nc); err != nil {
 				return wire.Errorf(wire.ErrUnavailable, "%v", err)
 			}
