@@ -232,6 +232,14 @@ func (b *Broker) Submit(ctx context.Context, req *wire.SubmitRequest) (wire.Subm
 		if v.rec.Plan.User != req.User || v.rec.Job.Spec.Name != req.Job.Name {
 			return wire.SubmitReply{}, ErrPlanReused
 		}
+		if v.rec.Plan.Status == planStarting {
+			// Admitted, but its start was cut off: carry it on (plans.go).
+			rep, err := b.start(ctx, v.rec.clone(), v.rev, b.cfg.Now(), false)
+			if err != nil {
+				return wire.SubmitReply{}, err
+			}
+			return wire.SubmitReply{Job: b.jobView(v.rec, b.cfg.Now()), Plan: rep.Plan}, nil
+		}
 		return wire.SubmitReply{Job: b.jobView(v.rec, b.cfg.Now()), Plan: v.rec.Plan}, nil
 	}
 	b.admit.Lock()
@@ -256,9 +264,12 @@ func (b *Broker) Submit(ctx context.Context, req *wire.SubmitRequest) (wire.Subm
 	rep, err := b.spend(ctx, &wire.SpendRequest{ID: id, User: req.User, Budget: price,
 		Duration: wire.Duration(end.Sub(now)), VMs: req.Job.VMs, Strategy: wire.StrategyDeadline}, job)
 	v, _ := b.store.get(id)
-	if job.Commit != "" && (err != nil || v.rec == nil || v.rec.Job == nil || v.rec.Job.Commit != token) {
+	if job.Commit != "" && (err != nil && !undecided(err) || v.rec == nil || v.rec.Job == nil || v.rec.Job.Commit != token) {
 		// Not admitted after all, or the id's plan is another admission's
-		// (a retry raced this one): this one commits nothing.
+		// (a retry raced this one): this one commits nothing. A start cut
+		// off by an outage keeps its commitment: the plan is carried on by
+		// a retry or a round, or fails, and a failed plan's commitment
+		// counts for nothing (commit.go).
 		b.uncommit(ctx, p.commits.hosts, token)
 	}
 	if err != nil {

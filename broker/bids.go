@@ -158,11 +158,21 @@ func (b *Broker) cancelAll(ctx context.Context, rec *planRecord, now time.Time) 
 	dropBids(rec, now)
 }
 
-// cancelChanges are the requests that cancel all of rec's bids, by host.
+// cancelChanges are the requests that cancel all of rec's bids, by host:
+// those it records and, for a plan still starting that a try of start may
+// have bid for before its record was written, any on every VM it names
+// (an agent ignores the cancel of a bid it does not have).
 func cancelChanges(rec *planRecord) []bidChange {
 	byHost := map[string][]string{}
 	for vm, bid := range rec.Bids {
 		byHost[bid.Host] = append(byHost[bid.Host], vm)
+	}
+	if rec.Plan.Status == planStarting && !rec.untried {
+		for _, vm := range rec.Plan.VMs {
+			if !slices.Contains(byHost[vm.Host], vm.VM) {
+				byHost[vm.Host] = append(byHost[vm.Host], vm.VM)
+			}
+		}
 	}
 	out := make([]bidChange, 0, len(byHost))
 	for _, h := range slices.Sorted(maps.Keys(byHost)) {

@@ -155,6 +155,9 @@ type Broker struct {
 	mandates wire.MandateCache
 	// recovered: the plans the store lost were recovered from the bank (recover.go).
 	recovered recovery
+	// inStart counts the tries of start running here, by plan (plans.go).
+	startMu sync.Mutex
+	inStart map[string]int
 
 	mu    sync.Mutex
 	hosts map[string]wire.HostState
@@ -220,7 +223,7 @@ func New(cfg Config) (*Broker, error) {
 	if err := wire.CheckName("replica", cfg.Replica); err != nil {
 		return nil, err
 	}
-	b := &Broker{cfg: cfg, hosts: map[string]wire.HostState{}, vmAt: map[string]vmPlace{},
+	b := &Broker{cfg: cfg, hosts: map[string]wire.HostState{}, vmAt: map[string]vmPlace{}, inStart: map[string]int{},
 		stats: map[string]*strategies.PriceStats{}, beStats: map[string]*strategies.PriceStats{}}
 	if cfg.Plans != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

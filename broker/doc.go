@@ -52,7 +52,8 @@
 // planner (round.decide) is a pure function of the round, the plan and
 // what its strategy wants: per plan it decides to leave it alone (its
 // owner is alive, or nothing would change), take it over from a dead
-// replica, fail a plan a dead replica left half-started, settle and
+// replica, carry on a plan left half-started (fail it after
+// startingTimeout), settle and
 // release it Settle after its end, or the new stages and the bid changes
 // the strategy's allocations make (bidChanges: one request per host).
 // The executor does the compare-and-set writes, bank releases and bid
@@ -158,10 +159,17 @@
 // and is reported, and the next admission on its host overwrites it. The
 // replicas share the nonces of the requests they serve in MRM_NONCES (a
 // replay to another replica or after a restart is refused). A spend with
-// an id is idempotent on every replica: a retry returns the plan, even one
-// still starting; plans starting are listed and cancellable, and one left
-// starting by its own replica is failed, its hold released, after
-// startingTimeout.
+// an id is idempotent on every replica, and exactly-once under faults: a
+// plan is recorded starting before anything else, then held, bid and
+// marked running (plans.go start), each step repeatable — the same hold
+// request, so the bank replays it. A refusal rolls the plan back; an
+// outage (the bank, an agent or the plans bucket not answering in time)
+// decides nothing, so the spend is answered unavailable and the plan left
+// starting, and whoever comes next carries it on: a retry of the spend by
+// its id on any replica, a round of its replica once no try is on it, a
+// survivor's round when its replica died. Plans starting are listed and
+// cancellable; one still starting after startingTimeout is failed, its
+// hold released.
 //
 // # Files and tests
 //

@@ -8,6 +8,9 @@ import (
 	"sort"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -17,7 +20,9 @@ func spendFingerprint(r *wire.SpendRequest) string {
 
 // Spend starts a plan: check ownership, hold the budget, run the plan's
 // first round. A plan whose first bids any host refuses is rolled back
-// (bids cancelled, hold released): it runs whole or not at all.
+// (bids cancelled, hold released): it runs whole or not at all. One cut off
+// by an outage is answered unavailable and left starting: a retry by its id,
+// or the next round, carries it on (start).
 func (b *Broker) Spend(ctx context.Context, req *wire.SpendRequest) (wire.SpendReply, error) {
 	if err := req.Validate(); err != nil {
 		return wire.SpendReply{}, err
@@ -40,12 +45,18 @@ func (b *Broker) spend(ctx context.Context, req *wire.SpendRequest, job *jobRec)
 	fp := spendFingerprint(req)
 	var failedRev uint64 // a failed plan's id may be used again
 	if v, ok := b.store.get(id); ok {
-		if v.rec.Plan.Status != wire.PlanFailed {
+		switch {
+		case v.rec.Request == fp && v.rec.Plan.Status == planStarting:
+			// A try of this spend was cut off half-way (its replica died,
+			// or the bank, an agent or the plans bucket did not answer in
+			// time): this retry carries it on.
+			return b.start(ctx, v.rec.clone(), v.rev, b.cfg.Now(), false)
+		case v.rec.Plan.Status != wire.PlanFailed:
 			return b.replay(v.rec, fp)
 		}
 		failedRev = v.rev
 	}
-	hosts, vms, err := b.place(req.User, req.AllVMs())
+	_, vms, err := b.place(req.User, req.AllVMs())
 	if err != nil {
 		return wire.SpendReply{}, err
 	}
@@ -60,7 +71,7 @@ func (b *Broker) spend(ctx context.Context, req *wire.SpendRequest, job *jobRec)
 		rec.Plan.Hold = hold
 	}
 	// The plan is recorded first, as "starting" (failed until it runs), so
-	// a replica that dies half-way leaves a record a survivor cleans up.
+	// a replica that dies half-way leaves a record a survivor carries on.
 	var rev uint64
 	if failedRev != 0 {
 		rev, err = b.store.update(ctx, rec, failedRev)
@@ -77,22 +88,106 @@ func (b *Broker) spend(ctx context.Context, req *wire.SpendRequest, job *jobRec)
 	if err != nil {
 		return wire.SpendReply{}, err
 	}
-	if _, err := b.cfg.Bank.Hold(ctx, &wire.HoldRequest{ID: rec.Plan.Hold, User: req.User, Amount: req.Budget,
-		Expires: rec.Plan.End.Add(b.cfg.Settle + b.cfg.HoldGrace), Hosts: hosts, Memo: planMemo + id, Mandate: mandate}); err != nil {
-		if errors.Is(err, wire.ErrConflict) && failedRev != 0 {
-			err = fmt.Errorf("%w (plan %q failed after its hold was placed: spend with a new id)", err, id)
+	return b.start(ctx, rec, rev, now, failedRev != 0)
+}
+
+// start carries a recorded plan from starting to running: its hold (the
+// same request on every try, so a second one is the bank's replay), its
+// bids, its record. Any replica may do it, any number of times: the spend
+// that recorded it, a retry of that spend by its id, or a round (a plan
+// whose replica died, or whose spend gave up). A definitive refusal rolls
+// the plan back (failed, hold released, its id free again); a failure that
+// decides nothing — the bank, an agent or the plans bucket not answering in
+// time — leaves it starting and says unavailable, so a retry by id carries
+// it on rather than finding it failed. reused says the id was a failed
+// plan's.
+func (b *Broker) start(ctx context.Context, rec *planRecord, rev uint64, now time.Time, reused bool) (wire.SpendReply, error) {
+	defer b.starting(rec.Plan.ID)()
+	if _, err := b.cfg.Bank.Hold(ctx, &wire.HoldRequest{ID: rec.Plan.Hold, User: rec.Plan.User, Amount: rec.Plan.Budget,
+		Expires: rec.Plan.End.Add(b.cfg.Settle + b.cfg.HoldGrace), Hosts: planHosts(rec), Memo: planMemo + rec.Plan.ID, Mandate: rec.Mandate}); err != nil {
+		if errors.Is(err, wire.ErrConflict) && reused {
+			err = fmt.Errorf("%w (plan %q failed after its hold was placed: spend with a new id)", err, rec.Plan.ID)
 		}
-		return b.rollBack(ctx, rec, rev, now, err)
+		return b.cutOff(ctx, rec, rev, now, err, undecided(err))
 	}
-	if _, failed := b.replan(ctx, rec, now, b.view(req.Strategy)); len(failed) > 0 {
-		return b.rollBack(ctx, rec, rev, now, fmt.Errorf("placing bids: %w", errors.Join(failed...)))
+	rec.untried = false
+	if _, failed := b.replan(ctx, rec, now, b.view(rec.Plan.Strategy)); len(failed) > 0 {
+		return b.cutOff(ctx, rec, rev, now, fmt.Errorf("placing bids: %w", errors.Join(failed...)), !slices.ContainsFunc(failed, func(err error) bool { return !undecided(err) }))
 	}
 	rec.Plan.Status = wire.PlanRunning
+	rec.Plan.Owner = b.cfg.Replica
 	if _, err := b.store.update(ctx, rec, rev); err != nil {
-		return b.rollBack(ctx, rec, rev, now, err)
+		if !errors.Is(err, errStale) {
+			return b.cutOff(ctx, rec, rev, now, err, undecided(err))
+		}
+		// Another try of the same plan wrote first.
+		v, ok := b.store.get(rec.Plan.ID)
+		switch {
+		case ok && v.rec.Plan.Status == wire.PlanRunning:
+			return wire.SpendReply{Plan: v.rec.Plan}, nil
+		case ok && v.rec.Plan.Status == planStarting:
+			return wire.SpendReply{}, fmt.Errorf("%w: plan %q is being started by another try; retry with the same id", wire.ErrUnavailable, rec.Plan.ID)
+		case ok: // cancelled or failed meanwhile: the bids this try placed go too
+			b.cancelAll(ctx, rec, now)
+			return b.replay(v.rec, v.rec.Request)
+		}
+		return wire.SpendReply{}, fmt.Errorf("%w: plan %q vanished while starting", wire.ErrInternal, rec.Plan.ID)
 	}
 	b.countRunning()
 	return wire.SpendReply{Plan: rec.Plan}, nil
+}
+
+// cutOff ends a try of start that failed with err: a plan refused is rolled
+// back; one cut off by an outage (open) stays starting for the next try.
+func (b *Broker) cutOff(ctx context.Context, rec *planRecord, rev uint64, now time.Time, err error, open bool) (wire.SpendReply, error) {
+	if open {
+		return wire.SpendReply{}, fmt.Errorf("%w: plan %q is starting (%v); retry with the same id", wire.ErrUnavailable, rec.Plan.ID, err)
+	}
+	return b.rollBack(ctx, rec, rev, now, err)
+}
+
+// undecided says err decides nothing about a request: no answer came in
+// time, no one answered, or the service said it could not answer.
+func undecided(err error) bool {
+	return errors.Is(err, wire.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrConnectionClosed)
+}
+
+// planHosts are the hosts of rec's VMs, sorted, each once.
+func planHosts(rec *planRecord) []string {
+	var hosts []string
+	for _, vm := range rec.Plan.VMs {
+		hosts = append(hosts, vm.Host)
+	}
+	slices.Sort(hosts)
+	return slices.Compact(hosts)
+}
+
+// starting marks plan id as being started here until the function it
+// returns is called: a round leaves it alone meanwhile.
+func (b *Broker) starting(id string) func() {
+	b.startMu.Lock()
+	b.inStart[id]++
+	b.startMu.Unlock()
+	return func() {
+		b.startMu.Lock()
+		if b.inStart[id]--; b.inStart[id] <= 0 {
+			delete(b.inStart, id)
+		}
+		b.startMu.Unlock()
+	}
+}
+
+// startingHere is the set of plans being started here now.
+func (b *Broker) startingHere() map[string]bool {
+	b.startMu.Lock()
+	defer b.startMu.Unlock()
+	out := make(map[string]bool, len(b.inStart))
+	for id := range b.inStart {
+		out[id] = true
+	}
+	return out
 }
 
 // place checks that every VM is known and user's, and gives the hosts
@@ -122,7 +217,7 @@ func (b *Broker) newPlan(id, fp string, req *wire.SpendRequest, vms []wire.PlanV
 		Start: now, End: now.Add(req.Duration.D()), Hold: "hold-" + id + "-" + randomHex()[:6], Status: planStarting,
 		Workflows: req.Workflows, Boost: req.Boost, HostWeights: req.HostWeights, Owner: b.cfg.Replica,
 		Stage: make([]int, len(req.Workflows)), VMs: vms,
-	}, Job: job}
+	}, Job: job, untried: true}
 	if len(req.Workflows) == 0 {
 		rec.Plan.Stage = nil
 	}
@@ -156,10 +251,10 @@ func (b *Broker) fail(ctx context.Context, rec *planRecord, rev uint64, now time
 	step := func() (context.Context, context.CancelFunc) {
 		return context.WithTimeout(context.WithoutCancel(ctx), wire.DefaultTimeout)
 	}
-	rec.Plan.Status = wire.PlanFailed
 	cctx, cancel := step()
 	b.cancelAll(cctx, rec, now)
 	cancel()
+	rec.Plan.Status = wire.PlanFailed
 	rctx, cancel := step()
 	rel, err := b.cfg.Bank.Release(rctx, &wire.ReleaseRequest{Hold: rec.Plan.Hold, User: rec.Plan.User})
 	cancel()
@@ -309,6 +404,7 @@ func (b *Broker) Adjust(ctx context.Context, req *wire.AdjustRequest) (wire.Plan
 		rec.Plan.Budget += req.More - req.Less
 		// Re-plan now: after --less the bids in force would commit more
 		// than the new budget until the owner's next round.
+		rec.untried = false
 		if _, failed := b.replan(ctx, rec, now, b.view(rec.Plan.Strategy)); len(failed) > 0 {
 			b.cfg.Metrics.Error("broker", "adjust_bids")
 		}

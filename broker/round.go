@@ -34,6 +34,8 @@ type round struct {
 	tick, settle time.Duration
 	beats        map[string]time.Time
 	view         roundView
+	// startingHere are the plans a try of start is on in this process.
+	startingHere map[string]bool
 }
 
 // roundView is what a round of one plan needs to know of the others: the
@@ -48,9 +50,10 @@ type action int
 
 const (
 	actNone   action = iota // its owner is alive, Spend is starting it here, or nothing changes
-	actFail                 // a replica died starting it: cancel its bids, release its hold, fail it
+	actFail                 // starting too long: cancel its bids, release its hold, fail it
 	actSettle               // Settle past its end: release what is left, it is done
 	actRebid                // send the bids that changed, record what the hosts took
+	actStart                // starting, and no try of start on it here: carry it on (hold, bids, running)
 )
 
 // step is the planner's decision for one plan: the plan as read, whether
@@ -79,7 +82,7 @@ func (b *Broker) Tick(ctx context.Context, now time.Time) error {
 		b.cfg.Metrics.Error("broker", "recover")
 	}
 	r := &round{now: now, replica: b.cfg.Replica, tick: b.cfg.Tick, settle: b.cfg.Settle, beats: b.store.heartbeats(),
-		view: roundView{boosts: b.cappedBoosts(), jobs: b.edf()}}
+		view: roundView{boosts: b.cappedBoosts(), jobs: b.edf()}, startingHere: b.startingHere()}
 	plans := r.candidates(b.store)
 	errs := make([][]error, len(plans))
 	b.parallel(len(plans), roundWorkers, func(i int) {
@@ -123,8 +126,9 @@ func (r *round) ownerAlive(owner string) (heard, alive bool) {
 
 // decide is the planner, a pure function of the round, the plan as read
 // and what its strategy wants (asked only of a plan this replica runs on):
-// leave the plan alone, take it over from a dead owner, fail it if that
-// owner died starting it, settle it at its end, or send its bid changes.
+// leave the plan alone, take it over from a dead owner, carry on a plan
+// left starting (fail it once it has been starting for startingTimeout),
+// settle it at its end, or send its bid changes.
 func (r *round) decide(v versioned, want func() strategies.Decision) step {
 	rec := v.rec
 	st := step{plan: v}
@@ -139,18 +143,19 @@ func (r *round) decide(v versioned, want func() strategies.Decision) step {
 			return st
 		}
 		st.takeOver = true
-		if rec.Plan.Status == planStarting { // its replica died setting it up
-			st.action = actFail
-			return st
-		}
 	}
 	switch {
 	case rec.Plan.Status == planStarting && r.now.Sub(rec.Plan.Start) > startingTimeout:
-		// Ours, but the Spend that was starting it is long gone (its
-		// rollback could not write, or this replica restarted): fail it
-		// and release its hold rather than leave it starting with money held.
+		// No try carried it to running in all that time (its hold or its
+		// bids kept failing): fail it and release its hold rather than
+		// leave it starting with money held.
 		st.action = actFail
-	case rec.Plan.Status != wire.PlanRunning: // Spend is starting it here
+	case rec.Plan.Status == planStarting && (st.takeOver || !r.startingHere[rec.Plan.ID] && r.now.Sub(rec.Plan.Start) > 2*r.tick):
+		// Its replica died setting it up, or the spend starting it here
+		// gave up on an outage: the user's signed spend is carried on,
+		// as a retry of it by its id would.
+		st.action = actStart
+	case rec.Plan.Status != wire.PlanRunning: // a try of start is on it here
 	case !r.now.Before(rec.Plan.End.Add(r.settle)):
 		st.action = actSettle
 	default:
@@ -179,6 +184,11 @@ func (b *Broker) execute(ctx context.Context, r *round, st step) []error {
 	switch st.action {
 	case actFail:
 		return b.failStarted(ctx, rec, rev, r.now)
+	case actStart:
+		if _, err := b.start(ctx, rec, rev, r.now, false); err != nil {
+			return []error{fmt.Errorf("starting plan %s: %w", rec.Plan.ID, err)}
+		}
+		return nil
 	case actSettle:
 		return b.settle(ctx, rec, rev, r.now)
 	}

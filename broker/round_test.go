@@ -38,10 +38,13 @@ func TestDecide(t *testing.T) {
 	}{
 		{"another replica's, alive", plan("alive", wire.PlanRunning, -time.Minute, time.Hour), moved, "none", false},
 		{"a dead replica's, running: taken over and re-planned", plan("dead", wire.PlanRunning, -time.Minute, time.Hour), same, "rebid takeover", true},
-		{"a dead replica's, starting: failed", plan("dead", planStarting, -time.Minute, time.Hour), same, "fail takeover", false},
+		{"a dead replica's, starting: carried on", plan("dead", planStarting, -time.Minute, time.Hour), same, "start takeover", false},
+		{"a dead replica's, starting too long: failed", plan("dead", planStarting, -startingTimeout-time.Second, time.Hour), same, "fail takeover", false},
 		{"starting on a replica not heard of yet: left a while", plan("new", planStarting, -20*time.Second, time.Hour), same, "none", false},
-		{"starting on a replica never heard of: failed", plan("new", planStarting, -21*time.Second, time.Hour), same, "fail takeover", false},
-		{"starting here: Spend is on it", plan("me", planStarting, -time.Minute, time.Hour), moved, "none", false},
+		{"starting on a replica never heard of: carried on", plan("new", planStarting, -21*time.Second, time.Hour), same, "start takeover", false},
+		{"starting here: a try of start is on it", plan("me", planStarting, -time.Minute, time.Hour), moved, "none", false},
+		{"starting here, its spend gone: carried on", plan("me", planStarting, -time.Minute, time.Hour), moved, "start", false},
+		{"starting here too long: failed", plan("me", planStarting, -startingTimeout-time.Second, time.Hour), moved, "fail", false},
 		{"Settle past its end", plan("me", wire.PlanRunning, -time.Hour, -20*time.Second), moved, "settle", false},
 		{"nothing moves", plan("me", wire.PlanRunning, -time.Minute, time.Hour), same, "none", true},
 		{"bids move", plan("me", wire.PlanRunning, -time.Minute, time.Hour), moved,
@@ -50,8 +53,9 @@ func TestDecide(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			asked := false
+			r.startingHere = map[string]bool{"p": c.name == "starting here: a try of start is on it"}
 			st := r.decide(versioned{c.rec, 1}, func() strategies.Decision { asked = true; return c.wants })
-			got := []string{[]string{"none", "fail", "settle", "rebid"}[st.action]}
+			got := []string{[]string{"none", "fail", "settle", "rebid", "start"}[st.action]}
 			if st.takeOver {
 				got = append(got, "takeover")
 			}

@@ -31,6 +31,9 @@ type planRecord struct {
 	// it came signed): every bid and the hold carry it, so agents and the
 	// bank check what the user asked for themselves.
 	Mandate *wire.SignedRequest `json:"mandate,omitempty"`
+	// untried: no try of start has sent this plan's bids yet (a record
+	// the spend at hand just created; never stored).
+	untried bool
 }
 
 // bidRec is a bid the plan has placed: Budget over Duration from Start.
@@ -54,6 +57,7 @@ func (b bidRec) ended(now time.Time) bool { return !now.Before(b.Start.Add(b.Dur
 // are never changed after the plan starts and are shared.
 func (r *planRecord) clone() *planRecord {
 	c := *r
+	c.untried = false // a copy is a stored record's
 	c.Plan.VMs = slices.Clone(r.Plan.VMs)
 	c.Plan.Stage = slices.Clone(r.Plan.Stage)
 	c.Bids = make(map[string]bidRec, len(r.Bids))

@@ -66,8 +66,11 @@ type Harness struct {
 type host struct {
 	name string
 	vms  []*vm
-	down bool
-	tick int64
+	down bool // its agent does not answer (unavailable)
+	// refuses: its agent answers every bid request with a refusal
+	// (forbidden), as one that will not take the plan's bids does.
+	refuses bool
+	tick    int64
 }
 
 type vm struct {
@@ -256,13 +259,14 @@ func (h *Harness) SetIdle(idle bool, vms ...string) {
 	h.publish()
 }
 
-// SetDown makes host's agent refuse (or accept again) every bid request.
-func (h *Harness) SetDown(name string, down bool) {
+// SetDown makes host's agent not answer (or answer again) bid requests;
+// with refuse, it answers each with a refusal instead.
+func (h *Harness) SetDown(name string, down, refuse bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, ho := range h.hosts {
 		if ho.name == name {
-			ho.down = down
+			ho.down, ho.refuses = down && !refuse, down && refuse
 			return
 		}
 	}

@@ -39,6 +39,10 @@ func (a agents) Bid(_ context.Context, hostName string, req *wire.BidRequest) er
 		h.log = append(h.log, line+" — refused, host down")
 		return fmt.Errorf("%w: host %s is down", wire.ErrUnavailable, hostName)
 	}
+	if ho.refuses {
+		h.log = append(h.log, line+" — refused by the host")
+		return fmt.Errorf("%w: host %s refuses the bids", wire.ErrForbidden, hostName)
+	}
 	if err := h.applyBids(ho, req); err != nil {
 		h.log = append(h.log, line+" — refused: "+err.Error())
 		return err

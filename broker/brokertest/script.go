@@ -25,7 +25,7 @@ import (
 //	grant user=U amount=CREDITS
 //	host name=H vms=(vm:owner, …)
 //	idle vms=(…) | busy vms=(…)
-//	fail-host name=H | heal-host name=H
+//	fail-host name=H [refuse] | heal-host name=H   (down: no answer; refuse: a refusal)
 //	spend id=P user=U budget=B duration=D strategy=S [vms=(…)] [boost=F] [host-weights=(H:W, …)] [replica=R]
 //	    (the input, if any, is the plan's workflows as JSON)
 //	cancel plan=P user=U | adjust plan=P user=U id=I [more=B] [less=B]
@@ -69,10 +69,10 @@ func init() {
 			h.SetIdle(false, vals(h, d, "vms")...)
 		},
 		"fail-host": func(h *Harness, d *datadriven.TestData, _ func(string, ...any)) {
-			h.SetDown(str(h, d, "name"), true)
+			h.SetDown(str(h, d, "name"), true, d.HasArg("refuse"))
 		},
 		"heal-host": func(h *Harness, d *datadriven.TestData, _ func(string, ...any)) {
-			h.SetDown(str(h, d, "name"), false)
+			h.SetDown(str(h, d, "name"), false, false)
 		},
 		"spend": cmdSpend, "cancel": cmdCancel, "adjust": cmdAdjust, "stage-started": cmdStageStarted,
 		"tick": cmdTick, "quote": cmdQuote, "submit": cmdSubmit, "progress": cmdProgress,
