@@ -228,7 +228,11 @@ func (b *Broker) Submit(ctx context.Context, req *wire.SubmitRequest) (wire.Subm
 	if id == "" {
 		id = "job-" + randomHex()
 	}
-	if v, ok := b.store.get(id); ok && v.rec.Job != nil && v.rec.Plan.Status != wire.PlanFailed {
+	v, ok, err := b.store.fetch(ctx, id, false)
+	if err != nil {
+		return wire.SubmitReply{}, err
+	}
+	if ok && v.rec.Job != nil && v.rec.Plan.Status != wire.PlanFailed {
 		if v.rec.Plan.User != req.User || v.rec.Job.Spec.Name != req.Job.Name {
 			return wire.SubmitReply{}, ErrPlanReused
 		}
@@ -263,7 +267,7 @@ func (b *Broker) Submit(ctx context.Context, req *wire.SubmitRequest) (wire.Subm
 	}
 	rep, err := b.spend(ctx, &wire.SpendRequest{ID: id, User: req.User, Budget: price,
 		Duration: wire.Duration(end.Sub(now)), VMs: req.Job.VMs, Strategy: wire.StrategyDeadline}, job)
-	v, _ := b.store.get(id)
+	v, _ = b.store.get(id)
 	if job.Commit != "" && (err != nil && !undecided(err) || v.rec == nil || v.rec.Job == nil || v.rec.Job.Commit != token) {
 		// Not admitted after all, or the id's plan is another admission's
 		// (a retry raced this one): this one commits nothing. A start cut

@@ -44,7 +44,11 @@ func (b *Broker) spend(ctx context.Context, req *wire.SpendRequest, job *jobRec)
 	}
 	fp := spendFingerprint(req)
 	var failedRev uint64 // a failed plan's id may be used again
-	if v, ok := b.store.get(id); ok {
+	v, ok, err := b.store.fetch(ctx, id, false)
+	if err != nil {
+		return wire.SpendReply{}, err
+	}
+	if ok {
 		switch {
 		case v.rec.Request == fp && v.rec.Plan.Status == planStarting:
 			// A try of this spend was cut off half-way (its replica died,
@@ -82,7 +86,13 @@ func (b *Broker) spend(ctx context.Context, req *wire.SpendRequest, job *jobRec)
 		rev, err = b.store.create(ctx, rec)
 	}
 	if errors.Is(err, errExists) {
-		v, _ := b.store.get(id)
+		v, ok, err := b.store.fetch(ctx, id, true)
+		switch {
+		case err != nil:
+			return wire.SpendReply{}, err
+		case !ok:
+			return wire.SpendReply{}, fmt.Errorf("%w: plan %q exists but could not be read; retry with the same id", wire.ErrUnavailable, id)
+		}
 		return b.replay(v.rec, fp)
 	}
 	if err != nil {
@@ -121,8 +131,10 @@ func (b *Broker) start(ctx context.Context, rec *planRecord, rev uint64, now tim
 			return b.cutOff(ctx, rec, rev, now, err, undecided(err))
 		}
 		// Another try of the same plan wrote first.
-		v, ok := b.store.get(rec.Plan.ID)
+		v, ok, err := b.store.fetch(ctx, rec.Plan.ID, true)
 		switch {
+		case err != nil:
+			return wire.SpendReply{}, err
 		case ok && v.rec.Plan.Status == wire.PlanRunning:
 			return wire.SpendReply{Plan: v.rec.Plan}, nil
 		case ok && v.rec.Plan.Status == planStarting:
@@ -294,8 +306,11 @@ func (b *Broker) replay(rec *planRecord, fp string) (wire.SpendReply, error) {
 // mutate applies f to the latest version of plan id until the write wins
 // the revision race.
 func (b *Broker) mutate(ctx context.Context, id string, f func(rec *planRecord) error) (*planRecord, error) {
-	for range 100 {
-		v, ok := b.store.get(id)
+	for try := range 100 {
+		v, ok, err := b.store.fetch(ctx, id, try > 0) // after a lost race, the bucket's version
+		if err != nil {
+			return nil, err
+		}
 		if !ok {
 			return nil, fmt.Errorf("%w %q", ErrUnknownPlan, id)
 		}
@@ -313,9 +328,11 @@ func (b *Broker) mutate(ctx context.Context, id string, f func(rec *planRecord) 
 
 // usersPlan is plan id as stored, if it started (it may have ended since)
 // and is user's.
-func (b *Broker) usersPlan(id, user string) (versioned, error) {
-	v, ok := b.store.get(id)
+func (b *Broker) usersPlan(ctx context.Context, id, user string) (versioned, error) {
+	v, ok, err := b.store.fetch(ctx, id, false)
 	switch {
+	case err != nil:
+		return v, err
 	case !ok || v.rec.Plan.Status == wire.PlanFailed:
 		return v, fmt.Errorf("%w %q", ErrUnknownPlan, id)
 	case v.rec.Plan.User != user:
@@ -330,7 +347,7 @@ func (b *Broker) Cancel(ctx context.Context, req *wire.CancelRequest) (wire.Plan
 	if err := req.Validate(); err != nil {
 		return wire.Plan{}, err
 	}
-	v, err := b.usersPlan(req.Plan, req.User)
+	v, err := b.usersPlan(ctx, req.Plan, req.User)
 	if err != nil {
 		return wire.Plan{}, err
 	}
@@ -374,7 +391,7 @@ func (b *Broker) Adjust(ctx context.Context, req *wire.AdjustRequest) (wire.Plan
 	if err := req.Validate(); err != nil {
 		return wire.Plan{}, err
 	}
-	v, err := b.usersPlan(req.Plan, req.User)
+	v, err := b.usersPlan(ctx, req.Plan, req.User)
 	switch {
 	case err != nil:
 		return wire.Plan{}, err

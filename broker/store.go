@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -86,6 +87,11 @@ type planStore interface {
 	create(ctx context.Context, rec *planRecord) (uint64, error)
 	update(ctx context.Context, rec *planRecord, rev uint64) (uint64, error)
 	get(id string) (versioned, bool)
+	// fetch is get for a request that must not act on a stale copy:
+	// the mirror's when it has the plan and fresh is false, else the
+	// bucket's as it is now (a replica's mirror may lag the bucket, and
+	// be missing a plan another replica just wrote).
+	fetch(ctx context.Context, id string, fresh bool) (versioned, bool, error)
 	list() []versioned
 	// each calls f on every plan, read-only, without copying.
 	each(f func(rec *planRecord, rev uint64))
@@ -151,6 +157,11 @@ func (s *memStore) get(id string) (versioned, bool) {
 	return v, ok
 }
 
+func (s *memStore) fetch(_ context.Context, id string, _ bool) (versioned, bool, error) {
+	v, ok := s.get(id)
+	return v, ok, nil
+}
+
 func (s *memStore) list() []versioned {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -214,7 +225,24 @@ type kvStore struct {
 	watcher  jetstream.KeyWatcher
 	done     chan struct{}
 	recreate func(ctx context.Context) (jetstream.KeyValue, error) // nil: a lost bucket is only reported
+
+	// The watch's health: the last revision it delivered, and this
+	// replica's oldest heartbeat write it has not delivered yet (rev, and
+	// when it was written). A watch whose consumer lived on a NATS node
+	// that died delivers nothing until the client library notices, tens
+	// of seconds later; meanwhile this replica would see no other replica
+	// beat and no plan another wrote. heartbeat notices within watchStall
+	// and follows the bucket anew.
+	watchRev   atomic.Uint64
+	beatMu     sync.Mutex
+	beatRev    uint64
+	beatAt     time.Time
+	rewatching atomic.Bool
 }
+
+// watchStall is how long a heartbeat write may go undelivered by the
+// watch before the watch is replaced.
+const watchStall = 2 * time.Second
 
 const (
 	planPrefix    = "plan."
@@ -270,8 +298,46 @@ func (s *kvStore) follow(w jetstream.KeyWatcher, ready, done chan struct{}) {
 			continue
 		}
 		s.apply(e.Key(), e.Value(), e.Revision(), e.Operation())
+		for rev := e.Revision(); ; {
+			cur := s.watchRev.Load()
+			if rev <= cur || s.watchRev.CompareAndSwap(cur, rev) {
+				break
+			}
+		}
 	}
 	readyOnce.Do(func() { close(ready) })
+}
+
+// checkWatch is told of each heartbeat written (at revision rev) and
+// replaces the watch when it has not delivered an earlier one for
+// watchStall.
+func (s *kvStore) checkWatch(rev uint64) {
+	s.beatMu.Lock()
+	defer s.beatMu.Unlock()
+	delivered := s.watchRev.Load() >= s.beatRev
+	if !delivered && time.Since(s.beatAt) > watchStall && s.rewatching.CompareAndSwap(false, true) {
+		go s.rewatch()
+	}
+	if s.beatRev == 0 || delivered {
+		s.beatRev, s.beatAt = rev, time.Now()
+	}
+}
+
+// rewatch follows the bucket with a new watch (its initial values merge
+// into the mirror by revision) and stops the stalled one.
+func (s *kvStore) rewatch() {
+	defer s.rewatching.Store(false)
+	s.kvMu.Lock()
+	kv, old := s.kv, s.watcher
+	s.kvMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.watch(ctx, kv); err != nil {
+		s.report("plan bucket watch stalled, and following it anew failed", "*", err)
+		return
+	}
+	_ = old.Stop()
+	s.report("plan bucket watch stalled: following it anew", "*", nil)
 }
 
 // bucket is the plan bucket.
@@ -399,7 +465,25 @@ func (s *kvStore) repair(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func (s *kvStore) get(id string) (versioned, bool)  { return s.mem.get(id) }
+func (s *kvStore) get(id string) (versioned, bool) { return s.mem.get(id) }
+
+func (s *kvStore) fetch(ctx context.Context, id string, fresh bool) (versioned, bool, error) {
+	if v, ok := s.mem.get(id); ok && !fresh {
+		return v, true, nil
+	}
+	e, err := s.bucket().Get(ctx, planKey(id))
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		v, ok := s.mem.get(id)
+		return v, ok, nil
+	case err != nil:
+		return versioned{}, false, fmt.Errorf("%w: plan store: %v", wire.ErrUnavailable, err)
+	}
+	s.apply(e.Key(), e.Value(), e.Revision(), e.Operation())
+	v, ok := s.mem.get(id)
+	return v, ok, nil
+}
+
 func (s *kvStore) list() []versioned                { return s.mem.list() }
 func (s *kvStore) each(f func(*planRecord, uint64)) { s.mem.each(f) }
 func (s *kvStore) heartbeats() map[string]time.Time {
@@ -408,14 +492,16 @@ func (s *kvStore) heartbeats() map[string]time.Time {
 
 func (s *kvStore) heartbeat(ctx context.Context, replica string, at time.Time) error {
 	data, _ := json.Marshal(at)
-	if _, err := s.bucket().Put(ctx, replicaPrefix+replica, data); err != nil {
+	rev, err := s.bucket().Put(ctx, replicaPrefix+replica, data)
+	if err != nil {
 		if rerr := s.recover(ctx); rerr != nil {
 			return errors.Join(fmt.Errorf("%w: plan store: %v", wire.ErrUnavailable, err), rerr)
 		}
-		if _, err := s.bucket().Put(ctx, replicaPrefix+replica, data); err != nil {
+		if rev, err = s.bucket().Put(ctx, replicaPrefix+replica, data); err != nil {
 			return fmt.Errorf("%w: plan store: %v", wire.ErrUnavailable, err)
 		}
 	}
+	s.checkWatch(rev)
 	s.apply(replicaPrefix+replica, data, 0, jetstream.KeyValuePut)
 	return s.repair(ctx)
 }
