@@ -88,6 +88,8 @@ func natsServeCommand() *ucli.Command {
 			&ucli.StringFlag{Name: "conf", Usage: "where the configuration is written (default <data>/nats-<name>.conf)"},
 			&ucli.DurationFlag{Name: "follow", Usage: "check the registry this often and reload when it changes (0: never)", Value: 5 * time.Second},
 			&ucli.BoolFlag{Name: "quiet", Usage: "no server log on stderr"},
+			&ucli.DurationFlag{Name: "election-timeout", Value: natsutil.FastFailover.MinElection,
+				Usage: "JetStream raft: elect a new leader after this long (to twice it) without the old one's heartbeat; 0: nats-server's 4–9 s"},
 		),
 		Action: natsServe,
 	}
@@ -97,6 +99,13 @@ func natsServe(c *ucli.Context) error {
 	render, opts, err := natsRenderer(c)
 	if err != nil {
 		return err
+	}
+	if e := c.Duration("election-timeout"); e != 0 {
+		// A dead leader's streams pause until a follower's election
+		// timeout: see natsutil.RaftTimers.
+		if err := natsutil.SetRaftTimers(natsutil.RaftTimers{Heartbeat: e / 3, MinElection: e, MaxElection: 2 * e}); err != nil {
+			return badInput("--election-timeout %s: %v", e, err)
+		}
 	}
 	conf := orDefault(c.String("conf"), filepath.Join(c.String("data"), "nats-"+opts.Name+".conf"))
 	node, err := natsutil.StartNode(c.Context, natsutil.NodeOptions{File: conf, Render: render, Log: !c.Bool("quiet")})

@@ -1,0 +1,283 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mrmarket/mrmarket/bank"
+	"github.com/mrmarket/mrmarket/broker"
+	"github.com/mrmarket/mrmarket/internal/market"
+	"github.com/mrmarket/mrmarket/internal/money"
+	"github.com/mrmarket/mrmarket/internal/natstest"
+	"github.com/mrmarket/mrmarket/internal/natsutil"
+	"github.com/mrmarket/mrmarket/internal/pgtest"
+	"github.com/mrmarket/mrmarket/internal/testpoll"
+	"github.com/mrmarket/mrmarket/internal/wire"
+)
+
+// The market's layout: hosts with one VM of each spending user.
+const (
+	hosts = 3
+	// tick is every daemon's period: short, so plans end and holds close
+	// within the test.
+	tick = "200ms"
+)
+
+var (
+	// spenders own the VMs: they spend (alice, bob) and submit deadline
+	// jobs (carol).
+	spenders = []string{"alice", "bob", "carol"}
+	// payers only transfer to each other, so their balances are exactly
+	// their grants plus the acknowledged transfers.
+	payers = []string{"t1", "t2", "t3", "t4"}
+)
+
+// grantEach is every user's grant.
+const grantEach = 1000 * money.PerCredit
+
+// cluster is the distributed market, each daemon its own process.
+type cluster struct {
+	dir, creds, ca, url string
+	keys                wire.CredsDir
+	admin               *wire.Signer
+	pg                  *pgtest.Pair
+	layout              []market.HostSpec
+
+	nats, banks, brokers, agents []*proc
+}
+
+// startCluster bootstraps the credentials and the bank's registry, then
+// starts three NATS nodes, two banks, two brokers and the agents, and waits
+// until the JetStream assets are replicated on all three nodes.
+func startCluster(t *testing.T) *cluster {
+	t.Helper()
+	bin := binary(t)
+	c := &cluster{dir: t.TempDir(), pg: pgtest.StartPair(t)}
+	store := c.pg.DSN(t, "bank")
+	c.creds = filepath.Join(c.dir, "creds")
+	c.keys = wire.CredsDir(c.creds)
+	c.ca = filepath.Join(c.dir, "tls", "ca.pem")
+	var err error
+	if c.layout, err = market.Layout(hosts, len(spenders), spenders); err != nil {
+		t.Fatal(err)
+	}
+	c.bootstrap(t, store)
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, p := range slices.Concat(c.nats, c.banks, c.brokers, c.agents) {
+				t.Logf("--- %s (%s):\n%s", p.name, p.log, p.tail())
+			}
+		}
+	})
+
+	clients, routes := make([]string, 3), make([]string, 3)
+	for i := range clients {
+		clients[i] = fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
+		routes[i] = fmt.Sprintf("nats-route://127.0.0.1:%d", natstest.FreePort(t))
+	}
+	urls := make([]string, len(clients))
+	for i, cl := range clients {
+		urls[i] = "tls://" + cl
+	}
+	c.url = strings.Join(urls, ",")
+	add := func(list *[]*proc, name, ready string, args ...string) *proc {
+		p := &proc{name: name, bin: bin, args: args, ready: ready, log: filepath.Join(c.dir, name+".log")}
+		*list = append(*list, p)
+		t.Cleanup(p.stop)
+		return p
+	}
+	for i := range clients {
+		args := []string{"nats", "serve", "--data", c.dir, "--name", fmt.Sprintf("n%d", i+1), "--listen", clients[i],
+			"--cluster-listen", strings.TrimPrefix(routes[i], "nats-route://"),
+			"--store-dir", filepath.Join(c.dir, fmt.Sprintf("js-n%d", i+1)), "--follow", "1s", "--quiet"}
+		for _, r := range routes {
+			args = append(args, "--route", r)
+		}
+		// One at a time: the first creates the TLS directory the others use.
+		add(&c.nats, fmt.Sprintf("nats-n%d", i+1), "mrmarket nats serve: node", args...).start(t)
+	}
+	common := []string{"--nats", c.url, "--creds", c.creds, "--tls-ca", c.ca}
+	for i := range 2 {
+		add(&c.banks, fmt.Sprintf("bank-%d", i+1), "mrmarket bank serving",
+			append([]string{"bank", "serve", "--store", store, "--http", "", "--tick", "1s"}, common...)...).start(t)
+	}
+	for i := range 2 {
+		add(&c.brokers, fmt.Sprintf("broker-%d", i+1), "mrmarket broker on",
+			append([]string{"broker", "--tick", tick, "--settle", "1s", "--http", ""}, common...)...).start(t)
+	}
+	for _, h := range c.layout {
+		add(&c.agents, "agent-"+h.ID, "mrmarket agent "+h.ID,
+			append([]string{"agent", "--sim", "--host", h.ID, "--vms-per-host", fmt.Sprint(len(spenders)),
+				"--users", strings.Join(spenders, ","), "--tick", tick, "--state", filepath.Join(c.dir, "agents", h.ID+".json")}, common...)...).start(t)
+	}
+	c.waitReplicated(t, time.Minute)
+	return c
+}
+
+// bootstrap does what an operator does once: every principal's
+// credentials, registered in the bank's store with the admin's record, and
+// every user's grant.
+func (c *cluster) bootstrap(t *testing.T, store string) {
+	t.Helper()
+	var err error
+	if c.admin, err = c.keys.Ensure(wire.RoleAdmin, "admin"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.keys.WriteAdminKey(c.admin); err != nil {
+		t.Fatal(err)
+	}
+	self, err := c.keys.Ensure(wire.RoleBank, "bank")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := bank.Open(store, bank.Options{AdminKey: c.admin.Public(), Signer: self})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := context.Background()
+	if _, err := b.AddPrincipal(ctx, &wire.PrincipalRequest{Key: c.admin.Public(), Name: "admin", Role: wire.RoleAdmin}); err != nil {
+		t.Fatal(err)
+	}
+	register := func(role, name string) {
+		s, err := c.keys.Ensure(role, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := &wire.PrincipalRequest{Key: s.Public(), Name: name, Role: role, Cert: wire.SealPrincipal(c.admin, s.Public(), name, role)}
+		if _, err := b.AddPrincipal(ctx, req); err != nil {
+			t.Fatalf("registering %s %s: %v", role, name, err)
+		}
+	}
+	register(wire.RoleBank, "bank")
+	register(wire.RoleBroker, "broker")
+	for _, h := range c.layout {
+		register(wire.RoleAgent, h.ID)
+	}
+	for _, u := range append(append([]string{}, spenders...), payers...) {
+		register(wire.RoleUser, u)
+		if _, err := b.Grant(ctx, &wire.GrantRequest{ID: "grant-" + u, User: u, Amount: grantEach}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// connect is a client connection to the cluster as the admin (it signs
+// each request as the user it acts for, from the credentials).
+func (c *cluster) connect(t *testing.T, name string) *nats.Conn {
+	t.Helper()
+	nc, err := natsutil.ConnectWith(c.url, natsutil.ConnectOptions{Name: name, Signer: c.admin, CAFile: c.ca})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// bank and broker are the clients the users' commands use, over nc.
+func (c *cluster) bank(nc *nats.Conn) bank.Client {
+	return bank.Client{NC: nc, Keys: c.keys, AdminKey: c.admin.Public()}
+}
+
+func (c *cluster) broker(nc *nats.Conn) broker.Client {
+	return broker.Client{NC: nc, Keys: c.keys, AdminKey: c.admin.Public()}
+}
+
+// streams are the market's JetStream assets.
+var streams = []string{"KV_" + wire.BucketPlans, "KV_" + wire.BucketHosts, "KV_" + wire.BucketNonces, wire.StreamEvents}
+
+// waitReplicated waits until every asset has three replicas, a leader and
+// both followers current.
+func (c *cluster) waitReplicated(t *testing.T, total time.Duration) {
+	t.Helper()
+	nc := c.connect(t, "faults-replicas")
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testpoll.CheckFor(t, total, 100*time.Millisecond, func() error {
+		for _, name := range streams {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			s, err := js.Stream(ctx, name)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			info := s.CachedInfo()
+			if info.Config.Replicas != 3 || info.Cluster == nil || info.Cluster.Leader == "" || len(info.Cluster.Replicas) != 2 {
+				return fmt.Errorf("%s: %d replicas, cluster %+v", name, info.Config.Replicas, info.Cluster)
+			}
+			for _, r := range info.Cluster.Replicas {
+				if !r.Current || r.Offline {
+					return fmt.Errorf("%s: replica %s not current", name, r.Name)
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// leaderOf is the node that leads stream name.
+func (c *cluster) leaderOf(t *testing.T, name string) int {
+	t.Helper()
+	nc := c.connect(t, "faults-leader")
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if info := s.CachedInfo(); info.Cluster == nil || func() error { _, err := fmt.Sscanf(info.Cluster.Leader, "n%d", &n); return err }() != nil {
+		t.Fatalf("%s: no leader named n<i>: %+v", name, info.Cluster)
+	}
+	return n - 1
+}
+
+// vmsOf are user's VMs, one per host.
+func (c *cluster) vmsOf(user string) []string {
+	var vms []string
+	for _, h := range c.layout {
+		for _, vm := range h.VMs {
+			if vm.Owner == user {
+				vms = append(vms, vm.ID)
+			}
+		}
+	}
+	return vms
+}
+
+// waitVMs waits until the brokers see every host's VMs.
+func (c *cluster) waitVMs(t *testing.T, nc *nats.Conn) {
+	t.Helper()
+	want := 0
+	for _, h := range c.layout {
+		want += len(h.VMs)
+	}
+	testpoll.CheckFor(t, 30*time.Second, 100*time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		rep, err := c.broker(nc).VMs(ctx, &wire.VMsRequest{})
+		if err != nil {
+			return err
+		}
+		if len(rep.VMs) < want {
+			return fmt.Errorf("the broker sees %d VMs, want %d", len(rep.VMs), want)
+		}
+		return nil
+	})
+}

@@ -1,0 +1,307 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/mrmarket/mrmarket/internal/money"
+	"github.com/mrmarket/mrmarket/internal/testpoll"
+	"github.com/mrmarket/mrmarket/internal/wire"
+)
+
+// MaxGap is the longest any kind of operation may go unanswered after a
+// kill (issue 16: "no operation failing for more than 5 s").
+const MaxGap = 5 * time.Second
+
+// steady is how long the market runs untouched before each fault, and
+// window how long after a kill its gaps are measured.
+const (
+	steady = 3 * time.Second
+	window = 15 * time.Second
+)
+
+// fault is one kill: what dies, how long it stays down, and how it comes
+// back.
+type fault struct {
+	name  string
+	kill  func(t *testing.T) // the kill; returns when the process is gone
+	down  time.Duration
+	heal  func(t *testing.T) // restart, promote; waits until it serves
+	after func(t *testing.T) // waits until the market is whole again
+}
+
+func TestFaults(t *testing.T) {
+	if os.Getenv("MRM_FAULTS") == "" {
+		t.Skip("the fault test takes minutes: run it with `make faults` (MRM_FAULTS=1)")
+	}
+	c := startCluster(t)
+	nc := c.connect(t, "faults-checker")
+	c.waitVMs(t, nc)
+	w := startWorkload(t, c)
+
+	restart := func(p *proc) func(t *testing.T) { return func(t *testing.T) { p.start(t) } }
+	replicated := func(t *testing.T) { c.waitReplicated(t, time.Minute) }
+	var faults []fault
+	// The node leading the plans bucket first: every spend, cancel and
+	// admission writes to it.
+	first := c.leaderOf(t, "KV_"+wire.BucketPlans)
+	order := []int{first}
+	for i := range c.nats {
+		if i != first {
+			order = append(order, i)
+		}
+	}
+	for k, i := range order {
+		p := c.nats[i]
+		name := "NATS node " + p.name
+		if k == 0 {
+			name += " (plans leader)"
+		}
+		faults = append(faults, fault{name: name, kill: func(*testing.T) { p.kill() }, down: 5 * time.Second, heal: restart(p), after: replicated})
+	}
+	for _, p := range c.brokers {
+		faults = append(faults, fault{name: p.name, kill: func(*testing.T) { p.kill() }, down: 3 * time.Second, heal: restart(p)})
+	}
+	for _, p := range c.banks {
+		faults = append(faults, fault{name: p.name, kill: func(*testing.T) { p.kill() }, down: 3 * time.Second, heal: restart(p)})
+	}
+	agent := c.agents[1]
+	faults = append(faults, fault{name: agent.name, kill: func(*testing.T) { agent.kill() }, down: 3 * time.Second, heal: restart(agent)})
+	faults = append(faults, fault{name: "PostgreSQL primary (standby promoted)",
+		kill: func(t *testing.T) {
+			if err := c.pg.KillPrimary(); err != nil {
+				t.Fatal(err)
+			}
+		},
+		down: time.Second, // a failover manager noticing
+		heal: func(t *testing.T) {
+			if err := c.pg.Promote(); err != nil {
+				t.Fatal(err)
+			}
+		}})
+
+	type row struct {
+		name string
+		gaps map[string]time.Duration
+	}
+	var rows []row
+	for _, f := range faults {
+		time.Sleep(steady)
+		w.check(t)
+		w.log.sampleErrors()
+		killed := time.Now()
+		f.kill(t)
+		time.Sleep(f.down)
+		f.heal(t)
+		if f.after != nil {
+			f.after(t)
+		}
+		if rest := window - time.Since(killed); rest > 0 {
+			time.Sleep(rest)
+		}
+		w.check(t)
+		r := row{name: f.name, gaps: map[string]time.Duration{}}
+		for _, k := range kinds {
+			r.gaps[k] = w.log.gap(k, killed, time.Now())
+		}
+		rows = append(rows, r)
+		c.checkLedger(t, nc, f.name)
+		t.Logf("%s killed: longest gaps %v; retried: %v", f.name, r.gaps, w.log.sampleErrors())
+	}
+	w.finish(t)
+	c.settle(t, nc, w.log)
+	c.checkExactlyOnce(t, nc, w.log)
+
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "KILLED\t%s\n", strings.ToUpper(strings.Join(kinds, "\t")))
+	failed := false
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s", r.name)
+		for _, k := range kinds {
+			mark := ""
+			if r.gaps[k] > MaxGap {
+				mark, failed = " !", true
+			}
+			fmt.Fprintf(tw, "\t%s%s", r.gaps[k].Round(10*time.Millisecond), mark)
+		}
+		fmt.Fprintln(tw)
+	}
+	tw.Flush()
+	w.log.mu.Lock()
+	total := 0
+	for _, k := range kinds {
+		total += len(w.log.answers[k])
+	}
+	fmt.Fprintf(&b, "%d operations answered (%v retries by id); %d jobs not admitted; 0 lost, 0 applied twice\n", total, w.log.retries, w.log.notAdmitted)
+	w.log.mu.Unlock()
+	t.Logf("longest time without an answer after each kill (bound %s):\n%s", MaxGap, b.String())
+	if failed {
+		t.Errorf("an operation went unanswered longer than %s after a kill (marked !)", MaxGap)
+	}
+}
+
+// checkLedger asserts the bank's invariant: no violations, granted money
+// all in balances and open holds.
+func (c *cluster) checkLedger(t *testing.T, nc *nats.Conn, after string) {
+	t.Helper()
+	var l wire.LedgerReply
+	testpoll.CheckFor(t, 30*time.Second, 100*time.Millisecond, func() (err error) {
+		ctx, cancel := context.WithTimeout(context.Background(), attempt)
+		defer cancel()
+		l, err = c.bank(nc).Ledger(ctx)
+		return err
+	})
+	if len(l.Violations) > 0 {
+		t.Fatalf("after %s: ledger violations %v", after, l.Violations)
+	}
+}
+
+// settle cancels every plan still running and waits until no spender's
+// money is held.
+func (c *cluster) settle(t *testing.T, nc *nats.Conn, log *journal) {
+	t.Helper()
+	ctx := context.Background()
+	for _, user := range spenders {
+		var plans wire.PlansReply
+		if err := log.do(ctx, "final", func(ctx context.Context) (err error) {
+			plans, err = c.broker(nc).Plans(ctx, &wire.PlansRequest{User: user})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range plans.Plans {
+			if p.Status != wire.PlanRunning {
+				continue
+			}
+			req := &wire.CancelRequest{Plan: p.ID, User: user, ID: "final-" + p.ID}
+			if err := log.do(ctx, "final", func(ctx context.Context) error { _, err := c.broker(nc).Cancel(ctx, req); return err }); err != nil && !strings.Contains(err.Error(), "not running") {
+				t.Fatalf("cancelling %s: %v", p.ID, err)
+			}
+		}
+	}
+	testpoll.CheckFor(t, 2*time.Minute, 200*time.Millisecond, func() error {
+		for _, user := range spenders {
+			ctx, cancel := context.WithTimeout(ctx, attempt)
+			b, err := c.bank(nc).Balance(ctx, &wire.BalanceRequest{User: user})
+			cancel()
+			if err != nil {
+				return err
+			}
+			if b.Held != 0 {
+				return fmt.Errorf("%s still has %s held in %d holds", user, b.Held, len(b.Holds))
+			}
+		}
+		return nil
+	})
+}
+
+// checkExactlyOnce asserts every acknowledged operation applied once: the
+// payers' balances are their grants plus the acknowledged transfers; each
+// spender's plans at the broker are the acknowledged ones, its holds at the
+// bank are theirs, each closed with captured + released = amount, and what
+// it spent is what they captured.
+func (c *cluster) checkExactlyOnce(t *testing.T, nc *nats.Conn, log *journal) {
+	t.Helper()
+	ctx := context.Background()
+	call := func(what string, op func(ctx context.Context) error) {
+		t.Helper()
+		if err := log.do(ctx, "final", op); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	for _, u := range payers {
+		var b wire.BalanceReply
+		call("balance "+u, func(ctx context.Context) (err error) {
+			b, err = c.bank(nc).Balance(ctx, &wire.BalanceRequest{User: u})
+			return err
+		})
+		if want := grantEach + log.net[u]; b.Balance != want {
+			t.Errorf("%s has %s, want %s (grant %s, acknowledged transfers %+d micro)", u, b.Balance, want, grantEach, log.net[u])
+		}
+	}
+	for _, u := range spenders {
+		acked := log.plans[u]
+		var plans wire.PlansReply
+		call("plans "+u, func(ctx context.Context) (err error) {
+			plans, err = c.broker(nc).Plans(ctx, &wire.PlansRequest{User: u})
+			return err
+		})
+		atBroker := map[string]bool{}
+		for _, p := range plans.Plans {
+			if atBroker[p.ID] {
+				t.Errorf("%s: plan %s listed twice", u, p.ID)
+			}
+			atBroker[p.ID] = true
+			if _, ok := acked[p.ID]; !ok {
+				t.Errorf("%s: plan %s at the broker was never acknowledged", u, p.ID)
+			}
+		}
+		for id := range acked {
+			if !atBroker[id] {
+				t.Errorf("%s: acknowledged plan %s is not at the broker", u, id)
+			}
+		}
+		var st wire.StatementReply
+		call("statement "+u, func(ctx context.Context) (err error) {
+			st, err = c.bank(nc).Statement(ctx, &wire.StatementRequest{User: u, Limit: wire.MaxStatement})
+			return err
+		})
+		holdsAtBank := map[string]bool{}
+		for _, e := range st.Entries {
+			if e.Kind == "hold" {
+				id := strings.TrimPrefix(e.Transfer, "hold:")
+				if holdsAtBank[id] {
+					t.Errorf("%s: hold %s taken twice", u, id)
+				}
+				holdsAtBank[id] = true
+			}
+		}
+		var ids []string
+		for _, h := range acked {
+			ids = append(ids, h)
+			if !holdsAtBank[h] {
+				t.Errorf("%s: the hold %s of an acknowledged plan is not in its statement", u, h)
+			}
+			delete(holdsAtBank, h)
+		}
+		if len(holdsAtBank) > 0 {
+			t.Errorf("%s: holds no acknowledged plan owns: %v", u, holdsAtBank)
+		}
+		slices.Sort(ids)
+		var captured money.Micro
+		for chunk := range slices.Chunk(ids, wire.MaxHoldsRead) {
+			var hs wire.HoldsReply
+			call("holds "+u, func(ctx context.Context) (err error) {
+				hs, err = c.bank(nc).Holds(ctx, &wire.HoldsRequest{IDs: chunk})
+				return err
+			})
+			for _, h := range hs.Holds {
+				if h.Status != wire.HoldClosed || h.Captured+h.Released != h.Amount {
+					t.Errorf("%s: hold %s %s: captured %s + released %s ≠ amount %s", u, h.ID, h.Status, h.Captured, h.Released, h.Amount)
+				}
+				captured += h.Captured
+			}
+		}
+		var b wire.BalanceReply
+		call("balance "+u, func(ctx context.Context) (err error) {
+			b, err = c.bank(nc).Balance(ctx, &wire.BalanceRequest{User: u})
+			return err
+		})
+		if b.Spent != captured || b.Balance != grantEach-captured {
+			t.Errorf("%s: spent %s, balance %s; its plans' holds captured %s of a grant of %s", u, b.Spent, b.Balance, captured, grantEach)
+		}
+		t.Logf("%s: %d plans acknowledged, each once at the broker and the bank; captured %s", u, len(acked), captured)
+	}
+	c.checkLedger(t, nc, "the end")
+}
