@@ -326,6 +326,10 @@ func (b *Broker) mutate(ctx context.Context, id string, f func(rec *planRecord) 
 	return nil, fmt.Errorf("%w: plan %q kept changing", wire.ErrUnavailable, id)
 }
 
+// errCancelled stops a cancel's mutation of a plan that is no longer
+// running.
+var errCancelled = errors.New("not running")
+
 // usersPlan is plan id as stored, if it started (it may have ended since)
 // and is user's.
 func (b *Broker) usersPlan(ctx context.Context, id, user string) (versioned, error) {
@@ -351,28 +355,39 @@ func (b *Broker) Cancel(ctx context.Context, req *wire.CancelRequest) (wire.Plan
 	if err != nil {
 		return wire.Plan{}, err
 	}
-	if v.rec.Plan.Status != wire.PlanRunning && v.rec.Plan.Status != planStarting {
+	switch v.rec.Plan.Status {
+	case wire.PlanRunning, planStarting, wire.PlanCancelled:
+	default:
 		return v.rec.Plan, nil
 	}
 	now := b.cfg.Now()
 	// Stop the bids first (agents settle them at once), then give the rest
 	// back. A plan still starting is cancelled too: it may hold money
-	// already (the Spend setting it up then fails on the changed record and
-	// rolls back).
+	// already (a try of start then finds the changed record and withdraws
+	// its bids). A plan cancelled already is released again (the bank
+	// replays a closed hold's release): the cancel's release may have
+	// failed, and this is its retry.
 	rec, err := b.mutate(ctx, req.Plan, func(rec *planRecord) error {
 		if rec.Plan.Status != wire.PlanRunning && rec.Plan.Status != planStarting {
-			return nil
+			return errCancelled
 		}
 		b.cancelAll(ctx, rec, now)
 		rec.Plan.Status, rec.Plan.End = wire.PlanCancelled, now
 		return nil
 	})
-	if err != nil {
+	switch {
+	case errors.Is(err, errCancelled) && rec.Plan.Status == wire.PlanCancelled:
+	case errors.Is(err, errCancelled):
+		return rec.Plan, nil // it ended otherwise meanwhile
+	case err != nil:
 		return wire.Plan{}, err
 	}
 	rel, err := b.cfg.Bank.Release(ctx, &wire.ReleaseRequest{Hold: rec.Plan.Hold, User: rec.Plan.User})
 	if err != nil {
 		return wire.Plan{}, err
+	}
+	if rec.Plan.Released == rel.Hold.Released {
+		return rec.Plan, nil
 	}
 	rec, err = b.mutate(ctx, req.Plan, func(rec *planRecord) error {
 		rec.Plan.Released = rel.Hold.Released

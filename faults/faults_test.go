@@ -179,7 +179,7 @@ func (c *cluster) settle(t *testing.T, nc *nats.Conn, log *journal) {
 			t.Fatal(err)
 		}
 		for _, p := range plans.Plans {
-			if p.Status != wire.PlanRunning {
+			if p.Status != wire.PlanRunning && p.Status != "starting" {
 				continue
 			}
 			req := &wire.CancelRequest{Plan: p.ID, User: user, ID: "final-" + p.ID}
@@ -197,7 +197,21 @@ func (c *cluster) settle(t *testing.T, nc *nats.Conn, log *journal) {
 				return err
 			}
 			if b.Held != 0 {
-				return fmt.Errorf("%s still has %s held in %d holds", user, b.Held, len(b.Holds))
+				var open []string
+				for _, h := range b.Holds {
+					open = append(open, fmt.Sprintf("%s (%s left of %s, expires %s)", h.ID, h.Remaining(), h.Amount, h.Expires.Format(time.TimeOnly)))
+				}
+				log.mu.Lock()
+				defer log.mu.Unlock()
+				var plans []string
+				for plan, hold := range log.plans[user] {
+					for _, h := range b.Holds {
+						if h.ID == hold {
+							plans = append(plans, fmt.Sprintf("%s cancelled=%v", plan, log.cancelled[plan]))
+						}
+					}
+				}
+				return fmt.Errorf("%s still has %s held: %v; their plans: %v", user, b.Held, open, plans)
 			}
 		}
 		return nil
