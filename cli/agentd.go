@@ -121,7 +121,7 @@ func runAgent(c *ucli.Context) error {
 	reg := prometheus.NewRegistry()
 	metrics := obs.NewMetrics(reg)
 	a, err := agent.New(agent.Config{Host: host, Enforcer: h.enforcer, IdleBelow: c.Float64("idle-below"),
-		Capturer:  bank.Client{NC: nc, Signer: signer, AdminKey: anchor, OnRefused: func(error) { metrics.Error("agent", "untrusted_reply") }},
+		Capturer:  bank.Client{NC: nc, Signer: signer, AdminKey: anchor, OnRefused: func(error) { metrics.Error("agent", "untrusted_reply") }, Attempt: bank.DaemonAttempt},
 		Publisher: agent.NATSPublisher{NC: nc, KV: assets.Hosts, Signer: signer}, Metrics: metrics, Capacity: h.capacity,
 		StateFile: state, Identities: bank.Client{NC: nc, AdminKey: anchor}, AdminKey: anchor, Signer: signer})
 	if err != nil {
@@ -225,7 +225,7 @@ func brokerCommand() *ucli.Command {
 			reg := prometheus.NewRegistry()
 			metrics := obs.NewMetrics(reg)
 			b, err := broker.New(broker.Config{NC: nc, Signer: signer, AdminKey: anchor,
-				Bank:       bank.Client{NC: nc, Signer: signer, AdminKey: anchor, OnRefused: func(error) { metrics.Error("broker", "untrusted_reply") }},
+				Bank:       bank.Client{NC: nc, Signer: signer, AdminKey: anchor, OnRefused: func(error) { metrics.Error("broker", "untrusted_reply") }, Attempt: bank.DaemonAttempt},
 				Identities: bank.Client{NC: nc, AdminKey: anchor}, Settle: c.Duration("settle"), Metrics: metrics,
 				Tick: c.Duration("tick"), Plans: assets.Plans, DeadlineShare: c.Float64("deadline-share"), JobOrder: c.String("job-order")})
 			if err != nil {

@@ -456,7 +456,7 @@ func (m *Market) startAgents(ctx context.Context, now func() time.Time) error {
 		a, err := agent.New(agent.Config{
 			Host:       h.ID,
 			Enforcer:   sim,
-			Capturer:   bank.Client{NC: nc, Signer: agentSigner, AdminKey: m.AdminKey(), OnRefused: m.refused("agent")},
+			Capturer:   bank.Client{NC: nc, Signer: agentSigner, AdminKey: m.AdminKey(), OnRefused: m.refused("agent"), Attempt: bank.DaemonAttempt},
 			Publisher:  agent.NATSPublisher{NC: nc, KV: hosts.Hosts, Signer: agentSigner},
 			AdminKey:   m.AdminKey(),
 			Signer:     agentSigner,
@@ -497,7 +497,7 @@ func (m *Market) startBroker(ctx context.Context, now func() time.Time, signer *
 	}
 	m.noteReplicas(assets)
 	m.Broker, err = broker.New(broker.Config{
-		NC: nc, Bank: bank.Client{NC: nc, Signer: signer, AdminKey: m.AdminKey(), OnRefused: m.refused("broker")}, Now: now,
+		NC: nc, Bank: bank.Client{NC: nc, Signer: signer, AdminKey: m.AdminKey(), OnRefused: m.refused("broker"), Attempt: bank.DaemonAttempt}, Now: now,
 		Settle: m.cfg.Settle, Metrics: m.Metrics, Signer: signer, Identities: bank.Client{NC: nc, AdminKey: m.AdminKey()}, AdminKey: m.AdminKey(),
 		Tick: m.cfg.TickPeriod, Plans: assets.Plans, Replica: "broker-1",
 	})
