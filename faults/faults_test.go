@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -169,7 +170,8 @@ func (c *cluster) checkLedger(t *testing.T, nc *nats.Conn, after string) {
 // money is held.
 func (c *cluster) settle(t *testing.T, nc *nats.Conn, log *journal) {
 	t.Helper()
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // bounds every retry
+	defer cancel()
 	for _, user := range spenders {
 		var plans wire.PlansReply
 		if err := log.do(ctx, "final", func(ctx context.Context) (err error) {
@@ -225,7 +227,8 @@ func (c *cluster) settle(t *testing.T, nc *nats.Conn, log *journal) {
 // it spent is what they captured.
 func (c *cluster) checkExactlyOnce(t *testing.T, nc *nats.Conn, log *journal) {
 	t.Helper()
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // bounds every retry
+	defer cancel()
 	call := func(what string, op func(ctx context.Context) error) {
 		t.Helper()
 		if err := log.do(ctx, "final", op); err != nil {
@@ -233,19 +236,24 @@ func (c *cluster) checkExactlyOnce(t *testing.T, nc *nats.Conn, log *journal) {
 		}
 	}
 	log.mu.Lock()
-	defer log.mu.Unlock()
+	net := maps.Clone(log.net)
+	plansOf := map[string]map[string]string{}
+	for u, ps := range log.plans {
+		plansOf[u] = maps.Clone(ps)
+	}
+	log.mu.Unlock()
 	for _, u := range payers {
 		var b wire.BalanceReply
 		call("balance "+u, func(ctx context.Context) (err error) {
 			b, err = c.bank(nc).Balance(ctx, &wire.BalanceRequest{User: u})
 			return err
 		})
-		if want := grantEach + log.net[u]; b.Balance != want {
-			t.Errorf("%s has %s, want %s (grant %s, acknowledged transfers %+d micro)", u, b.Balance, want, grantEach, log.net[u])
+		if want := grantEach + net[u]; b.Balance != want {
+			t.Errorf("%s has %s, want %s (grant %s, acknowledged transfers %+d micro)", u, b.Balance, want, grantEach, net[u])
 		}
 	}
 	for _, u := range spenders {
-		acked := log.plans[u]
+		acked := plansOf[u]
 		var plans wire.PlansReply
 		call("plans "+u, func(ctx context.Context) (err error) {
 			plans, err = c.broker(nc).Plans(ctx, &wire.PlansRequest{User: u})
