@@ -5,7 +5,7 @@ TAGS        := libvirt_dlopen
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BIN         := bin/mrmarket
 
-.PHONY: all build demo up test fmt vet staticcheck unit bench results clean
+.PHONY: all build demo up test fmt vet staticcheck unit faults bench results clean
 
 all: build
 
@@ -34,6 +34,11 @@ staticcheck:
 
 unit:
 	$(GO) test -tags $(TAGS) -race -count=1 ./...
+
+## faults: the distributed market as separate processes (3 NATS nodes, 2 banks on a
+## PostgreSQL primary + standby, 2 brokers, 3 simulated agents) while each is killed in turn
+faults: build
+	MRM_FAULTS=1 MRM_BIN=$(BIN) $(GO) test -tags $(TAGS) -count=1 -run '^TestFaults$$' -v -timeout 20m ./faults/
 
 ## bench: benchmarks (agent tick for 1, 100 and 1,000 VMs, …)
 bench:
