@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -86,7 +87,10 @@ func Config(w io.Writer, o ConfigOptions) error {
 		if o.TLS.Cert != "" {
 			p("  tls {\n    cert_file: %s\n    key_file: %s\n    ca_file: %s\n    timeout: 5\n  }\n", strconv.Quote(o.TLS.Cert), strconv.Quote(o.TLS.Key), strconv.Quote(o.TLS.CA))
 		}
-		p("  routes: %s\n}\n\n", list(o.Routes, ""))
+		// Sorted: a reload (nats-server's imposeOrder) sorts the running
+		// server's route list in place while its route goroutines read
+		// it, a data race unless the list is sorted already.
+		p("  routes: %s\n}\n\n", list(slices.Sorted(slices.Values(o.Routes)), ""))
 	}
 	if o.Open {
 		p("# WARNING: no authorization: anyone may connect (tests only).\n")
