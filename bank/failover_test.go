@@ -334,80 +334,18 @@ func TestFailover(t *testing.T) {
 }
 
 // failoverClient runs transfers and holds (partly captured by host-1, then
-// released) until stop closes, retrying each step by its id, and records
-// each acknowledged operation in m and a.
+// released) on b until stop closes, retrying each step by its id, and
+// records each acknowledged operation in m and a; it gives its retries.
 func failoverClient(ctx context.Context, b *bank.Bank, id int, users []string, stop <-chan struct{}, m *model, a *acks) (int, error) {
-	rng := rand.New(rand.NewPCG(uint64(id), 16))
-	me := users[id%len(users)]
 	retries := 0
-	do := func(op func(ctx context.Context) error) error {
-		n, err := retryByID(ctx, op)
-		retries += n
-		return err
-	}
-	for n := 0; ; n++ {
-		select {
-		case <-stop:
-			return retries, nil
-		default:
-		}
-		opID := fmt.Sprintf("f%d-%d", id, n)
-		amount := money.Micro(1 + rng.IntN(100))
-		began := time.Now()
-		if rng.IntN(2) == 0 {
-			to := users[(id+1+rng.IntN(len(users)-1))%len(users)]
-			req := &wire.TransferRequest{ID: opID, From: me, To: to, Amount: amount}
-			if err := do(func(ctx context.Context) error { _, err := b.Transfer(ctx, req); return err }); err != nil {
-				return retries, fmt.Errorf("transfer %s: %w", opID, err)
-			}
-			a.add("transfer:"+opID, began, time.Now())
-			m.apply(func() {
-				m.balance[me] -= amount
-				m.balance[to] += amount
-				m.ids[me] = append(m.ids[me], "transfer:"+opID)
-				m.ids[to] = append(m.ids[to], "transfer:"+opID)
-			})
-			continue
-		}
-		hreq := &wire.HoldRequest{ID: opID, User: me, Amount: amount, Expires: time.Now().Add(time.Hour), Hosts: []string{"host-1"}}
-		if err := do(func(ctx context.Context) error { _, err := b.Hold(ctx, hreq); return err }); err != nil {
-			return retries, fmt.Errorf("hold %s: %w", opID, err)
-		}
-		a.add("hold:"+opID, began, time.Now())
-		captured := money.Micro(rng.IntN(int(amount) + 1))
-		if captured > 0 {
-			began := time.Now()
-			batch := &wire.CaptureBatch{Host: "host-1", Tick: int64(n), Legs: []wire.CaptureLeg{{ID: opID + "/host-1/vm/1", Hold: opID, VM: "vm", Cumulative: captured}}}
-			err := do(func(ctx context.Context) error {
-				rep, err := b.Capture(ctx, batch)
-				if err == nil && rep.Legs[0].Error != nil {
-					return rep.Legs[0].Error
-				}
-				if err == nil && rep.Legs[0].Captured != captured {
-					return fmt.Errorf("leg captured %s, want %s", rep.Legs[0].Captured, captured)
-				}
-				return err
-			})
-			if err != nil {
-				return retries, fmt.Errorf("capture %s: %w", opID, err)
-			}
-			a.add("capture:"+opID, began, time.Now())
-		}
-		began = time.Now()
-		rreq := &wire.ReleaseRequest{Hold: opID, User: me}
-		if err := do(func(ctx context.Context) error { _, err := b.Release(ctx, rreq); return err }); err != nil {
-			return retries, fmt.Errorf("release %s: %w", opID, err)
-		}
-		a.add("release:"+opID, began, time.Now())
-		m.apply(func() {
-			m.balance[me] -= captured
-			m.provider += captured
-			m.ids[me] = append(m.ids[me], "hold:"+opID)
-			if captured < amount {
-				m.ids[me] = append(m.ids[me], "release:"+opID)
-			}
-		})
-	}
+	c := clientLoad{user: b, agent: b, id: id, prefix: "f", seed: 16, users: users, ack: a.add,
+		do: func(op func(ctx context.Context) error) error {
+			n, err := retryByID(ctx, op)
+			retries += n
+			return err
+		}}
+	_, err := c.run(0, stop, m)
+	return retries, err
 }
 
 // TestFailoverPassesSilentHost: a first host that accepts TCP but never

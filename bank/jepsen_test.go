@@ -161,76 +161,17 @@ type model struct {
 
 func (m *model) apply(f func()) { m.mu.Lock(); f(); m.mu.Unlock() }
 
-// client runs operations of a random mix — transfers to other users, and
-// holds that are partly captured by host-1's agent and then released — at
-// least minOps of them and until stop closes.
+// client is client id of the crash test, over NATS: user requests signed
+// with the users' keys, captures with host-1's agent key.
 func (w *crashWorld) client(ctx context.Context, id, minOps int, stop <-chan struct{}, m *model) (int, error) {
-	rng := rand.New(rand.NewPCG(uint64(id), 99))
-	bc := bank.Client{NC: w.nc, Keys: w.keys}
 	agent, err := w.keys.Signer(wire.RoleAgent, "host-1")
 	if err != nil {
 		return 0, err
 	}
-	ac := bank.Client{NC: w.nc, Signer: agent}
-	me := w.users[id%len(w.users)]
-	for n := 0; ; n++ {
-		if n >= minOps {
-			select {
-			case <-stop:
-				return n, nil
-			default:
-			}
-		}
-		opID := fmt.Sprintf("c%d-%d", id, n)
-		amount := money.Micro(1 + rng.IntN(100))
-		if rng.IntN(2) == 0 {
-			to := w.users[(id+1+rng.IntN(len(w.users)-1))%len(w.users)]
-			req := &wire.TransferRequest{ID: opID, From: me, To: to, Amount: amount}
-			if err := retry(ctx, func(ctx context.Context) error { _, err := bc.Transfer(ctx, req); return err }); err != nil {
-				return n, fmt.Errorf("transfer %s: %w", opID, err)
-			}
-			m.apply(func() {
-				m.balance[me] -= amount
-				m.balance[to] += amount
-				m.ids[me] = append(m.ids[me], "transfer:"+opID)
-				m.ids[to] = append(m.ids[to], "transfer:"+opID)
-			})
-			continue
-		}
-		hreq := &wire.HoldRequest{ID: opID, User: me, Amount: amount, Expires: time.Now().Add(time.Hour), Hosts: []string{"host-1"}}
-		if err := retry(ctx, func(ctx context.Context) error { _, err := bc.Hold(ctx, hreq); return err }); err != nil {
-			return n, fmt.Errorf("hold %s: %w", opID, err)
-		}
-		captured := money.Micro(rng.IntN(int(amount) + 1))
-		if captured > 0 {
-			batch := &wire.CaptureBatch{Host: "host-1", Tick: int64(n), Legs: []wire.CaptureLeg{{ID: opID + "/host-1/vm/1", Hold: opID, VM: "vm", Cumulative: captured}}}
-			err := retry(ctx, func(ctx context.Context) error {
-				rep, err := ac.Capture(ctx, batch)
-				if err == nil && rep.Legs[0].Error != nil {
-					return rep.Legs[0].Error
-				}
-				if err == nil && rep.Legs[0].Captured != captured {
-					return fmt.Errorf("leg captured %s, want %s", rep.Legs[0].Captured, captured)
-				}
-				return err
-			})
-			if err != nil {
-				return n, fmt.Errorf("capture %s: %w", opID, err)
-			}
-		}
-		rreq := &wire.ReleaseRequest{Hold: opID, User: me}
-		if err := retry(ctx, func(ctx context.Context) error { _, err := bc.Release(ctx, rreq); return err }); err != nil {
-			return n, fmt.Errorf("release %s: %w", opID, err)
-		}
-		m.apply(func() {
-			m.balance[me] -= captured
-			m.provider += captured
-			m.ids[me] = append(m.ids[me], "hold:"+opID)
-			if captured < amount {
-				m.ids[me] = append(m.ids[me], "release:"+opID)
-			}
-		})
-	}
+	c := clientLoad{user: bank.Client{NC: w.nc, Keys: w.keys}, agent: bank.Client{NC: w.nc, Signer: agent},
+		id: id, prefix: "c", seed: 99, users: w.users,
+		do: func(op func(ctx context.Context) error) error { return retry(ctx, op) }}
+	return c.run(minOps, stop, m)
 }
 
 // TestCrashes is the Jepsen-style bank test: concurrent clients with
