@@ -59,7 +59,9 @@ func (p *proc) start(t *testing.T) {
 	offset, _ := f.Seek(0, 2)
 	cmd := exec.Command(p.bin, p.args...)
 	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own group (kill reaches its children too), and killed if this
+	// test dies without its cleanup.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		t.Fatalf("%s: %v", p.name, err)
