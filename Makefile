@@ -38,7 +38,7 @@ unit:
 ## faults: the distributed market as separate processes (3 NATS nodes, 2 banks on a
 ## PostgreSQL primary + standby, 2 brokers, 3 simulated agents) while each is killed in turn
 faults: build
-	MRM_FAULTS=1 MRM_BIN=$(BIN) $(GO) test -tags $(TAGS) -count=1 -run '^TestFaults$$' -v -timeout 20m ./faults/
+	MRM_FAULTS=1 MRM_BIN=$(CURDIR)/$(BIN) $(GO) test -tags $(TAGS) -count=1 -run '^TestFaults$$' -v -timeout 20m ./faults/
 
 ## bench: benchmarks (agent tick for 1, 100 and 1,000 VMs, …)
 bench:

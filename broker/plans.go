@@ -42,6 +42,10 @@ func (b *Broker) spend(ctx context.Context, req *wire.SpendRequest, job *jobRec)
 	if id == "" {
 		id = "plan-" + randomHex()
 	}
+	// A round leaves a plan alone while a try of it is on here, from
+	// before its record exists (it would carry on a plan it sees starting
+	// with no try on it).
+	defer b.starting(id)()
 	fp := spendFingerprint(req)
 	var failedRev uint64 // a failed plan's id may be used again
 	v, ok, err := b.store.fetch(ctx, id, false)
@@ -138,7 +142,7 @@ func (b *Broker) start(ctx context.Context, rec *planRecord, rev uint64, now tim
 		case ok && v.rec.Plan.Status == wire.PlanRunning:
 			return wire.SpendReply{Plan: v.rec.Plan}, nil
 		case ok && v.rec.Plan.Status == planStarting:
-			return wire.SpendReply{}, fmt.Errorf("%w: plan %q is being started by another try; retry with the same id", wire.ErrUnavailable, rec.Plan.ID)
+			return b.awaitStart(ctx, rec, now)
 		case ok: // cancelled or failed meanwhile: the bids this try placed go too
 			b.cancelAll(ctx, rec, now)
 			return b.replay(v.rec, v.rec.Request)
@@ -147,6 +151,29 @@ func (b *Broker) start(ctx context.Context, rec *planRecord, rev uint64, now tim
 	}
 	b.countRunning()
 	return wire.SpendReply{Plan: rec.Plan}, nil
+}
+
+// awaitStart waits, while ctx allows, for another try of start on rec's
+// plan to end, and answers as it ended; if the plan does not run, the bids
+// this try placed are withdrawn.
+func (b *Broker) awaitStart(ctx context.Context, rec *planRecord, now time.Time) (wire.SpendReply, error) {
+	id := rec.Plan.ID
+	for {
+		select {
+		case <-ctx.Done():
+			return wire.SpendReply{}, fmt.Errorf("%w: plan %q is being started by another try; retry with the same id", wire.ErrUnavailable, id)
+		case <-time.After(20 * time.Millisecond):
+		}
+		v, ok, err := b.store.fetch(ctx, id, true)
+		switch {
+		case err != nil || !ok || v.rec.Plan.Status == planStarting:
+			continue
+		case v.rec.Plan.Status == wire.PlanRunning:
+			return wire.SpendReply{Plan: v.rec.Plan}, nil
+		}
+		b.cancelAll(ctx, rec, now)
+		return b.replay(v.rec, v.rec.Request)
+	}
 }
 
 // cutOff ends a try of start that failed with err: a plan refused is rolled

@@ -50,14 +50,16 @@ type cluster struct {
 	admin               *wire.Signer
 	pg                  *pgtest.Pair
 	layout              []market.HostSpec
+	replicas            int // of every JetStream asset
 
 	nats, banks, brokers, agents []*proc
 }
 
 // startCluster bootstraps the credentials and the bank's registry, then
-// starts three NATS nodes, two banks, two brokers and the agents, and waits
-// until the JetStream assets are replicated on all three nodes.
-func startCluster(t *testing.T) *cluster {
+// starts natsNodes NATS nodes (a cluster when more than one), two banks,
+// two brokers and the agents, and waits until the JetStream assets are
+// replicated on every node (at most three).
+func startCluster(t testing.TB, natsNodes int) *cluster {
 	t.Helper()
 	bin := binary(t)
 	c := &cluster{dir: t.TempDir(), pg: pgtest.StartPair(t)}
@@ -78,7 +80,7 @@ func startCluster(t *testing.T) *cluster {
 		}
 	})
 
-	clients, routes := make([]string, 3), make([]string, 3)
+	clients, routes := make([]string, natsNodes), make([]string, natsNodes)
 	for i := range clients {
 		clients[i] = fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
 		routes[i] = fmt.Sprintf("nats-route://127.0.0.1:%d", natstest.FreePort(t))
@@ -96,10 +98,12 @@ func startCluster(t *testing.T) *cluster {
 	}
 	for i := range clients {
 		args := []string{"nats", "serve", "--data", c.dir, "--name", fmt.Sprintf("n%d", i+1), "--listen", clients[i],
-			"--cluster-listen", strings.TrimPrefix(routes[i], "nats-route://"),
 			"--store-dir", filepath.Join(c.dir, fmt.Sprintf("js-n%d", i+1)), "--follow", "1s", "--quiet"}
-		for _, r := range routes {
-			args = append(args, "--route", r)
+		if natsNodes > 1 {
+			args = append(args, "--cluster-listen", strings.TrimPrefix(routes[i], "nats-route://"))
+			for _, r := range routes {
+				args = append(args, "--route", r)
+			}
 		}
 		// One at a time: the first creates the TLS directory the others use.
 		add(&c.nats, fmt.Sprintf("nats-n%d", i+1), "mrmarket nats serve: node", args...).start(t)
@@ -118,6 +122,7 @@ func startCluster(t *testing.T) *cluster {
 			append([]string{"agent", "--sim", "--host", h.ID, "--vms-per-host", fmt.Sprint(len(spenders)),
 				"--users", strings.Join(spenders, ","), "--tick", tick, "--state", filepath.Join(c.dir, "agents", h.ID+".json")}, common...)...).start(t)
 	}
+	c.replicas = min(natsNodes, 3)
 	c.waitReplicated(t, time.Minute)
 	return c
 }
@@ -125,7 +130,7 @@ func startCluster(t *testing.T) *cluster {
 // bootstrap does what an operator does once: every principal's
 // credentials, registered in the bank's store with the admin's record, and
 // every user's grant.
-func (c *cluster) bootstrap(t *testing.T, store string) {
+func (c *cluster) bootstrap(t testing.TB, store string) {
 	t.Helper()
 	var err error
 	if c.admin, err = c.keys.Ensure(wire.RoleAdmin, "admin"); err != nil {
@@ -172,7 +177,7 @@ func (c *cluster) bootstrap(t *testing.T, store string) {
 
 // connect is a client connection to the cluster as the admin (it signs
 // each request as the user it acts for, from the credentials).
-func (c *cluster) connect(t *testing.T, name string) *nats.Conn {
+func (c *cluster) connect(t testing.TB, name string) *nats.Conn {
 	t.Helper()
 	nc, err := natsutil.ConnectWith(c.url, natsutil.ConnectOptions{Name: name, Signer: c.admin, CAFile: c.ca})
 	if err != nil {
@@ -194,9 +199,9 @@ func (c *cluster) broker(nc *nats.Conn) broker.Client {
 // streams are the market's JetStream assets.
 var streams = []string{"KV_" + wire.BucketPlans, "KV_" + wire.BucketHosts, "KV_" + wire.BucketNonces, wire.StreamEvents}
 
-// waitReplicated waits until every asset has three replicas, a leader and
-// both followers current.
-func (c *cluster) waitReplicated(t *testing.T, total time.Duration) {
+// waitReplicated waits until every asset has its replicas, a leader and
+// every follower current.
+func (c *cluster) waitReplicated(t testing.TB, total time.Duration) {
 	t.Helper()
 	nc := c.connect(t, "faults-replicas")
 	defer nc.Close()
@@ -213,8 +218,11 @@ func (c *cluster) waitReplicated(t *testing.T, total time.Duration) {
 				return fmt.Errorf("%s: %w", name, err)
 			}
 			info := s.CachedInfo()
-			if info.Config.Replicas != 3 || info.Cluster == nil || info.Cluster.Leader == "" || len(info.Cluster.Replicas) != 2 {
+			if info.Config.Replicas != c.replicas || c.replicas > 1 && (info.Cluster == nil || info.Cluster.Leader == "" || len(info.Cluster.Replicas) != c.replicas-1) {
 				return fmt.Errorf("%s: %d replicas, cluster %+v", name, info.Config.Replicas, info.Cluster)
+			}
+			if info.Cluster == nil {
+				continue
 			}
 			for _, r := range info.Cluster.Replicas {
 				if !r.Current || r.Offline {
@@ -227,7 +235,7 @@ func (c *cluster) waitReplicated(t *testing.T, total time.Duration) {
 }
 
 // leaderOf is the node that leads stream name.
-func (c *cluster) leaderOf(t *testing.T, name string) int {
+func (c *cluster) leaderOf(t testing.TB, name string) int {
 	t.Helper()
 	nc := c.connect(t, "faults-leader")
 	defer nc.Close()
@@ -262,7 +270,7 @@ func (c *cluster) vmsOf(user string) []string {
 }
 
 // waitVMs waits until the brokers see every host's VMs.
-func (c *cluster) waitVMs(t *testing.T, nc *nats.Conn) {
+func (c *cluster) waitVMs(t testing.TB, nc *nats.Conn) {
 	t.Helper()
 	want := 0
 	for _, h := range c.layout {

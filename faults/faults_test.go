@@ -43,7 +43,7 @@ func TestFaults(t *testing.T) {
 	if os.Getenv("MRM_FAULTS") == "" {
 		t.Skip("the fault test takes minutes: run it with `make faults` (MRM_FAULTS=1)")
 	}
-	c := startCluster(t)
+	c := startCluster(t, 3)
 	nc := c.connect(t, "faults-checker")
 	c.waitVMs(t, nc)
 	w := startWorkload(t, c)

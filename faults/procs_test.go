@@ -17,7 +17,7 @@ import (
 
 // binary is the mrmarket binary the processes run: $MRM_BIN (make faults
 // passes the one it built), else one built for this test.
-func binary(t *testing.T) string {
+func binary(t testing.TB) string {
 	t.Helper()
 	if bin := os.Getenv("MRM_BIN"); bin != "" {
 		abs, err := filepath.Abs(bin)
@@ -49,7 +49,7 @@ type proc struct {
 }
 
 // start runs p and waits until its output since this start says ready.
-func (p *proc) start(t *testing.T) {
+func (p *proc) start(t testing.TB) {
 	t.Helper()
 	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
