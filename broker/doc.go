@@ -163,9 +163,9 @@
 // plan is recorded starting before anything else, then held, bid and
 // marked running (plans.go start), each step repeatable — the same hold
 // request, so the bank replays it. A refusal rolls the plan back; an
-// outage (the bank, an agent or the plans bucket not answering in time)
-// decides nothing, so the spend is answered unavailable and the plan left
-// starting, and whoever comes next carries it on: a retry of the spend by
+// agent that does not answer gets its bids from later rounds while the
+// plan runs; an outage of the bank or the plans bucket decides nothing, so
+// the spend is answered unavailable and the plan left starting, and whoever comes next carries it on: a retry of the spend by
 // its id on any replica, a round of its replica once no try is on it, a
 // survivor's round when its replica died. Plans starting are listed and
 // cancellable; one still starting after startingTimeout is failed, its

@@ -20,9 +20,10 @@ func spendFingerprint(r *wire.SpendRequest) string {
 
 // Spend starts a plan: check ownership, hold the budget, run the plan's
 // first round. A plan whose first bids any host refuses is rolled back
-// (bids cancelled, hold released): it runs whole or not at all. One cut off
-// by an outage is answered unavailable and left starting: a retry by its id,
-// or the next round, carries it on (start).
+// (bids cancelled, hold released). A host that does not answer gets its
+// bids from the next rounds, once it answers. A spend cut off by an outage
+// of the bank or the plans bucket is answered unavailable and left
+// starting: a retry by its id, or the next round, carries it on (start).
 func (b *Broker) Spend(ctx context.Context, req *wire.SpendRequest) (wire.SpendReply, error) {
 	if err := req.Validate(); err != nil {
 		return wire.SpendReply{}, err
@@ -111,10 +112,10 @@ func (b *Broker) spend(ctx context.Context, req *wire.SpendRequest, job *jobRec)
 // that recorded it, a retry of that spend by its id, or a round (a plan
 // whose replica died, or whose spend gave up). A definitive refusal rolls
 // the plan back (failed, hold released, its id free again); a failure that
-// decides nothing — the bank, an agent or the plans bucket not answering in
-// time — leaves it starting and says unavailable, so a retry by id carries
-// it on rather than finding it failed. reused says the id was a failed
-// plan's.
+// decides nothing — the bank or the plans bucket not answering in time —
+// leaves it starting and says unavailable, so a retry by id carries it on
+// rather than finding it failed; an agent not answering leaves the plan
+// running, its bids to come. reused says the id was a failed plan's.
 func (b *Broker) start(ctx context.Context, rec *planRecord, rev uint64, now time.Time, reused bool) (wire.SpendReply, error) {
 	defer b.starting(rec.Plan.ID)()
 	if _, err := b.cfg.Bank.Hold(ctx, &wire.HoldRequest{ID: rec.Plan.Hold, User: rec.Plan.User, Amount: rec.Plan.Budget,
@@ -125,8 +126,11 @@ func (b *Broker) start(ctx context.Context, rec *planRecord, rev uint64, now tim
 		return b.cutOff(ctx, rec, rev, now, err, undecided(err))
 	}
 	rec.untried = false
-	if _, failed := b.replan(ctx, rec, now, b.view(rec.Plan.Strategy)); len(failed) > 0 {
-		return b.cutOff(ctx, rec, rev, now, fmt.Errorf("placing bids: %w", errors.Join(failed...)), !slices.ContainsFunc(failed, func(err error) bool { return !undecided(err) }))
+	// A host that refuses its bids fails the plan; one that does not answer
+	// decides nothing: the plan runs, and the rounds send that host its
+	// bids once it answers (its agent charges nothing meanwhile).
+	if _, failed := b.replan(ctx, rec, now, b.view(rec.Plan.Strategy)); slices.ContainsFunc(failed, func(err error) bool { return !undecided(err) }) {
+		return b.cutOff(ctx, rec, rev, now, fmt.Errorf("placing bids: %w", errors.Join(failed...)), false)
 	}
 	rec.Plan.Status = wire.PlanRunning
 	rec.Plan.Owner = b.cfg.Replica
