@@ -13,12 +13,16 @@ import (
 )
 
 // maxExposure is the highest `systemd-analyze security` exposure a unit may
-// have ("OK" is below 5; "MEDIUM" 5–7). The agent needs libvirt's socket and
-// so a fixed user; the others run as dynamic users.
+// have ("OK" is below 5; "MEDIUM" 5–7). The agents read their host's key by
+// group (and the libvirt one needs libvirt's socket), so they run as a fixed
+// user; the others run as dynamic users. Templates (name@.service) are
+// checked as an instance, name@test.service.
 var maxExposure = map[string]float64{
-	"mrmarket-bank.service":   3.0,
-	"mrmarket-broker.service": 3.0,
-	"mrmarket-agent.service":  3.5,
+	"mrmarket-nats@.service":      3.0,
+	"mrmarket-bank.service":       3.0,
+	"mrmarket-broker.service":     3.0,
+	"mrmarket-agent.service":      3.5,
+	"mrmarket-agent-sim@.service": 3.5,
 }
 
 // TestUnits runs systemd-analyze verify and security on every unit, with
@@ -39,8 +43,8 @@ func TestUnits(t *testing.T) {
 		t.Fatalf("building mrmarket: %v\n%s", err, out)
 	}
 	units, _ := filepath.Glob("*.service")
-	if len(units) != 3 {
-		t.Fatalf("units: %v", units)
+	if len(units) != len(maxExposure) {
+		t.Fatalf("units: %v, want those of maxExposure", units)
 	}
 	score := regexp.MustCompile(`Overall exposure level for \S+: ([0-9.]+)`)
 	for _, u := range units {
@@ -51,6 +55,12 @@ func TestUnits(t *testing.T) {
 		unit := filepath.Join(dir, u)
 		if err := os.WriteFile(unit, []byte(strings.ReplaceAll(string(body), "/usr/local/bin/mrmarket", bin)), 0o644); err != nil {
 			t.Fatal(err)
+		}
+		if _, ok := maxExposure[u]; !ok {
+			t.Fatalf("%s: no maximum exposure in maxExposure", u)
+		}
+		if strings.HasSuffix(u, "@.service") { // the instance, from the template next to it
+			unit = filepath.Join(dir, strings.TrimSuffix(u, "@.service")+"@test.service")
 		}
 		if out, err := exec.Command(analyze, "verify", unit).CombinedOutput(); err != nil || len(strings.TrimSpace(string(out))) > 0 {
 			t.Errorf("systemd-analyze verify %s: %v\n%s", u, err, out)
