@@ -58,6 +58,7 @@ func Serve(nc *nats.Conn, a *Agent) (stop func(), err error) {
 		Description: "mrmarket's agent of host " + a.Host(),
 		Metadata:    map[string]string{"host": a.Host()},
 		Fair:        &service.Fair{},
+		Slow:        service.LogSlow(a.cfg.Logger, "agent", "host", a.cfg.Host),
 		Signer:      a.cfg.Signer,
 		Cert:        cert,
 	})

@@ -146,16 +146,22 @@ func settleRound(rec *planRecord, now time.Time, stage []int, changes []bidChang
 	return changed
 }
 
-// cancelAll removes every bid of the plan from its hosts, host by host in
-// order, and settles them. A host that does not answer keeps charging
-// until the hold is released, which bounds it.
+// cancelAll removes every bid of the plan from its hosts and settles
+// them.
 func (b *Broker) cancelAll(ctx context.Context, rec *planRecord, now time.Time) {
-	for _, c := range cancelChanges(rec) {
-		if err := b.cfg.Agents.Bid(ctx, c.host, c.req); err != nil {
+	b.stopBids(ctx, cancelChanges(rec))
+	dropBids(rec, now)
+}
+
+// stopBids sends the bid cancellations, the hosts side by side. A host
+// that does not answer keeps charging until the hold is released, which
+// bounds it.
+func (b *Broker) stopBids(ctx context.Context, stop []bidChange) {
+	for _, err := range b.send(ctx, stop) {
+		if err != nil {
 			b.cfg.Metrics.Error("broker", "cancel_bids")
 		}
 	}
-	dropBids(rec, now)
 }
 
 // cancelChanges are the requests that cancel all of rec's bids, by host:

@@ -67,12 +67,19 @@ type natsAgents struct {
 	onRefused func(error)
 }
 
+// Bid sends req to host's agent, in order with the plan's other bid
+// requests only (wire.HeaderOrder): a cancel does not wait at the agent
+// behind the bids of every other plan this broker is placing.
 func (a natsAgents) Bid(ctx context.Context, host string, req *wire.BidRequest) error {
-	if a.adminKey != "" {
-		return wire.CallAsTrusted(ctx, a.nc, a.signer, wire.AgentBidSubject(host), req,
-			wire.TrustPrincipal(a.adminKey, wire.RoleAgent, host), a.onRefused, nil)
+	msg, err := wire.RequestMsg(a.signer, wire.AgentBidSubject(host), req)
+	if err != nil {
+		return err
 	}
-	return wire.CallAs(ctx, a.nc, a.signer, wire.AgentBidSubject(host), req, nil)
+	msg.Header.Set(wire.HeaderOrder, req.Plan)
+	if a.adminKey != "" {
+		return wire.CallTrusted(ctx, a.nc, msg, wire.TrustPrincipal(a.adminKey, wire.RoleAgent, host), a.onRefused, nil)
+	}
+	return wire.CallMsg(ctx, a.nc, msg, nil)
 }
 
 // Config configures a broker.

@@ -392,17 +392,23 @@ func (b *Broker) Cancel(ctx context.Context, req *wire.CancelRequest) (wire.Plan
 		return v.rec.Plan, nil
 	}
 	now := b.cfg.Now()
-	// Stop the bids first (agents settle them at once), then give the rest
-	// back. A plan still starting is cancelled too: it may hold money
-	// already (a try of start then finds the changed record and withdraws
-	// its bids). A plan cancelled already is released again (the bank
-	// replays a closed hold's release): the cancel's release may have
-	// failed, and this is its retry.
+	// The record says cancelled first (so no round bids for it again),
+	// then the bids stop (agents settle them at once), then the rest goes
+	// back. The bids are cancelled once, after the write won, not on each
+	// try of it: a cancel racing a round that takes the plan over would
+	// otherwise send them again at every lost race. A plan still starting
+	// is cancelled too: it may hold money already (a try of start then
+	// finds the changed record and withdraws its bids). A plan cancelled
+	// already is released again (the bank replays a closed hold's
+	// release): the cancel's release may have failed, and this is its
+	// retry.
+	var stop []bidChange
 	rec, err := b.mutate(ctx, req.Plan, func(rec *planRecord) error {
 		if rec.Plan.Status != wire.PlanRunning && rec.Plan.Status != planStarting {
 			return errCancelled
 		}
-		b.cancelAll(ctx, rec, now)
+		stop = cancelChanges(rec)
+		dropBids(rec, now)
 		rec.Plan.Status, rec.Plan.End = wire.PlanCancelled, now
 		return nil
 	})
@@ -412,6 +418,8 @@ func (b *Broker) Cancel(ctx context.Context, req *wire.CancelRequest) (wire.Plan
 		return rec.Plan, nil // it ended otherwise meanwhile
 	case err != nil:
 		return wire.Plan{}, err
+	default:
+		b.stopBids(ctx, stop)
 	}
 	rel, err := b.cfg.Bank.Release(ctx, &wire.ReleaseRequest{Hold: rec.Plan.Hold, User: rec.Plan.User})
 	if err != nil {

@@ -194,11 +194,35 @@ func (b *Broker) execute(ctx context.Context, r *round, st step) []error {
 	}
 	changed, errs := b.apply(ctx, rec, r.now, st.stage, st.changes)
 	if changed {
-		if _, err := b.store.update(ctx, rec, rev); err != nil && !errors.Is(err, errStale) {
+		if _, err := b.store.update(ctx, rec, rev); errors.Is(err, errStale) {
+			b.withdrawIfEnded(ctx, rec.Plan.ID, st.changes)
+		} else if err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errs
+}
+
+// withdrawIfEnded cancels the bids a round just set for plan id if the
+// plan ended while they were on their way (a cancel won the record): the
+// cancel stopped the bids it knew of, not these.
+func (b *Broker) withdrawIfEnded(ctx context.Context, id string, sent []bidChange) {
+	v, ok, err := b.store.fetch(ctx, id, true)
+	if err != nil || !ok || v.rec.Plan.Status == wire.PlanRunning || v.rec.Plan.Status == planStarting {
+		return // still on: the next round reconciles it
+	}
+	var stop []bidChange
+	for _, c := range sent {
+		if len(c.req.Set) == 0 {
+			continue
+		}
+		vms := make([]string, len(c.req.Set))
+		for i, bid := range c.req.Set {
+			vms[i] = bid.VM
+		}
+		stop = append(stop, bidChange{c.host, &wire.BidRequest{Versioned: wire.Versioned{V: wire.Version}, Cancel: vms, Plan: id}})
+	}
+	b.stopBids(ctx, stop)
 }
 
 // failStarted fails a plan whose replica died starting it: its bids

@@ -126,3 +126,83 @@ func TestHalfStartedSpend(t *testing.T) {
 		})
 	}
 }
+
+// raceAgents is a book of bids by host and (VM, plan), like an agent's;
+// once armed, the first bid set lands only after onSet ran (a cancel that
+// overtakes a round's bids on their way).
+type raceAgents struct {
+	mu    sync.Mutex
+	book  map[string]bool // host/vm/plan
+	onSet func()
+}
+
+func (a *raceAgents) Bid(_ context.Context, host string, req *wire.BidRequest) error {
+	a.mu.Lock()
+	hook := a.onSet
+	if len(req.Set) > 0 {
+		a.onSet = nil
+	}
+	a.mu.Unlock()
+	if hook != nil && len(req.Set) > 0 {
+		hook()
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, vm := range req.Cancel {
+		delete(a.book, host+"/"+vm+"/"+req.Plan)
+	}
+	for _, bid := range req.Set {
+		a.book[host+"/"+bid.VM+"/"+bid.Plan] = true
+	}
+	return nil
+}
+
+// TestCancelOvertakingARoundLeavesNoBid: a round taking a plan over sends
+// its bids; the owner's cancel wins the record while they are on their way
+// and reaches the agent first. The round's write then loses, and it
+// withdraws the bids it set: no bid is left charging a cancelled plan.
+func TestCancelOvertakingARoundLeavesNoBid(t *testing.T) {
+	ctx := context.Background()
+	clock := time.Date(2026, 6, 1, 9, 0, 0, 0, time.UTC)
+	bk := &recBank{held: map[string]money.Micro{}, released: map[string]money.Micro{}}
+	agents := &raceAgents{book: map[string]bool{}}
+	mem := NewMemoryPlans()
+	newReplica := func(name string) *Broker {
+		b, err := New(Config{Agents: agents, Bank: bk, Now: func() time.Time { return clock }, Replica: name, Tick: time.Second, Memory: mem})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	dead, survivor := newReplica("r0"), newReplica("r1")
+	req := &wire.SpendRequest{ID: "p1", User: "alice", Budget: 500, Duration: wire.Duration(time.Hour), VMs: []string{"a1"}, Strategy: wire.StrategyFair}
+	rec := dead.newPlan("p1", spendFingerprint(req), req, []wire.PlanVM{{VM: "a1", Host: "h1"}}, clock, nil)
+	rec.Plan.Status = wire.PlanRunning
+	if _, err := dead.store.create(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bk.Hold(ctx, &wire.HoldRequest{ID: rec.Plan.Hold, User: "alice", Amount: 500}); err != nil {
+		t.Fatal(err)
+	}
+	var cancelErr error
+	agents.onSet = func() {
+		_, cancelErr = survivor.Cancel(ctx, &wire.CancelRequest{Versioned: wire.Versioned{V: wire.Version}, Plan: "p1", User: "alice"})
+	}
+	clock = clock.Add(5 * time.Second) // r0 is silent
+	survivor.Observe(wire.HostState{Host: "h1", Time: clock, VMs: []wire.VMState{{VM: "a1", Owner: "alice", Util: 1}}})
+	if err := survivor.Tick(ctx, clock); err != nil {
+		t.Fatal(err)
+	}
+	if cancelErr != nil {
+		t.Fatal(cancelErr)
+	}
+	if agents.onSet != nil {
+		t.Fatal("the round sent no bid: nothing raced")
+	}
+	if v, _ := survivor.store.get("p1"); v.rec.Plan.Status != wire.PlanCancelled {
+		t.Fatalf("plan %s, want cancelled", v.rec.Plan.Status)
+	}
+	if len(agents.book) != 0 {
+		t.Fatalf("bids left at the agents for a cancelled plan: %v", agents.book)
+	}
+}

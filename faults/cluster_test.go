@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -78,6 +79,7 @@ func startCluster(t testing.TB, natsNodes int) *cluster {
 				t.Logf("--- %s (%s):\n%s", p.name, p.log, p.tail())
 			}
 		}
+		keepLogs(t, c.dir)
 	})
 
 	clients, routes := make([]string, natsNodes), make([]string, natsNodes)
@@ -288,4 +290,29 @@ func (c *cluster) waitVMs(t testing.TB, nc *nats.Conn) {
 		}
 		return nil
 	})
+}
+
+// keepLogs copies the daemons' logs in dir to $MRM_FAULTS_LOGS, when set:
+// the test's directory goes with it, and a passing run's slow-request
+// lines are worth reading too.
+func keepLogs(t testing.TB, dir string) {
+	to := os.Getenv("MRM_FAULTS_LOGS")
+	if to == "" {
+		return
+	}
+	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	if err := os.MkdirAll(to, 0o755); err != nil {
+		t.Logf("keeping logs: %v", err)
+		return
+	}
+	for _, l := range logs {
+		b, err := os.ReadFile(l)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(to, filepath.Base(l)), b, 0o644)
+		}
+		if err != nil {
+			t.Logf("keeping logs: %v", err)
+		}
+	}
+	t.Logf("daemon logs kept in %s", to)
 }

@@ -87,11 +87,20 @@
 // claims to be signed with, an unsigned one by its connection's reply
 // inbox — and a pool of workers (started on demand) serves the principals
 // in turn: one request of each principal with work, round-robin. A
-// principal's requests to one endpoint run one at a time in the order sent
+// principal's requests to one endpoint that name the same order key
+// (wire.HeaderOrder, none by default) run one at a time in the order sent
 // (the order the single goroutine per endpoint used to give each sender);
-// different principals' and different endpoints' run concurrently, which
-// the handlers allow (the bank is transactional, the agent locks its book,
-// the broker its plans). A principal with Fair.PerPrincipal requests
+// different principals', endpoints' and order keys' run concurrently,
+// which the handlers allow (the bank is transactional, the agent locks its
+// book, the broker its plans). The broker orders its bids to an agent by
+// plan, so a cancel does not wait behind other plans' bids. Fair.Unordered
+// drops the order altogether: the bank and the broker are queue groups of
+// replicas, where a principal's requests were never in order, and their
+// requests are idempotent by id — there a retry must not wait behind the
+// attempt it retries, stuck on a dead NATS server until its handler's 5 s
+// run out (what the fault test measured: 5 s gaps for one client). Slow
+// requests (Options.Slow, SlowRequest) are logged with the time they
+// waited in the queue and the time they ran. A principal with Fair.PerPrincipal requests
 // waiting is answered "unavailable: busy, retry" at once. So a flood delays
 // another principal by about one of the flooder's requests per turn, plus
 // the time the subscription takes to queue (or refuse) what arrived before

@@ -2,6 +2,7 @@ package service
 
 import (
 	"container/list"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,6 +30,16 @@ type Fair struct {
 	// requests of new ones share one overflow queue. Default
 	// DefaultMaxQueues.
 	MaxQueues int
+	// Unordered lets a principal's requests to one endpoint run side by
+	// side, each taking its turn. It is for a service that is served by a
+	// queue group of replicas (so a principal's requests are not in order
+	// across it anyway) and whose requests are idempotent by id: there a
+	// retry must not wait for the attempt it retries, which may be stuck
+	// on a dead server until its handler's time runs out. Without it a
+	// principal's requests to one endpoint with the same order key
+	// (wire.HeaderOrder; none by default) run one at a time in the order
+	// sent.
+	Unordered bool
 }
 
 // Fair queuing defaults.
@@ -89,6 +100,7 @@ type scheduler struct {
 	queues  map[string]*principalQueue
 	ready   list.List // of *principalQueue with a runnable request, in turn order
 	running int       // workers
+	seq     uint64    // Unordered: each request its own order key
 
 	stats map[string]*endpointStats // by endpoint name, fixed at start
 }
@@ -96,12 +108,20 @@ type scheduler struct {
 type principalQueue struct {
 	key     string
 	pending int // waiting or running
-	eps     map[*Endpoint]*endpointQueue
+	eps     map[orderKey]*endpointQueue
 	ready   list.List // of *endpointQueue with a waiting request and none running
 	inRing  bool
 }
 
+// orderKey is what a principal's requests are in order by: the endpoint,
+// and the order key the request names.
+type orderKey struct {
+	e     *Endpoint
+	order string
+}
+
 type endpointQueue struct {
+	key     orderKey
 	jobs    []func()
 	busy    bool // a request is running
 	inReady bool
@@ -147,10 +167,16 @@ func (s *scheduler) statsOf(ep *micro.Endpoint) any {
 	return fairStats{Errors: st.Errors.Load(), Busy: st.Busy.Load()}
 }
 
-// submit queues job for key on e; false when key's queue is full.
-func (s *scheduler) submit(key string, e *Endpoint, job func()) bool {
+// submit queues job for key on e, after key's earlier requests to e with
+// the same order key (Unordered: after none); false when key's queue is
+// full.
+func (s *scheduler) submit(key string, e *Endpoint, order string, job func()) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.cfg.Unordered {
+		s.seq++
+		order = strconv.FormatUint(s.seq, 36)
+	}
 	q, ok := s.queues[key]
 	if !ok {
 		if len(s.queues) >= s.cfg.MaxQueues {
@@ -158,17 +184,18 @@ func (s *scheduler) submit(key string, e *Endpoint, job func()) bool {
 			q = s.queues[key]
 		}
 		if q == nil {
-			q = &principalQueue{key: key, eps: map[*Endpoint]*endpointQueue{}}
+			q = &principalQueue{key: key, eps: map[orderKey]*endpointQueue{}}
 			s.queues[key] = q
 		}
 	}
 	if q.pending >= s.cfg.PerPrincipal {
 		return false
 	}
-	eq := q.eps[e]
+	k := orderKey{e, order}
+	eq := q.eps[k]
 	if eq == nil {
-		eq = &endpointQueue{}
-		q.eps[e] = eq
+		eq = &endpointQueue{key: k}
+		q.eps[k] = eq
 	}
 	eq.jobs = append(eq.jobs, job)
 	q.pending++
@@ -216,6 +243,8 @@ func (s *scheduler) work() {
 				s.ready.PushBack(q)
 				q.inRing = true
 			}
+		} else if !eq.inReady {
+			delete(q.eps, eq.key) // an order key lives while it has requests
 		}
 		if q.pending == 0 {
 			delete(s.queues, q.key)

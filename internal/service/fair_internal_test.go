@@ -30,7 +30,7 @@ func TestSchedulerTakesTurns(t *testing.T) {
 	var done sync.WaitGroup
 	submit := func(key, name string, block bool) {
 		done.Add(1)
-		if !s.submit(key, e, func() {
+		if !s.submit(key, e, "", func() {
 			defer done.Done()
 			record(name)()
 			if block {
@@ -61,14 +61,14 @@ func TestSchedulerBoundsAPrincipal(t *testing.T) {
 	defer close(release)
 	block := func() { <-release }
 	for range 2 {
-		if !s.submit("key:a", e, block) {
+		if !s.submit("key:a", e, "", block) {
 			t.Fatal("within the bound: refused")
 		}
 	}
-	if s.submit("key:a", e, block) {
+	if s.submit("key:a", e, "", block) {
 		t.Fatal("past the bound: queued")
 	}
-	if !s.submit("key:b", e, func() {}) {
+	if !s.submit("key:b", e, "", func() {}) {
 		t.Fatal("another principal refused")
 	}
 }
@@ -85,7 +85,7 @@ func TestSchedulerOneAtATimePerPrincipalAndEndpoint(t *testing.T) {
 	var seq []int
 	for i := range 50 {
 		wg.Add(1)
-		if !s.submit("key:a", e1, func() {
+		if !s.submit("key:a", e1, "", func() {
 			defer wg.Done()
 			if n := running.Add(1); n > most.Load() {
 				most.Store(n)
@@ -101,8 +101,8 @@ func TestSchedulerOneAtATimePerPrincipalAndEndpoint(t *testing.T) {
 	}
 	overlap := make(chan struct{})
 	wg.Add(2)
-	s.submit("key:a", e2, func() { defer wg.Done(); overlap <- struct{}{} })
-	s.submit("key:b", e1, func() { defer wg.Done(); <-overlap }) // runs while a's e2 request does
+	s.submit("key:a", e2, "", func() { defer wg.Done(); overlap <- struct{}{} })
+	s.submit("key:b", e1, "", func() { defer wg.Done(); <-overlap }) // runs while a's e2 request does
 	wg.Wait()
 	if most.Load() != 1 {
 		t.Fatalf("%d of a's e1 requests ran at once", most.Load())
@@ -120,6 +120,54 @@ func TestSchedulerOneAtATimePerPrincipalAndEndpoint(t *testing.T) {
 	})
 }
 
+// TestSchedulerRetryDoesNotWaitForItsAttempt: a request stuck in its
+// handler holds up the principal's later requests with the same order key
+// only; with other order keys, or on an Unordered service, they run
+// beside it — a retry by id does not wait for the attempt it retries.
+func TestSchedulerRetryDoesNotWaitForItsAttempt(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		fair         Fair
+		stuck, retry string // order keys
+		waits        bool
+	}{
+		{"same order key", Fair{}, "p1", "p1", true},
+		{"other order key", Fair{}, "p1", "p2", false},
+		{"unordered", Fair{Unordered: true}, "", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := &Endpoint{Name: "e"}
+			s := newScheduler(tc.fair, Table{*e})
+			release, retried := make(chan struct{}), make(chan struct{})
+			s.submit("key:a", e, tc.stuck, func() { <-release })
+			s.submit("key:a", e, tc.retry, func() { close(retried) })
+			if tc.waits {
+				select { // it cannot run: a short look proves nothing false
+				case <-retried:
+					t.Fatal("ran beside the request before it with its order key")
+				case <-time.After(100 * time.Millisecond):
+				}
+			} else {
+				select {
+				case <-retried:
+				case <-time.After(10 * time.Second):
+					t.Fatal("waited for the stuck request")
+				}
+			}
+			close(release)
+			<-retried
+			testpoll.CheckFor(t, 5*time.Second, time.Millisecond, func() error {
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				if len(s.queues) != 0 {
+					return fmt.Errorf("idle scheduler holds %d queues", len(s.queues))
+				}
+				return nil
+			})
+		})
+	}
+}
+
 // TestSchedulerOverflow: past MaxQueues principals, new ones share one
 // queue.
 func TestSchedulerOverflow(t *testing.T) {
@@ -128,10 +176,10 @@ func TestSchedulerOverflow(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
 	block := func() { <-release }
-	if !s.submit("key:a", e, block) || !s.submit("key:b", e, block) || !s.submit("key:c", e, block) {
+	if !s.submit("key:a", e, "", block) || !s.submit("key:b", e, "", block) || !s.submit("key:c", e, "", block) {
 		t.Fatal("refused")
 	}
-	if s.submit("key:d", e, block) {
+	if s.submit("key:d", e, "", block) {
 		t.Fatal("the overflow queue, full, took another")
 	}
 }

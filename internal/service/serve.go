@@ -3,7 +3,9 @@ package service
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -41,7 +43,17 @@ type Options struct {
 	// gives the signer's principal record to attach (nil: none yet).
 	Signer *wire.Signer
 	Cert   func() *wire.Sealed
+	// Slow, when set, hears every request answered SlowRequest or more
+	// after it arrived: the endpoint, whose queue it waited in (see
+	// fairKey), how long it waited there and how long its handler ran. A
+	// daemon logs them: where a request's time goes is what an operator
+	// needs when clients time out.
+	Slow func(op, from string, waited, ran time.Duration)
 }
+
+// SlowRequest is how long a request may take, queued and handled, before
+// Options.Slow hears of it: half a client's usual attempt.
+const SlowRequest = time.Second
 
 // Serve serves t on nc as the micro service name at version, until the
 // returned service is stopped (or nc closes). Its subscriptions are
@@ -107,15 +119,17 @@ func endpointMetadata(e *Endpoint) map[string]string {
 // request over its principal's bound is refused at once.
 func handler(nc *nats.Conn, service string, e *Endpoint, opts Options, sched *scheduler) micro.HandlerFunc {
 	return func(r micro.Request) {
+		arrived := time.Now()
 		if sched == nil {
-			serveAndReply(service, e, opts, r, r, nil)
+			serveAndReply(service, e, opts, r, r, nil, "", arrived)
 			return
 		}
 		// The worker must not touch r once this handler returned: copy what
 		// it needs.
 		in := requestCopy{subject: r.Subject(), reply: r.Reply(), header: nats.Header(r.Headers()), data: r.Data()}
 		reply := queuedReply{nc: nc, reply: in.reply, stats: sched.stats[e.Name]}
-		if !sched.submit(fairKey(in.header.Get(wire.HeaderKey), in.reply), e, func() { serveAndReply(service, e, opts, in, reply, nil) }) {
+		key := fairKey(in.header.Get(wire.HeaderKey), in.reply)
+		if !sched.submit(key, e, in.header.Get(wire.HeaderOrder), func() { serveAndReply(service, e, opts, in, reply, nil, key, arrived) }) {
 			// Refused at once, as cheaply as can be: the flood is what
 			// arrives here.
 			sched.stats[e.Name].Busy.Add(1)
@@ -156,8 +170,17 @@ type responder interface {
 }
 
 // serveAndReply serves r (unless refused already: refused), reports the
-// outcome, replies through w and audits a success.
-func serveAndReply(service string, e *Endpoint, opts Options, r request, w responder, refused error) {
+// outcome, replies through w and audits a success. r arrived at arrived
+// and was queued by from (empty: not queued).
+func serveAndReply(service string, e *Endpoint, opts Options, r request, w responder, refused error, from string, arrived time.Time) {
+	start := time.Now()
+	if opts.Slow != nil {
+		defer func() {
+			if end := time.Now(); end.Sub(arrived) >= SlowRequest {
+				opts.Slow(e.Name, from, start.Sub(arrived), end.Sub(start))
+			}
+		}()
+	}
 	var res any
 	var in *Incoming
 	err := refused
@@ -255,4 +278,16 @@ func describe(err error) string {
 		return "error"
 	}
 	return d
+}
+
+// LogSlow is an Options.Slow that logs each slow request as one warning
+// line of l (nil: slog.Default()), prefixed by component and with attrs.
+func LogSlow(l *slog.Logger, component string, attrs ...any) func(op, from string, waited, ran time.Duration) {
+	return func(op, from string, waited, ran time.Duration) {
+		if l == nil {
+			l = slog.Default()
+		}
+		l.Warn(component+": slow request", append([]any{"op", op, "from", from,
+			"waited", waited.Round(time.Millisecond), "ran", ran.Round(time.Millisecond)}, attrs...)...)
+	}
 }

@@ -269,3 +269,15 @@ func requestMsg(signer *Signer, subject string, req any) (*nats.Msg, error) {
 	}
 	return msg, nil
 }
+
+// HeaderOrder names what a request must stay in order with: a service
+// runs one principal's requests to an endpoint that carry the same order
+// key one at a time in the order sent, and those with different keys side
+// by side. Unsigned on purpose: it only orders the sender's own requests.
+const HeaderOrder = "Mrm-Order"
+
+// RequestMsg is req encoded for subject, signed by signer (unsigned when
+// nil): what CallMsg and CallTrusted send, for a caller that adds headers.
+func RequestMsg(signer *Signer, subject string, req any) (*nats.Msg, error) {
+	return requestMsg(signer, subject, req)
+}
