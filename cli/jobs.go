@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -175,13 +176,29 @@ func submitCommand() *ucli.Command {
 	}
 }
 
+// maxPriceTries is how many times a deadline submit without a budget
+// signs a max price from a fresh quote: the price may rise past the one
+// signed between the quote and the admission (a host's state arrived
+// meanwhile), and the user asked for the deadline, not for that quote.
+const maxPriceTries = 3
+
 // submit admits a job, signing a max price for a deadline without a
-// budget.
+// budget; refused as unaffordable, it quotes and signs again (at most
+// maxPriceTries in all).
 func submit(ctx context.Context, cl clients, req *wire.SubmitRequest) (wire.SubmitReply, error) {
-	if err := signMaxPrice(ctx, cl, req); err != nil {
-		return wire.SubmitReply{}, err
+	signs := !req.Deadline.IsZero() && req.Budget == 0 && req.MaxPrice == 0
+	for try := 1; ; try++ {
+		if signs {
+			req.MaxPrice = 0
+			if err := signMaxPrice(ctx, cl, req); err != nil {
+				return wire.SubmitReply{}, err
+			}
+		}
+		rep, err := cl.broker.Submit(ctx, req)
+		if !signs || try == maxPriceTries || !errors.Is(err, wire.ErrInsufficient) {
+			return rep, err
+		}
 	}
-	return cl.broker.Submit(ctx, req)
 }
 
 func printSubmit(w *out, rep wire.SubmitReply) error {
