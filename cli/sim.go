@@ -2,11 +2,14 @@ package cli
 
 import (
 	"bytes"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,7 +23,7 @@ func simCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:        "sim",
 		Usage:       "reproduce the papers' results on the simulator, with the product's broker, strategies and agents",
-		Subcommands: []*ucli.Command{simListCommand(), simRunCommand(), simResultsCommand()},
+		Subcommands: []*ucli.Command{simListCommand(), simDescribeCommand(), simRunCommand(), simResultsCommand()},
 	}
 }
 
@@ -52,14 +55,60 @@ func simListCommand() *ucli.Command {
 	}
 }
 
+// setArgs are the --set arguments, in order; a value keeps its commas
+// (a list parameter is comma-separated).
+type setArgs []string
+
+func (s *setArgs) Set(v string) error { *s = append(*s, v); return nil }
+func (s *setArgs) String() string     { return strings.Join(*s, " ") }
+
+// experimentInfo is `sim describe`'s answer.
+type experimentInfo struct {
+	experimentEntry
+	Params []experiments.Param `json:"params"`
+}
+
+func simDescribeCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "describe",
+		Usage:     "an experiment's source and the parameters `sim run --set` changes, with their defaults",
+		UsageText: "mrmarket sim describe mrm-pricing",
+		Flags:     outputFlags(),
+		Action: func(c *ucli.Context) error {
+			if c.NArg() != 1 {
+				return badInput("name one experiment (see `mrmarket sim list`)")
+			}
+			e, err := experiments.Get(c.Args().First())
+			if err != nil {
+				return usageError{err}
+			}
+			info := experimentInfo{experimentEntry{e.Name, e.Title, e.Source, e.DefaultRuns}, e.Params()}
+			return show(c, info, func(w *out, info experimentInfo) error {
+				fmt.Fprintf(w, "%s — %s (%s); %d runs by default\n", info.Name, info.Title, info.Source, info.DefaultRuns)
+				if len(info.Params) == 0 {
+					_, err := fmt.Fprintln(w, "no parameters to --set")
+					return err
+				}
+				t := w.table("PARAMETER", "DEFAULT", "MEANING")
+				for _, p := range info.Params {
+					t.row(p.Name, p.Default, p.Doc)
+				}
+				return t.flush()
+			})
+		},
+	}
+}
+
 func simRunCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:  "run",
 		Usage: "run an experiment: the paper's figure beside ours (mean ± sd over runs) and their ratio",
-		UsageText: "mrmarket sim run s003-stage [--seed 1] [--runs 25] [--json] [--out results/]\n\n" +
-			"Each run is a seed; the same seed gives the same numbers. --out writes EXPERIMENT.json and .svg.",
+		UsageText: "mrmarket sim run s003-stage [--seed 1] [--runs 25] [--set name=value ...] [--json] [--out results/]\n\n" +
+			"Each run is a seed; the same seed gives the same numbers. --out writes EXPERIMENT.json and .svg.\n" +
+			"`mrmarket sim describe NAME` lists the parameters --set changes.",
 		Flags: outputFlags(
 			&ucli.Uint64Flag{Name: "seed", Usage: "the first run's seed", Value: 1},
+			&ucli.GenericFlag{Name: "set", Usage: "change a parameter: name=value, a list comma-separated (repeat; see `sim describe NAME`)", Value: &setArgs{}},
 			&ucli.IntFlag{Name: "runs", Usage: "runs (seeds) per configuration (default: the experiment's)"},
 			&ucli.StringFlag{Name: "out", Usage: "directory to write EXPERIMENT.json and EXPERIMENT.svg into"},
 		),
@@ -77,7 +126,14 @@ func simRunCommand() *ucli.Command {
 			if err := checkRuns(c); err != nil {
 				return err
 			}
-			res, err := e.Run(c.Context, experiments.Config{Seed: c.Uint64("seed"), Runs: c.Int("runs"), Progress: progressBar(c.App.ErrWriter, e.Name)})
+			set, err := experiments.ParseSet(*c.Generic("set").(*setArgs))
+			if err != nil {
+				return usageError{err}
+			}
+			res, err := e.Run(c.Context, experiments.Config{Seed: c.Uint64("seed"), Runs: c.Int("runs"), Set: set, Progress: progressBar(c.App.ErrWriter, e.Name)})
+			if errors.Is(err, experiments.ErrParam) {
+				return usageError{err}
+			}
 			if err != nil {
 				return err
 			}
@@ -160,6 +216,9 @@ func flagsAfter(c *ucli.Context) error {
 	}
 	var err error
 	fs.Visit(func(f *flag.Flag) {
+		if _, shared := f.Value.(*setArgs); shared {
+			return // the command's own value: parsing fs set it already
+		}
 		if e := c.Set(f.Name, f.Value.String()); e != nil && err == nil {
 			err = badInput("--%s: %v", f.Name, e)
 		}
@@ -191,6 +250,13 @@ func drawProgress(w io.Writer, name string) func(done, total int) {
 // printResult is the side-by-side table.
 func printResult(w *out, res experiments.Result) error {
 	fmt.Fprintf(w, "%s — %s (%s); seed %d, %d runs, %s\n", res.Experiment, res.Title, res.Source, res.Seed, res.Runs, span(res.Wall))
+	if len(res.Set) > 0 {
+		set := make([]string, 0, len(res.Set))
+		for _, name := range slices.Sorted(maps.Keys(res.Set)) {
+			set = append(set, name+"="+res.Set[name])
+		}
+		fmt.Fprintf(w, "set: %s\n", strings.Join(set, " "))
+	}
 	t := w.table("METRIC", "PAPER", "OURS (MEAN ± SD)", "RATIO")
 	for _, r := range res.Rows {
 		t.row(r.Metric, r.PaperString(), r.OursString(), r.RatioString())

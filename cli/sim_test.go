@@ -39,10 +39,28 @@ func TestSimCommands(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(dir, "s003-stage.svg")); err != nil || !strings.Contains(string(b), "<svg") {
 		t.Fatalf("--out plot: %v", err)
 	}
+	r = mrmarket("sim", "describe", "mrm-pricing")
+	if r.code != 0 || !strings.Contains(r.stdout, "alpha") || !strings.Contains(r.stdout, "[2,1.5,1.1]") {
+		t.Fatalf("sim describe: %+v", r)
+	}
+	for _, args := range [][]string{
+		{"sim", "run", "mrm-pricing", "--runs", "1", "--set", "alpha=1.2,2", "--set", "jobs=100"},
+		{"sim", "run", "--set", "alpha=1.2,2", "--set", "jobs=100", "--runs", "1", "mrm-pricing"},
+	} {
+		r = mrmarket(args...)
+		if r.code != 0 || !strings.Contains(r.stdout, "α=1.2, H (50 s)") || strings.Contains(r.stdout, "α=1.5") ||
+			!strings.Contains(r.stdout, "100 jobs per configuration") || !strings.Contains(r.stdout, "set: alpha=1.2,2 jobs=100") {
+			t.Fatalf("%s: %+v", strings.Join(args, " "), r)
+		}
+	}
 	for _, c := range []struct {
 		args []string
 		msg  string
 	}{
+		{[]string{"sim", "run", "mrm-pricing", "--set", "alfa=1"}, `no parameter "alfa"`},
+		{[]string{"sim", "run", "mrm-pricing", "--set", "alpha"}, "not name=value"},
+		{[]string{"sim", "run", "mrm-pricing", "--set", "jobs=many"}, "jobs=many"},
+		{[]string{"sim", "describe"}, "name one experiment"},
 		{[]string{"sim", "run"}, "name one experiment"},
 		{[]string{"sim", "run", "nope"}, "unknown experiment"},
 		{[]string{"sim", "run", "lin", "--runs", "-1"}, "--runs"},

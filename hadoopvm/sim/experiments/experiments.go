@@ -37,6 +37,21 @@ type Config struct {
 	Runs int // 0: the experiment's default
 	// Progress, when set, is told after every simulated run.
 	Progress func(done, total int)
+	// Set changes the experiment's parameters (Experiment.Params) by name:
+	// `sim run NAME --set name=value`.
+	Set map[string]string
+
+	params any // the experiment's parameters, Set applied (see paramsOf)
+}
+
+// paramsOf is the parameters an experiment registered as *T, with
+// Config.Set applied.
+func paramsOf[T any](cfg Config) *T {
+	p, _ := cfg.params.(*T)
+	if p == nil {
+		panic(fmt.Sprintf("experiments: no %T parameters in the config", p))
+	}
+	return p
 }
 
 // Row is one metric: the paper's figure (NaN where it gives none) and ours.
@@ -77,14 +92,15 @@ func (r Row) Ratio() float64 {
 
 // Result is an experiment's outcome.
 type Result struct {
-	Experiment string        `json:"experiment"`
-	Title      string        `json:"title"`
-	Source     string        `json:"source"`
-	Seed       uint64        `json:"seed"`
-	Runs       int           `json:"runs"`
-	Wall       time.Duration `json:"wall_ns"`
-	Rows       []Row         `json:"rows"`
-	Notes      []string      `json:"notes,omitempty"`
+	Experiment string            `json:"experiment"`
+	Title      string            `json:"title"`
+	Source     string            `json:"source"`
+	Seed       uint64            `json:"seed"`
+	Runs       int               `json:"runs"`
+	Wall       time.Duration     `json:"wall_ns"`
+	Set        map[string]string `json:"set,omitempty"` // parameters changed from their defaults
+	Rows       []Row             `json:"rows"`
+	Notes      []string          `json:"notes,omitempty"`
 }
 
 // Experiment is one reproducible result.
@@ -94,6 +110,9 @@ type Experiment struct {
 	// Steps is how many simulated runs Run makes for runs seeds.
 	Steps func(runs int) int
 	run   func(ctx context.Context, cfg Config, step func() error) (Result, error)
+	// params, when set, gives a pointer to the experiment's parameters at
+	// their defaults (see Params).
+	params func() any
 }
 
 // Run runs the experiment.
@@ -104,6 +123,11 @@ func (e Experiment) Run(ctx context.Context, cfg Config) (Result, error) {
 	if cfg.Runs > 10_000 {
 		return Result{}, fmt.Errorf("experiments: %d runs is too many (at most 10000)", cfg.Runs)
 	}
+	p, err := e.withParams(cfg.Set)
+	if err != nil {
+		return Result{}, err
+	}
+	cfg.params = p
 	total, done := e.Steps(cfg.Runs), 0
 	step := func() error {
 		done++
@@ -118,6 +142,9 @@ func (e Experiment) Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, fmt.Errorf("%s: %w", e.Name, err)
 	}
 	res.Experiment, res.Title, res.Source, res.Seed, res.Runs, res.Wall = e.Name, e.Title, e.Source, cfg.Seed, cfg.Runs, time.Since(began)
+	if len(cfg.Set) > 0 {
+		res.Set = cfg.Set
+	}
 	return res, nil
 }
 

@@ -338,21 +338,76 @@ func mrmNaN(v float64) (float64, string) {
 
 func init() {
 	register(Experiment{Name: "mrm-pricing", Title: "MRM pricing: tardy jobs, slack and premium vs α and load",
-		Source: "seed 000 §6.3, Tables 5–8", DefaultRuns: 10, Steps: func(n int) int { return n }, run: runMRMPricing})
+		Source: "seed 000 §6.3, Tables 5–8", DefaultRuns: 10, Steps: func(n int) int { return n }, run: runMRMPricing,
+		params: func() any {
+			return &mrmPricingParams{Alphas: []float64{2, 1.5, 1.1}, Gaps: []float64{50, 100, 200}, Jobs: mrmJobs}
+		}})
 	register(Experiment{Name: "mrm-baselines", Title: "MRM vs FCFS and priority scheduling: deadline violations and DS jobs jumping ahead",
-		Source: "seed 000 §6.3", DefaultRuns: 10, Steps: func(n int) int { return n }, run: runMRMBaselines})
+		Source: "seed 000 §6.3", DefaultRuns: 10, Steps: func(n int) int { return n }, run: runMRMBaselines,
+		params: func() any { return &mrmBaselinesParams{Gaps: []float64{40, 50}, Alpha: 2, Jobs: mrmJobs} }})
 }
 
-var (
-	mrmAlphas = []float64{2, 1.5, 1.1}
-	mrmLoads  = []struct {
-		name string
-		gap  float64
-	}{{"H", 50}, {"M", 100}, {"L", 200}}
-)
+// mrmPricingParams are mrm-pricing's settings (`sim run mrm-pricing --set
+// alpha=1.2,3`). The paper's figures are shown where α and the gap are
+// the paper's own.
+type mrmPricingParams struct {
+	Alphas []float64 `json:"alpha" doc:"DS budget multipliers α: a DS job's budget is α·p̂ (the paper: 2, 1.5, 1.1)"`
+	Gaps   []float64 `json:"gap" doc:"mean inter-arrival times in s (the paper's loads H, M, L: 50, 100, 200)"`
+	Jobs   int       `json:"jobs" doc:"jobs per trace (configuration and run)"`
+}
+
+func (p *mrmPricingParams) check() error {
+	for _, a := range p.Alphas {
+		if !(a >= 1 && a <= 100) {
+			return fmt.Errorf("alpha %g: want 1 ≤ α ≤ 100 (a DS job pays at least its estimate)", a)
+		}
+	}
+	for _, g := range p.Gaps {
+		if !(g > 0 && g <= 1e6) {
+			return fmt.Errorf("gap %g: want 0 < gap ≤ 1e6 s", g)
+		}
+	}
+	switch {
+	case len(p.Alphas) == 0 || len(p.Gaps) == 0:
+		return fmt.Errorf("alpha and gap need at least one value each")
+	case p.Jobs < 10 || p.Jobs > 100_000:
+		return fmt.Errorf("jobs %d: want 10 … 100000", p.Jobs)
+	}
+	return nil
+}
+
+// mrmBaselinesParams are mrm-baselines' settings. The paper's figures are
+// shown for its own setting (α = 2; 40 s for the jumps).
+type mrmBaselinesParams struct {
+	Gaps  []float64 `json:"gap" doc:"mean inter-arrival times in s; jumps ahead are counted at the first (the paper: 40, 50)"`
+	Alpha float64   `json:"alpha" doc:"MRM's DS budget multiplier α (the paper: 2)"`
+	Jobs  int       `json:"jobs" doc:"jobs per trace (configuration and run)"`
+}
+
+func (p *mrmBaselinesParams) check() error {
+	pricing := mrmPricingParams{Alphas: []float64{p.Alpha}, Gaps: p.Gaps, Jobs: p.Jobs}
+	return pricing.check()
+}
+
+// mrmLoadNames are the paper's loads by mean inter-arrival time.
+var mrmLoadNames = map[float64]string{50: "H", 100: "M", 200: "L"}
+
+// mrmPaperLoad is the index of the paper's load with that gap (H, M, L), or −1.
+func mrmPaperLoad(gap float64) int {
+	switch gap {
+	case 50:
+		return 0
+	case 100:
+		return 1
+	case 200:
+		return 2
+	}
+	return -1
+}
 
 func runMRMPricing(ctx context.Context, cfg Config, step func() error) (Result, error) {
 	var res Result
+	par := paramsOf[mrmPricingParams](cfg)
 	nan := math.NaN()
 	// Paper figures: Table 5 (tardy %), 6 (DS median slack), 7 (DT median slack), 8 (median premium).
 	tardy := map[float64][3]float64{2: {1.3, 2.2, 2.5}, 1.5: {0.01, 0.01, 0.01}, 1.1: {0, 0, 0}}
@@ -366,11 +421,11 @@ func runMRMPricing(ctx context.Context, cfg Config, step func() error) (Result, 
 	got := map[key]map[string][]float64{}
 	var gammas []float64
 	for k := range cfg.Runs {
-		for li, ld := range mrmLoads {
-			jobs := mrmTrace(mrmRNG(cfg.Seed, k, uint64(li)), mrmJobs, ld.gap)
+		for li, gap := range par.Gaps {
+			jobs := mrmTrace(mrmRNG(cfg.Seed, k, uint64(li)), par.Jobs, gap)
 			g := mrmGammaBar(jobs)
 			gammas = append(gammas, g)
-			for _, a := range mrmAlphas {
+			for _, a := range par.Alphas {
 				o, err := mrmSimulate(jobs, a, g)
 				if err != nil {
 					return res, err
@@ -399,37 +454,45 @@ func runMRMPricing(ctx context.Context, cfg Config, step func() error) (Result, 
 			return res, err
 		}
 	}
-	for _, a := range mrmAlphas {
-		for li, ld := range mrmLoads {
+	for _, a := range par.Alphas {
+		for li, gap := range par.Gaps {
 			m := got[key{a, li}]
-			tag := fmt.Sprintf("α=%g, %s (%g s)", a, ld.name, ld.gap)
-			v, t := mrmNaN(tardy[a][li])
+			tag := fmt.Sprintf("α=%g, %g s", a, gap)
+			if name := mrmLoadNames[gap]; name != "" {
+				tag = fmt.Sprintf("α=%g, %s (%g s)", a, name, gap)
+			}
+			// The paper's figure, where α and the load are the paper's.
+			paper := func(v float64, ok bool) (float64, string) {
+				if !ok {
+					return nan, ""
+				}
+				return mrmNaN(v)
+			}
+			pl := mrmPaperLoad(gap)
+			ta, okA := tardy[a]
+			v, t := paper(ta[max(pl, 0)], okA && pl >= 0)
 			res.Rows = append(res.Rows, row("tardy jobs, "+tag, v, t, "", m["tardy"]))
-			v, t = mrmNaN(dsSlack[a])
+			ds, okS := dsSlack[a]
+			v, t = paper(ds, okS && pl >= 0)
 			res.Rows = append(res.Rows, row("median DS slack, "+tag, v, t, "s", m["sDS"]))
-			v, t = mrmNaN(dtSlack[li])
+			v, t = paper(dtSlack[max(pl, 0)], pl >= 0)
 			res.Rows = append(res.Rows, row("median DT slack, "+tag, v, t, "s", m["sDT"]))
-			v, t = nan, ""
-			if li == 0 {
-				v, t = mrmNaN(dsPrem[a])
-			}
+			prem, okP := dsPrem[a]
+			v, t = paper(prem, okP && pl == 0)
 			res.Rows = append(res.Rows, row("median DS premium (price/p), "+tag, v, t, "", m["pDS"]))
-			v, t = nan, ""
-			if li == 0 {
-				v, t = mrmNaN(1.2)
-			}
+			v, t = paper(1.2, pl == 0)
 			res.Rows = append(res.Rows, row("median DT premium (price/p), "+tag, v, t, "", m["pDT"]))
 		}
 	}
 	gm, _ := MeanSD(gammas)
-	res.Notes = append(res.Notes, mrmNotes(gm)...)
+	res.Notes = append(res.Notes, mrmNotes(gm, par.Jobs)...)
 	res.Notes = append(res.Notes, "tardy jobs are in % of all jobs (unit left blank so the figure is not scaled); premiums are the same for all loads in the paper (Table 8), so its figure is put on the H rows only")
 	return res, nil
 }
 
-func mrmNotes(gamma float64) []string {
+func mrmNotes(gamma float64, jobs int) []string {
 	return []string{
-		fmt.Sprintf("%d jobs per configuration and run; Poisson arrivals; κ = %g; single server (the whole cluster); DS budget α·p̂, DT budget p̂; preemptive EDF on committed deadlines with the true times", mrmJobs, mrmKappa),
+		fmt.Sprintf("%d jobs per configuration and run; Poisson arrivals; κ = %g; single server (the whole cluster); DS budget α·p̂, DT budget p̂; preemptive EDF on committed deadlines with the true times", jobs, mrmKappa),
 		fmt.Sprintf("[recon] job size → seconds: p = c·(1 + maps/80 + reduces/80) (one wave of overhead plus fractional waves over the 80 map and 80 reduce slots), c = %.2f s so mean p = %g s, read from §6.3's σ = 4.8 s = 10 %% of the average job duration", mrmSecPerWave, mrmMeanP),
 		fmt.Sprintf("[recon] estimate p̂ = p + N(0, %g²) + %g·%g (one-sided 95 %% upper bound of a noisy estimate), floored at 1 s", mrmSigma, mrmZ, mrmSigma),
 		fmt.Sprintf("γ̄ = mean p̂ of the trace = %.2f s on average (ALGORITHMS.md: 43.87 s reproduces Table 6; ours is larger because mean p is 48 s plus the 1.64σ margin)", gamma),
@@ -443,13 +506,15 @@ func mrmNotes(gamma float64) []string {
 func runMRMBaselines(ctx context.Context, cfg Config, step func() error) (Result, error) {
 	var res Result
 	nan := math.NaN()
-	gaps := []float64{40, 50}
+	par := paramsOf[mrmBaselinesParams](cfg)
+	gaps := par.Gaps
+	paperSetting := par.Alpha == 2
 	got := map[string][]float64{}
 	for k := range cfg.Runs {
 		for gi, gap := range gaps {
-			jobs := mrmTrace(mrmRNG(cfg.Seed, k, 100+uint64(gi)), mrmJobs, gap)
+			jobs := mrmTrace(mrmRNG(cfg.Seed, k, 100+uint64(gi)), par.Jobs, gap)
 			g := mrmGammaBar(jobs)
-			m, err := mrmSimulate(jobs, 2, g)
+			m, err := mrmSimulate(jobs, par.Alpha, g)
 			if err != nil {
 				return res, err
 			}
@@ -478,30 +543,32 @@ func runMRMBaselines(ctx context.Context, cfg Config, step func() error) (Result
 			tag := fmt.Sprintf("%s, %g s", s, gap)
 			res.Rows = append(res.Rows, row("deadline violations, DS jobs, "+tag, nan, "", "", got["DS "+tag]))
 			v, t := nan, ""
-			if s == "priority" {
+			if s == "priority" && paperSetting && (gap == 40 || gap == 50) {
 				v, t = 30, "> 30"
 			}
 			res.Rows = append(res.Rows, row("deadline violations, DT jobs, "+tag, v, t, "", got["DT "+tag]))
 		}
 	}
 	for _, s := range []string{"MRM", "priority"} {
+		atPaper := s == "MRM" && paperSetting && gaps[0] == 40
 		v, t := nan, ""
-		if s == "MRM" {
+		if atPaper {
 			v, t = 35.4, "35.4"
 		}
-		res.Rows = append(res.Rows, row("DS jobs finishing ahead of an earlier job, "+s+", 40 s", v, t, "", got["jump "+s]))
+		at := fmt.Sprintf(", %g s", gaps[0])
+		res.Rows = append(res.Rows, row("DS jobs finishing ahead of an earlier job, "+s+at, v, t, "", got["jump "+s]))
 		v, t = nan, ""
-		if s == "MRM" {
+		if atPaper {
 			v, t = 47.7, "47.7"
 		}
-		res.Rows = append(res.Rows, row("… of DS jobs that found a DT job unfinished, "+s+", 40 s", v, t, "", got["jumpDT "+s]))
+		res.Rows = append(res.Rows, row("… of DS jobs that found a DT job unfinished, "+s+at, v, t, "", got["jumpDT "+s]))
 	}
-	res.Notes = append(res.Notes, mrmNotes(math.NaN())[:3]...)
+	res.Notes = append(res.Notes, mrmNotes(math.NaN(), par.Jobs)[:3]...)
 	res.Notes = append(res.Notes,
-		"MRM at α = 2, κ = 2 (the setting of Fig. 9); FCFS and priority are non-preemptive, priority serving DS jobs first and FCFS within a class; all in %",
+		fmt.Sprintf("MRM at α = %g, κ = 2 (the paper: α = 2, the setting of Fig. 9); FCFS and priority are non-preemptive, priority serving DS jobs first and FCFS within a class; all in %%", par.Alpha),
 		"[recon] FCFS and priority jobs are promised the finish their scheduler predicts at arrival from the estimates (running job's estimated remainder + the queued jobs served before it + p̂); MRM jobs keep the deadline they bought",
 		"[recon] a DS job jumps ahead if some job that arrived before it finishes after it (FCFS never reorders, so this is the paper's pairwise comparison with FCFS); \"found a DT job unfinished\" counts a running DT job as well as a waiting one",
-		fmt.Sprintf("true utilisation at 40 s is %.2f (mean p %g s), so the 40 s rows are overloaded and depend on the %d-job horizon; 50 s (%.2f) is also shown", mrmMeanP/40, mrmMeanP, mrmJobs, mrmMeanP/50))
+		fmt.Sprintf("true utilisation at 40 s is %.2f (mean p %g s), so the 40 s rows are overloaded and depend on the %d-job horizon; 50 s (%.2f) is also shown", mrmMeanP/40, mrmMeanP, par.Jobs, mrmMeanP/50))
 	return res, nil
 }
 

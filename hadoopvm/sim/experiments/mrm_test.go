@@ -59,3 +59,56 @@ func TestMRMDeterministicAndSane(t *testing.T) {
 		t.Logf("%s: %d rows in %s", name, len(res[0].Rows), res[0].Wall)
 	}
 }
+
+// conclusionSeeds are the seeds every paper's conclusion is checked on.
+var conclusionSeeds = []uint64{1, 11, 22, 33, 44}
+
+// metric is the mean of the row named metric in res.
+func metric(t *testing.T, res experiments.Result, name string) float64 {
+	t.Helper()
+	for _, r := range res.Rows {
+		if r.Metric == name {
+			return r.Mean
+		}
+	}
+	t.Fatalf("%s: no row %q", res.Experiment, name)
+	return math.NaN()
+}
+
+// TestMRMConclusionsPerSeed: seed 000 §6.3's conclusions (Tables 5, 6, 8)
+// on each of five seeds at the high load: a DS user who pays more (larger
+// α) pays a larger premium and buys less slack, and more of the jobs are
+// tardy — never fewer — as α grows. Pricing that ignored α would give one
+// premium for all three and fail.
+func TestMRMConclusionsPerSeed(t *testing.T) {
+	e, err := experiments.Get("mrm-pricing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	alphas := []string{"1.1", "1.5", "2"}
+	for _, seed := range conclusionSeeds {
+		res, err := e.Run(context.Background(), experiments.Config{Seed: seed, Runs: 1,
+			Set: map[string]string{"alpha": strings.Join(alphas, ","), "gap": "50"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var prem, slack, tardy []float64
+		for _, a := range alphas {
+			tag := ", α=" + a + ", H (50 s)"
+			prem = append(prem, metric(t, res, "median DS premium (price/p)"+tag))
+			slack = append(slack, metric(t, res, "median DS slack"+tag))
+			tardy = append(tardy, metric(t, res, "tardy jobs"+tag))
+		}
+		for i := 1; i < len(alphas); i++ {
+			if !(prem[i] > prem[i-1]) {
+				t.Errorf("seed %d: DS premium %v is not rising with α %v", seed, prem, alphas)
+			}
+			if !(slack[i] < slack[i-1]) {
+				t.Errorf("seed %d: DS slack %v is not falling with α %v", seed, slack, alphas)
+			}
+			if tardy[i] < tardy[i-1] {
+				t.Errorf("seed %d: tardy jobs %v fall as α %v grows", seed, tardy, alphas)
+			}
+		}
+	}
+}
