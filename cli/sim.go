@@ -30,7 +30,8 @@ func simCommand() *ucli.Command {
 // experimentEntry is one line of `sim list`.
 type experimentEntry struct {
 	Name, Title, Source string
-	DefaultRuns         int `json:"default_runs"`
+	Engine              experiments.Engine `json:"engine"`
+	DefaultRuns         int                `json:"default_runs"`
 }
 
 func simListCommand() *ucli.Command {
@@ -42,12 +43,12 @@ func simListCommand() *ucli.Command {
 		Action: func(c *ucli.Context) error {
 			var list []experimentEntry
 			for _, e := range experiments.List() {
-				list = append(list, experimentEntry{e.Name, e.Title, e.Source, e.DefaultRuns})
+				list = append(list, experimentEntry{e.Name, e.Title, e.Source, e.Engine, e.DefaultRuns})
 			}
 			return show(c, list, func(w *out, list []experimentEntry) error {
-				t := w.table("EXPERIMENT", "RUNS", "SOURCE", "TITLE")
+				t := w.table("EXPERIMENT", "RUNS", "CODE", "SOURCE", "TITLE")
 				for _, e := range list {
-					t.row(e.Name, fmt.Sprint(e.DefaultRuns), e.Source, e.Title)
+					t.row(e.Name, fmt.Sprint(e.DefaultRuns), string(e.Engine), e.Source, e.Title)
 				}
 				return t.flush()
 			})
@@ -82,9 +83,9 @@ func simDescribeCommand() *ucli.Command {
 			if err != nil {
 				return usageError{err}
 			}
-			info := experimentInfo{experimentEntry{e.Name, e.Title, e.Source, e.DefaultRuns}, e.Params()}
+			info := experimentInfo{experimentEntry{e.Name, e.Title, e.Source, e.Engine, e.DefaultRuns}, e.Params()}
 			return show(c, info, func(w *out, info experimentInfo) error {
-				fmt.Fprintf(w, "%s — %s (%s); %d runs by default\n", info.Name, info.Title, info.Source, info.DefaultRuns)
+				fmt.Fprintf(w, "%s — %s (%s); %d runs by default\ncode: %s\n", info.Name, info.Title, info.Source, info.DefaultRuns, info.Engine.Describe())
 				if len(info.Params) == 0 {
 					_, err := fmt.Fprintln(w, "no parameters to --set")
 					return err

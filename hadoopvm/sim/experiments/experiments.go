@@ -95,6 +95,7 @@ type Result struct {
 	Experiment string            `json:"experiment"`
 	Title      string            `json:"title"`
 	Source     string            `json:"source"`
+	Engine     Engine            `json:"engine"`
 	Seed       uint64            `json:"seed"`
 	Runs       int               `json:"runs"`
 	Wall       time.Duration     `json:"wall_ns"`
@@ -103,10 +104,39 @@ type Result struct {
 	Notes      []string          `json:"notes,omitempty"`
 }
 
+// Engine is which of the product's code an experiment's numbers come from.
+type Engine string
+
+// The engines. The market is the whole product on the simulator's virtual
+// clock; the simulator alone drives the agents' share rule and the
+// simulated hosts with a strategy's decisions but no broker; a model is a
+// stand-alone loop over strategies/ (the paper's own abstraction of a
+// cluster: slots, a single server or a tandem queue), no simulator at all.
+const (
+	EngineMarket    Engine = "market"
+	EngineSimulator Engine = "simulator"
+	EngineModel     Engine = "model"
+)
+
+// Describe says what e runs, for a reader of the results.
+func (e Engine) Describe() string {
+	switch e {
+	case EngineMarket:
+		return "the broker, its strategies and the agents on the simulator's hosts (the whole product on a virtual clock)"
+	case EngineSimulator:
+		return "the simulator's hosts and agents (the share rule, charging) driven by the strategy's decisions, without the broker"
+	case EngineModel:
+		return "a stand-alone model of the paper's cluster calling strategies/ (no simulator, no broker)"
+	}
+	return "unstated"
+}
+
 // Experiment is one reproducible result.
 type Experiment struct {
 	Name, Title, Source string
-	DefaultRuns         int
+	// Engine is the code its numbers come from.
+	Engine      Engine
+	DefaultRuns int
 	// Steps is how many simulated runs Run makes for runs seeds.
 	Steps func(runs int) int
 	run   func(ctx context.Context, cfg Config, step func() error) (Result, error)
@@ -142,6 +172,7 @@ func (e Experiment) Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, fmt.Errorf("%s: %w", e.Name, err)
 	}
 	res.Experiment, res.Title, res.Source, res.Seed, res.Runs, res.Wall = e.Name, e.Title, e.Source, cfg.Seed, cfg.Runs, time.Since(began)
+	res.Engine = e.Engine
 	if len(cfg.Set) > 0 {
 		res.Set = cfg.Set
 	}
