@@ -63,6 +63,15 @@ type Row struct {
 	SD        float64 `json:"sd"`
 	N         int     `json:"n"`
 	Unit      string  `json:"unit,omitempty"` // "%" for fractions shown as percentages
+	// Where is where the paper states its figure (a table, figure or
+	// section), so that a reader can check it.
+	Where string `json:"where,omitempty"`
+}
+
+// At is r with the place the paper states its figure.
+func (r Row) At(where string) Row {
+	r.Where = where
+	return r
 }
 
 // MarshalJSON writes a missing paper figure (NaN) as null.

@@ -471,17 +471,17 @@ func runMRMPricing(ctx context.Context, cfg Config, step func() error) (Result, 
 			pl := mrmPaperLoad(gap)
 			ta, okA := tardy[a]
 			v, t := paper(ta[max(pl, 0)], okA && pl >= 0)
-			res.Rows = append(res.Rows, row("tardy jobs, "+tag, v, t, "", m["tardy"]))
+			res.Rows = append(res.Rows, row("tardy jobs, "+tag, v, t, "", m["tardy"]).At("Table 5"))
 			ds, okS := dsSlack[a]
 			v, t = paper(ds, okS && pl >= 0)
-			res.Rows = append(res.Rows, row("median DS slack, "+tag, v, t, "s", m["sDS"]))
+			res.Rows = append(res.Rows, row("median DS slack, "+tag, v, t, "s", m["sDS"]).At("Table 6"))
 			v, t = paper(dtSlack[max(pl, 0)], pl >= 0)
-			res.Rows = append(res.Rows, row("median DT slack, "+tag, v, t, "s", m["sDT"]))
+			res.Rows = append(res.Rows, row("median DT slack, "+tag, v, t, "s", m["sDT"]).At("Table 7"))
 			prem, okP := dsPrem[a]
 			v, t = paper(prem, okP && pl == 0)
-			res.Rows = append(res.Rows, row("median DS premium (price/p), "+tag, v, t, "", m["pDS"]))
+			res.Rows = append(res.Rows, row("median DS premium (price/p), "+tag, v, t, "", m["pDS"]).At("Table 8"))
 			v, t = paper(1.2, pl == 0)
-			res.Rows = append(res.Rows, row("median DT premium (price/p), "+tag, v, t, "", m["pDT"]))
+			res.Rows = append(res.Rows, row("median DT premium (price/p), "+tag, v, t, "", m["pDT"]).At("Table 8"))
 		}
 	}
 	gm, _ := MeanSD(gammas)
@@ -546,7 +546,7 @@ func runMRMBaselines(ctx context.Context, cfg Config, step func() error) (Result
 			if s == "priority" && paperSetting && (gap == 40 || gap == 50) {
 				v, t = 30, "> 30"
 			}
-			res.Rows = append(res.Rows, row("deadline violations, DT jobs, "+tag, v, t, "", got["DT "+tag]))
+			res.Rows = append(res.Rows, row("deadline violations, DT jobs, "+tag, v, t, "", got["DT "+tag]).At("§1, §6.3"))
 		}
 	}
 	for _, s := range []string{"MRM", "priority"} {
@@ -556,12 +556,12 @@ func runMRMBaselines(ctx context.Context, cfg Config, step func() error) (Result
 			v, t = 35.4, "35.4"
 		}
 		at := fmt.Sprintf(", %g s", gaps[0])
-		res.Rows = append(res.Rows, row("DS jobs finishing ahead of an earlier job, "+s+at, v, t, "", got["jump "+s]))
+		res.Rows = append(res.Rows, row("DS jobs finishing ahead of an earlier job, "+s+at, v, t, "", got["jump "+s]).At("§6.3"))
 		v, t = nan, ""
 		if atPaper {
 			v, t = 47.7, "47.7"
 		}
-		res.Rows = append(res.Rows, row("… of DS jobs that found a DT job unfinished, "+s+at, v, t, "", got["jumpDT "+s]))
+		res.Rows = append(res.Rows, row("… of DS jobs that found a DT job unfinished, "+s+at, v, t, "", got["jumpDT "+s]).At("§6.3"))
 	}
 	res.Notes = append(res.Notes, mrmNotes(math.NaN(), par.Jobs)[:3]...)
 	res.Notes = append(res.Notes,

@@ -25,10 +25,14 @@ func (r Row) Format(v float64) string {
 
 // PaperString is the paper's figure as the paper gives it.
 func (r Row) PaperString() string {
-	if r.PaperText != "" {
-		return r.PaperText
+	text := r.PaperText
+	if text == "" {
+		text = r.Format(r.Paper)
 	}
-	return r.Format(r.Paper)
+	if r.Where != "" && text != "—" {
+		text += " (" + r.Where + ")"
+	}
+	return text
 }
 
 // OursString is "mean ± sd".
