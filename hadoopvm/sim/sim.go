@@ -23,6 +23,20 @@
 // with a coefficient of variation, with stragglers (a factor on a fraction
 // of tasks) and failures (an attempt fails part way with a probability and
 // is run again).
+//
+// Disk and network. A host may also govern its disk and its network
+// bandwidth (HostSpec.Disk, Net, MB/s). A task is then a sequence of
+// steps, each on one resource: a map reads its input from disk, works,
+// and writes its output to disk; a reduce fetches its shuffle over the
+// network (only as far as the map output exists, like the shuffle work
+// above), works, and writes its result to disk (JobSpec.MapRead, MapWrite,
+// ShuffleMB, ReduceWrite). Each resource is divided among the VMs using it
+// by agent.Allocate over the same shares as the cores — the agent sets
+// CPU shares, blkio weights and interface bandwidth from the same rates —
+// work-conserving, a stream able to use the whole device [recon: the
+// mapper's outgoing bandwidth is not modelled, only the reducer's
+// incoming]. A host that governs neither leaves I/O instantaneous, and a
+// job without I/O runs exactly as on the CPU-only model.
 package sim
 
 import (
@@ -51,12 +65,20 @@ type Config struct {
 // HostSpec is a simulated host. Background is the cores a CPU-hungry
 // background VM wants on it (seed 003 §6), BackgroundRate that VM's
 // spending rate (micro-credits per second; 0: it has only the floor share).
+//
+// Disk and Net are the host's disk bandwidth and network bandwidth (into
+// the host), in MB/s; 0 leaves the resource ungoverned: I/O on it takes no
+// time. They are shared among the VMs doing I/O by the same weights as the
+// cores (the agent enforces CPU shares, blkio weights and interface
+// bandwidth from the same rates), work-conserving like the cores: a VM
+// not using its part leaves it to the others [recon].
 type HostSpec struct {
 	ID             string
 	Cores          float64
 	Speed          float64 // work per core-second; default 1
 	Background     float64
 	BackgroundRate float64
+	Disk, Net      float64 // MB/s; 0: ungoverned
 }
 
 // VMSpec is a user's Hadoop VM: Slots tasks at once.
@@ -94,6 +116,12 @@ type JobSpec struct {
 	// scheduled (mapreduce.job.reduce.slowstart.completedmaps; Hadoop's
 	// default is 0.05). 0 means 1: reduces start when the maps are done.
 	SlowStart float64
+	// I/O per task, in MB (0: none). A map reads MapRead from its host's
+	// disk before its work and writes MapWrite (its output) after it; a
+	// reduce fetches ShuffleMB over its host's network as the map output
+	// exists (its Shuffle and Reduce work follow), then writes ReduceWrite
+	// to disk. Each step uses one resource at a time [recon].
+	MapRead, MapWrite, ShuffleMB, ReduceWrite float64
 }
 
 // JobResult is what happened to a job.
@@ -159,20 +187,52 @@ type vm struct {
 	running []*taskRun
 	cpu     float64 // cores allocated now
 	used    float64 // core-seconds used so far
+	// io is the disk and network bandwidth allocated now (MB/s) and moved
+	// is the MB moved so far, by resource.
+	io, moved [nResources]float64
+}
+
+// resource is what a task's step uses.
+type resource int
+
+const (
+	resCPU  resource = iota // work in core-seconds at speed 1
+	resDisk                 // MB read or written on the host's disk
+	resNet                  // MB fetched over the host's network
+	nResources
+)
+
+// ungoverned is the bandwidth of a resource a host does not govern: I/O
+// on it is over at once.
+const ungoverned = 1e12
+
+// step is one part of a task, on one resource.
+type step struct {
+	res   resource
+	left  float64 // what is left of it: core-seconds at speed 1, or MB
+	total float64
+	// waits marks a reduce's step that needs the map output: with maps
+	// left, left cannot fall below total − gated·(maps done)/maps, gated
+	// being the part of total that exists only as map output does (the
+	// shuffle); the rest waits for every map.
+	waits bool
+	gated float64
 }
 
 type taskRun struct {
-	job      *jobRun
-	reduce   bool
-	index    int
-	shuffle  float64 // a reduce's shuffle work (part of left)
-	post     float64 // a reduce's work after its shuffle
-	left     float64 // work left, core-seconds at speed 1
-	failAt   float64 // work left at which this attempt fails (−1: it does not)
-	vm       *vm
-	rate     float64 // work per second now
+	job    *jobRun
+	reduce bool
+	index  int
+	steps  []step  // what is left to do, the current one first
+	failAt float64 // CPU work left at which this attempt fails (−1: it does not)
+	vm     *vm
+	// rate is the current step's progress per second now.
+	rate     float64
 	attempts int
 }
+
+// cur is the task's current step.
+func (t *taskRun) cur() *step { return &t.steps[0] }
 
 type jobRun struct {
 	spec      JobSpec
@@ -277,6 +337,9 @@ func New(cfg Config, hosts []HostSpec, vms []VMSpec) (*Sim, error) {
 		if hs.Speed <= 0 {
 			hs.Speed = 1
 		}
+		if !(hs.Disk >= 0 && hs.Net >= 0) || math.IsInf(hs.Disk, 0) || math.IsInf(hs.Net, 0) {
+			return nil, fmt.Errorf("%w: host %s: disk %v, net %v MB/s", ErrSpec, hs.ID, hs.Disk, hs.Net)
+		}
 		h := &host{spec: hs, updated: cfg.Start}
 		agentVMs := byHost[hs.ID]
 		if hs.Background > 0 {
@@ -363,6 +426,11 @@ func (s *Sim) SetBackground(hostID string, cores float64) error {
 func (s *Sim) Submit(j JobSpec) error {
 	if j.Maps < 1 || j.Reduces < 0 || len(j.VMs) == 0 || j.Map.Mean <= 0 || j.Reduces > 0 && j.Reduce.Mean <= 0 {
 		return fmt.Errorf("%w: job %s", ErrSpec, j.ID)
+	}
+	for _, mb := range []float64{j.MapRead, j.MapWrite, j.ShuffleMB, j.ReduceWrite} {
+		if !(mb >= 0) || math.IsInf(mb, 0) {
+			return fmt.Errorf("%w: job %s: I/O of %v MB", ErrSpec, j.ID, mb)
+		}
 	}
 	for _, v := range j.VMs {
 		if _, ok := s.vms[v]; !ok {
@@ -501,8 +569,7 @@ func (s *Sim) submit(j *jobRun) {
 		o.JobSubmitted(j.spec, s.now)
 	}
 	for i := range j.spec.Maps {
-		w, f := s.work(j.spec.Map)
-		j.pending = append(j.pending, &taskRun{job: j, index: i, left: w, failAt: f})
+		j.pending = append(j.pending, s.newMap(j, i))
 	}
 	s.queueW = append(s.queueW, j)
 	s.schedule()
@@ -562,13 +629,19 @@ func (s *Sim) freeVM(j *jobRun) *vm {
 func (s *Sim) taskDone(t *taskRun) {
 	m := t.vm
 	s.integrate(m.host)
-	failed := t.failAt >= 0 && t.left <= t.failAt*(1+1e-12)+1e-9
+	p := t.cur()
+	failed := p.res == resCPU && t.failAt >= 0 && p.left <= t.failAt*(1+1e-12)+1e-9
 	if !failed && t.blocked() {
 		s.refresh(m.host) // caught up with the maps: it waits for more output
 		return
 	}
-	if !failed {
+	if !failed && p.res == resCPU {
 		t.failAt = -1
+	}
+	if !failed && len(t.steps) > 1 { // on to its next step
+		t.steps = t.steps[1:]
+		s.refresh(m.host)
+		return
 	}
 	for i, r := range m.running {
 		if r == t {
@@ -586,8 +659,7 @@ func (s *Sim) taskDone(t *taskRun) {
 		if t.reduce {
 			again = s.newReduce(j, t.index)
 		} else {
-			w, f := s.work(j.spec.Map)
-			again = &taskRun{job: j, index: t.index, left: w, failAt: f}
+			again = s.newMap(j, t.index)
 		}
 		again.attempts = t.attempts
 		j.pending = append([]*taskRun{again}, j.pending...)
@@ -626,21 +698,21 @@ func (s *Sim) taskDone(t *taskRun) {
 	s.schedule()
 }
 
-// floor is the work a task cannot get below now: for a reduce while maps
-// remain, its post-shuffle work plus the shuffle of the map output that
-// does not exist yet.
+// floor is what the task's current step cannot get below now: for a
+// reduce's shuffle while maps remain, the rest of the step plus the
+// shuffle of the map output that does not exist yet.
 func (t *taskRun) floor() float64 {
-	j := t.job
-	if !t.reduce || j.mapsLeft == 0 {
+	j, p := t.job, t.cur()
+	if !p.waits || j.mapsLeft == 0 {
 		return 0
 	}
-	return t.post + t.shuffle*float64(j.mapsLeft)/float64(j.spec.Maps)
+	return p.total - p.gated + p.gated*float64(j.mapsLeft)/float64(j.spec.Maps)
 }
 
 // blocked reports a reduce that has shuffled all the map output there is.
 func (t *taskRun) blocked() bool {
 	f := t.floor()
-	return f > 0 && t.left <= f*(1+1e-12)+1e-9
+	return f > 0 && t.cur().left <= f*(1+1e-12)+1e-9
 }
 
 // startReduces schedules a job's reduces once enough maps are done.
@@ -664,14 +736,45 @@ func (s *Sim) startReduces(j *jobRun) {
 	}
 }
 
+// newMap is an attempt of map i: read its input, work, write its output.
+func (s *Sim) newMap(j *jobRun, i int) *taskRun {
+	w, failAt := s.work(j.spec.Map)
+	return &taskRun{job: j, index: i, failAt: failAt, steps: steps(
+		step{res: resDisk, total: j.spec.MapRead},
+		step{res: resCPU, total: w},
+		step{res: resDisk, total: j.spec.MapWrite})}
+}
+
+// newReduce is an attempt of reduce i: fetch the map output over the
+// network, shuffle and reduce, write the result. Without network I/O the
+// shuffle work itself waits for the map output, as before there was any.
 func (s *Sim) newReduce(j *jobRun, i int) *taskRun {
 	var sh float64
 	if j.spec.Shuffle.Mean > 0 {
 		sh, _ = s.work(Dist{Mean: j.spec.Shuffle.Mean, CV: j.spec.Shuffle.CV})
 	}
 	post, failAt := s.work(j.spec.Reduce)
-	t := &taskRun{job: j, reduce: true, index: i, shuffle: sh, post: post, left: sh + post, failAt: failAt}
-	return t
+	work := step{res: resCPU, total: sh + post, gated: sh, waits: true}
+	if j.spec.ShuffleMB > 0 {
+		work.gated = 0 // it follows the fetch, which waits for every map
+	}
+	return &taskRun{job: j, reduce: true, index: i, failAt: failAt, steps: steps(
+		step{res: resNet, total: j.spec.ShuffleMB, gated: j.spec.ShuffleMB, waits: true},
+		work,
+		step{res: resDisk, total: j.spec.ReduceWrite})}
+}
+
+// steps are a task's steps with something to do, each with all of it
+// left; a task has at least its work step.
+func steps(all ...step) []step {
+	var out []step
+	for _, st := range all {
+		if st.total > 0 || st.res == resCPU {
+			st.left = st.total
+			out = append(out, st)
+		}
+	}
+	return out
 }
 
 func contains(js []*jobRun, j *jobRun) bool {
@@ -692,8 +795,12 @@ func (s *Sim) integrate(h *host) {
 	}
 	for _, m := range h.vms {
 		m.used += m.cpu * dt
+		for r := resDisk; r < nResources; r++ {
+			m.moved[r] += m.io[r] * dt
+		}
 		for _, t := range m.running {
-			t.left = max(t.left-t.rate*dt, 0)
+			p := t.cur()
+			p.left = max(p.left-t.rate*dt, 0)
 		}
 	}
 }
@@ -712,34 +819,63 @@ func (s *Sim) refresh(h *host) {
 			shares[h.bg] = 1
 		}
 	}
-	demand := make(map[string]float64, len(h.vms)+1)
+	// Each resource is shared by the same weights, work-conserving: a
+	// task uses at most a core, a disk or network stream all of the
+	// host's bandwidth.
+	capacity := [nResources]float64{resCPU: h.spec.Cores, resDisk: h.spec.Disk, resNet: h.spec.Net}
+	var demand, busy [nResources]map[string]float64
+	for r := range nResources {
+		if capacity[r] <= 0 {
+			capacity[r] = ungoverned
+		}
+		demand[r], busy[r] = make(map[string]float64, len(h.vms)+1), make(map[string]float64, len(h.vms))
+	}
 	for _, m := range h.vms {
-		n := 0
 		for _, t := range m.running {
 			if !t.blocked() {
-				n++
+				busy[t.cur().res][m.spec.ID]++
 			}
 		}
-		demand[m.spec.ID] = float64(n)
+		demand[resCPU][m.spec.ID] = busy[resCPU][m.spec.ID]
+		for r := resDisk; r < nResources; r++ {
+			demand[r][m.spec.ID] = busy[r][m.spec.ID] * capacity[r]
+		}
 	}
 	if h.bg != "" {
-		demand[h.bg] = h.spec.Background
+		demand[resCPU][h.bg] = h.spec.Background
 	}
-	for vm, d := range demand { // the agent measures utilisation (idleness) from this
+	for vm, d := range demand[resCPU] { // the agent measures utilisation (idleness) from this
 		h.sim.SetDemand(vm, d)
 	}
-	alloc := agent.Allocate(h.spec.Cores, shares, demand)
+	var alloc [nResources]map[string]float64
+	for r := range nResources {
+		alloc[r] = agent.Allocate(capacity[r], shares, demand[r])
+	}
 	for _, m := range h.vms {
-		m.cpu = alloc[m.spec.ID]
-		busy := demand[m.spec.ID]
+		m.cpu = alloc[resCPU][m.spec.ID]
+		for r := resDisk; r < nResources; r++ {
+			m.io[r] = 0
+			if capacity[r] < ungoverned {
+				m.io[r] = alloc[r][m.spec.ID]
+			}
+		}
 		for _, t := range m.running {
-			if t.blocked() || busy == 0 {
+			p := t.cur()
+			n := busy[p.res][m.spec.ID]
+			if t.blocked() || n == 0 {
 				t.rate = 0
 				continue // waits for map output
 			}
-			per := m.cpu / busy * h.spec.Speed
+			per := alloc[p.res][m.spec.ID] / n
+			if p.res == resCPU {
+				per *= h.spec.Speed
+			}
 			t.rate = per
-			stop := t.left - max(t.floor(), t.failAt)
+			floor := t.floor()
+			if p.res == resCPU {
+				floor = max(floor, t.failAt)
+			}
+			stop := p.left - floor
 			if per <= 0 {
 				continue // starved: it will be rescheduled when shares change
 			}
@@ -747,6 +883,18 @@ func (s *Sim) refresh(h *host) {
 			s.push(&event{at: at, kind: evTaskDone, host: h, ver: h.ver, task: t})
 		}
 	}
+}
+
+// Moved is each VM's disk and network I/O so far, in MB.
+func (s *Sim) Moved() (disk, net map[string]float64) {
+	disk, net = make(map[string]float64, len(s.vms)), make(map[string]float64, len(s.vms))
+	for _, h := range s.order {
+		s.integrate(h)
+	}
+	for id, m := range s.vms {
+		disk[id], net[id] = m.moved[resDisk], m.moved[resNet]
+	}
+	return disk, net
 }
 
 // CPU is each VM's CPU time so far (core-seconds).
