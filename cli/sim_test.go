@@ -20,7 +20,7 @@ func TestSimCommands(t *testing.T) {
 		}
 	}
 	// Its progress bar is for a terminal: stderr here is a buffer.
-	r = mrmarket("sim", "run", "lin", "--runs", "1")
+	r = mrmarket("sim", "run", "lin", "--runs", "1", "--set", "jobs=2000", "--set", "lengths=500")
 	if r.code != 0 || !strings.Contains(r.stdout, "PAPER") || !strings.Contains(r.stdout, "maxsrpt") || r.stderr != "" {
 		t.Fatalf("sim run: %+v", r)
 	}

@@ -234,3 +234,42 @@ func TestOverlapRatesArePolicies(t *testing.T) {
 		t.Errorf("more left than the job has: %v", err)
 	}
 }
+
+// TestSplitSRPTIsWorkConserving: the paper's stations are work-conserving
+// servers. With only map-heavy jobs present, SplitSRPT gives the whole map
+// station to the one with the least map left (not just the class's μ2),
+// and a shuffle-heavy job alone gets the whole shuffle station once its
+// map is done. The literal reading of Algorithm 2 leaves the other class's
+// part idle and takes longer on the same jobs.
+func TestSplitSRPTIsWorkConserving(t *testing.T) {
+	mapHeavy := []strategies.OverlapNow{
+		{OverlapJob: strategies.OverlapJob{Map: 4, Shuffle: 1}, MapLeft: 4, ShuffleLeft: 1},
+		{OverlapJob: strategies.OverlapJob{Map: 3, Shuffle: 1}, MapLeft: 2, ShuffleLeft: 1},
+	}
+	m, _, err := strategies.OverlapRates(mapHeavy, strategies.PolicySplitSRPT)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m[0] != 0 || math.Abs(m[1]-1) > 1e-12 {
+		t.Fatalf("map rates %v, want all of the station to job 1 (SRPT on map left)", m)
+	}
+	shuffleHeavy := []strategies.OverlapNow{{OverlapJob: strategies.OverlapJob{Map: 1, Shuffle: 4}, MapLeft: 0, ShuffleLeft: 3}}
+	if _, s, err := strategies.OverlapRates(shuffleHeavy, strategies.PolicySplitSRPT); err != nil || math.Abs(s[0]-1) > 1e-12 {
+		t.Fatalf("shuffle rates %v (%v), want the whole station", s, err)
+	}
+	jobs := []strategies.OverlapJob{{Release: 0, Map: 4, Shuffle: 1}, {Release: 0, Map: 3, Shuffle: 1}, {Release: 1, Map: 1, Shuffle: 5}}
+	sum := func(policy string) float64 {
+		done, err := strategies.SimulateOverlap(jobs, policy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total := 0.0
+		for i, d := range done {
+			total += d - jobs[i].Release
+		}
+		return total
+	}
+	if wc, lit := sum(strategies.PolicySplitSRPT), sum(strategies.PolicySplitSRPTLiteral); !(wc < lit) {
+		t.Fatalf("total response: work-conserving %v, literal %v", wc, lit)
+	}
+}

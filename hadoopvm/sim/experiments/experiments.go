@@ -152,7 +152,14 @@ type Experiment struct {
 	// params, when set, gives a pointer to the experiment's parameters at
 	// their defaults (see Params).
 	params func() any
+	// quick are parameters that make one run take a second or so (tests,
+	// smoke runs) where the defaults take longer.
+	quick map[string]string
 }
+
+// Quick are the parameters that make a run of e quick (nil: its defaults
+// are): what its tests and a smoke run use.
+func (e Experiment) Quick() map[string]string { return e.quick }
 
 // Run runs the experiment.
 func (e Experiment) Run(ctx context.Context, cfg Config) (Result, error) {

@@ -22,7 +22,7 @@ func TestEveryExperimentRuns(t *testing.T) {
 	}
 	for _, e := range experiments.List() {
 		steps := 0
-		res, err := e.Run(context.Background(), experiments.Config{Seed: 1, Runs: 1, Progress: func(done, total int) { steps = done }})
+		res, err := e.Run(context.Background(), experiments.Config{Seed: 1, Runs: 1, Set: e.Quick(), Progress: func(done, total int) { steps = done }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -48,11 +48,11 @@ func TestExperimentsAreDeterministic(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a, err := e.Run(context.Background(), experiments.Config{Seed: 4, Runs: 2})
+		a, err := e.Run(context.Background(), experiments.Config{Seed: 4, Runs: 2, Set: e.Quick()})
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := e.Run(context.Background(), experiments.Config{Seed: 4, Runs: 2})
+		b, err := e.Run(context.Background(), experiments.Config{Seed: 4, Runs: 2, Set: e.Quick()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -74,7 +74,7 @@ func TestReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := e.Run(context.Background(), experiments.Config{Seed: 1, Runs: 1})
+	res, err := e.Run(context.Background(), experiments.Config{Seed: 1, Runs: 1, Set: e.Quick()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestReport(t *testing.T) {
 	if err := experiments.WriteMarkdown(&page, []experiments.Result{res}, "results", time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| metric | paper | mrmarket (mean ± sd) | ratio |", "| mean response, maxsrpt, load 0.75 | 3.32 |", "![lin](results/lin.svg)"} {
+	for _, want := range []string{"| metric | paper | mrmarket (mean ± sd) | ratio |", "| mean response, maxsrpt, load 0.75 | 3.32 (§5.3) |", "![lin](results/lin.svg)"} {
 		if !strings.Contains(page.String(), want) {
 			t.Errorf("the page lacks %q:\n%s", want, page.String())
 		}

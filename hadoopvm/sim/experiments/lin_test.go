@@ -1,0 +1,37 @@
+package experiments_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/mrmarket/mrmarket/hadoopvm/sim/experiments"
+)
+
+// TestLinConclusionsPerSeed: seed 001 §5's conclusion on each of five
+// seeds, over 20,000-job traces at loads 0.75 and 0.9: MaxSRPT and
+// SplitSRPT both have a far lower mean response than k-LPS (Hadoop's Fair
+// Scheduler), and the lower bound is below every policy. A SplitSRPT
+// that shared the stations like k-LPS would fail it.
+func TestLinConclusionsPerSeed(t *testing.T) {
+	e, err := experiments.Get("lin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, seed := range conclusionSeeds {
+		res, err := e.Run(context.Background(), experiments.Config{Seed: seed, Runs: 1,
+			Set: map[string]string{"jobs": "20000", "lengths": ""}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, load := range []string{"0.75", "0.9"} {
+			at := func(p string) float64 { return metric(t, res, "mean response, "+p+", load "+load) }
+			klps, maxs, split, lb := at("klps"), at("maxsrpt"), at("splitsrpt"), at("lower bound")
+			if !(maxs < 0.8*klps && split < 0.8*klps) {
+				t.Errorf("seed %d, load %s: MaxSRPT %.2f and SplitSRPT %.2f are not well below k-LPS %.2f", seed, load, maxs, split, klps)
+			}
+			if !(lb <= maxs && lb <= split && lb <= klps) {
+				t.Errorf("seed %d, load %s: the lower bound %.2f is above a policy (%.2f, %.2f, %.2f)", seed, load, lb, klps, maxs, split)
+			}
+		}
+	}
+}
