@@ -40,7 +40,8 @@ func (b *Broker) allocate(rec *planRecord, now time.Time, v roundView) strategie
 // and workflows as the hosts last reported them, its capped boost, its
 // hosts' prices and its own rates there, its job and what EDF decided.
 func (b *Broker) snapshot(rec *planRecord, now time.Time, reads strategies.Reads, v roundView, rest money.Micro, left time.Duration) strategies.Snapshot {
-	s := strategies.Snapshot{Remaining: rest, Left: left, Stage: slices.Clone(rec.Plan.Stage), HostWeights: rec.Plan.HostWeights}
+	s := strategies.Snapshot{Remaining: rest, Left: left, Budget: rec.Plan.Budget, Duration: rec.Plan.Duration.D(),
+		Stage: slices.Clone(rec.Plan.Stage), HostWeights: rec.Plan.HostWeights}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if reads&strategies.ReadsVMs != 0 {

@@ -69,7 +69,7 @@ func noOverspend(t *testing.T, strategy string) {
 	}
 	req := &wire.SpendRequest{ID: "p", User: "alice", Budget: 10_000_000, Duration: wire.Duration(30 * time.Minute), Strategy: strategy, Boost: 0.8}
 	switch strategy {
-	case wire.StrategyWorkflow, wire.StrategyStage, wire.StrategyStageBottleneck:
+	case wire.StrategyWorkflow, wire.StrategyStage, wire.StrategyStageCarry, wire.StrategyStageBottleneck:
 		req.Workflows = []wire.WorkflowSpec{
 			{Name: "w1", Weight: 2, Stages: []wire.StageSpec{{Name: "s1", Weight: 5, VMs: mine[0:2]}, {Name: "s2", Weight: 1, VMs: mine[2:4]}}},
 			{Name: "w2", Weight: 1, Stages: []wire.StageSpec{{Name: "s1", Weight: 1, VMs: mine[4:6]}, {Name: "s2", Weight: 3, VMs: mine[6:8]}}},

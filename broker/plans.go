@@ -506,7 +506,7 @@ func (b *Broker) Adjust(ctx context.Context, req *wire.AdjustRequest) (wire.Plan
 func (b *Broker) StageStarted(ctx context.Context, user, workflow, stage string) error {
 	var ids []string
 	b.store.each(func(rec *planRecord, _ uint64) {
-		if rec.Plan.User == user && rec.Plan.Status == wire.PlanRunning && (rec.Plan.Strategy == wire.StrategyStage || rec.Plan.Strategy == wire.StrategyStageBottleneck) {
+		if rec.Plan.User == user && rec.Plan.Status == wire.PlanRunning && wire.StagedStrategy(rec.Plan.Strategy) {
 			ids = append(ids, rec.Plan.ID)
 		}
 	})

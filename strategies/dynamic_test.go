@@ -79,8 +79,15 @@ func TestWorkflowPriority(t *testing.T) {
 }
 
 // TestStagePrioritySpendsTheBudget: stages of equal length spend their
-// weighted parts, and the whole budget is spent by the end.
+// weighted parts, and the whole budget is spent by the end — under Eq. 9's
+// fixed split and under stage-carry alike.
 func TestStagePrioritySpendsTheBudget(t *testing.T) {
+	for _, p := range []strategies.StagePriority{{}, {Carry: true}} {
+		t.Run(p.Name(), func(t *testing.T) { stagesOfEqualLength(t, p) })
+	}
+}
+
+func stagesOfEqualLength(t *testing.T, p strategies.StagePriority) {
 	stages := []strategies.Stage{
 		{Name: "join", Weight: 20, VMs: []strategies.VM{{Name: "a"}, {Name: "b"}}},
 		{Name: "dist", Weight: 1, VMs: []strategies.VM{{Name: "a"}}},
@@ -90,7 +97,7 @@ func TestStagePrioritySpendsTheBudget(t *testing.T) {
 	remaining, left := budget, d
 	var spent float64
 	for s := range stages {
-		dec := strategies.StagePriority{}.Allocate(strategies.Snapshot{Remaining: remaining, Left: left,
+		dec := p.Allocate(strategies.Snapshot{Remaining: remaining, Left: left, Budget: budget, Duration: d,
 			Workflows: []strategies.Workflow{{Name: "w", Weight: 1, Stages: stages}}, Stage: []int{s}})
 		if !slices.Equal(dec.Stage, []int{s}) {
 			t.Fatalf("stage %d moved to %v", s, dec.Stage)
@@ -98,7 +105,7 @@ func TestStagePrioritySpendsTheBudget(t *testing.T) {
 		// Each stage spends its part over its slice of the time left: an hour.
 		var cost float64
 		for _, a := range dec.Allocs {
-			if a.Duration != time.Hour {
+			if math.Abs((a.Duration - time.Hour).Seconds()) > 1e-6 {
 				t.Fatalf("stage %d spends over %s", s, a.Duration)
 			}
 			cost += float64(a.Budget)
@@ -113,6 +120,52 @@ func TestStagePrioritySpendsTheBudget(t *testing.T) {
 	}
 	if math.Abs(spent-float64(budget)) > 2 {
 		t.Fatalf("spent %v of %d", spent, budget)
+	}
+}
+
+// TestStagePriorityFixedSplit: under Eq. 9 a stage's part is its own. The
+// boosted first stage (weight 20 of 22) ends after half an hour having
+// spent 1.0 of its 2.0: the next stage still spends its own part at its
+// own rate (0.1 over an hour's slice: the flat rate), and the 1.0 left by
+// the first stage is not spent on it — while stage-carry re-splits what is
+// left over the stages left and the second stage spends 0.6 over 1h15m,
+// 4.8 times as fast. A stage that runs long keeps its rate but never eats
+// the later stages' parts.
+func TestStagePriorityFixedSplit(t *testing.T) {
+	stages := []strategies.Stage{
+		{Name: "join", Weight: 20, VMs: []strategies.VM{{Name: "a"}}},
+		{Name: "dist", Weight: 1, VMs: []strategies.VM{{Name: "b"}}},
+		{Name: "pearson", Weight: 1, VMs: []strategies.VM{{Name: "c"}}},
+	}
+	budget, d := money.Micro(2_200_000), 3*time.Hour
+	snap := func(remaining money.Micro, left time.Duration, stage int) strategies.Snapshot {
+		return strategies.Snapshot{Remaining: remaining, Left: left, Budget: budget, Duration: d,
+			Workflows: []strategies.Workflow{{Name: "w", Weight: 1, Stages: stages}}, Stage: []int{stage}}
+	}
+	rate := func(dec strategies.Decision) (float64, money.Micro) {
+		if len(dec.Allocs) != 1 {
+			t.Fatalf("allocations %v", dec.Allocs)
+		}
+		a := dec.Allocs[0]
+		return float64(a.Budget) / a.Duration.Seconds(), a.Budget
+	}
+	fixed, _ := rate(strategies.StagePriority{}.Allocate(snap(1_200_000, d-30*time.Minute, 1)))
+	if want := 100_000.0 / 3600; math.Abs(fixed-want) > 1e-6 {
+		t.Errorf("Eq. 9: dist spends %v µ/s, want its part over its slice, %v", fixed, want)
+	}
+	carry, _ := rate(strategies.StagePriority{Carry: true}.Allocate(snap(1_200_000, d-30*time.Minute, 1)))
+	if want := 600_000.0 / 4500; math.Abs(carry-want) > 1e-6 {
+		t.Errorf("stage-carry: dist spends %v µ/s, want %v", carry, want)
+	}
+	// join still running at 2h30m with 1.0 left: at its own rate, but only
+	// what is not the later stages' (0.2).
+	r, committed := rate(strategies.StagePriority{}.Allocate(snap(1_000_000, 30*time.Minute, 0)))
+	if want := 2_000_000.0 / 3600; math.Abs(r-want) > 1e-6 || committed != 800_000 {
+		t.Errorf("a long join: %v µ/s committing %v, want %v µ/s and at most 0.8", r, committed, want)
+	}
+	// Nothing left but the later stages' parts: nothing to spend.
+	if dec := (strategies.StagePriority{}).Allocate(snap(200_000, time.Hour, 0)); len(dec.Allocs) != 0 {
+		t.Errorf("join spent the later stages' parts: %v", dec.Allocs)
 	}
 }
 

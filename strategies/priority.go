@@ -74,27 +74,40 @@ func (WorkflowPriority) Allocate(s Snapshot) Decision {
 	return Decision{Allocs: out, Stage: s.Stage}
 }
 
-// StagePriority splits each workflow's part (Eq. 8) over its stages by
-// weight (Eq. 9). [recon] Seed 003 does not say when a stage's part is
-// spent; here each of the n stages left has an equal slice of the time
-// left, d/n, and the active stage's part is spent evenly over its VMs
-// during that slice, so stage i spends at n·w_i/Σw times the flat rate b/d
-// and the whole budget is spent by d. Each round re-splits what is left
-// over the stages left.
+// StagePriority is seed 003's stage priority (§5.2): a workflow's part of
+// the budget (Eq. 8) split over its n stages by weight, SP_i = b·w_i/Σw
+// (Eq. 9). [recon] The paper does not say when a stage's part is spent;
+// §7.3 reads it as rates ("all stages with weight 1 received the same
+// budget", the fair-share rate): stage i is given an equal slice of the
+// plan's period, d/n, so while it is active it spends at SP_i/(d/n) =
+// n·w_i/Σw times the flat rate b/d, evenly over its VMs. The split is
+// fixed: a stage that ends early leaves its part unspent (it is released
+// with the rest at the end), and a stage that runs long keeps its rate
+// while the plan has money.
+//
+// With Carry it is our variant, stage-carry: each round re-splits what is
+// left over the stages left, the active stage's part spent over an equal
+// share of the time left — so what an early stage did not spend carries
+// forward to the later ones, and the whole budget is spent by d. With
+// Boosted (always carrying) it is our stage-bottleneck: the active stage's
+// idle VMs give to its busy ones by bottleneck elimination at the plan's
+// capped boost.
 //
 // A stage whose VMs are all idle is done and the workflow moves on (the
 // broker also moves it on when a later stage is reported started), never
-// back; the last stage spends even when idle. With Boosted it is our
-// stage-bottleneck: the active stage's idle VMs give to its busy ones by
-// bottleneck elimination at the plan's capped boost.
+// back; the last stage spends even when idle.
 type StagePriority struct {
 	Boosted bool
+	Carry   bool
 }
 
-// Name is "stage", or "stage-bottleneck" when Boosted.
+// Name is "stage", "stage-carry", or "stage-bottleneck" when Boosted.
 func (s StagePriority) Name() string {
-	if s.Boosted {
+	switch {
+	case s.Boosted:
 		return "stage-bottleneck"
+	case s.Carry:
+		return "stage-carry"
 	}
 	return "stage"
 }
@@ -117,6 +130,15 @@ func (p StagePriority) Allocate(s Snapshot) Decision {
 	if err != nil {
 		return s.nothing()
 	}
+	var whole []money.Micro // each workflow's part of the whole budget
+	if !p.Carry && !p.Boosted {
+		if s.Budget <= 0 || s.Duration <= 0 {
+			return s.nothing()
+		}
+		if whole, err = workflowParts(s.Budget, s.Workflows); err != nil {
+			return s.nothing()
+		}
+	}
 	stage := slices.Clone(s.Stage)
 	var out []Allocation
 	for i, w := range s.Workflows {
@@ -125,6 +147,11 @@ func (p StagePriority) Allocate(s Snapshot) Decision {
 			k++
 		}
 		stage[i] = k
+		vms := w.Stages[k].VMs
+		if whole != nil {
+			out = fixedStage(out, w, k, whole[i], parts[i], s.Duration, s.Left)
+			continue
+		}
 		weights := make([]float64, 0, len(w.Stages)-k)
 		for _, st := range w.Stages[k:] {
 			weights = append(weights, st.Weight)
@@ -134,7 +161,6 @@ func (p StagePriority) Allocate(s Snapshot) Decision {
 			continue
 		}
 		slice := s.Left / time.Duration(len(weights))
-		vms := w.Stages[k].VMs
 		if p.Boosted && !allIdle(vms) {
 			// The stage's idle VMs (stragglers' neighbours) give to its
 			// busy ones; all idle means the stage moved on above.
@@ -144,6 +170,42 @@ func (p StagePriority) Allocate(s Snapshot) Decision {
 		out = even(out, vms, stageParts[0], slice)
 	}
 	return Decision{Allocs: out, Stage: stage}
+}
+
+// fixedStage funds stage k of w at Eq. 9's fixed rate: its part of the
+// workflow's whole budget over its slice of the period, n·w_k/Σw·whole/d,
+// from now until the plan ends or the money runs out — the workflow's
+// part of what is left (left) less the later stages' parts, which stay
+// theirs: a stage never spends what Eq. 9 gave a later one, and a later
+// one never gets what an earlier one left.
+func fixedStage(out []Allocation, w Workflow, k int, whole, left money.Micro, period, remaining time.Duration) []Allocation {
+	weights := make([]float64, len(w.Stages))
+	var sum float64
+	for j, st := range w.Stages {
+		weights[j] = st.Weight
+		sum += st.Weight
+	}
+	parts, err := WeightSplit(whole, weights)
+	if err != nil || !(sum > 0) {
+		return out
+	}
+	for _, later := range parts[k+1:] {
+		left -= later
+	}
+	rate := float64(parts[k]) * float64(len(w.Stages)) / period.Seconds() // micro-credits per second
+	if !(rate > 0) || left <= 0 {
+		return out
+	}
+	d := remaining
+	commit := rate * remaining.Seconds()
+	if commit > float64(left) {
+		commit = float64(left)
+		d = time.Duration(commit / rate * float64(time.Second))
+	}
+	if d <= 0 || commit < 1 {
+		return out
+	}
+	return even(out, w.Stages[k].VMs, money.Micro(commit), d)
 }
 
 // allIdle reports whether vms are all idle; no VMs are not.

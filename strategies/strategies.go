@@ -105,6 +105,10 @@ type Snapshot struct {
 	// that ran, and Left the time to its end.
 	Remaining money.Micro
 	Left      time.Duration
+	// Budget and Duration are the plan's whole budget (with adjustments)
+	// and period: what a fixed split of the budget is a split of.
+	Budget   money.Micro
+	Duration time.Duration
 	// VMs are the plan's VMs the broker knows, in the plan's order.
 	VMs []VM
 	// Workflows are the plan's workflows, each stage with those of its
@@ -164,7 +168,7 @@ func register(ss ...Strategy) {
 }
 
 func init() {
-	register(FairShare{}, WorkflowPriority{}, StagePriority{}, StagePriority{Boosted: true},
+	register(FairShare{}, WorkflowPriority{}, StagePriority{}, StagePriority{Carry: true}, StagePriority{Boosted: true, Carry: true},
 		BottleneckElimination{}, BestResponse{}, DeadlineEDF{})
 }
 

@@ -81,7 +81,7 @@ func TestByName(t *testing.T) {
 	if _, err := strategies.ByName("greedy"); !errors.Is(err, strategies.ErrUnknown) {
 		t.Fatalf("greedy: %v", err)
 	}
-	want := []string{"best-response", "bottleneck", "deadline", "fair", "stage", "stage-bottleneck", "workflow"}
+	want := []string{"best-response", "bottleneck", "deadline", "fair", "stage", "stage-bottleneck", "stage-carry", "workflow"}
 	if got := strategies.Names(); !slices.Equal(got, want) {
 		t.Fatalf("registered %v, want %v", got, want)
 	}

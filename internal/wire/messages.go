@@ -646,8 +646,12 @@ func (r *StateRequest) Validate() error { return nil }
 const (
 	StrategyFair     = "fair"     // constant rate, the baseline
 	StrategyWorkflow = "workflow" // workflow priority (seed 003 Eq. 8)
-	StrategyStage    = "stage"    // stage priority (Eq. 9)
-	// StrategyStageBottleneck is ours: stage priority across a workflow's
+	StrategyStage    = "stage"    // stage priority (Eq. 9): each stage a fixed part of the budget
+	// StrategyStageCarry is ours: stage priority that re-splits what is
+	// left over the stages left, so an early stage's unspent money carries
+	// forward to the later ones.
+	StrategyStageCarry = "stage-carry"
+	// StrategyStageBottleneck is ours: stage-carry across a workflow's
 	// stages, bottleneck elimination (Boost) among the active stage's VMs.
 	StrategyStageBottleneck = "stage-bottleneck"
 	StrategyBottleneck      = "bottleneck"    // bottleneck elimination (Alg. 5.1)
@@ -655,7 +659,13 @@ const (
 )
 
 // Strategies lists the strategy names.
-var Strategies = []string{StrategyFair, StrategyWorkflow, StrategyStage, StrategyBottleneck, StrategyBestResp, StrategyStageBottleneck}
+var Strategies = []string{StrategyFair, StrategyWorkflow, StrategyStage, StrategyStageCarry, StrategyBottleneck, StrategyBestResp, StrategyStageBottleneck}
+
+// StagedStrategy reports whether strategy moves a plan through its
+// workflows' stages (stage priority and its variants).
+func StagedStrategy(strategy string) bool {
+	return strategy == StrategyStage || strategy == StrategyStageCarry || strategy == StrategyStageBottleneck
+}
 
 // WorkflowSpec is one workflow of a plan: its weight (workflow priority)
 // and its stages in order (stage priority).
@@ -853,7 +863,7 @@ func checkPlanVMs(vms []string, unique bool) error {
 func (r *SpendRequest) checkStrategy() error {
 	switch r.Strategy {
 	case StrategyFair, StrategyBottleneck, StrategyBestResp, StrategyDeadline:
-	case StrategyWorkflow, StrategyStage, StrategyStageBottleneck:
+	case StrategyWorkflow, StrategyStage, StrategyStageCarry, StrategyStageBottleneck:
 		if len(r.Workflows) == 0 {
 			return Errorf(ErrBadRequest, "strategy %q needs workflows (a plan file)", r.Strategy)
 		}
