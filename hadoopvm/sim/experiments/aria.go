@@ -425,7 +425,7 @@ var ariaPaper = map[int]map[float64][3]float64{
 
 func init() {
 	register(Experiment{Name: "aria", Title: "ARIA: missed deadlines and relative deadline exceeded vs load threshold",
-		Source: "seed 004 §5, Table 3", DefaultRuns: ariaDefaultRuns, Steps: func(n int) int { return 2 * n },
+		Source: "seed 004 §5, Table 3", Engine: EngineModel, DefaultRuns: ariaDefaultRuns, Steps: func(n int) int { return 2 * n },
 		run: runARIA})
 }
 

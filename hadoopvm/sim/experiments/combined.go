@@ -15,7 +15,7 @@ import (
 // same fair-share baseline and with the same budget.
 func init() {
 	register(Experiment{Name: "combined", Title: "Ours (stage priority + bottleneck elimination within stages) against the paper's best, Digg and VideoToon",
-		Source: "seed 003 §7.3–7.4 scenarios", DefaultRuns: 25, Steps: func(n int) int { return 4 * (1 + 2*n) },
+		Source: "seed 003 §7.3–7.4 scenarios", Engine: EngineMarket, DefaultRuns: 25, Steps: func(n int) int { return 4 * (1 + 2*n) },
 		run: func(ctx context.Context, cfg Config, step func() error) (Result, error) {
 			var res Result
 			digg := func(u string, vms []string) []sim.JobSpec { return workload.Digg(u, u, vms, 0) }

@@ -26,6 +26,9 @@ func TestEveryExperimentRuns(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if res.Engine.Describe() == "unstated" {
+			t.Errorf("%s does not say which code its numbers come from (Engine)", e.Name)
+		}
 		if steps != e.Steps(1) || len(res.Rows) == 0 {
 			t.Fatalf("%s: %d of %d steps, %d rows", e.Name, steps, e.Steps(1), len(res.Rows))
 		}

@@ -440,7 +440,7 @@ func jockeyMedian(xs []float64) float64 {
 func init() {
 	shapes := len(jockeyShapes())
 	register(Experiment{Name: "jockey", Title: "Jockey: SLOs met and allocation above the oracle, with and without adaptation and simulator",
-		Source: "seed 002 §5", DefaultRuns: 20, Steps: func(n int) int { return shapes + n }, run: runJockey})
+		Source: "seed 002 §5", Engine: EngineSimulator, DefaultRuns: 20, Steps: func(n int) int { return shapes + n }, run: runJockey})
 }
 
 // jockeySeries are the evaluation's results, one value per run (per policy

@@ -132,16 +132,16 @@ func compare(ctx context.Context, cfg Config, step func() error, base, strat Two
 
 func init() {
 	register(Experiment{Name: "s003-workflow", Title: "Workflow priority on GridMix (weights 1 vs 0.5), 40 hosts",
-		Source: "seed 003 §7.2, Fig. 6", DefaultRuns: 25, Steps: func(n int) int { return 3 * (1 + 2*n) },
+		Source: "seed 003 §7.2, Fig. 6", Engine: EngineMarket, DefaultRuns: 25, Steps: func(n int) int { return 3 * (1 + 2*n) },
 		run: runS003Workflow})
 	register(Experiment{Name: "s003-stage", Title: "Stage priority on Digg (one stage ×20) against a fair-share user, 23 hosts",
-		Source: "seed 003 §7.3, Fig. 7", DefaultRuns: 25, Steps: func(n int) int { return 6 * (1 + 2*n) },
+		Source: "seed 003 §7.3, Fig. 7", Engine: EngineMarket, DefaultRuns: 25, Steps: func(n int) int { return 6 * (1 + 2*n) },
 		run: runS003Stage})
 	register(Experiment{Name: "s003-bottleneck", Title: "Bottleneck elimination on VideoToon (1S+1FS, 2S, 2FS), 18 hosts, extra load on half",
-		Source: "seed 003 §7.4, Fig. 8", DefaultRuns: 25, Steps: func(n int) int { return 2 * (1 + 2*n) },
+		Source: "seed 003 §7.4, Fig. 8", Engine: EngineMarket, DefaultRuns: 25, Steps: func(n int) int { return 2 * (1 + 2*n) },
 		run: runS003Bottleneck})
 	register(Experiment{Name: "s003-sensitivity", Title: "Efficiency gain against decay rate r and risk aversion γ (Digg stage 2, VideoToon 1S+1FS)",
-		Source: "seed 003 §8, Fig. 9", DefaultRuns: 25, Steps: func(n int) int { return 2 * (1 + 2*n) },
+		Source: "seed 003 §8, Fig. 9", Engine: EngineMarket, DefaultRuns: 25, Steps: func(n int) int { return 2 * (1 + 2*n) },
 		run: runS003Sensitivity})
 }
 
