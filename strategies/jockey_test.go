@@ -67,3 +67,54 @@ func TestJockeyDeadZoneAndHysteresis(t *testing.T) {
 		t.Fatal("no table accepted")
 	}
 }
+
+// TestCTableReadsTheBin: C(p) between grid points is the bin's value —
+// the time left when the job first reached the point below — not a line
+// towards the next point. With the maps done at p = 0.52 and the reduces
+// finishing together at the end, the line read 40 % less than the 10
+// minutes really left.
+func TestCTableReadsTheBin(t *testing.T) {
+	tbl := strategies.CTable{Progress: []float64{0, 0.5, 0.55, 1}, Alloc: []float64{1},
+		Remaining: [][]time.Duration{{20 * time.Minute}, {10 * time.Minute}, {0}, {0}}}
+	for _, c := range []struct {
+		p    float64
+		want time.Duration
+	}{{0, 20 * time.Minute}, {0.3, 20 * time.Minute}, {0.5, 10 * time.Minute}, {0.52, 10 * time.Minute}, {0.55, 0}, {1, 0}, {1.2, 0}} {
+		if got := tbl.C(c.p, 0); got != c.want {
+			t.Errorf("C(%v) = %s, want %s", c.p, got, c.want)
+		}
+	}
+}
+
+// TestJockeyDeadZoneHoldsCuts: a job a little ahead (predicted to finish
+// within the dead zone of its shifted deadline at the allocation it has)
+// keeps it although a smaller one would do; a job well ahead is cut; a job
+// behind gets more at once.
+func TestJockeyDeadZoneHoldsCuts(t *testing.T) {
+	// At progress 0.5: 12 min left at 0.25, 10 min at 0.5.
+	tbl := strategies.CTable{Progress: []float64{0, 0.5, 1}, Alloc: []float64{0.25, 0.5},
+		Remaining: [][]time.Duration{{80 * time.Minute, 20 * time.Minute}, {12 * time.Minute, 10 * time.Minute}, {0, 0}}}
+	jockey := func() *strategies.Jockey {
+		j := &strategies.Jockey{Table: tbl, Deadline: 60 * time.Minute, Slack: 1, Alpha: 1, DeadZone: 3 * time.Minute}
+		if a, _, _ := j.Step(0, 0); a != 0.5 {
+			t.Fatalf("start: %v, want 0.5 (80 min at 0.25 misses the shifted 57)", a)
+		}
+		return j
+	}
+	// 44.5 min in: 0.25 would finish at 56.5 ≤ 57, so the controller wants
+	// it, but at 0.5 the job finishes at 54.5, within 3 min of 57: held.
+	if a, raw, _ := jockey().Step(44*time.Minute+30*time.Second, 0.5); raw != 0.25 || a != 0.5 {
+		t.Errorf("a little ahead: %v (raw %v), want 0.5 held", a, raw)
+	}
+	// 30 min in: at 0.5 it finishes at 40, well ahead: cut to 0.25.
+	if a, raw, _ := jockey().Step(30*time.Minute, 0.5); raw != 0.25 || a != 0.25 {
+		t.Errorf("well ahead: %v (raw %v), want the cut to 0.25", a, raw)
+	}
+	// Cut to 0.25, then behind: 50 min in, 0.25 finishes at 62, 0.5 at 60:
+	// more at once.
+	j := jockey()
+	j.Step(30*time.Minute, 0.5)
+	if a, _, _ := j.Step(50*time.Minute, 0.5); a != 0.5 {
+		t.Errorf("behind: %v, want 0.5 at once", a)
+	}
+}
