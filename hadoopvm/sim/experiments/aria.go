@@ -433,7 +433,25 @@ var ariaPaper = map[int]map[float64][3]float64{
 func init() {
 	register(Experiment{Name: "aria", Title: "ARIA: missed deadlines and relative deadline exceeded vs load threshold",
 		Source: "seed 004 §5, Table 3", Engine: EngineModel, DefaultRuns: ariaDefaultRuns, Steps: func(n int) int { return 2 * n },
-		run: runARIA})
+		run:    runARIA,
+		params: func() any { return &ariaParams{Thresholds: slices.Clone(ariaThresholds)} }})
+}
+
+// ariaParams are aria's settings.
+type ariaParams struct {
+	Thresholds []float64 `json:"threshold" doc:"load thresholds as fractions: the next job is spawned while the load stays below (the paper: 0.95, 1, 1.05)"`
+}
+
+func (p *ariaParams) check() error {
+	if len(p.Thresholds) == 0 {
+		return fmt.Errorf("threshold needs at least one value")
+	}
+	for _, th := range p.Thresholds {
+		if !(th > 0 && th <= 2) {
+			return fmt.Errorf("threshold %g: want 0 < threshold ≤ 2 (the map share plus the reduce share)", th)
+		}
+	}
+	return nil
 }
 
 // ariaDefaultRuns: the paper repeats each experiment 100 times; one run
@@ -464,25 +482,26 @@ func (got ariaGot) add(k ariaKey, o ariaOutcome) {
 
 func runARIA(ctx context.Context, cfg Config, step func() error) (Result, error) {
 	var res Result
-	got, err := ariaRuns(cfg, step)
+	thresholds := paramsOf[ariaParams](cfg).Thresholds
+	got, err := ariaRuns(cfg, thresholds, step)
 	if err != nil {
 		return res, err
 	}
-	res.Rows = ariaRows(got)
+	res.Rows = ariaRows(got, thresholds)
 	res.Notes = append(res.Notes, ariaNotes()...)
 	return res, nil
 }
 
 // ariaRuns simulates every workload, variant and threshold for each run,
 // the runs' jobs drawn from the seed.
-func ariaRuns(cfg Config, step func() error) (ariaGot, error) {
+func ariaRuns(cfg Config, thresholds []float64, step func() error) (ariaGot, error) {
 	got := ariaGot{}
 	for _, w := range []int{1, 2} {
 		for k := range cfg.Runs {
 			rng := rand.New(rand.NewPCG(cfg.Seed, uint64(k)<<4|uint64(w)))
 			jobs := ariaJobs(rng, w, ariaJobsPerRun)
 			for _, v := range ariaVariants {
-				for _, th := range ariaThresholds {
+				for _, th := range thresholds {
 					o, err := ariaSimulate(jobs, th, v)
 					if err != nil {
 						return nil, err
@@ -505,7 +524,7 @@ func ariaRuns(cfg Config, step func() error) (ariaGot, error) {
 
 // ariaRows reports got against Table 3: every metric for ARIA, missed and
 // exceeded for the other variants, missed for one job at a time.
-func ariaRows(got ariaGot) []Row {
+func ariaRows(got ariaGot, thresholds []float64) []Row {
 	var rows []Row
 	metrics := []struct{ name, unit string }{{"missed deadlines per run", ""}, {"relative deadline exceeded", "%"}, {"average load", "%"},
 		{"average load as map % + reduce %", "%"}}
@@ -529,13 +548,13 @@ func ariaRows(got ariaGot) []Row {
 			rows = append(rows, row(metrics[i].name+", "+label, want, text, metrics[i].unit, got[k][i]).At("Table 3"))
 		}
 	}
-	for _, th := range ariaThresholds {
+	for _, th := range thresholds {
 		for _, w := range []int{1, 2} {
 			emit(ariaKey{w, th, ""}, 0, 1, 2, 3)
 		}
 	}
 	for _, v := range ariaVariants[1:] {
-		for _, th := range ariaThresholds {
+		for _, th := range thresholds {
 			for _, w := range []int{1, 2} {
 				emit(ariaKey{w, th, v.name}, 0, 1)
 			}

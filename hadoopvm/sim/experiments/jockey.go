@@ -331,13 +331,14 @@ type jockeyOutcome struct {
 
 // jockeyRun runs a case under a policy, the controller acting every
 // jockeyPeriod until the job finishes.
-func jockeyRun(m jockeyModel, c jockeyCase, policy int) (jockeyOutcome, error) {
+func jockeyRun(m jockeyModel, c jockeyCase, policy int, par *jockeyParams) (jockeyOutcome, error) {
 	var out jockeyOutcome
 	s, o, err := jockeyWorld(c.job, c.seed, true, c.slow)
 	if err != nil {
 		return out, err
 	}
-	ctl := &strategies.Jockey{Table: m.table, Deadline: c.deadline}
+	ctl := &strategies.Jockey{Table: m.table, Deadline: c.deadline, Slack: par.Slack, Alpha: par.Hysteresis,
+		DeadZone: time.Duration(par.DeadZone * float64(time.Minute))}
 	if policy == jockeyAmdahlPolicy {
 		ctl.Table = m.amdahl.table([2]float64{})
 	}
@@ -440,7 +441,30 @@ func jockeyMedian(xs []float64) float64 {
 func init() {
 	shapes := len(jockeyShapes())
 	register(Experiment{Name: "jockey", Title: "Jockey: SLOs met and allocation above the oracle, with and without adaptation and simulator",
-		Source: "seed 002 §5", Engine: EngineSimulator, DefaultRuns: 20, Steps: func(n int) int { return shapes + n }, run: runJockey})
+		Source: "seed 002 §5", Engine: EngineSimulator, DefaultRuns: 20, Steps: func(n int) int { return shapes + n }, run: runJockey,
+		params: func() any { return &jockeyParams{Slack: 1.2, Hysteresis: 0.2, DeadZone: 3} }})
+}
+
+// jockeyParams are the controller's settings (§5: slack 1.2, hysteresis
+// 0.2, dead zone 3 min), for Jockey and Jockey w/o simulator alike — §5.5's
+// sensitivity analysis varies them.
+type jockeyParams struct {
+	Slack      float64 `json:"slack" doc:"factor on C(p, a)'s predictions (the paper: 1.2)"`
+	Hysteresis float64 `json:"hysteresis" doc:"fraction of the way to the new allocation taken each period (the paper: 0.2)"`
+	DeadZone   float64 `json:"dead_zone" doc:"dead zone in minutes, above 0 (the paper: 3)"`
+}
+
+func (p *jockeyParams) check() error {
+	switch {
+	case !(p.Slack >= 1 && p.Slack <= 10):
+		return fmt.Errorf("slack %g: want 1 … 10", p.Slack)
+	case !(p.Hysteresis > 0 && p.Hysteresis <= 1):
+		return fmt.Errorf("hysteresis %g: want 0 < h ≤ 1", p.Hysteresis)
+	case !(p.DeadZone > 0 && p.DeadZone <= 60):
+		// The controller reads a zero dead zone as its default.
+		return fmt.Errorf("dead_zone %g: want 0 < d ≤ 60 minutes", p.DeadZone)
+	}
+	return nil
 }
 
 // jockeySeries are the evaluation's results, one value per run (per policy
@@ -458,7 +482,7 @@ func runJockey(_ context.Context, cfg Config, step func() error) (Result, error)
 	n := len(jockeyPolicies)
 	s := jockeySeries{met: make([][]float64, n), above: make([][]float64, n), late: make([][]float64, n)}
 	for k := range cfg.Runs {
-		if err := s.addRun(models, cfg.Seed, k); err != nil {
+		if err := s.addRun(models, cfg.Seed, k, paramsOf[jockeyParams](cfg)); err != nil {
 			return Result{}, err
 		}
 		if err := step(); err != nil {
@@ -470,7 +494,7 @@ func runJockey(_ context.Context, cfg Config, step func() error) (Result, error)
 
 // addRun evaluates run k: jockeyPerShape jobs of every shape, each under
 // every policy.
-func (s *jockeySeries) addRun(models []jockeyModel, seed uint64, k int) error {
+func (s *jockeySeries) addRun(models []jockeyModel, seed uint64, k int, par *jockeyParams) error {
 	n := len(jockeyPolicies)
 	rng := rand.New(rand.NewPCG(jockeyMix(seed, 2), uint64(k)))
 	var sums [4][3]float64 // per policy: met, above, alloc (jobs that met)
@@ -480,7 +504,7 @@ func (s *jockeySeries) addRun(models []jockeyModel, seed uint64, k int) error {
 		for range jockeyPerShape {
 			c := jockeyDraw(m, rng)
 			for p := range n {
-				o, err := jockeyRun(m, c, p)
+				o, err := jockeyRun(m, c, p, par)
 				if err != nil {
 					return err
 				}
