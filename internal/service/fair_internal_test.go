@@ -183,3 +183,19 @@ func TestSchedulerOverflow(t *testing.T) {
 		t.Fatal("the overflow queue, full, took another")
 	}
 }
+
+// TestLogSlowFromWorkersSideBySide: the slow-request logger is called by
+// the workers at once (the race detector found it writing its default
+// logger into the shared closure).
+func TestLogSlowFromWorkersSideBySide(t *testing.T) {
+	slow := LogSlow(nil, "test")
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			slow("op", "key:x", time.Second, time.Millisecond)
+		}()
+	}
+	wg.Wait()
+}

@@ -284,10 +284,11 @@ func describe(err error) string {
 // line of l (nil: slog.Default()), prefixed by component and with attrs.
 func LogSlow(l *slog.Logger, component string, attrs ...any) func(op, from string, waited, ran time.Duration) {
 	return func(op, from string, waited, ran time.Duration) {
-		if l == nil {
-			l = slog.Default()
+		log := l // not l itself: workers call this side by side
+		if log == nil {
+			log = slog.Default()
 		}
-		l.Warn(component+": slow request", append([]any{"op", op, "from", from,
+		log.Warn(component+": slow request", append([]any{"op", op, "from", from,
 			"waited", waited.Round(time.Millisecond), "ran", ran.Round(time.Millisecond)}, attrs...)...)
 	}
 }
