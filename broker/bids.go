@@ -184,9 +184,14 @@ func cancelChanges(rec *planRecord) []bidChange {
 	for _, h := range slices.Sorted(maps.Keys(byHost)) {
 		vms := byHost[h]
 		slices.Sort(vms)
-		out = append(out, bidChange{h, &wire.BidRequest{Versioned: wire.Versioned{V: wire.Version}, Cancel: vms, Plan: rec.Plan.ID}})
+		out = append(out, cancelOn(h, rec.Plan.ID, vms))
 	}
 	return out
+}
+
+// cancelOn is the request that cancels plan's bids on vms of host.
+func cancelOn(host, plan string, vms []string) bidChange {
+	return bidChange{host, &wire.BidRequest{Versioned: wire.Versioned{V: wire.Version}, Cancel: vms, Plan: plan}}
 }
 
 // dropBids settles all of rec's bids, and its VMs show none.

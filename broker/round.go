@@ -220,7 +220,7 @@ func (b *Broker) withdrawIfEnded(ctx context.Context, id string, sent []bidChang
 		for i, bid := range c.req.Set {
 			vms[i] = bid.VM
 		}
-		stop = append(stop, bidChange{c.host, &wire.BidRequest{Versioned: wire.Versioned{V: wire.Version}, Cancel: vms, Plan: id}})
+		stop = append(stop, cancelOn(c.host, id, vms))
 	}
 	b.stopBids(ctx, stop)
 }

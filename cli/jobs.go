@@ -189,7 +189,6 @@ func submit(ctx context.Context, cl clients, req *wire.SubmitRequest) (wire.Subm
 	signs := !req.Deadline.IsZero() && req.Budget == 0 && req.MaxPrice == 0
 	for try := 1; ; try++ {
 		if signs {
-			req.MaxPrice = 0
 			if err := signMaxPrice(ctx, cl, req); err != nil {
 				return wire.SubmitReply{}, err
 			}
@@ -325,12 +324,8 @@ const maxPriceSlack = 1.1
 
 // signMaxPrice gives a deadline submit without a budget a max price (the
 // bank holds no more than the user signed): the price quoted for the
-// deadline, plus a margin. A job without a deadline, or with a max price
-// already, is left as is.
+// deadline now, plus a margin.
 func signMaxPrice(ctx context.Context, cl clients, req *wire.SubmitRequest) error {
-	if req.Deadline.IsZero() || req.Budget != 0 || req.MaxPrice != 0 {
-		return nil
-	}
 	q, err := cl.broker.Quote(ctx, &wire.QuoteRequest{User: req.User, Job: req.Job, Points: 10})
 	if err != nil {
 		return err

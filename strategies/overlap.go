@@ -43,6 +43,7 @@ const LPSLimit = 100
 
 type ovState struct {
 	OverlapJob
+	index     int     // in the input: the order ties are broken in
 	x, y      float64 // remaining map and shuffle
 	m, s      float64 // rates now
 	done      bool
@@ -115,7 +116,7 @@ func SimulateOverlap(jobs []OverlapJob, policy string) ([]float64, error) {
 		if j.Map <= 0 || j.Shuffle <= 0 {
 			return nil, fmt.Errorf("%w: job %d has no map or shuffle work", ErrOverlapJob, i)
 		}
-		st[i] = &ovState{OverlapJob: j, x: j.Map, y: j.Shuffle}
+		st[i] = &ovState{OverlapJob: j, index: i, x: j.Map, y: j.Shuffle}
 	}
 	switch policy {
 	case PolicyFIFO, PolicyMaxSRPT, PolicySplitSRPT, PolicySplitSRPTLiteral, PolicyKLPS:
@@ -131,10 +132,6 @@ func SimulateOverlap(jobs []OverlapJob, policy string) ([]float64, error) {
 		byRelease[i] = i
 	}
 	sort.SliceStable(byRelease, func(a, b int) bool { return st[byRelease[a]].Release < st[byRelease[b]].Release })
-	index := make(map[*ovState]int, len(st))
-	for i, j := range st {
-		index[j] = i
-	}
 	var present []*ovState
 	t, left, released := 0.0, len(st), 0
 	for steps := 0; left > 0; steps++ {
@@ -148,7 +145,7 @@ func SimulateOverlap(jobs []OverlapJob, policy string) ([]float64, error) {
 			joined = true
 		}
 		if joined {
-			sort.Slice(present, func(a, b int) bool { return index[present[a]] < index[present[b]] })
+			sort.Slice(present, func(a, b int) bool { return present[a].index < present[b].index })
 		}
 		for _, j := range present {
 			j.m, j.s = 0, 0

@@ -180,13 +180,11 @@ func (p StagePriority) Allocate(s Snapshot) Decision {
 // one never gets what an earlier one left.
 func fixedStage(out []Allocation, w Workflow, k int, whole, left money.Micro, period, remaining time.Duration) []Allocation {
 	weights := make([]float64, len(w.Stages))
-	var sum float64
 	for j, st := range w.Stages {
 		weights[j] = st.Weight
-		sum += st.Weight
 	}
-	parts, err := WeightSplit(whole, weights)
-	if err != nil || !(sum > 0) {
+	parts, err := WeightSplit(whole, weights) // refuses weights summing to nothing
+	if err != nil {
 		return out
 	}
 	for _, later := range parts[k+1:] {

@@ -222,6 +222,16 @@ func Get(name string) (Experiment, error) {
 	return e, nil
 }
 
+// atPaperSetting is the paper's figure (v, text) when the run is at the
+// setting the paper measured it at (ok), none otherwise: a figure beside a
+// run with other parameters would compare unlike things.
+func atPaperSetting(ok bool, v float64, text string) (float64, string) {
+	if !ok {
+		return math.NaN(), ""
+	}
+	return v, text
+}
+
 // row summarises per-run values of one metric.
 func row(metric string, paper float64, paperText, unit string, xs []float64) Row {
 	m, sd := MeanSD(xs)

@@ -66,20 +66,12 @@ func TestJockeyShortRun(t *testing.T) {
 // at the start held all along. A Jockey that never changed its allocation
 // would tie and fail.
 func TestJockeyAdaptsBetterThanAStaticAllocationPerSeed(t *testing.T) {
-	e, err := experiments.Get("jockey")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, seed := range conclusionSeeds {
-		res, err := e.Run(context.Background(), experiments.Config{Seed: seed, Runs: 6})
-		if err != nil {
-			t.Fatal(err)
-		}
+	perSeed(t, "jockey", 6, nil, func(seed uint64, res experiments.Result) {
 		jockey, static := metric(t, res, "SLOs met, Jockey"), metric(t, res, "SLOs met, Jockey w/o adaptation")
 		t.Logf("seed %d: Jockey %.1f %%, w/o adaptation %.1f %%, w/o simulator %.1f %%", seed, 100*jockey, 100*static,
 			100*metric(t, res, "SLOs met, Jockey w/o simulator"))
 		if !(jockey > static) {
 			t.Errorf("seed %d: Jockey met %.1f %% of SLOs, its static allocation %.1f %%", seed, 100*jockey, 100*static)
 		}
-	}
+	})
 }

@@ -1,7 +1,6 @@
 package experiments_test
 
 import (
-	"context"
 	"testing"
 
 	"github.com/mrmarket/mrmarket/hadoopvm/sim/experiments"
@@ -13,16 +12,7 @@ import (
 // Scheduler), and the lower bound is below every policy. A SplitSRPT
 // that shared the stations like k-LPS would fail it.
 func TestLinConclusionsPerSeed(t *testing.T) {
-	e, err := experiments.Get("lin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, seed := range conclusionSeeds {
-		res, err := e.Run(context.Background(), experiments.Config{Seed: seed, Runs: 1,
-			Set: map[string]string{"jobs": "20000", "lengths": ""}})
-		if err != nil {
-			t.Fatal(err)
-		}
+	perSeed(t, "lin", 1, map[string]string{"jobs": "20000", "lengths": ""}, func(seed uint64, res experiments.Result) {
 		for _, load := range []string{"0.75", "0.9"} {
 			at := func(p string) float64 { return metric(t, res, "mean response, "+p+", load "+load) }
 			klps, maxs, split, lb := at("klps"), at("maxsrpt"), at("splitsrpt"), at("lower bound")
@@ -33,5 +23,5 @@ func TestLinConclusionsPerSeed(t *testing.T) {
 				t.Errorf("seed %d, load %s: the lower bound %.2f is above a policy (%.2f, %.2f, %.2f)", seed, load, lb, klps, maxs, split)
 			}
 		}
-	}
+	})
 }

@@ -60,38 +60,14 @@ func TestMRMDeterministicAndSane(t *testing.T) {
 	}
 }
 
-// conclusionSeeds are the seeds every paper's conclusion is checked on.
-var conclusionSeeds = []uint64{1, 11, 22, 33, 44}
-
-// metric is the mean of the row named metric in res.
-func metric(t *testing.T, res experiments.Result, name string) float64 {
-	t.Helper()
-	for _, r := range res.Rows {
-		if r.Metric == name {
-			return r.Mean
-		}
-	}
-	t.Fatalf("%s: no row %q", res.Experiment, name)
-	return math.NaN()
-}
-
 // TestMRMConclusionsPerSeed: seed 000 §6.3's conclusions (Tables 5, 6, 8)
 // on each of five seeds at the high load: a DS user who pays more (larger
 // α) pays a larger premium and buys less slack, and more of the jobs are
 // tardy — never fewer — as α grows. Pricing that ignored α would give one
 // premium for all three and fail.
 func TestMRMConclusionsPerSeed(t *testing.T) {
-	e, err := experiments.Get("mrm-pricing")
-	if err != nil {
-		t.Fatal(err)
-	}
 	alphas := []string{"1.1", "1.5", "2"}
-	for _, seed := range conclusionSeeds {
-		res, err := e.Run(context.Background(), experiments.Config{Seed: seed, Runs: 1,
-			Set: map[string]string{"alpha": strings.Join(alphas, ","), "gap": "50"}})
-		if err != nil {
-			t.Fatal(err)
-		}
+	perSeed(t, "mrm-pricing", 1, map[string]string{"alpha": strings.Join(alphas, ","), "gap": "50"}, func(seed uint64, res experiments.Result) {
 		var prem, slack, tardy []float64
 		for _, a := range alphas {
 			tag := ", α=" + a + ", H (50 s)"
@@ -110,7 +86,7 @@ func TestMRMConclusionsPerSeed(t *testing.T) {
 				t.Errorf("seed %d: tardy jobs %v fall as α %v grows", seed, tardy, alphas)
 			}
 		}
-	}
+	})
 }
 
 // TestMRMBaselinesConclusionsPerSeed: seed 000's §1 and §6.3 on each of
@@ -119,17 +95,9 @@ func TestMRMConclusionsPerSeed(t *testing.T) {
 // delay-tolerant jobs miss no more deadlines than under FCFS (within a
 // point); the priority scheduler misses over 30 % of theirs.
 func TestMRMBaselinesConclusionsPerSeed(t *testing.T) {
-	e, err := experiments.Get("mrm-baselines")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, seed := range conclusionSeeds {
-		// 300 jobs a trace: the conclusion shows as clearly as over 1,000
-		// (the experiment's default), in a third of the time.
-		res, err := e.Run(context.Background(), experiments.Config{Seed: seed, Runs: 1, Set: map[string]string{"gap": "40", "jobs": "300"}})
-		if err != nil {
-			t.Fatal(err)
-		}
+	// 300 jobs a trace: the conclusion shows as clearly as over 1,000 (the
+	// experiment's default), in a fraction of the time.
+	perSeed(t, "mrm-baselines", 1, map[string]string{"gap": "40", "jobs": "300"}, func(seed uint64, res experiments.Result) {
 		mrm := metric(t, res, "deadline violations, DT jobs, MRM, 40 s")
 		fcfs := metric(t, res, "deadline violations, DT jobs, FCFS, 40 s")
 		prio := metric(t, res, "deadline violations, DT jobs, priority, 40 s")
@@ -143,5 +111,5 @@ func TestMRMBaselinesConclusionsPerSeed(t *testing.T) {
 		if jump < 20 {
 			t.Errorf("seed %d: only %.1f %% of DS jobs jump ahead under MRM (the paper: 35.4 %%)", seed, jump)
 		}
-	}
+	})
 }

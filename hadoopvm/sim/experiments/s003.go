@@ -165,10 +165,8 @@ func runS003Workflow(ctx context.Context, cfg Config, step func() error) (Result
 		if prog == workload.Text {
 			paperGain = 0.04
 		}
-		paperCI, textCI, textGain := 0.115, "11–12 %", fmt.Sprintf("≈%.0f %%", 100*paperGain)
-		if low != 0.5 {
-			paperCI, textCI, paperGain, textGain = math.NaN(), "", math.NaN(), ""
-		}
+		paperCI, textCI := atPaperSetting(low == 0.5, 0.115, "11–12 %")
+		paperGain, textGain := atPaperSetting(low == 0.5, paperGain, fmt.Sprintf("≈%.0f %%", 100*paperGain))
 		res.Rows = append(res.Rows, row("CI ("+prog+")", paperCI, textCI, "%", ci).At("Fig. 6(a)"),
 			row("efficiency gain ("+prog+")", paperGain, textGain, "%", gain).At("Fig. 6(b)"))
 	}
@@ -261,15 +259,9 @@ func runS003Bottleneck(ctx context.Context, cfg Config, step func() error) (Resu
 	if err != nil {
 		return res, err
 	}
-	paper := func(v float64, text string) (float64, string) {
-		if f != 0.9 {
-			return math.NaN(), ""
-		}
-		return v, text
-	}
-	p1, t1 := paper(0.20, "20 %")
-	p2, t2 := paper(0.62, "62 %")
-	_, t3 := paper(math.NaN(), "slightly above 2FS")
+	p1, t1 := atPaperSetting(f == 0.9, 0.20, "20 %")
+	p2, t2 := atPaperSetting(f == 0.9, 0.62, "62 %")
+	_, t3 := atPaperSetting(f == 0.9, math.NaN(), "slightly above 2FS")
 	res.Rows = append(res.Rows, row("CI (1S+1FS, strategic user)", p1, t1, "%", ci).At("Fig. 8(a)"),
 		row("efficiency gain (1S+1FS, strategic user)", p2, t2, "%", gain).At("Fig. 8(b)"),
 		row("CI (2S, both users)", math.NaN(), "", "%", ci2),

@@ -1,7 +1,6 @@
 package experiments_test
 
 import (
-	"context"
 	"testing"
 
 	"github.com/mrmarket/mrmarket/hadoopvm/sim/experiments"
@@ -14,15 +13,7 @@ import (
 // ones. Bottleneck elimination broken into the fair split would gain
 // nothing and fail.
 func TestBottleneckConclusionsPerSeed(t *testing.T) {
-	e, err := experiments.Get("s003-bottleneck")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, seed := range conclusionSeeds {
-		res, err := e.Run(context.Background(), experiments.Config{Seed: seed, Runs: 3})
-		if err != nil {
-			t.Fatal(err)
-		}
+	perSeed(t, "s003-bottleneck", 3, nil, func(seed uint64, res experiments.Result) {
 		ci, gain := metric(t, res, "CI (1S+1FS, strategic user)"), metric(t, res, "efficiency gain (1S+1FS, strategic user)")
 		both := metric(t, res, "efficiency gain (2S, both users)")
 		if !(ci > 0.05 && gain > 0.2) {
@@ -31,5 +22,5 @@ func TestBottleneckConclusionsPerSeed(t *testing.T) {
 		if !(both > 0) {
 			t.Errorf("seed %d: two strategic users' efficiency gain %.1f %%, want above two fair-share users", seed, 100*both)
 		}
-	}
+	})
 }
