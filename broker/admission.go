@@ -228,26 +228,17 @@ func (b *Broker) Submit(ctx context.Context, req *wire.SubmitRequest) (wire.Subm
 	if id == "" {
 		id = "job-" + randomHex()
 	}
-	v, ok, err := b.store.fetch(ctx, id, false)
-	if err != nil {
-		return wire.SubmitReply{}, err
-	}
-	if ok && v.rec.Job != nil && v.rec.Plan.Status != wire.PlanFailed {
-		if v.rec.Plan.User != req.User || v.rec.Job.Spec.Name != req.Job.Name {
-			return wire.SubmitReply{}, ErrPlanReused
-		}
-		if v.rec.Plan.Status == planStarting {
-			// Admitted, but its start was cut off: carry it on (plans.go).
-			rep, err := b.start(ctx, v.rec.clone(), v.rev, b.cfg.Now(), false)
-			if err != nil {
-				return wire.SubmitReply{}, err
-			}
-			return wire.SubmitReply{Job: b.jobView(v.rec, b.cfg.Now()), Plan: rep.Plan}, nil
-		}
-		return wire.SubmitReply{Job: b.jobView(v.rec, b.cfg.Now()), Plan: v.rec.Plan}, nil
+	if rep, done, err := b.replaySubmit(ctx, id, req, false); done {
+		return rep, err
 	}
 	b.admit.Lock()
 	defer b.admit.Unlock()
+	// A retry by id may run beside the attempt it retries (requests are
+	// not kept in order): that attempt may have admitted the job while
+	// this one waited for the lock — then this is its replay, not a clash.
+	if rep, done, err := b.replaySubmit(ctx, id, req, true); done {
+		return rep, err
+	}
 	if err := b.clash(req); err != nil {
 		return wire.SubmitReply{}, err
 	}
@@ -267,7 +258,7 @@ func (b *Broker) Submit(ctx context.Context, req *wire.SubmitRequest) (wire.Subm
 	}
 	rep, err := b.spend(ctx, &wire.SpendRequest{ID: id, User: req.User, Budget: price,
 		Duration: wire.Duration(end.Sub(now)), VMs: req.Job.VMs, Strategy: wire.StrategyDeadline}, job)
-	v, _ = b.store.get(id)
+	v, _ := b.store.get(id)
 	if job.Commit != "" && (err != nil && !undecided(err) || v.rec == nil || v.rec.Job == nil || v.rec.Job.Commit != token) {
 		// Not admitted after all, or the id's plan is another admission's
 		// (a retry raced this one): this one commits nothing. A start cut
@@ -283,6 +274,32 @@ func (b *Broker) Submit(ctx context.Context, req *wire.SubmitRequest) (wire.Subm
 		return wire.SubmitReply{}, fmt.Errorf("%w: job %s vanished", wire.ErrInternal, id)
 	}
 	return wire.SubmitReply{Job: b.jobView(v.rec, now), Plan: rep.Plan}, nil
+}
+
+// replaySubmit answers a submit of plan id that was admitted already (done:
+// the answer is rep, err): the job as it is, carried on if its start was
+// cut off; a plan id of another user's or another job's is refused. fresh
+// reads the bucket rather than this replica's mirror.
+func (b *Broker) replaySubmit(ctx context.Context, id string, req *wire.SubmitRequest, fresh bool) (rep wire.SubmitReply, done bool, err error) {
+	v, ok, err := b.store.fetch(ctx, id, fresh)
+	if err != nil {
+		return rep, true, err
+	}
+	if !ok || v.rec.Job == nil || v.rec.Plan.Status == wire.PlanFailed {
+		return rep, false, nil
+	}
+	if v.rec.Plan.User != req.User || v.rec.Job.Spec.Name != req.Job.Name {
+		return rep, true, ErrPlanReused
+	}
+	if v.rec.Plan.Status == planStarting {
+		// Admitted, but its start was cut off: carry it on (plans.go).
+		started, err := b.start(ctx, v.rec.clone(), v.rev, b.cfg.Now(), false)
+		if err != nil {
+			return rep, true, err
+		}
+		return wire.SubmitReply{Job: b.jobView(v.rec, b.cfg.Now()), Plan: started.Plan}, true, nil
+	}
+	return wire.SubmitReply{Job: b.jobView(v.rec, b.cfg.Now()), Plan: v.rec.Plan}, true, nil
 }
 
 // admitJob prices a submit of plan id and, for a deadline, commits it on
