@@ -126,6 +126,7 @@ type Agent struct {
 	tickMu   sync.Mutex
 	lastTick time.Time
 	lastUse  map[string]time.Duration
+	lastIO   map[string]IOUse
 
 	// enforceMu serializes the Enforcer's share I/O; applied is the last
 	// set Apply accepted.
@@ -199,6 +200,9 @@ func New(cfg Config) (*Agent, error) {
 	a.mu.Unlock()
 	a.lastTick = now
 	a.lastUse, _ = cfg.Enforcer.Usage(ctx)
+	if m, ok := cfg.Enforcer.(IOMeter); ok {
+		a.lastIO, _ = m.IOUsage(ctx)
+	}
 	if err := a.enforce(ctx, false); err != nil {
 		a.cfg.Metrics.Error("agent", "apply")
 		a.cfg.Logger.Warn("agent: applying the initial shares failed; the first tick retries", "host", cfg.Host, "err", err)
@@ -553,12 +557,21 @@ func (a *Agent) vmIDs() []string {
 	return ids
 }
 
-// measure turns the CPU time used since the last tick into utilisation;
-// the Enforcer is read without mu.
+// measure turns the CPU time used since the last tick into utilisation,
+// and the I/O done (an IOMeter's) into each VM's busiest use of its
+// shares; the Enforcer is read without mu.
 func (a *Agent) measure(ctx context.Context, now time.Time) error {
 	use, err := a.cfg.Enforcer.Usage(ctx)
 	if err != nil {
 		return fmt.Errorf("agent %s: reading CPU usage: %w", a.cfg.Host, err)
+	}
+	var io map[string]IOUse
+	var capacity IOUse
+	if m, ok := a.cfg.Enforcer.(IOMeter); ok {
+		if io, err = m.IOUsage(ctx); err != nil {
+			return fmt.Errorf("agent %s: reading I/O usage: %w", a.cfg.Host, err)
+		}
+		capacity = m.IOCapacity()
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -567,6 +580,18 @@ func (a *Agent) measure(ctx context.Context, now time.Time) error {
 			used := (u - a.lastUse[vm]).Seconds() / dt // CPUs
 			a.util[vm] = used / a.cfg.Capacity
 			e := a.entitlement(vm)
+			if x, ok := io[vm]; ok && e > 0 {
+				// Its disk or network share used as much as its CPU
+				// share counts as CPU used: the VM is as busy as its
+				// busiest resource.
+				q := a.desired[vm]
+				last := a.lastIO[vm]
+				for _, r := range [...]struct{ moved, cap float64 }{{x.Disk - last.Disk, capacity.Disk}, {x.Net - last.Net, capacity.Net}} {
+					if r.cap > 0 && q > 0 {
+						used = max(used, r.moved/dt/(q*r.cap)*e)
+					}
+				}
+			}
 			bar := a.cfg.IdleBelow * e
 			if a.quiet[vm] >= a.cfg.IdleTicks {
 				// Idle already: money moved away from it shrinks its
@@ -586,7 +611,7 @@ func (a *Agent) measure(ctx context.Context, now time.Time) error {
 			}
 		}
 	}
-	a.lastTick, a.lastUse = now, use
+	a.lastTick, a.lastUse, a.lastIO = now, use, io
 	return nil
 }
 

@@ -350,3 +350,41 @@ func TestIdleAfterQuietTicks(t *testing.T) {
 		t.Fatalf("b is busy again: idle %v", got)
 	}
 }
+
+// TestWaitingOnIOIsBusy: on a host whose disk and network the agent
+// measures, a VM that uses no CPU while it reads its disk or fetches over
+// the network at a good part of its share is busy, not idle; once it also
+// stops its I/O it goes idle as before.
+func TestWaitingOnIOIsBusy(t *testing.T) {
+	h := newHost(t, agent.VM{ID: "a", Owner: "alice"}, agent.VM{ID: "b", Owner: "bob"})
+	h.sim.SetIOCapacity(agent.IOUse{Disk: 100, Net: 100})
+	idleB := func(st wire.HostState) bool {
+		for _, v := range st.VMs {
+			if v.VM == "b" {
+				return v.Idle
+			}
+		}
+		t.Fatal("no VM b")
+		return false
+	}
+	h.sim.SetDemand("b", 0)
+	sec := 0
+	for _, io := range []agent.IOUse{{Disk: 30}, {Net: 30}} {
+		h.sim.SetIO("b", io)
+		for range 5 {
+			sec++
+			*h.clock = t0.Add(time.Duration(sec) * time.Second)
+			if idleB(h.tick(t)) {
+				t.Fatalf("second %d: b moving %+v MB/s is idle", sec, io)
+			}
+		}
+	}
+	h.sim.SetIO("b", agent.IOUse{})
+	for i := 1; i <= 3; i++ {
+		sec++
+		*h.clock = t0.Add(time.Duration(sec) * time.Second)
+		if got := idleB(h.tick(t)); got != (i >= 3) {
+			t.Fatalf("quiet tick %d: idle %v", i, got)
+		}
+	}
+}

@@ -32,6 +32,22 @@ type Enforcer interface {
 	Usage(ctx context.Context) (map[string]time.Duration, error)
 }
 
+// IOMeter is an Enforcer that also counts the I/O each VM does on the
+// resources the host shares by the same weights (disk, network), so that a
+// VM waiting on its disk or network is busy, not idle: the idle rule —
+// and so bottleneck elimination and stage priority, which move money away
+// from idle VMs — looks at every governed resource, not the CPU alone.
+type IOMeter interface {
+	// IOUsage is each VM's cumulative I/O per resource, in MB.
+	IOUsage(ctx context.Context) (map[string]IOUse, error)
+	// IOCapacity is the host's bandwidth per resource in MB/s; 0 for a
+	// resource it does not share.
+	IOCapacity() IOUse
+}
+
+// IOUse is an amount per I/O resource: MB moved, or MB/s.
+type IOUse struct{ Disk, Net float64 }
+
 // Capturer sends capture batches to the bank (bank.Client does).
 type Capturer interface {
 	Capture(ctx context.Context, batch *wire.CaptureBatch) (wire.CaptureReply, error)

@@ -22,6 +22,11 @@ type SimEnforcer struct {
 	demand map[string]float64 // CPUs wanted
 	used   map[string]float64 // CPU-seconds
 	last   time.Time
+	// I/O: the host's bandwidth, each VM's current rates and MB so far
+	// (SetIO; see IOMeter).
+	ioCap   IOUse
+	ioRate  map[string]IOUse
+	ioMoved map[string]IOUse
 }
 
 // NewSimEnforcer makes a simulated host with cpus CPUs and vms on the clock now.
@@ -33,7 +38,7 @@ func NewSimEnforcer(now func() time.Time, cpus float64, vms ...VM) *SimEnforcer 
 		cpus = 1
 	}
 	s := &SimEnforcer{now: now, cpus: cpus, shares: map[string]float64{}, demand: map[string]float64{},
-		used: map[string]float64{}, last: now()}
+		used: map[string]float64{}, last: now(), ioRate: map[string]IOUse{}, ioMoved: map[string]IOUse{}}
 	for _, vm := range vms {
 		s.vms = append(s.vms, vm)
 		s.demand[vm.ID] = cpus
@@ -63,6 +68,42 @@ func (s *SimEnforcer) SetDemand(vm string, cpus float64) {
 	defer s.mu.Unlock()
 	s.integrate()
 	s.demand[vm] = max(cpus, 0)
+}
+
+// SetIOCapacity sets the host's disk and network bandwidth (MB/s) its
+// VMs' I/O is measured against; 0 leaves a resource unmeasured.
+func (s *SimEnforcer) SetIOCapacity(c IOUse) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ioCap = c
+}
+
+// SetIO sets the disk and network bandwidth vm moves from now on (MB/s);
+// the simulator that delivers it says so.
+func (s *SimEnforcer) SetIO(vm string, rate IOUse) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.integrate()
+	s.ioRate[vm] = rate
+}
+
+// IOUsage is each VM's I/O up to now, in MB.
+func (s *SimEnforcer) IOUsage(context.Context) (map[string]IOUse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.integrate()
+	out := make(map[string]IOUse, len(s.vms))
+	for _, vm := range s.vms {
+		out[vm.ID] = s.ioMoved[vm.ID]
+	}
+	return out, nil
+}
+
+// IOCapacity is the bandwidth SetIOCapacity set.
+func (s *SimEnforcer) IOCapacity() IOUse {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ioCap
 }
 
 // Apply enforces shares from now on.
@@ -134,6 +175,12 @@ func (s *SimEnforcer) integrate() {
 	}
 	for vm, cpu := range s.allocate() {
 		s.used[vm] += cpu * dt
+	}
+	for vm, r := range s.ioRate {
+		m := s.ioMoved[vm]
+		m.Disk += r.Disk * dt
+		m.Net += r.Net * dt
+		s.ioMoved[vm] = m
 	}
 }
 

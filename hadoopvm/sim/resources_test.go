@@ -122,3 +122,44 @@ func TestUngovernedIOTakesNoTime(t *testing.T) {
 		t.Error("a job reading −5 MB accepted")
 	}
 }
+
+// TestFairDiskIgnoresTheBids: on a host whose disk is outside the market
+// (DiskFair), VMs bidding 3:1 read at the same rate, while their cores
+// still follow the bids.
+func TestFairDiskIgnoresTheBids(t *testing.T) {
+	s, err := sim.New(sim.Config{Seed: 1, Start: t0}, []sim.HostSpec{{ID: "h1", Cores: 2, Disk: 100, DiskFair: true}},
+		[]sim.VMSpec{{ID: "a", Owner: "alice", Host: "h1", Slots: 2}, {ID: "b", Owner: "bob", Host: "h1", Slots: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Bid("a", "pa", 3*3600_000_000, 2*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Bid("b", "pb", 3600_000_000, 2*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range []sim.JobSpec{
+		{ID: "ja", User: "alice", VMs: []string{"a"}, Maps: 2, Map: sim.Dist{Mean: 0.001}, MapRead: 1500},
+		{ID: "jb", User: "bob", VMs: []string{"b"}, Maps: 2, Map: sim.Dist{Mean: 0.001}, MapRead: 1500},
+		{ID: "ca", User: "alice", VMs: []string{"a"}, Maps: 2, Map: sim.Dist{Mean: 1000}},
+		{ID: "cb", User: "bob", VMs: []string{"b"}, Maps: 2, Map: sim.Dist{Mean: 1000}},
+	} {
+		if err := s.Submit(j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.RunUntil(t0.Add(20 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	disk, _ := s.Moved()
+	if math.Abs(disk["a"]-1000) > 1 || math.Abs(disk["b"]-1000) > 1 {
+		t.Fatalf("after 20 s: a read %.1f MB, b %.1f MB; want 1000 each (equal halves of 100 MB/s)", disk["a"], disk["b"])
+	}
+	if err := s.RunUntil(t0.Add(100 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	cpu := s.CPU()
+	if share := cpu["a"] / (cpu["a"] + cpu["b"]); math.Abs(share-0.75) > 0.01 {
+		t.Fatalf("a's share of the cores %.3f, want about 0.75: the cores still follow the bids", share)
+	}
+}

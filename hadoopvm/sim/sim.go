@@ -72,13 +72,19 @@ type Config struct {
 // cores (the agent enforces CPU shares, blkio weights and interface
 // bandwidth from the same rates), work-conserving like the cores: a VM
 // not using its part leaves it to the others [recon].
+//
+// DiskFair and NetFair leave that resource outside the market: the host
+// has the bandwidth but divides it equally among the VMs using it,
+// whatever they pay — a device's own fair queueing, as seed 003's testbed
+// did with the disk it could not govern (§7.2).
 type HostSpec struct {
-	ID             string
-	Cores          float64
-	Speed          float64 // work per core-second; default 1
-	Background     float64
-	BackgroundRate float64
-	Disk, Net      float64 // MB/s; 0: ungoverned
+	ID                string
+	Cores             float64
+	Speed             float64 // work per core-second; default 1
+	Background        float64
+	BackgroundRate    float64
+	Disk, Net         float64 // MB/s; 0: I/O takes no time
+	DiskFair, NetFair bool    // shared equally, not by the shares
 }
 
 // VMSpec is a user's Hadoop VM: Slots tasks at once.
@@ -347,6 +353,7 @@ func New(cfg Config, hosts []HostSpec, vms []VMSpec) (*Sim, error) {
 			agentVMs = append(agentVMs, agent.VM{ID: h.bg, Owner: "background"})
 		}
 		h.sim = agent.NewSimEnforcer(clock, hs.Cores, agentVMs...)
+		h.sim.SetIOCapacity(agent.IOUse{Disk: hs.Disk, Net: hs.Net})
 		a, err := agent.New(agent.Config{Host: hs.ID, Enforcer: h.sim, Capturer: s.ledger, Now: clock, Capacity: hs.Cores})
 		if err != nil {
 			return nil, err
@@ -847,8 +854,17 @@ func (s *Sim) refresh(h *host) {
 	for vm, d := range demand[resCPU] { // the agent measures utilisation (idleness) from this
 		h.sim.SetDemand(vm, d)
 	}
+	fair := [nResources]bool{resDisk: h.spec.DiskFair, resNet: h.spec.NetFair}
+	equal := make(map[string]float64, len(shares))
+	for vm := range demand[resCPU] {
+		equal[vm] = 1
+	}
 	var alloc [nResources]map[string]float64
 	for r := range nResources {
+		if fair[r] {
+			alloc[r] = agent.Allocate(capacity[r], equal, demand[r])
+			continue
+		}
 		alloc[r] = agent.Allocate(capacity[r], shares, demand[r])
 	}
 	for _, m := range h.vms {
@@ -859,6 +875,9 @@ func (s *Sim) refresh(h *host) {
 				m.io[r] = alloc[r][m.spec.ID]
 			}
 		}
+		// The agent sees the I/O as it would read a domain's block and
+		// interface counters: a VM waiting on its disk is busy.
+		h.sim.SetIO(m.spec.ID, agent.IOUse{Disk: m.io[resDisk], Net: m.io[resNet]})
 		for _, t := range m.running {
 			p := t.cur()
 			n := busy[p.res][m.spec.ID]

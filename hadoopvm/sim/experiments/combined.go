@@ -18,7 +18,7 @@ func init() {
 		Source: "seed 003 §7.3–7.4 scenarios", Engine: EngineMarket, DefaultRuns: 25, Steps: func(n int) int { return 4 * (1 + 2*n) },
 		run: func(ctx context.Context, cfg Config, step func() error) (Result, error) {
 			var res Result
-			digg := func(u string, vms []string) []sim.JobSpec { return workload.Digg(u, u, vms, 0) }
+			digg := func(u string, vms []string) []sim.JobSpec { return workload.Digg(u, u, vms, 0, workload.IOPaper) }
 			video := func(u string, vms []string) []sim.JobSpec { return workload.VideoToon(u, u, vms, 0, 16) }
 			w := []float64{1, 20, 1}
 			scale := 22.0 / 3 // weight-1 stages spend at the fair-share rate (§7.3)
@@ -65,7 +65,7 @@ func init() {
 
 // diggWorld is §7.3's setting: user 1 spends with s, user 2 fair share.
 func diggWorld(jobs func(string, []string) []sim.JobSpec, s func(string, []string, []sim.JobSpec) *wire.SpendRequest) TwoUsers {
-	return TwoUsers{Hosts: 23, Users: [2]User{{jobs, s}, {jobs, Fair}}}
+	return TwoUsers{Hosts: 23, IO: workload.IOPaper, Users: [2]User{{jobs, s}, {jobs, Fair}}}
 }
 
 // videoWorld is §7.4's setting: extra load on half the hosts, user 1 spends

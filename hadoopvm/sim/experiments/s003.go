@@ -133,10 +133,10 @@ func compare(ctx context.Context, cfg Config, step func() error, base, strat Two
 func init() {
 	register(Experiment{Name: "s003-workflow", Title: "Workflow priority on GridMix (weights 1 vs 0.5), 40 hosts",
 		Source: "seed 003 §7.2, Fig. 6", Engine: EngineMarket, DefaultRuns: 25, Steps: func(n int) int { return 3 * (1 + 2*n) },
-		run: runS003Workflow, params: func() any { return &workflowParams{Low: 0.5} }})
+		run: runS003Workflow, params: func() any { return &workflowParams{Low: 0.5, IO: workload.IOPaper} }})
 	register(Experiment{Name: "s003-stage", Title: "Stage priority on Digg (one stage ×20) against a fair-share user, 23 hosts",
 		Source: "seed 003 §7.3, Fig. 7", Engine: EngineMarket, DefaultRuns: 25, Steps: func(n int) int { return 6 * (1 + 2*n) },
-		run: runS003Stage, params: func() any { return &stageParams{Factor: 20} }})
+		run: runS003Stage, params: func() any { return &stageParams{Factor: 20, IO: workload.IOPaper} }})
 	register(Experiment{Name: "s003-bottleneck", Title: "Bottleneck elimination on VideoToon (1S+1FS, 2S, 2FS), 18 hosts, extra load on half",
 		Source: "seed 003 §7.4, Fig. 8", Engine: EngineMarket, DefaultRuns: 25, Steps: func(n int) int { return 2 * (1 + 2*n) },
 		run: runS003Bottleneck, params: func() any { return &bottleneckParams{Boost: 0.9} }})
@@ -149,14 +149,15 @@ func init() {
 // the two users weighting their own workflow 1 and the other's 0.5.
 func runS003Workflow(ctx context.Context, cfg Config, step func() error) (Result, error) {
 	var res Result
-	low := paramsOf[workflowParams](cfg).Low
+	p := paramsOf[workflowParams](cfg)
+	low := p.Low
 	for _, prog := range []string{workload.Queries, workload.Web, workload.Text} {
 		jobs := func(u string, vms []string) []sim.JobSpec {
-			j, _ := workload.GridMix(prog, u, u, vms, 0)
+			j, _ := workload.GridMix(prog, u, u, vms, 0, p.IO)
 			return j
 		}
-		base := TwoUsers{Hosts: 40, Users: [2]User{{jobs, Fair}, {jobs, Fair}}}
-		strat := TwoUsers{Hosts: 40, Users: [2]User{{jobs, Series([]float64{1, low}, 1)}, {jobs, Series([]float64{low, 1}, 1)}}}
+		base := TwoUsers{Hosts: 40, IO: p.IO, Users: [2]User{{jobs, Fair}, {jobs, Fair}}}
+		strat := TwoUsers{Hosts: 40, IO: p.IO, Users: [2]User{{jobs, Series([]float64{1, low}, 1)}, {jobs, Series([]float64{low, 1}, 1)}}}
 		ci, gain, _, _, _, err := compare(ctx, cfg, step, base, strat, []int{0, 1})
 		if err != nil {
 			return res, err
@@ -165,8 +166,8 @@ func runS003Workflow(ctx context.Context, cfg Config, step func() error) (Result
 		if prog == workload.Text {
 			paperGain = 0.04
 		}
-		paperCI, textCI := atPaperSetting(low == 0.5, 0.115, "11–12 %")
-		paperGain, textGain := atPaperSetting(low == 0.5, paperGain, fmt.Sprintf("≈%.0f %%", 100*paperGain))
+		paperCI, textCI := atPaperSetting(low == 0.5 && p.IO == workload.IOPaper, 0.115, "11–12 %")
+		paperGain, textGain := atPaperSetting(low == 0.5 && p.IO == workload.IOPaper, paperGain, fmt.Sprintf("≈%.0f %%", 100*paperGain))
 		res.Rows = append(res.Rows, row("CI ("+prog+")", paperCI, textCI, "%", ci).At("Fig. 6(a)"),
 			row("efficiency gain ("+prog+")", paperGain, textGain, "%", gain).At("Fig. 6(b)"))
 	}
@@ -175,38 +176,40 @@ func runS003Workflow(ctx context.Context, cfg Config, step func() error) (Result
 
 // workflowParams are s003-workflow's settings.
 type workflowParams struct {
-	Low float64 `json:"low" doc:"the low-priority workflows' weight, the high ones' 1 (the paper: 0.5, so high spends twice the rate)"`
+	Low float64     `json:"low" doc:"the low-priority workflows' weight, the high ones' 1 (the paper: 0.5, so high spends twice the rate)"`
+	IO  workload.IO `json:"io" doc:"I/O model: paper (network governed by the shares, disk shared equally: seed 003's testbed), governed (disk too, as mrmarket's agents do), none (CPU only)"`
 }
 
 func (p *workflowParams) check() error {
 	if !(p.Low > 0 && p.Low <= 1) {
 		return fmt.Errorf("low %g: want 0 < low ≤ 1", p.Low)
 	}
-	return nil
+	return p.IO.Check()
 }
 
 // diggStage is §7.3's world: the first user weights Digg's stages by w
 // under series (its budget scaled so weight-1 stages spend the fair-share
 // rate), the second spends fairly.
-func diggStage(series func([]float64, float64) func(string, []string, []sim.JobSpec) *wire.SpendRequest, w []float64) TwoUsers {
+func diggStage(series func([]float64, float64) func(string, []string, []sim.JobSpec) *wire.SpendRequest, w []float64, io workload.IO) TwoUsers {
 	sum := 0.0
 	for _, x := range w {
 		sum += x
 	}
-	jobs := func(u string, vms []string) []sim.JobSpec { return workload.Digg(u, u, vms, 0) }
-	return TwoUsers{Hosts: 23, Users: [2]User{{jobs, series(w, sum/float64(len(w)))}, {jobs, Fair}}}
+	jobs := func(u string, vms []string) []sim.JobSpec { return workload.Digg(u, u, vms, 0, io) }
+	return TwoUsers{Hosts: 23, IO: io, Users: [2]User{{jobs, series(w, sum/float64(len(w)))}, {jobs, Fair}}}
 }
 
 // stageParams are s003-stage's settings.
 type stageParams struct {
-	Factor float64 `json:"factor" doc:"the boosted stage's weight, the others 1 (the paper: 20)"`
+	Factor float64     `json:"factor" doc:"the boosted stage's weight, the others 1 (the paper: 20)"`
+	IO     workload.IO `json:"io" doc:"I/O model: paper (network governed by the shares, disk shared equally: seed 003's testbed), governed (disk too, as mrmarket's agents do), none (CPU only)"`
 }
 
 func (p *stageParams) check() error {
 	if !(p.Factor > 0 && p.Factor <= 1000) {
 		return fmt.Errorf("factor %g: want 0 < factor ≤ 1000", p.Factor)
 	}
-	return nil
+	return p.IO.Check()
 }
 
 // runS003Stage is §7.3: each Digg stage in turn weighted ×20 against
@@ -214,19 +217,20 @@ func (p *stageParams) check() error {
 // and under our stage-carry.
 func runS003Stage(ctx context.Context, cfg Config, step func() error) (Result, error) {
 	var res Result
-	f := paramsOf[stageParams](cfg).Factor
+	p := paramsOf[stageParams](cfg)
+	f := p.Factor
 	for _, v := range []struct {
 		tag    string
 		series func([]float64, float64) func(string, []string, []sim.JobSpec) *wire.SpendRequest
 	}{{"", Series}, {", stage-carry", SeriesCarry}} {
-		base := diggStage(v.series, []float64{1, 1, 1})
+		base := diggStage(v.series, []float64{1, 1, 1}, p.IO)
 		for stage, w := range [][]float64{{f, 1, 1}, {1, f, 1}, {1, 1, f}} {
-			ci, gain, _, _, _, err := compare(ctx, cfg, step, base, diggStage(v.series, w), []int{0})
+			ci, gain, _, _, _, err := compare(ctx, cfg, step, base, diggStage(v.series, w, p.IO), []int{0})
 			if err != nil {
 				return res, err
 			}
 			paperCI, paperGain, textCI, textGain := math.NaN(), math.NaN(), "", ""
-			if stage == 1 && v.tag == "" && f == 20 {
+			if stage == 1 && v.tag == "" && f == 20 && p.IO == workload.IOPaper {
 				paperCI, paperGain, textCI, textGain = 0.31, 1.87, "31 %", "187 %"
 			}
 			res.Rows = append(res.Rows, row(fmt.Sprintf("CI (stage %d ×%g%s)", stage+1, f, v.tag), paperCI, textCI, "%", ci).At("Fig. 7(a)"),
@@ -292,7 +296,7 @@ func runS003Sensitivity(ctx context.Context, cfg Config, step func() error) (Res
 		riskAverse  float64
 		riskSeeking float64
 	}{
-		{"Digg", diggStage(Series, []float64{1, 1, 1}), diggStage(Series, []float64{1, 20, 1}), 0.65, 5.0},
+		{"Digg", diggStage(Series, []float64{1, 1, 1}, workload.IOPaper), diggStage(Series, []float64{1, 20, 1}, workload.IOPaper), 0.65, 5.0},
 		{"VideoToon", videoToon(Fair, Fair), videoToon(Bottleneck(0.9), Fair), 0.30, math.NaN()},
 	} {
 		_, _, b, s, tmin, err := compare(ctx, cfg, step, c.base, c.strat, []int{0})

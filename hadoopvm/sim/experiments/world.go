@@ -8,6 +8,7 @@ import (
 
 	"github.com/mrmarket/mrmarket/broker"
 	"github.com/mrmarket/mrmarket/hadoopvm/sim"
+	"github.com/mrmarket/mrmarket/hadoopvm/sim/workload"
 	"github.com/mrmarket/mrmarket/internal/money"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
@@ -25,9 +26,14 @@ type User struct {
 // and two users with a 2-slot VM on
 // every host, each running a workflow and spending on its VMs through the
 // real broker, strategies and agents.
+//
+// IO is how the hosts treat I/O (workload.IOPaper: the network governed,
+// the disk shared equally; empty: the CPU-only model); the users'
+// workflows must be built for the same IO.
 type TwoUsers struct {
 	Hosts         int
 	Heterogeneous bool
+	IO            workload.IO
 	Users         [2]User
 }
 
@@ -108,7 +114,12 @@ func (w TwoUsers) layout(rng *rand.Rand, users [2]string, alone bool) ([]sim.Hos
 		if w.Heterogeneous && rng.IntN(2) == 0 {
 			bg = 1.5
 		}
-		spec := sim.HostSpec{ID: fmt.Sprint("h", h), Cores: 2, Background: bg, BackgroundRate: bgRate}
+		io := w.IO
+		if io == "" {
+			io = workload.IONone
+		}
+		spec := io.Host(fmt.Sprint("h", h))
+		spec.Background, spec.BackgroundRate = bg, bgRate
 		if alone {
 			spec.Background, spec.BackgroundRate = 0, 0
 		}

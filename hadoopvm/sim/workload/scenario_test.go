@@ -14,11 +14,11 @@ import (
 var paperRuns = map[string]experiments.TwoUsers{
 	// §7.2: GridMix monsterQueries on 40 hosts, workflow priority 1 vs 0.5
 	// over a series, the other user the opposite series.
-	"gridmix": {Hosts: 40, Users: [2]experiments.User{
+	"gridmix": {Hosts: 40, IO: workload.IOPaper, Users: [2]experiments.User{
 		{Jobs: gridmix, Spend: experiments.Series([]float64{1, 0.5}, 1)},
 		{Jobs: gridmix, Spend: experiments.Series([]float64{0.5, 1}, 1)}}},
 	// §7.3: Digg on 23 hosts, stage priority {1, 20, 1} against fair share.
-	"digg": {Hosts: 23, Users: [2]experiments.User{
+	"digg": {Hosts: 23, IO: workload.IOPaper, Users: [2]experiments.User{
 		{Jobs: digg, Spend: experiments.Series([]float64{1, 20, 1}, 1)},
 		{Jobs: digg, Spend: experiments.Fair}}},
 	// §7.4: VideoToon (16 MB) on 18 hosts, extra load on a random half,
@@ -29,10 +29,10 @@ var paperRuns = map[string]experiments.TwoUsers{
 }
 
 func gridmix(u string, vms []string) []sim.JobSpec {
-	j, _ := workload.GridMix(workload.Queries, u, u, vms, 0)
+	j, _ := workload.GridMix(workload.Queries, u, u, vms, 0, workload.IOPaper)
 	return j
 }
-func digg(u string, vms []string) []sim.JobSpec      { return workload.Digg(u, u, vms, 0) }
+func digg(u string, vms []string) []sim.JobSpec      { return workload.Digg(u, u, vms, 0, workload.IOPaper) }
 func videoToon(u string, vms []string) []sim.JobSpec { return workload.VideoToon(u, u, vms, 0, 16) }
 
 // TestPaperScenariosRun: each two-user scenario runs to the end on the
