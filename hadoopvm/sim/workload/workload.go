@@ -177,15 +177,26 @@ func GridMix(program, runID, user string, vms []string, submit time.Duration, io
 // bound), the distribution reads the join's output and shuffles per-user
 // counts, Pearson works on partial sums (CPU bound).
 func Digg(runID, user string, vms []string, submit time.Duration, io IO) []sim.JobSpec {
+	return DiggSized(runID, user, vms, submit, io, [3]float64{1, 1, 1})
+}
+
+// DiggSized is Digg with each stage's task times (join, distribution,
+// Pearson) multiplied by size: the paper does not give them.
+func DiggSized(runID, user string, vms []string, submit time.Duration, io IO, size [3]float64) []sim.JobSpec {
 	p := 2 * len(vms) // two waves of maps on 2-slot VMs
-	return chain("digg", runID, user, vms, submit, io, []jobShape{
+	shapes := []jobShape{
 		{name: "join", maps: p, reduces: len(vms), mapSecs: 30, reduceSecs: 20, mapCV: 0.2, reduceCV: 0.2,
 			read: 0.6, write: 0.15, shuffle: 0.5, result: 0.2},
 		{name: "dist", maps: p, reduces: len(vms) / 2, mapSecs: 20, reduceSecs: 10, mapCV: 0.2, reduceCV: 0.2,
 			read: 0.3, write: 0.1, shuffle: 0.3, result: 0.1},
 		{name: "pearson", maps: p, reduces: len(vms), mapSecs: 60, reduceSecs: 20, mapCV: 0.3, reduceCV: 0.2,
 			read: 0.05, shuffle: 0.05, result: 0.05},
-	})
+	}
+	for i := range shapes {
+		shapes[i].mapSecs *= size[i]
+		shapes[i].reduceSecs *= size[i]
+	}
+	return chain("digg", runID, user, vms, submit, io, shapes)
 }
 
 // VideoToon is one run of VideoToon over a stream of megabytes (16 in the
