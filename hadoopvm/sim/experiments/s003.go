@@ -72,13 +72,14 @@ func Bottleneck(f float64) func(string, []string, []sim.JobSpec) *wire.SpendRequ
 type scored struct {
 	t    []float64 // completion times, s
 	cost []float64 // dollars
+	jobs map[string]time.Duration
 }
 
 // score turns the outcome of users (indexes into the two users) into
 // completion times and costs in dollars: $1 is a fair-share plan's budget.
 func score(o Outcome, users []int, _ time.Duration) scored {
 	dollar := float64(planBudget)
-	var s scored
+	s := scored{jobs: o.Jobs}
 	for _, i := range users {
 		s.t = append(s.t, o.T[i].Seconds())
 		s.cost = append(s.cost, float64(o.Paid[i])/dollar)
@@ -158,9 +159,27 @@ func runS003Workflow(ctx context.Context, cfg Config, step func() error) (Result
 		}
 		base := TwoUsers{Hosts: 40, IO: p.IO, Users: [2]User{{jobs, Fair}, {jobs, Fair}}}
 		strat := TwoUsers{Hosts: 40, IO: p.IO, Users: [2]User{{jobs, Series([]float64{1, low}, 1)}, {jobs, Series([]float64{low, 1}, 1)}}}
-		ci, gain, _, _, _, err := compare(ctx, cfg, step, base, strat, []int{0, 1})
+		ci, gain, b, s, _, err := compare(ctx, cfg, step, base, strat, []int{0, 1})
 		if err != nil {
 			return res, err
+		}
+		// Eq. 6 over the workflows whose rate was doubled: the first
+		// user's even jobs, the second's odd ones.
+		var high []float64
+		for k := range b {
+			var tf, ts []float64
+			for i, u := range [2]string{"u1", "u2"} {
+				for _, j := range jobs(u, nil) {
+					var n int
+					if _, err := fmt.Sscanf(strings.TrimPrefix(j.ID, u+"-"), "%d-", &n); err != nil {
+						return res, fmt.Errorf("job %q: %w", j.ID, err)
+					}
+					if n%2 == i {
+						tf, ts = append(tf, b[k].jobs[j.ID].Seconds()), append(ts, s[k].jobs[j.ID].Seconds())
+					}
+				}
+			}
+			high = append(high, CompletionImprovement(tf, ts))
 		}
 		paperGain := 0.10
 		if prog == workload.Text {
@@ -169,8 +188,13 @@ func runS003Workflow(ctx context.Context, cfg Config, step func() error) (Result
 		paperCI, textCI := atPaperSetting(low == 0.5 && p.IO == workload.IOPaper, 0.115, "11–12 %")
 		paperGain, textGain := atPaperSetting(low == 0.5 && p.IO == workload.IOPaper, paperGain, fmt.Sprintf("≈%.0f %%", 100*paperGain))
 		res.Rows = append(res.Rows, row("CI ("+prog+")", paperCI, textCI, "%", ci).At("Fig. 6(a)"),
+			row("CI, high-priority workflows only ("+prog+")", paperCI, textCI, "%", high).At("Fig. 6(a)"),
 			row("efficiency gain ("+prog+")", paperGain, textGain, "%", gain).At("Fig. 6(b)"))
 	}
+	res.Notes = append(res.Notes,
+		"[recon] a workflow is one job of the program's chain; the first user's weights cycle 1, "+fmt.Sprint(low)+" over its jobs, the second's "+fmt.Sprint(low)+", 1 (the paper: a deterministic sequence with minimal overlap of both users' high priority); CI is Eq. 6 over all workflows and, on its own row, over the workflows whose rate was raised — the paper's \"11–12 % from doubling the spending rate\" reads either way",
+		"I/O "+string(p.IO)+": GridMix reads, writes and shuffles 55–70 % of its task time (§6.1: \"predominantly I/O bound\"); under io=paper the disk is shared equally whatever the bids (seed 003 could not govern it), the network by the shares; io=governed governs the disk too, io=none is the CPU-only model (CI 3.2–3.7 %, seed 1, 25 runs)",
+		"the conclusion — every program finishes sooner and more efficiently under workflow priority — holds on each of five seeds (TestWorkflowPriorityConclusionsPerSeed); CI over all workflows stays below the paper's: it rises with the differentiation (low=0.1: 9–14 %, seed 1, 10 runs), so here a doubled rate buys less than on the paper's testbed")
 	return res, nil
 }
 

@@ -38,10 +38,12 @@ type TwoUsers struct {
 }
 
 // Outcome is what a run gives each user: its workflow's completion time
-// and what its plan had paid when the workflow finished.
+// and what its plan had paid when the workflow finished; and each job's
+// time, submission to finish, by id.
 type Outcome struct {
 	T    [2]time.Duration
 	Paid [2]money.Micro
+	Jobs map[string]time.Duration
 }
 
 var start = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
@@ -87,8 +89,10 @@ func (w TwoUsers) run(seed uint64, alone bool) (Outcome, error) {
 		return out, err
 	}
 	at := map[string]sim.JobResult{}
+	out.Jobs = make(map[string]time.Duration, len(res))
 	for _, j := range res {
 		at[j.ID] = j
+		out.Jobs[j.ID] = j.Duration()
 	}
 	for i, u := range users {
 		if u != "" {

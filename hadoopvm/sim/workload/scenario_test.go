@@ -1,6 +1,7 @@
 package workload_test
 
 import (
+	"reflect"
 	"testing"
 	"time"
 
@@ -47,7 +48,7 @@ func TestPaperScenariosRun(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if a != b || a.T[0] <= 0 || a.T[1] <= 0 || a.Paid[0] <= 0 || a.Paid[1] <= 0 {
+		if !reflect.DeepEqual(a, b) || a.T[0] <= 0 || a.T[1] <= 0 || a.Paid[0] <= 0 || a.Paid[1] <= 0 {
 			t.Fatalf("%s: %+v then %+v", name, a, b)
 		}
 		t.Logf("%s: user 1 %s (paid %s), user 2 %s (paid %s)", name, a.T[0].Round(time.Second), a.Paid[0], a.T[1].Round(time.Second), a.Paid[1])
