@@ -2,6 +2,7 @@ package experiments_test
 
 import (
 	"fmt"
+	"math"
 	"testing"
 
 	"github.com/mrmarket/mrmarket/hadoopvm/sim/experiments"
@@ -70,6 +71,33 @@ func TestWorkflowPriorityConclusionsPerSeed(t *testing.T) {
 			t.Logf("seed %d, %s: CI %.1f %%, efficiency gain %.1f %%", seed, prog, 100*ci, 100*gain)
 			if !(ci > 0.005 && gain > 0.02) {
 				t.Errorf("seed %d, %s: CI %.1f %%, efficiency gain %.1f %%: want both above fair share (the paper: 11–12 %%, 4–10 %%)", seed, prog, 100*ci, 100*gain)
+			}
+		}
+	})
+}
+
+// TestSensitivityConclusionsPerSeed: seed 003 §8's conclusions (Fig. 9) on
+// each of five seeds (four runs each), for Digg's stage priority and
+// VideoToon's bottleneck elimination: the more delay-sensitive the user
+// (the larger the decay rate r), the more the strategy gains; a risk-averse
+// user (γ = 3) gains less than a risk-neutral one, a risk-seeking one
+// (γ = −3) more.
+func TestSensitivityConclusionsPerSeed(t *testing.T) {
+	perSeed(t, "s003-sensitivity", 4, nil, func(seed uint64, res experiments.Result) {
+		for _, app := range []string{"Digg", "VideoToon"} {
+			prev := math.Inf(-1)
+			for _, r := range []string{"0.5", "1", "2", "4", "8"} {
+				g := metric(t, res, app+" gain, r = "+r)
+				if !(g > prev) {
+					t.Errorf("seed %d, %s: gain %.1f %% at r = %s, not above %.1f %% at the r before", seed, app, 100*g, r, 100*prev)
+				}
+				prev = g
+			}
+			neutral := metric(t, res, app+" gain, r = 2")
+			averse, seeking := metric(t, res, app+" gain, γ = 3 (risk averse)"), metric(t, res, app+" gain, γ = −3 (risk seeking)")
+			t.Logf("seed %d, %s: gain risk averse %.1f %%, neutral %.1f %%, seeking %.1f %%", seed, app, 100*averse, 100*neutral, 100*seeking)
+			if !(averse < neutral && neutral < seeking) {
+				t.Errorf("seed %d, %s: gains risk averse %.1f %%, neutral %.1f %%, seeking %.1f %%: want increasing", seed, app, 100*averse, 100*neutral, 100*seeking)
 			}
 		}
 	})
