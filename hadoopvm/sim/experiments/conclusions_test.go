@@ -3,6 +3,9 @@ package experiments_test
 import (
 	"context"
 	"math"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/mrmarket/mrmarket/hadoopvm/sim/experiments"
@@ -38,4 +41,36 @@ func metric(t *testing.T, res experiments.Result, name string) float64 {
 	}
 	t.Fatalf("%s: no row %q", res.Experiment, name)
 	return math.NaN()
+}
+
+// TestConclusionsNameRealTests: every conclusion the results page lists
+// belongs to an experiment and names a test of this package that exists,
+// so the page cannot point at a check that is gone.
+func TestConclusionsNameRealTests(t *testing.T) {
+	files, err := filepath.Glob("*_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var src strings.Builder
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src.Write(b)
+	}
+	for _, c := range experiments.Conclusions {
+		if _, err := experiments.Get(c.Experiment); err != nil {
+			t.Errorf("conclusion of %q: %v", c.Experiment, err)
+		}
+		if c.Claim == "" || c.Holds == "" {
+			t.Errorf("conclusion of %q: no claim or no verdict", c.Experiment)
+		}
+		if c.Test != "" && !strings.Contains(src.String(), "func "+c.Test+"(t *testing.T)") {
+			t.Errorf("conclusion of %q names %s, which is not a test here", c.Experiment, c.Test)
+		}
+		if c.Holds != "yes" && c.Why == "" {
+			t.Errorf("conclusion of %q does not hold as stated (%q) and gives no cause", c.Experiment, c.Holds)
+		}
+	}
 }
