@@ -143,7 +143,9 @@ func init() {
 		run: runS003Bottleneck, params: func() any { return &bottleneckParams{Boost: 0.9} }})
 	register(Experiment{Name: "s003-sensitivity", Title: "Efficiency gain against decay rate r and risk aversion γ (Digg stage 2, VideoToon 1S+1FS)",
 		Source: "seed 003 §8, Fig. 9", Engine: EngineMarket, DefaultRuns: 25, Steps: func(n int) int { return 2 * (1 + 2*n) },
-		run: runS003Sensitivity})
+		run: runS003Sensitivity, params: func() any {
+			return &sensitivityParams{Rates: []float64{0.5, 1, 2, 4, 8}, Gamma: 3, IO: workload.IOPaper}
+		}})
 }
 
 // runS003Workflow is §7.2: each GridMix program, both users fair against
@@ -374,13 +376,15 @@ func (p *bottleneckParams) check() error {
 // rescored at other decay rates r and risk attitudes γ.
 func runS003Sensitivity(ctx context.Context, cfg Config, step func() error) (Result, error) {
 	var res Result
+	p := paramsOf[sensitivityParams](cfg)
+	same := [3]float64{1, 1, 1}
 	for _, c := range []struct {
 		name        string
 		base, strat TwoUsers
 		riskAverse  float64
 		riskSeeking float64
 	}{
-		{"Digg", diggStage(Series, []float64{1, 1, 1}, workload.IOPaper, [3]float64{1, 1, 1}), diggStage(Series, []float64{1, 20, 1}, workload.IOPaper, [3]float64{1, 1, 1}), 0.65, 5.0},
+		{"Digg", diggStage(Series, []float64{1, 1, 1}, p.IO, same), diggStage(Series, []float64{1, 20, 1}, p.IO, same), 0.65, 5.0},
 		{"VideoToon", videoToon(Fair, Fair), videoToon(Bottleneck(0.9), Fair), 0.30, math.NaN()},
 	} {
 		_, _, b, s, tmin, err := compare(ctx, cfg, step, c.base, c.strat, []int{0})
@@ -394,16 +398,41 @@ func runS003Sensitivity(ctx context.Context, cfg Config, step func() error) (Res
 			}
 			return out
 		}
-		for _, r := range []float64{0.5, 1, 2, 4, 8} {
-			res.Rows = append(res.Rows, row(fmt.Sprintf("%s gain, r = %g", c.name, r), math.NaN(), "grows with r", "%", gainAt(r, 0)))
+		for _, r := range p.Rates {
+			res.Rows = append(res.Rows, row(fmt.Sprintf("%s gain, r = %g", c.name, r), math.NaN(), "grows with r", "%", gainAt(r, 0)).At("§8, Fig. 9"))
 		}
 		seekText := ""
 		if !math.IsNaN(c.riskSeeking) {
 			seekText = "≈6×"
 		}
+		paper := p.Gamma == 3 && p.IO == workload.IOPaper
+		averse, averseText := atPaperSetting(paper, c.riskAverse, fmt.Sprintf("%.0f %%", 100*c.riskAverse))
+		seeking, seekText := atPaperSetting(paper, c.riskSeeking, seekText)
 		res.Rows = append(res.Rows,
-			row(c.name+" gain, γ = 3 (risk averse)", c.riskAverse, fmt.Sprintf("%.0f %%", 100*c.riskAverse), "%", gainAt(decay, 3)),
-			row(c.name+" gain, γ = −3 (risk seeking)", c.riskSeeking, seekText, "%", gainAt(decay, -3)))
+			row(fmt.Sprintf("%s gain, γ = %g (risk averse)", c.name, p.Gamma), averse, averseText, "%", gainAt(decay, p.Gamma)).At("§8, Fig. 9"),
+			row(fmt.Sprintf("%s gain, γ = −%g (risk seeking)", c.name, p.Gamma), seeking, seekText, "%", gainAt(decay, -p.Gamma)).At("§8, Fig. 9"))
 	}
 	return res, nil
+}
+
+// sensitivityParams are s003-sensitivity's settings.
+type sensitivityParams struct {
+	Rates []float64   `json:"rates" doc:"the decay rates r the gains are rescored at (the paper's runs: 2)"`
+	Gamma float64     `json:"gamma" doc:"the risk attitude |γ|: rows at γ (risk averse) and −γ (risk seeking) (the paper: 3)"`
+	IO    workload.IO `json:"io" doc:"Digg's I/O model: paper, governed or none (see s003-stage)"`
+}
+
+func (p *sensitivityParams) check() error {
+	if len(p.Rates) == 0 || len(p.Rates) > 20 {
+		return fmt.Errorf("rates %v: want 1 to 20 decay rates", p.Rates)
+	}
+	for _, r := range p.Rates {
+		if !(r > 0 && r <= 100) {
+			return fmt.Errorf("rate %g: want 0 < r ≤ 100", r)
+		}
+	}
+	if !(p.Gamma > 0 && p.Gamma <= 50) {
+		return fmt.Errorf("gamma %g: want 0 < γ ≤ 50", p.Gamma)
+	}
+	return p.IO.Check()
 }
