@@ -13,26 +13,8 @@ import (
 // cores; once the first is done, the second has the whole disk
 // (work-conserving). Every MB a job reads is moved once.
 func TestDiskSharedByTheBids(t *testing.T) {
-	s, err := sim.New(sim.Config{Seed: 1, Start: t0}, []sim.HostSpec{{ID: "h1", Cores: 8, Disk: 100}},
-		[]sim.VMSpec{{ID: "a", Owner: "alice", Host: "h1", Slots: 2}, {ID: "b", Owner: "bob", Host: "h1", Slots: 2}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Bid("a", "pa", 3*3600_000_000, 2*time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Bid("b", "pb", 3600_000_000, 2*time.Hour); err != nil {
-		t.Fatal(err)
-	}
 	// a reads 2 × 1500 MB, b 2 × 1500 MB; their work is next to nothing.
-	for _, j := range []sim.JobSpec{
-		{ID: "ja", User: "alice", VMs: []string{"a"}, Maps: 2, Map: sim.Dist{Mean: 0.001}, MapRead: 1500},
-		{ID: "jb", User: "bob", VMs: []string{"b"}, Maps: 2, Map: sim.Dist{Mean: 0.001}, MapRead: 1500},
-	} {
-		if err := s.Submit(j); err != nil {
-			t.Fatal(err)
-		}
-	}
+	s := twoBiddersReading(t, sim.HostSpec{ID: "h1", Cores: 8, Disk: 100})
 	if err := s.RunUntil(t0.Add(20 * time.Second)); err != nil {
 		t.Fatal(err)
 	}
@@ -127,27 +109,9 @@ func TestUngovernedIOTakesNoTime(t *testing.T) {
 // (DiskFair), VMs bidding 3:1 read at the same rate, while their cores
 // still follow the bids.
 func TestFairDiskIgnoresTheBids(t *testing.T) {
-	s, err := sim.New(sim.Config{Seed: 1, Start: t0}, []sim.HostSpec{{ID: "h1", Cores: 2, Disk: 100, DiskFair: true}},
-		[]sim.VMSpec{{ID: "a", Owner: "alice", Host: "h1", Slots: 2}, {ID: "b", Owner: "bob", Host: "h1", Slots: 2}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Bid("a", "pa", 3*3600_000_000, 2*time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Bid("b", "pb", 3600_000_000, 2*time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	for _, j := range []sim.JobSpec{
-		{ID: "ja", User: "alice", VMs: []string{"a"}, Maps: 2, Map: sim.Dist{Mean: 0.001}, MapRead: 1500},
-		{ID: "jb", User: "bob", VMs: []string{"b"}, Maps: 2, Map: sim.Dist{Mean: 0.001}, MapRead: 1500},
-		{ID: "ca", User: "alice", VMs: []string{"a"}, Maps: 2, Map: sim.Dist{Mean: 1000}},
-		{ID: "cb", User: "bob", VMs: []string{"b"}, Maps: 2, Map: sim.Dist{Mean: 1000}},
-	} {
-		if err := s.Submit(j); err != nil {
-			t.Fatal(err)
-		}
-	}
+	s := twoBiddersReading(t, sim.HostSpec{ID: "h1", Cores: 2, Disk: 100, DiskFair: true},
+		sim.JobSpec{ID: "ca", User: "alice", VMs: []string{"a"}, Maps: 2, Map: sim.Dist{Mean: 1000}},
+		sim.JobSpec{ID: "cb", User: "bob", VMs: []string{"b"}, Maps: 2, Map: sim.Dist{Mean: 1000}})
 	if err := s.RunUntil(t0.Add(20 * time.Second)); err != nil {
 		t.Fatal(err)
 	}
@@ -162,4 +126,31 @@ func TestFairDiskIgnoresTheBids(t *testing.T) {
 	if share := cpu["a"] / (cpu["a"] + cpu["b"]); math.Abs(share-0.75) > 0.01 {
 		t.Fatalf("a's share of the cores %.3f, want about 0.75: the cores still follow the bids", share)
 	}
+}
+
+// twoBiddersReading is host with VMs a (alice) and b (bob) bidding 3:1,
+// each reading 2 × 1500 MB with next to no work (jobs ja, jb), then
+// running more.
+func twoBiddersReading(t *testing.T, host sim.HostSpec, more ...sim.JobSpec) *sim.Sim {
+	t.Helper()
+	s, err := sim.New(sim.Config{Seed: 1, Start: t0}, []sim.HostSpec{host},
+		[]sim.VMSpec{{ID: "a", Owner: "alice", Host: host.ID, Slots: 2}, {ID: "b", Owner: "bob", Host: host.ID, Slots: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Bid("a", "pa", 3*3600_000_000, 2*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Bid("b", "pb", 3600_000_000, 2*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range append([]sim.JobSpec{
+		{ID: "ja", User: "alice", VMs: []string{"a"}, Maps: 2, Map: sim.Dist{Mean: 0.001}, MapRead: 1500},
+		{ID: "jb", User: "bob", VMs: []string{"b"}, Maps: 2, Map: sim.Dist{Mean: 0.001}, MapRead: 1500},
+	}, more...) {
+		if err := s.Submit(j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
 }
