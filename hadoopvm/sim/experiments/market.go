@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/mrmarket/mrmarket/broker"
@@ -84,9 +85,20 @@ type linMarketParams struct {
 	Loads []float64 `json:"load" doc:"offered loads: arrival rate × mean map size, as lin (the paper: 0.75, 0.9)"`
 	Jobs  int       `json:"jobs" doc:"jobs per trace (lin's model uses 100000; the market runs a few hundred)"`
 	Hosts int       `json:"hosts" doc:"simulated 2-core hosts; every job has a 2-slot VM on each"`
+	// Policies are the job orders run (the broker's: fifo, klps, maxsrpt,
+	// splitsrpt); ratios to k-LPS need klps among them.
+	Policies []string `json:"policies" doc:"job orders run through the market and the model (fifo, klps, maxsrpt, splitsrpt)"`
 }
 
 func (p *linMarketParams) check() error {
+	if len(p.Policies) == 0 {
+		return fmt.Errorf("policies needs at least one of %v", linMarketPolicies)
+	}
+	for i, x := range p.Policies {
+		if !slices.Contains(linMarketPolicies, x) || slices.Contains(p.Policies[:i], x) {
+			return fmt.Errorf("policy %q: want each of %v at most once", x, linMarketPolicies)
+		}
+	}
 	lp := linParams{Loads: p.Loads, Jobs: max(p.Jobs, 10)}
 	if err := lp.check(); err != nil {
 		return err
@@ -155,37 +167,45 @@ func linMarketSpecs(k, hosts int, j linMarketJob) (wire.JobSpec, sim.JobSpec) {
 }
 
 // linMarketRun runs one trace through the market with job order order:
-// each job's response in units.
-func linMarketRun(seed uint64, hosts int, jobs []linMarketJob, order string) ([]float64, error) {
+// each job's response in units, and how many jobs finished after their
+// plan had ended (a best-effort plan runs ten predicted runs, at least an
+// hour; after it the job bids nothing and runs on what is idle).
+func linMarketRun(seed uint64, hosts int, jobs []linMarketJob, order string) ([]float64, int, error) {
 	w, err := newMktWorld(seed, hosts, len(jobs), order)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	ctx := context.Background()
+	ends := make([]time.Time, len(jobs))
 	for k, j := range jobs {
 		at := start.Add(time.Duration(j.arrive * mktUnit * float64(time.Second)))
 		if err := w.s.RunUntil(at); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		spec, sj := linMarketSpecs(k, hosts, j)
-		if _, err := w.b.Submit(ctx, &wire.SubmitRequest{ID: fmt.Sprint("plan-", k), User: "u", Job: spec,
-			Budget: 10_000 * money.PerCredit, BestEffort: true}); err != nil {
-			return nil, fmt.Errorf("job %d: %w", k, err)
+		rep, err := w.b.Submit(ctx, &wire.SubmitRequest{ID: fmt.Sprint("plan-", k), User: "u", Job: spec,
+			Budget: 10_000 * money.PerCredit, BestEffort: true})
+		if err != nil {
+			return nil, 0, fmt.Errorf("job %d: %w", k, err)
 		}
+		ends[k] = rep.Plan.End
 		sj.Submit = w.s.Now().Sub(start)
 		if err := w.s.Submit(sj); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
 	res, err := w.s.Run(10_000 * time.Hour)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	out := make([]float64, len(res))
+	out, over := make([]float64, len(res)), 0
 	for i, r := range res {
 		out[i] = r.Duration().Seconds() / mktUnit
+		if r.Finish.After(ends[i]) {
+			over++
+		}
 	}
-	return out, nil
+	return out, over, nil
 }
 
 func meanOf(xs []float64) float64 {
@@ -211,7 +231,7 @@ func runLinMarket(ctx context.Context, cfg Config, step func() error) (Result, e
 		for _, load := range par.Loads {
 			rng := rand.New(rand.NewPCG(cfg.Seed+uint64(k)*7919, uint64(load*100)))
 			jobs, model := linMarketTrace(linJobs(rng, par.Jobs, load), par.Hosts)
-			for _, p := range linMarketPolicies {
+			for _, p := range par.Policies {
 				done, err := strategies.SimulateOverlap(model, p)
 				if err != nil {
 					return res, err
@@ -221,11 +241,12 @@ func runLinMarket(ctx context.Context, cfg Config, step func() error) (Result, e
 					sum += d - model[i].Release
 				}
 				got[key{load, "model", p}] = append(got[key{load, "model", p}], sum/float64(len(model)))
-				resp, err := linMarketRun(cfg.Seed+uint64(k)*7919, par.Hosts, jobs, p)
+				resp, over, err := linMarketRun(cfg.Seed+uint64(k)*7919, par.Hosts, jobs, p)
 				if err != nil {
 					return res, fmt.Errorf("%s at load %g: %w", p, load, err)
 				}
 				got[key{load, "market", p}] = append(got[key{load, "market", p}], meanOf(resp))
+				got[key{load, "past plan", p}] = append(got[key{load, "past plan", p}], float64(over)/float64(len(resp)))
 				if err := ctx.Err(); err != nil {
 					return res, err
 				}
@@ -237,10 +258,13 @@ func runLinMarket(ctx context.Context, cfg Config, step func() error) (Result, e
 		}
 	}
 	for _, load := range par.Loads {
-		for _, p := range linMarketPolicies {
+		for _, p := range par.Policies {
 			res.Rows = append(res.Rows,
 				row(fmt.Sprintf("mean response, %s, load %g, market", p, load), nan, "", "", got[key{load, "market", p}]),
 				row(fmt.Sprintf("mean response, %s, load %g, model on the same trace", p, load), nan, "", "", got[key{load, "model", p}]))
+		}
+		for _, p := range par.Policies {
+			res.Rows = append(res.Rows, row(fmt.Sprintf("jobs finishing after their plan ended, %s, load %g, market (no model counterpart)", p, load), nan, "", "%", got[key{load, "past plan", p}]))
 		}
 		ratio := func(engine, p string) []float64 {
 			var out []float64
@@ -250,6 +274,9 @@ func runLinMarket(ctx context.Context, cfg Config, step func() error) (Result, e
 			return out
 		}
 		for _, p := range []string{strategies.PolicyMaxSRPT, strategies.PolicySplitSRPT, strategies.PolicyFIFO} {
+			if !slices.Contains(par.Policies, p) || !slices.Contains(par.Policies, strategies.PolicyKLPS) {
+				continue
+			}
 			res.Rows = append(res.Rows,
 				row(fmt.Sprintf("%s / k-LPS, load %g, market", p, load), nan, "", "", ratio("market", p)),
 				row(fmt.Sprintf("%s / k-LPS, load %g, model on the same trace", p, load), nan, "", "", ratio("model", p)))
@@ -269,14 +296,14 @@ func runLinMarket(ctx context.Context, cfg Config, step func() error) (Result, e
 
 // mrmMarketParams are mrm-market's settings.
 type mrmMarketParams struct {
-	Gap   float64 `json:"gap" doc:"mean inter-arrival time in s (mrm-pricing's loads H, M, L: 50, 100, 200)"`
-	Alpha float64 `json:"alpha" doc:"a delay-sensitive job's budget: α × the cheapest point of its quote (mrm's DS budget α·p̂; DT jobs pay the cheapest point)"`
-	Jobs  int     `json:"jobs" doc:"jobs per trace"`
-	Hosts int     `json:"hosts" doc:"simulated 2-core hosts; every job has a 2-slot VM on each"`
+	Gaps  []float64 `json:"gap" doc:"mean inter-arrival times in s (mrm-pricing's loads H, M, L: 50, 100, 200)"`
+	Alpha float64   `json:"alpha" doc:"a delay-sensitive job's budget: α × the cheapest point of its quote (mrm's DS budget α·p̂; DT jobs pay the cheapest point)"`
+	Jobs  int       `json:"jobs" doc:"jobs per trace"`
+	Hosts int       `json:"hosts" doc:"simulated 2-core hosts; every job has a 2-slot VM on each"`
 }
 
 func (p *mrmMarketParams) check() error {
-	pr := mrmPricingParams{Alphas: []float64{p.Alpha}, Gaps: []float64{p.Gap}, Jobs: p.Jobs}
+	pr := mrmPricingParams{Alphas: []float64{p.Alpha}, Gaps: p.Gaps, Jobs: p.Jobs}
 	if err := pr.check(); err != nil {
 		return err
 	}
@@ -292,6 +319,7 @@ func (p *mrmMarketParams) check() error {
 // mrmMarketOutcome is one trace through the market.
 type mrmMarketOutcome struct {
 	admitted, late, paidOverPrice, premium, wait float64
+	over                                         float64 // mean s a late job finished after its deadline (0: none late)
 }
 
 // mrmMarketSpecs is the broker's and the simulator's view of job k of true
@@ -364,11 +392,12 @@ func mrmMarketRun(seed uint64, hosts int, jobs []mrmJob, alpha float64) (mrmMark
 		spent[j.Name] = j.Spent
 	}
 	var late int
-	var paid, prem []float64
+	var paid, prem, over []float64
 	for _, r := range res {
 		a := admitted[r.ID]
 		if r.Finish.After(a.deadline) {
 			late++
+			over = append(over, r.Finish.Sub(a.deadline).Seconds())
 		}
 		if a.price > 0 {
 			paid = append(paid, float64(spent[r.ID])/float64(a.price))
@@ -382,6 +411,9 @@ func mrmMarketRun(seed uint64, hosts int, jobs []mrmJob, alpha float64) (mrmMark
 		out.premium = mrmMedian(prem)
 		out.wait = mrmMedian(waits)
 	}
+	if len(over) > 0 {
+		out.over = meanOf(over)
+	}
 	return out, nil
 }
 
@@ -390,49 +422,69 @@ func runMRMMarket(ctx context.Context, cfg Config, step func() error) (Result, e
 	par := paramsOf[mrmMarketParams](cfg)
 	nan := math.NaN()
 	got := map[string][]float64{}
+	add := func(gap float64, name string, v float64) {
+		k := fmt.Sprint(gap, name)
+		got[k] = append(got[k], v)
+	}
 	for k := range cfg.Runs {
-		jobs := mrmTrace(mrmRNG(cfg.Seed, k, 200), par.Jobs, par.Gap)
-		o, err := mrmMarketRun(cfg.Seed+uint64(k)*7919, par.Hosts, jobs, par.Alpha)
-		if err != nil {
-			return res, err
+		for gi, gap := range par.Gaps {
+			jobs := mrmTrace(mrmRNG(cfg.Seed, k, 200+uint64(gi)), par.Jobs, gap)
+			o, err := mrmMarketRun(cfg.Seed+uint64(k)*7919, par.Hosts, jobs, par.Alpha)
+			if err != nil {
+				return res, fmt.Errorf("gap %g: %w", gap, err)
+			}
+			add(gap, "admitted", o.admitted/100)
+			add(gap, "late", o.late/100)
+			add(gap, "over", o.over)
+			add(gap, "paid", o.paidOverPrice)
+			add(gap, "premium", o.premium)
+			add(gap, "window", o.wait)
+			m, err := mrmSimulate(jobs, par.Alpha, mrmGammaBar(jobs))
+			if err != nil {
+				return res, err
+			}
+			add(gap, "model late", mrmLate(jobs, m, func(mrmJob) bool { return true })/100)
+			var win, prem, over []float64
+			for i, j := range jobs {
+				win = append(win, m.deadline[i]-j.arrive)
+				prem = append(prem, m.price[i]/j.est)
+				if m.finish[i] > m.deadline[i]+1e-6 {
+					over = append(over, m.finish[i]-m.deadline[i])
+				}
+			}
+			mo := 0.0
+			if len(over) > 0 {
+				mo = meanOf(over)
+			}
+			add(gap, "model over", mo)
+			add(gap, "model window", mrmMedian(win))
+			add(gap, "model premium", mrmMedian(prem))
 		}
-		got["admitted"] = append(got["admitted"], o.admitted)
-		got["late"] = append(got["late"], o.late)
-		got["paid"] = append(got["paid"], o.paidOverPrice)
-		got["premium"] = append(got["premium"], o.premium)
-		got["window"] = append(got["window"], o.wait)
-		m, err := mrmSimulate(jobs, par.Alpha, mrmGammaBar(jobs))
-		if err != nil {
-			return res, err
-		}
-		got["model late"] = append(got["model late"], mrmLate(jobs, m, func(mrmJob) bool { return true }))
-		var win, prem []float64
-		for i, j := range jobs {
-			win = append(win, m.deadline[i]-j.arrive)
-			prem = append(prem, m.price[i]/j.est)
-		}
-		got["model window"] = append(got["model window"], mrmMedian(win))
-		got["model premium"] = append(got["model premium"], mrmMedian(prem))
 		if err := step(); err != nil {
 			return res, err
 		}
 	}
-	tag := fmt.Sprintf("gap %g s, α=%g", par.Gap, par.Alpha)
-	res.Rows = append(res.Rows,
-		row("admitted jobs (market), "+tag, nan, "", "%", scale(got["admitted"], 0.01)),
-		row("admitted jobs late (market), "+tag, nan, "", "%", scale(got["late"], 0.01)),
-		row("tardy jobs (model on the same trace: MRM admits every job), "+tag, nan, "", "%", scale(got["model late"], 0.01)),
-		row("paid / price held (market; the model pays its price by construction), "+tag, nan, "", "", got["paid"]),
-		row("median price / the quote's cheapest point (market), "+tag, nan, "", "", got["premium"]),
-		row("median price / p̂ (model; its unit differs from the market's row), "+tag, nan, "", "", got["model premium"]),
-		row("median deadline − arrival, s (market), "+tag, nan, "", "", got["window"]),
-		row("median deadline − arrival, s (model on the same trace), "+tag, nan, "", "", got["model window"]))
+	for _, gap := range par.Gaps {
+		tag := fmt.Sprintf("gap %g s, α=%g", gap, par.Alpha)
+		g := func(name string) []float64 { return got[fmt.Sprint(gap, name)] }
+		res.Rows = append(res.Rows,
+			row("admitted jobs, market (each budget pays its quote's cheapest point, so a refusal would be the broker's; the model admits every job: no counterpart), "+tag, nan, "", "%", g("admitted")),
+			row("admitted jobs finishing after their deadline, market, "+tag, nan, "", "%", g("late")),
+			row("jobs finishing after their deadline, model on the same trace, "+tag, nan, "", "%", g("model late")),
+			row("mean s a late job is late, market (0: none late), "+tag, nan, "", "", g("over")),
+			row("mean s a late job is late, model on the same trace (0: none late), "+tag, nan, "", "", g("model over")),
+			row("median deadline − arrival, s, market, "+tag, nan, "", "", g("window")),
+			row("median deadline − arrival, s, model on the same trace, "+tag, nan, "", "", g("model window")),
+			row("mean paid / price held, market (the model pays its price: no counterpart), "+tag, nan, "", "", g("paid")),
+			row("median price / the quote's cheapest point, market, "+tag, nan, "", "", g("premium")),
+			row("median price / p̂, model (a different base from the market's row), "+tag, nan, "", "", g("model premium")))
+	}
 	res.Notes = append(res.Notes,
-		fmt.Sprintf("each run: %d jobs of mrm's trace (mrmTrace: Table 1 sizes, Poisson arrivals with mean gap %g s, half delay-sensitive by a fair coin) quoted (wire.QuoteRequest) and submitted with a budget (wire.SubmitRequest{Budget}) through the broker, which buys the earliest deadline the budget pays on its MRM price curve, holds the price and runs the admitted jobs by EDF as spending on %d simulated 2-core hosts; no paper figure: the paper has no market", par.Jobs, par.Gap, par.Hosts),
-		fmt.Sprintf("[recon] budgets: a delay-sensitive job's is α = %g times the cheapest point of its quote, a delay-tolerant job's the cheapest point (mrm: α·p̂ and p̂); a job the broker refuses (ErrUnaffordable, ErrDeadline) is not admitted and not run; the model (mrmSimulate) admits every job by construction, so 'admitted' has no model counterpart", par.Alpha),
-		fmt.Sprintf("[recon] a job of true processing time p s (mrm's, at the whole cluster) is map-only: max(1, round(p·cores/%g)) map tasks of %g core-seconds (CV 0.2) on a %d-slot VM of its own on every host, with an ARIA profile of the tasks' true mean; the broker estimates from that profile until it has seen 5 jobs finish, then by its regression over them; the model is told p̂ = p + noise + 1.64σ", mktTask, mktTask, mktSlots),
-		"late = finished after the deadline admitted; the market's prices are money (micro-credits held from the user's balance), the model's in units of estimated processing time, so only their ratios to a per-job base are shown and the two premium rows do not compare directly",
-		fmt.Sprintf("[recon] the broker runs a deadline job at its reserved share (0.8) or what its control loop asks; each host has a background VM wanting %g cores and spending %g micro-credits/s; tick %s", mktBackground, mktBgRate, mktTick))
+		fmt.Sprintf("each run: %d jobs of mrm's trace (mrmTrace: Table 1 sizes, mean p %g s, Poisson arrivals at each mean gap, half delay-sensitive by a fair coin) quoted (wire.QuoteRequest) and submitted with a budget (wire.SubmitRequest{Budget}) through the broker, which buys the earliest deadline the budget pays on its MRM price curve, holds the price and runs the admitted jobs by EDF as spending on %d simulated 2-core hosts; the model row is mrmSimulate (mrm-pricing's single server) on the same trace; no paper figure: the paper has no market", par.Jobs, mrmMeanP, par.Hosts),
+		fmt.Sprintf("[recon] budgets: a delay-sensitive job's is α = %g times the cheapest point of its quote, a delay-tolerant job's the cheapest point (mrm: α·p̂ and p̂); a job the broker refuses (ErrUnaffordable, ErrDeadline) is not admitted and not run", par.Alpha),
+		fmt.Sprintf("[recon] a job of true processing time p s (mrm's, at the whole cluster) is map-only: max(1, round(p·cores/%g)) map tasks of %g core-seconds (CV 0.2) on a %d-slot VM of its own on every host, with an ARIA profile of the tasks' true mean (max 1.5 × mean); the broker estimates from that profile until 5 jobs have finished, then by its regression over them; the model is told p̂ = p + noise + 1.64σ", mktTask, mktTask, mktSlots),
+		"late = finished after the deadline admitted; market prices are money (micro-credits held from the user's balance), the model's in units of estimated processing time, so each is shown over its own per-job base and the two premium rows do not compare directly",
+		fmt.Sprintf("[recon] the broker runs a deadline job at its reserved share (0.8) or more if its control loop asks; each host has a background VM wanting %g cores and spending %g micro-credits/s; the broker's and agents' tick is %s", mktBackground, mktBgRate, mktTick))
 	return res, nil
 }
 
@@ -448,10 +500,12 @@ func scale(xs []float64, f float64) []float64 {
 func init() {
 	register(Experiment{Name: "lin-market", Title: "Lin's policies through the market: mean response of FIFO, k-LPS, MaxSRPT and SplitSRPT as the broker's job order on simulated hosts, beside the model on the same trace",
 		Source: "seed 001 §5.3", Engine: EngineMarket, DefaultRuns: 2, Steps: func(n int) int { return n }, run: runLinMarket,
-		params: func() any { return &linMarketParams{Loads: []float64{0.75, 0.9}, Jobs: 150, Hosts: 4} },
-		quick:  map[string]string{"jobs": "40", "load": "0.9"}})
+		params: func() any {
+			return &linMarketParams{Loads: []float64{0.75, 0.9}, Jobs: 150, Hosts: 4, Policies: linMarketPolicies}
+		},
+		quick: map[string]string{"jobs": "40", "load": "0.9"}})
 	register(Experiment{Name: "mrm-market", Title: "MRM pricing through the market: deadline jobs quoted, admitted and run by the broker on simulated hosts, beside the model on the same trace",
-		Source: "seed 000 §6.3", Engine: EngineMarket, DefaultRuns: 2, Steps: func(n int) int { return n }, run: runMRMMarket,
-		params: func() any { return &mrmMarketParams{Gap: 100, Alpha: 2, Jobs: 100, Hosts: 4} },
-		quick:  map[string]string{"jobs": "40"}})
+		Source: "seed 000 §6.3", Engine: EngineMarket, DefaultRuns: 3, Steps: func(n int) int { return n }, run: runMRMMarket,
+		params: func() any { return &mrmMarketParams{Gaps: []float64{50, 100}, Alpha: 2, Jobs: 100, Hosts: 4} },
+		quick:  map[string]string{"jobs": "40", "gap": "100"}})
 }
