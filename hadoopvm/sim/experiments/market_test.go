@@ -93,3 +93,25 @@ func TestLinMarketMaxSRPTConclusion(t *testing.T) {
 		t.Errorf("MaxSRPT / k-LPS averages %.2f over the seeds (%v), not below 1", m, ratios)
 	}
 }
+
+// TestMRMMarketSanity: through the market every job whose budget pays its
+// quote's cheapest point is admitted, no job pays more than the price held
+// for it, and a job's price is at least the quote's cheapest point.
+func TestMRMMarketSanity(t *testing.T) {
+	res := runMarket(t, "mrm-market", 3, map[string]string{"jobs": "60", "gap": "100"})
+	tag := "gap 100 s, α=2"
+	admitted := metric(t, res, "admitted jobs, market (each budget pays its quote's cheapest point, so a refusal would be the broker's; the model admits every job: no counterpart), "+tag)
+	paid := metric(t, res, "mean paid / price held, market (the model pays its price: no counterpart), "+tag)
+	premium := metric(t, res, "median price / the quote's cheapest point, market, "+tag)
+	late := metric(t, res, "admitted jobs finishing after their deadline, market, "+tag)
+	t.Logf("admitted %.0f %%, late %.0f %%, paid/price %.2f, price/cheapest %.2f", 100*admitted, 100*late, paid, premium)
+	if admitted != 1 {
+		t.Errorf("admitted %.2f of the jobs, want all", admitted)
+	}
+	if !(paid > 0 && paid <= 1) {
+		t.Errorf("jobs paid %.2f of their price on average, want (0, 1]", paid)
+	}
+	if !(premium >= 0.99) {
+		t.Errorf("median price is %.2f × the quote's cheapest point", premium)
+	}
+}
