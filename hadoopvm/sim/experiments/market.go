@@ -533,6 +533,194 @@ func scale(xs []float64, f float64) []float64 {
 	return out
 }
 
+// ---- aria-market ----
+
+// ariaMarketParams are aria-market's settings.
+type ariaMarketParams struct {
+	Gaps  []float64 `json:"gap" doc:"mean inter-arrival times in s (Poisson; aria spawns by a load threshold instead)"`
+	Jobs  int       `json:"jobs" doc:"jobs per run (aria: 100)"`
+	Hosts int       `json:"hosts" doc:"simulated 2-core hosts; every job has a 2-slot VM on each"`
+}
+
+func (p *ariaMarketParams) check() error {
+	for _, g := range p.Gaps {
+		if !(g > 0 && g <= 1e6) {
+			return fmt.Errorf("gap %g: want 0 < gap ≤ 1e6 s", g)
+		}
+	}
+	switch {
+	case len(p.Gaps) == 0:
+		return fmt.Errorf("gap needs at least one value")
+	case p.Jobs < 10 || p.Jobs > 1000:
+		return fmt.Errorf("jobs %d: want 10 … 1000", p.Jobs)
+	case p.Hosts < 1 || p.Hosts > 32:
+		return fmt.Errorf("hosts %d: want 1 … 32", p.Hosts)
+	}
+	return nil
+}
+
+// ariaMarketJob is one of aria's W2 jobs scaled to the market's cluster
+// [recon]: its task counts divided by the slot ratio (aria's 256 map
+// slots over the market's), at least one each; its deadline the same
+// multiple of its time alone as the unscaled job's.
+type ariaMarketJob struct {
+	arrive, rel   float64
+	slack         float64 // the deadline over the time alone: U[1, 3]
+	maps, reduces int
+}
+
+// ariaMarketTask are W2's task means and sds (s): maps N(100, 20), reduces N(300, 30).
+const (
+	ariaMarketMap, ariaMarketMapSD       = 100.0, 20.0
+	ariaMarketReduce, ariaMarketReduceSD = 300.0, 30.0
+)
+
+func ariaMarketTrace(rng *rand.Rand, jobs []ariaJob, gap float64, hosts int) []ariaMarketJob {
+	slots := mktSlots * hosts
+	ratio := float64(ariaMapSlots) / float64(slots)
+	out := make([]ariaMarketJob, len(jobs))
+	t := 0.0
+	for i, j := range jobs {
+		t += rng.ExpFloat64() * gap
+		m := max(1, int(math.Round(float64(len(j.maps))/ratio)))
+		r := max(1, int(math.Round(float64(len(j.reds))/ratio)))
+		alone := math.Ceil(float64(m)/float64(slots))*ariaMarketMap + math.Ceil(float64(r)/float64(slots))*ariaMarketReduce
+		out[i] = ariaMarketJob{arrive: t, rel: alone * j.rel / j.alone, slack: j.rel / j.alone, maps: m, reduces: r}
+	}
+	return out
+}
+
+// ariaMarketSpecs is job k: map tasks of 100 core-seconds, reduces of 300
+// (one core per slot), reduces after the maps (aria §7.2), and the
+// profile's averages and maxima at mean + 2 sd [recon].
+func ariaMarketSpecs(k, hosts int, j ariaMarketJob) (wire.JobSpec, sim.JobSpec) {
+	vms := mktVMs(k, hosts)
+	name := fmt.Sprint("job-", k)
+	per := mktSlots / mktCores // seconds of a slot per core-second
+	spec := wire.JobSpec{Name: name, VMs: vms, Maps: j.maps, Reduces: j.reduces, MapSlots: mktSlots * hosts, ReduceSlots: mktSlots * hosts,
+		Profile: wire.JobProfile{MapAvg: ariaMarketMap * per, MapMax: (ariaMarketMap + 2*ariaMarketMapSD) * per,
+			ReduceAvg: ariaMarketReduce * per, ReduceMax: (ariaMarketReduce + 2*ariaMarketReduceSD) * per}}
+	return spec, sim.JobSpec{ID: name, User: "u", Name: name, VMs: vms, Maps: j.maps, Reduces: j.reduces,
+		Map: sim.Dist{Mean: ariaMarketMap, CV: ariaMarketMapSD / ariaMarketMap}, Reduce: sim.Dist{Mean: ariaMarketReduce, CV: ariaMarketReduceSD / ariaMarketReduce}}
+}
+
+// ariaMarketOutcome is one run through the market: % admitted, % of the
+// admitted that missed, and aria's relative deadline exceeded over them (%).
+// slackIn and slackOut are the median deadline / time alone of the jobs
+// admitted and refused (NaN: none).
+type ariaMarketOutcome struct{ admitted, missed, exceeded, slackIn, slackOut float64 }
+
+func ariaMarketRun(seed uint64, hosts int, jobs []ariaMarketJob) (ariaMarketOutcome, error) {
+	var out ariaMarketOutcome
+	w, err := newMktWorld(seed, hosts, len(jobs), "")
+	if err != nil {
+		return out, err
+	}
+	ctx := context.Background()
+	deadline := map[string]time.Time{}
+	rel := map[string]float64{}
+	var in, refused []float64
+	for k, j := range jobs {
+		if err := w.s.RunUntil(start.Add(time.Duration(j.arrive * float64(time.Second)))); err != nil {
+			return out, err
+		}
+		spec, sj := ariaMarketSpecs(k, hosts, j)
+		d := w.s.Now().Add(time.Duration(j.rel * float64(time.Second))).Truncate(time.Second)
+		if _, err := w.b.Submit(ctx, &wire.SubmitRequest{ID: fmt.Sprint("plan-", k), User: "u", Job: spec, Deadline: d}); err != nil {
+			if errors.Is(err, broker.ErrUnaffordable) || errors.Is(err, broker.ErrDeadline) {
+				refused = append(refused, j.slack)
+				continue // refused: not admitted
+			}
+			return out, fmt.Errorf("submit %d: %w", k, err)
+		}
+		in = append(in, j.slack)
+		deadline[spec.Name], rel[spec.Name] = d, d.Sub(w.s.Now()).Seconds()
+		sj.Submit = w.s.Now().Sub(start)
+		if err := w.s.Submit(sj); err != nil {
+			return out, err
+		}
+	}
+	res, err := w.s.Run(10_000 * time.Hour)
+	if err != nil {
+		return out, err
+	}
+	missed := 0
+	for _, r := range res {
+		if r.Finish.After(deadline[r.ID]) {
+			missed++
+			out.exceeded += 100 * (r.Finish.Sub(deadline[r.ID]).Seconds()) / rel[r.ID]
+		}
+	}
+	out.admitted = 100 * float64(len(deadline)) / float64(len(jobs))
+	if len(deadline) > 0 {
+		out.missed = 100 * float64(missed) / float64(len(deadline))
+	}
+	out.slackIn, out.slackOut = math.NaN(), math.NaN()
+	if len(in) > 0 {
+		out.slackIn = mrmMedian(in)
+	}
+	if len(refused) > 0 {
+		out.slackOut = mrmMedian(refused)
+	}
+	return out, nil
+}
+
+func runARIAMarket(ctx context.Context, cfg Config, step func() error) (Result, error) {
+	var res Result
+	par := paramsOf[ariaMarketParams](cfg)
+	nan := math.NaN()
+	got := map[string][]float64{}
+	add := func(name string, v float64) {
+		if !math.IsNaN(v) {
+			got[name] = append(got[name], v)
+		}
+	}
+	for k := range cfg.Runs {
+		rng := rand.New(rand.NewPCG(cfg.Seed, uint64(k)<<4|2)) // aria's W2 jobs of run k
+		raw := ariaJobs(rng, 2, par.Jobs)
+		for gi, gap := range par.Gaps {
+			jobs := ariaMarketTrace(rand.New(rand.NewPCG(cfg.Seed+uint64(k)*7919, 0x61726961+uint64(gi))), raw, gap, par.Hosts)
+			o, err := ariaMarketRun(cfg.Seed+uint64(k)*7919, par.Hosts, jobs)
+			if err != nil {
+				return res, fmt.Errorf("gap %g: %w", gap, err)
+			}
+			g := fmt.Sprint(gap)
+			add(g+"admitted", o.admitted/100)
+			add(g+"missed", o.missed/100)
+			add(g+"exceeded", o.exceeded/100)
+			add(g+"slack in", o.slackIn)
+			add(g+"slack out", o.slackOut)
+		}
+		m, err := ariaSimulate(raw, 1, ariaVariants[0])
+		if err != nil {
+			return res, err
+		}
+		add("model missed", float64(m.missed)/float64(len(raw)))
+		add("model exceeded", m.exceeded/100)
+		if err := step(); err != nil {
+			return res, err
+		}
+	}
+	for _, gap := range par.Gaps {
+		tag, g := fmt.Sprintf("W2, gap %g s", gap), fmt.Sprint(gap)
+		res.Rows = append(res.Rows,
+			row("admitted jobs, market (aria admits every job: no counterpart), "+tag, nan, "", "%", got[g+"admitted"]),
+			row("median deadline / time alone of the admitted jobs, market, "+tag, nan, "", "", got[g+"slack in"]),
+			row("median deadline / time alone of the refused jobs, market (runs with none refused left out), "+tag, nan, "", "", got[g+"slack out"]),
+			row("admitted jobs missing their deadline, market, "+tag, nan, "", "%", got[g+"missed"]),
+			row("relative deadline exceeded, market, "+tag, nan, "", "%", got[g+"exceeded"]))
+	}
+	res.Rows = append(res.Rows,
+		row("jobs missing their deadline, aria's model on the same jobs unscaled (its cluster, threshold arrivals at 100 %), W2", nan, "", "%", got["model missed"]),
+		row("relative deadline exceeded, aria's model on the same jobs unscaled (threshold 100 %), W2", nan, "", "%", got["model exceeded"]))
+	res.Notes = append(res.Notes,
+		fmt.Sprintf("each run: aria's %d W2 jobs of the run (ariaJobs: maps N(154, 558), reduces N(19, 145), tasks N(100, 20) s and N(300, 30) s, deadlines U[T_J, 3·T_J]) scaled to %d simulated 2-core hosts and submitted through the broker with a deadline (wire.SubmitRequest{Deadline}); the broker admits by MRM, refusing a deadline before its earliest finish (the estimate's upper bound at the reserved share 0.8, behind the queue: ErrDeadline), runs the admitted jobs by EDF as spending and steers each by ARIA's control loop over the tasks left; no paper figure: the paper has no market", par.Jobs, par.Hosts),
+		fmt.Sprintf("[recon] scaling: task counts divided by aria's 256 slots over the market's %d, rounded, at least one each; a job's deadline is the same multiple of its time alone (its waves of mean tasks on the market's slots) as the unscaled job's; Poisson arrivals (aria spawns the next job when the load falls below a threshold, which a market of independent users cannot do)", mktSlots*par.Hosts),
+		"[recon] tasks are one core-second per second on 2-slot VMs of 2-core hosts; the reduces start when the maps are done (aria §7.2); the profile is the tasks' mean and mean + 2 sd",
+		"the model rows are aria's own simulation (ariaSimulate, ARIA as ALGORITHMS.md §3, threshold 100 %) of the same jobs unscaled: its cluster and arrivals, so they are context, not a like-for-like comparison; the market's 'missed' counts only admitted jobs; relative deadline exceeded is Σ (T − D)/D over the missed jobs, per run, as aria's")
+	return res, nil
+}
+
 func init() {
 	register(Experiment{Name: "lin-market", Title: "Lin's policies through the market: mean response of FIFO, k-LPS, MaxSRPT and SplitSRPT as the broker's job order on simulated hosts, beside the model on the same trace",
 		Source: "seed 001 §5.3", Engine: EngineMarket, DefaultRuns: 2, Steps: func(n int) int { return n }, run: runLinMarket,
@@ -544,4 +732,8 @@ func init() {
 		Source: "seed 000 §6.3", Engine: EngineMarket, DefaultRuns: 3, Steps: func(n int) int { return n }, run: runMRMMarket,
 		params: func() any { return &mrmMarketParams{Gaps: []float64{50, 100}, Alpha: 2, Jobs: 100, Hosts: 4} },
 		quick:  map[string]string{"jobs": "40", "gap": "100"}})
+	register(Experiment{Name: "aria-market", Title: "ARIA's deadline jobs through the market: admitted by MRM, run by EDF and ARIA's control loop on simulated hosts",
+		Source: "seed 004 §7.2", Engine: EngineMarket, DefaultRuns: 5, Steps: func(n int) int { return n }, run: runARIAMarket,
+		params: func() any { return &ariaMarketParams{Gaps: []float64{150, 300, 600}, Jobs: 100, Hosts: 4} },
+		quick:  map[string]string{"jobs": "30", "gap": "300"}})
 }
