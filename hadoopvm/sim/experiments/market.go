@@ -16,12 +16,12 @@ import (
 	"github.com/mrmarket/mrmarket/strategies"
 )
 
-// The market runs of lin's and mrm's workloads: the same kind of trace the
-// stand-alone models use, submitted through the broker to jobs on the
+// The market runs of lin's, mrm's and aria's workloads: the kind of trace
+// the stand-alone models use, submitted through the broker for jobs on the
 // simulator's hosts, so that what the models assume (a job served at any
-// rate the policy gives it, a single server) meets slots, shares, ticks and
-// the product's own estimates. Each is reported beside its model run on the
-// same trace.
+// rate the policy gives it, a single server, slots granted exactly) meets
+// slots, shares, ticks and the product's own estimates. Each is reported
+// beside its model on the same trace (aria's: the same jobs, unscaled).
 
 // The market world [recon]: 2-core hosts, each job on a VM of its own on
 // every host (2 slots), a host network of 100 MB/s the reduces fetch their
@@ -33,12 +33,14 @@ const (
 	mktNet        = 100.0  // MB/s into each host
 	mktBackground = 0.02   // cores the background VM wants
 	mktBgRate     = 1000.0 // its spending rate, micro-credits/s
-	mktTask       = 30.0   // core-seconds of a map task; a reduce's fetch takes as long at its share of the network
+	mktTask       = 30.0   // core-seconds of a lin map task; a lin reduce's fetch takes as long at its slot's part of the network
 	mktUnit       = 60.0   // seconds of the whole cluster one unit of lin's work is
 	mktTick       = 5 * time.Second
 )
 
-// mktWorld is a market on hosts 2-core hosts with vms per-job VMs.
+// mktWorld is a market of simulated 2-core hosts, every job with a VM of
+// its own on each: the broker runs in the simulation, fed the jobs'
+// progress as the YARN monitor would (sim.ProgressFeed).
 type mktWorld struct {
 	s *sim.Sim
 	b *broker.Broker
@@ -727,7 +729,7 @@ func init() {
 		params: func() any {
 			return &linMarketParams{Loads: []float64{0.75, 0.9}, Jobs: 150, Hosts: 4, Policies: linMarketPolicies}
 		},
-		quick: map[string]string{"jobs": "40", "load": "0.9"}})
+		quick: map[string]string{"jobs": "30", "load": "0.9"}})
 	register(Experiment{Name: "mrm-market", Title: "MRM pricing through the market: deadline jobs quoted, admitted and run by the broker on simulated hosts, beside the model on the same trace",
 		Source: "seed 000 §6.3", Engine: EngineMarket, DefaultRuns: 3, Steps: func(n int) int { return n }, run: runMRMMarket,
 		params: func() any { return &mrmMarketParams{Gaps: []float64{50, 100}, Alpha: 2, Jobs: 100, Hosts: 4} },
