@@ -36,6 +36,11 @@ const (
 	mktTask       = 30.0   // core-seconds of a lin map task; a lin reduce's fetch takes as long at its slot's part of the network
 	mktUnit       = 60.0   // seconds of the whole cluster one unit of lin's work is
 	mktTick       = 5 * time.Second
+	// mktMaxJobs bounds a run's jobs: each has a VM on every host, and the
+	// agents' floors (agent.FloorShare each, at most 10 % of a host for all
+	// unfunded VMs) would shrink with more than 500 VMs on a host, changing
+	// what a waiting job gets.
+	mktMaxJobs = 500
 )
 
 // mktWorld is a market of simulated 2-core hosts, every job with a VM of
@@ -106,8 +111,8 @@ func (p *linMarketParams) check() error {
 		return err
 	}
 	switch {
-	case p.Jobs < 10 || p.Jobs > 2000:
-		return fmt.Errorf("jobs %d: want 10 … 2000 (each has VMs of its own on every host)", p.Jobs)
+	case p.Jobs < 10 || p.Jobs > mktMaxJobs:
+		return fmt.Errorf("jobs %d: want 10 … %d (each has VMs of its own on every host)", p.Jobs, mktMaxJobs)
 	case p.Hosts < 1 || p.Hosts > 32:
 		return fmt.Errorf("hosts %d: want 1 … 32", p.Hosts)
 	}
@@ -289,7 +294,7 @@ func runLinMarket(ctx context.Context, cfg Config, step func() error) (Result, e
 		fmt.Sprintf("each run: the first %d jobs of lin's trace for the seed (linJobs: lognormal map sizes mean 1 sd 3.65, shuffle = map × lognormal mean 1 sd 3.28, Poisson arrivals at rate load), arriving over %.0f units on average, submitted through the broker as best-effort jobs (wire.SubmitRequest{BestEffort: true}) with broker.Config.JobOrder = the policy, on %d simulated 2-core hosts run by the real agents; no paper figure: the paper has no market", par.Jobs, span, par.Hosts),
 		fmt.Sprintf("response times are in lin's units (a unit = the time the whole cluster takes for work of mean map size 1 = %g s of simulated time), so market and model rows compare directly; the model row is strategies.SimulateOverlap on the same trace rounded to whole tasks (lin's tandem of a map and a shuffle station of capacity 1 each); a short trace's mean is dominated by its few largest jobs (see lin's 'over N jobs' rows)", mktUnit),
 		fmt.Sprintf("[recon] a unit of map work is %d map tasks of %g core-seconds (a minute of the cluster's cores); a unit of shuffle is as many reduces, each fetching %g MB over its host's %g MB/s network (the shuffle station is the network, so map and shuffle are separate resources as in the model) and reducing for 0.1 core-second; sizes round to whole tasks, at least one map and one reduce (SimulateOverlap needs work at both stations); task times lognormal with CV 0.2; reduces start after 5 %% of the maps (Hadoop's slow start) and take slots only once the job's maps are all scheduled", mktPerUnit(par.Hosts), mktTask, mktShuffleMB, mktNet),
-		fmt.Sprintf("[recon] every job runs on a VM of its own with %d slots on every host, the broker's and agents' tick is %s, each host has a background VM wanting %g cores and spending %g micro-credits/s so shares have a price; the broker gives best-effort jobs its reserved share (0.8) by the policy, a waiting job bids nothing but its tasks still run at the floor share where the CPU or network is idle (the agents are work-conserving), and a job can use no more of the cluster than its slots and tasks allow — the slot-versus-share difference measured here", mktSlots, mktTick, mktBackground, mktBgRate),
+		fmt.Sprintf("[recon] every job runs on a VM of its own with %d slots on every host, the broker's and agents' tick is %s, each host has a background VM wanting %g cores and spending %g micro-credits/s so shares have a price; the broker gives best-effort jobs its reserved share (0.8) by the policy; a waiting job bids nothing and keeps only the agents' floor share (0.0002 of a host per VM), so its tasks, holding their slots, run on what the served jobs leave idle (the agents are work-conserving), and a job can use no more of the cluster than its slots and tasks allow — the slot-versus-share difference measured here", mktSlots, mktTick, mktBackground, mktBgRate),
 		"k-LPS is the broker's (k = 100, sharing at the shuffle); FIFO is not one of lin's policies but the broker offers it, so it is run in both; ratios are per run (policy / k-LPS on the same trace)")
 	return res, nil
 }
@@ -310,8 +315,8 @@ func (p *mrmMarketParams) check() error {
 		return err
 	}
 	switch {
-	case p.Jobs > 2000:
-		return fmt.Errorf("jobs %d: want 10 … 2000 (each has VMs of its own on every host)", p.Jobs)
+	case p.Jobs > mktMaxJobs:
+		return fmt.Errorf("jobs %d: want 10 … %d (each has VMs of its own on every host)", p.Jobs, mktMaxJobs)
 	case p.Hosts < 1 || p.Hosts > 32:
 		return fmt.Errorf("hosts %d: want 1 … 32", p.Hosts)
 	}
@@ -553,8 +558,8 @@ func (p *ariaMarketParams) check() error {
 	switch {
 	case len(p.Gaps) == 0:
 		return fmt.Errorf("gap needs at least one value")
-	case p.Jobs < 10 || p.Jobs > 1000:
-		return fmt.Errorf("jobs %d: want 10 … 1000", p.Jobs)
+	case p.Jobs < 10 || p.Jobs > mktMaxJobs:
+		return fmt.Errorf("jobs %d: want 10 … %d (each has VMs of its own on every host)", p.Jobs, mktMaxJobs)
 	case p.Hosts < 1 || p.Hosts > 32:
 		return fmt.Errorf("hosts %d: want 1 … 32", p.Hosts)
 	}

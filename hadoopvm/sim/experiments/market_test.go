@@ -3,6 +3,7 @@ package experiments_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"math"
 	"strings"
 	"testing"
@@ -115,5 +116,26 @@ func TestMRMMarketSanity(t *testing.T) {
 	}
 	if !(premium >= 0.99) {
 		t.Errorf("median price is %.2f × the quote's cheapest point", premium)
+	}
+}
+
+// TestMarketParams: the market experiments refuse settings they cannot
+// run as described (an unknown or repeated job order, a trace too long for
+// the agents' floors, no hosts).
+func TestMarketParams(t *testing.T) {
+	for name, bad := range map[string][]map[string]string{
+		"lin-market":  {{"policies": `["srpt"]`}, {"policies": `["fifo","fifo"]`}, {"jobs": "501"}, {"hosts": "0"}, {"load": "1"}},
+		"mrm-market":  {{"jobs": "501"}, {"alpha": "0.5"}, {"gap": ""}},
+		"aria-market": {{"jobs": "501"}, {"gap": "0"}, {"hosts": "33"}},
+	} {
+		e, err := experiments.Get(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, set := range bad {
+			if _, err := e.Run(context.Background(), experiments.Config{Seed: 1, Runs: 1, Set: set}); !errors.Is(err, experiments.ErrParam) {
+				t.Errorf("%s --set %v: %v, want ErrParam", name, set, err)
+			}
+		}
 	}
 }
