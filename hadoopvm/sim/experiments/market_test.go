@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"sort"
 	"strings"
 	"testing"
 
@@ -75,11 +76,13 @@ func TestMarketExperimentsDeterministic(t *testing.T) {
 // TestLinMarketMaxSRPTConclusion: through the market (the broker's job
 // order on the simulator's hosts, 60 jobs of lin's trace at load 0.9, one
 // run per seed), MaxSRPT's mean response is below FIFO's on every
-// conclusion seed, and below k-LPS's on average over them (lin's model has
-// it below k-LPS's). Per seed, MaxSRPT below k-LPS does not survive the
-// market: the margin is a few per cent on light traces and reverses on
-// some (at 50 jobs seeds 22 and 44, at 150 jobs seed 22), so the test does
-// not claim it.
+// conclusion seed, and below k-LPS's on the median seed (lin's model has it
+// below k-LPS's on every trace). Per seed, MaxSRPT below k-LPS does not
+// survive the market: the margin is a few per cent on light traces and
+// reverses on some (at 50 jobs seeds 22 and 44, at 150 jobs seed 22), so
+// the test does not claim it. The median, not the mean, of the ratios: one
+// heavy trace (seed 1, where k-LPS is 2.6 × MaxSRPT) would carry a mean
+// below 1 for FIFO too.
 func TestLinMarketMaxSRPTConclusion(t *testing.T) {
 	var ratios []float64
 	perSeed(t, "lin-market", 1, map[string]string{"jobs": "60", "load": "0.9", "policies": `["fifo","klps","maxsrpt"]`}, func(seed uint64, res experiments.Result) {
@@ -92,8 +95,9 @@ func TestLinMarketMaxSRPTConclusion(t *testing.T) {
 		}
 		ratios = append(ratios, mx/klps)
 	})
-	if m, _ := experiments.MeanSD(ratios); !(m < 1) {
-		t.Errorf("MaxSRPT / k-LPS averages %.2f over the seeds (%v), not below 1", m, ratios)
+	sort.Float64s(ratios)
+	if med := ratios[len(ratios)/2]; !(med < 1) {
+		t.Errorf("MaxSRPT / k-LPS on the median seed is %.2f (%.2f), not below 1", med, ratios)
 	}
 }
 
