@@ -1,0 +1,145 @@
+package experiments_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/mrmarket/mrmarket/hadoopvm/sim/experiments"
+)
+
+// runMarket runs experiment name for seed with one run and set.
+func runMarket(t *testing.T, name string, seed uint64, set map[string]string) experiments.Result {
+	t.Helper()
+	e, err := experiments.Get(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.Run(context.Background(), experiments.Config{Seed: seed, Runs: 1, Set: set})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Engine != experiments.EngineMarket || res.Engine != experiments.EngineMarket {
+		t.Errorf("%s runs on %s, want the market", name, e.Engine)
+	}
+	for _, r := range res.Rows {
+		if math.IsNaN(r.Mean) || math.IsInf(r.Mean, 0) || r.N != 1 {
+			t.Errorf("%s: row %q is %v over %d runs", name, r.Metric, r.Mean, r.N)
+		}
+	}
+	return res
+}
+
+// rowsJSON is res's rows as JSON (a missing paper figure, NaN, as null).
+func rowsJSON(t *testing.T, res experiments.Result) string {
+	t.Helper()
+	b, err := json.Marshal(res.Rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestMarketExperimentsDeterministic: lin-market, mrm-market and aria-market run
+// through the broker on the simulator, give the same rows twice for a
+// seed, other rows for another seed, and numbers in range.
+func TestMarketExperimentsDeterministic(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		set  map[string]string
+	}{
+		{"lin-market", map[string]string{"jobs": "40", "load": "0.9"}},
+		{"mrm-market", map[string]string{"jobs": "40"}},
+		{"aria-market", map[string]string{"jobs": "30", "gap": "300"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a, b := runMarket(t, c.name, 7, c.set), runMarket(t, c.name, 7, c.set)
+			if ja, jb := rowsJSON(t, a), rowsJSON(t, b); ja != jb {
+				t.Fatalf("seed 7 twice:\n%s\n%s", ja, jb)
+			}
+			if o := runMarket(t, c.name, 8, c.set); rowsJSON(t, a) == rowsJSON(t, o) {
+				t.Errorf("seeds 7 and 8 give the same rows")
+			}
+			for _, r := range a.Rows {
+				if r.Mean < 0 || r.Unit == "%" && r.Mean > 1 && !strings.HasPrefix(r.Metric, "relative deadline exceeded") {
+					t.Errorf("%s: %s = %v", c.name, r.Metric, r.Mean)
+				}
+			}
+		})
+	}
+}
+
+// TestLinMarketMaxSRPTConclusion: through the market (the broker's job
+// order on the simulator's hosts, 60 jobs of lin's trace at load 0.9, one
+// run per seed), MaxSRPT's mean response is below FIFO's on every
+// conclusion seed, and below k-LPS's on the median seed (lin's model has it
+// below k-LPS's on every trace). Per seed, MaxSRPT below k-LPS does not
+// survive the market: the margin is a few per cent on light traces and
+// reverses on some (at 50 jobs seeds 22 and 44, at 150 jobs seed 22), so
+// the test does not claim it. The median, not the mean, of the ratios: one
+// heavy trace (seed 1, where k-LPS is 2.6 × MaxSRPT) would carry a mean
+// below 1 for FIFO too.
+func TestLinMarketMaxSRPTConclusion(t *testing.T) {
+	var ratios []float64
+	perSeed(t, "lin-market", 1, map[string]string{"jobs": "60", "load": "0.9", "policies": `["fifo","klps","maxsrpt"]`}, func(seed uint64, res experiments.Result) {
+		mx := metric(t, res, "mean response, maxsrpt, load 0.9, market")
+		fifo := metric(t, res, "mean response, fifo, load 0.9, market")
+		klps := metric(t, res, "mean response, klps, load 0.9, market")
+		t.Logf("seed %d: MaxSRPT %.2f, FIFO %.2f, k-LPS %.2f", seed, mx, fifo, klps)
+		if !(mx < fifo) {
+			t.Errorf("seed %d: MaxSRPT's mean response %.2f is not below FIFO's %.2f", seed, mx, fifo)
+		}
+		ratios = append(ratios, mx/klps)
+	})
+	sort.Float64s(ratios)
+	if med := ratios[len(ratios)/2]; !(med < 1) {
+		t.Errorf("MaxSRPT / k-LPS on the median seed is %.2f (%.2f), not below 1", med, ratios)
+	}
+}
+
+// TestMRMMarketSanity: through the market every job whose budget pays its
+// quote's cheapest point is admitted, no job pays more than the price held
+// for it, and a job's price is at least the quote's cheapest point.
+func TestMRMMarketSanity(t *testing.T) {
+	res := runMarket(t, "mrm-market", 3, map[string]string{"jobs": "60", "gap": "100"})
+	tag := "gap 100 s, α=2"
+	admitted := metric(t, res, "admitted jobs, market (each budget pays its quote's cheapest point, so a refusal would be the broker's; the model admits every job: no counterpart), "+tag)
+	paid := metric(t, res, "mean paid / price held, market (the model pays its price: no counterpart), "+tag)
+	premium := metric(t, res, "median price / the quote's cheapest point, market, "+tag)
+	late := metric(t, res, "admitted jobs finishing after their deadline, market, "+tag)
+	t.Logf("admitted %.0f %%, late %.0f %%, paid/price %.2f, price/cheapest %.2f", 100*admitted, 100*late, paid, premium)
+	if admitted != 1 {
+		t.Errorf("admitted %.2f of the jobs, want all", admitted)
+	}
+	if !(paid > 0 && paid <= 1) {
+		t.Errorf("jobs paid %.2f of their price on average, want (0, 1]", paid)
+	}
+	if !(premium >= 0.99) {
+		t.Errorf("median price is %.2f × the quote's cheapest point", premium)
+	}
+}
+
+// TestMarketParams: the market experiments refuse settings they cannot
+// run as described (an unknown or repeated job order, a trace too long for
+// the agents' floors, no hosts).
+func TestMarketParams(t *testing.T) {
+	for name, bad := range map[string][]map[string]string{
+		"lin-market":  {{"policies": `["srpt"]`}, {"policies": `["fifo","fifo"]`}, {"jobs": "501"}, {"hosts": "0"}, {"load": "1"}},
+		"mrm-market":  {{"jobs": "501"}, {"alpha": "0.5"}, {"gap": ""}},
+		"aria-market": {{"jobs": "501"}, {"gap": "0"}, {"hosts": "33"}},
+	} {
+		e, err := experiments.Get(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, set := range bad {
+			if _, err := e.Run(context.Background(), experiments.Config{Seed: 1, Runs: 1, Set: set}); !errors.Is(err, experiments.ErrParam) {
+				t.Errorf("%s --set %v: %v, want ErrParam", name, set, err)
+			}
+		}
+	}
+}
