@@ -75,3 +75,21 @@ func TestJockeyAdaptsBetterThanAStaticAllocationPerSeed(t *testing.T) {
 		}
 	})
 }
+
+// TestJockeyBeatsBothAblationsPerSeed: seed 002 §5's conclusion that
+// neither the model nor control is enough without the other, on each of
+// five seeds (four runs of eight jobs each): Jockey meets more SLOs than
+// Jockey w/o adaptation (the simulator's allocation at the start, held)
+// and than Jockey w/o simulator (the same controller on Amdahl's law).
+// With C(p, a) the slowest of 4 simulations, not 16, Jockey tied or lost
+// to w/o simulator on seeds 11 and 22 (20 runs).
+func TestJockeyBeatsBothAblationsPerSeed(t *testing.T) {
+	perSeed(t, "jockey", 4, nil, func(seed uint64, res experiments.Result) {
+		jockey := metric(t, res, "SLOs met, Jockey")
+		for _, ablation := range []string{"Jockey w/o adaptation", "Jockey w/o simulator"} {
+			if got := metric(t, res, "SLOs met, "+ablation); !(jockey > got) {
+				t.Errorf("seed %d: Jockey met %.1f %% of SLOs, %s %.1f %%", seed, 100*jockey, ablation, 100*got)
+			}
+		}
+	})
+}
