@@ -582,9 +582,9 @@ const (
 	ariaMarketReduce, ariaMarketReduceSD = 300.0, 30.0
 )
 
-func ariaMarketTrace(rng *rand.Rand, jobs []ariaJob, gap float64, hosts int) []ariaMarketJob {
+func ariaMarketTrace(rng *rand.Rand, jobs []ariaJob, gap float64, hosts, ariaSlots int) []ariaMarketJob {
 	slots := mktSlots * hosts
-	ratio := float64(ariaMapSlots) / float64(slots)
+	ratio := float64(ariaSlots) / float64(slots)
 	out := make([]ariaMarketJob, len(jobs))
 	t := 0.0
 	for i, j := range jobs {
@@ -682,11 +682,13 @@ func runARIAMarket(ctx context.Context, cfg Config, step func() error) (Result, 
 			got[name] = append(got[name], v)
 		}
 	}
+	aria := ariaDefaults()
+	model := ariaVariants(aria)[0]
 	for k := range cfg.Runs {
 		rng := rand.New(rand.NewPCG(cfg.Seed, uint64(k)<<4|2)) // aria's W2 jobs of run k
-		raw := ariaJobs(rng, 2, par.Jobs)
+		raw := ariaJobs(rng, 2, par.Jobs, model.slots)
 		for gi, gap := range par.Gaps {
-			jobs := ariaMarketTrace(rand.New(rand.NewPCG(cfg.Seed+uint64(k)*7919, 0x61726961+uint64(gi))), raw, gap, par.Hosts)
+			jobs := ariaMarketTrace(rand.New(rand.NewPCG(cfg.Seed+uint64(k)*7919, 0x61726961+uint64(gi))), raw, gap, par.Hosts, model.slots)
 			o, err := ariaMarketRun(cfg.Seed+uint64(k)*7919, par.Hosts, jobs)
 			if err != nil {
 				return res, fmt.Errorf("gap %g: %w", gap, err)
@@ -698,7 +700,7 @@ func runARIAMarket(ctx context.Context, cfg Config, step func() error) (Result, 
 			add(g+"slack in", o.slackIn)
 			add(g+"slack out", o.slackOut)
 		}
-		m, err := ariaSimulate(raw, 1, ariaVariants[0])
+		m, err := ariaSimulate(raw, 1, model)
 		if err != nil {
 			return res, err
 		}
@@ -743,4 +745,14 @@ func init() {
 		Source: "seed 004 §7.2", Engine: EngineMarket, DefaultRuns: 5, Steps: func(n int) int { return n }, run: runARIAMarket,
 		params: func() any { return &ariaMarketParams{Gaps: []float64{150, 300, 600}, Jobs: 100, Hosts: 4} },
 		quick:  map[string]string{"jobs": "30", "gap": "300"}})
+}
+
+// ariaDefaults are the aria experiment's settings at their defaults: the
+// jobs, cluster and model aria-market sets beside the market.
+func ariaDefaults() *ariaParams {
+	e, err := Get("aria")
+	if err != nil {
+		panic(err)
+	}
+	return e.params().(*ariaParams)
 }
