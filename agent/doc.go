@@ -59,6 +59,12 @@
 // elimination would oscillate), while a VM that wakes and fills its smaller
 // share is busy at once.
 //
+// Use is not only CPU: when the Enforcer is also an IOMeter (the libvirt
+// enforcer and the simulator's hosts are), a VM that moves as large a part
+// of its share of the disk's or the network's bandwidth counts as using as
+// much of its CPU entitlement, so a VM waiting on I/O is busy — bottleneck
+// elimination and stage priority do not move money away from it.
+//
 // Package agent/virt is the libvirt Enforcer for real hosts (mrmarket agent).
 //
 // # Locks and I/O

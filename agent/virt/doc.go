@@ -45,7 +45,12 @@
 // weight: bandwidth a VM does not use is not lent to others.
 //
 // CPU time for utilisation comes from virDomainGetInfo (all vCPUs and the
-// emulator).
+// emulator). The enforcer is also an agent.IOMeter: each domain's bytes
+// read and written on its disks (virDomainBlockStats) and received and
+// sent on its interfaces (virDomainInterfaceStats), against the fastest
+// the host's domains have moved data together (the link's capacity for the
+// network when configured), so a VM waiting on its disk or network is
+// busy for the agent's idle rule, not idle.
 //
 // # Reconciling
 //

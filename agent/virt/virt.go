@@ -58,9 +58,16 @@ type Enforcer struct {
 	mu       sync.Mutex
 	applied  map[string]float64
 	borrowed bool // the connection is the caller's
+	// io is what IOUsage saw last (the managed domains' MB moved, when)
+	// and peak the fastest the host's domains moved together since.
+	io   ioSample
+	peak agent.IOUse
 }
 
-var _ agent.Enforcer = (*Enforcer)(nil)
+var (
+	_ agent.Enforcer = (*Enforcer)(nil)
+	_ agent.IOMeter  = (*Enforcer)(nil)
+)
 
 // New connects to libvirt.
 func New(cfg Config) (*Enforcer, error) {
@@ -376,4 +383,105 @@ func (e *Enforcer) Usage(context.Context) (map[string]time.Duration, error) {
 		out[vm] = time.Duration(info.CpuTime)
 	}
 	return out, nil
+}
+
+// IOUsage is each managed domain's I/O so far, in MB: bytes read and
+// written on its disks (virDomainBlockStats), received and sent on its
+// interfaces (virDomainInterfaceStats). A device whose statistics cannot
+// be read counts nothing. Each call also updates the host's peak rates
+// (IOCapacity).
+func (e *Enforcer) IOUsage(context.Context) (map[string]agent.IOUse, error) {
+	doms, _, err := e.managed()
+	if err != nil {
+		return nil, err
+	}
+	defer freeAll(doms)
+	out := make(map[string]agent.IOUse, len(doms))
+	for vm, d := range doms {
+		out[vm] = domainIO(d)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.peak = e.io.next(out, time.Now(), e.peak)
+	return out, nil
+}
+
+// IOCapacity is the fastest the host's managed domains have moved data
+// together (MB/s, each resource over one interval between IOUsage calls):
+// a measured stand-in for the device's bandwidth, against which a domain's
+// own rate says whether it is busy. The network's is the configured link
+// when there is one.
+func (e *Enforcer) IOCapacity() agent.IOUse {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	c := e.peak
+	if e.cfg.LinkKiBps > 0 {
+		c.Net = float64(e.cfg.LinkKiBps) / 1024
+	}
+	return c
+}
+
+// ioSample is one IOUsage reading.
+type ioSample struct {
+	moved map[string]agent.IOUse
+	at    time.Time
+}
+
+// next records moved at now and returns peak raised to the host's total
+// rate since the previous reading (domains in both only: a new domain's
+// history is not a rate).
+func (s *ioSample) next(moved map[string]agent.IOUse, now time.Time, peak agent.IOUse) agent.IOUse {
+	if dt := now.Sub(s.at).Seconds(); s.moved != nil && dt > 0 {
+		var total agent.IOUse
+		for vm, m := range moved {
+			if before, ok := s.moved[vm]; ok {
+				total.Disk += max(m.Disk-before.Disk, 0)
+				total.Net += max(m.Net-before.Net, 0)
+			}
+		}
+		peak.Disk, peak.Net = max(peak.Disk, total.Disk/dt), max(peak.Net, total.Net/dt)
+	}
+	s.moved, s.at = moved, now
+	return peak
+}
+
+// domainIO sums d's disk and interface traffic, in MB.
+func domainIO(d *libvirt.Domain) agent.IOUse {
+	var u agent.IOUse
+	desc, err := d.GetXMLDesc(0)
+	if err != nil {
+		return u
+	}
+	var dx libvirtxml.Domain
+	if dx.Unmarshal(desc) != nil || dx.Devices == nil {
+		return u
+	}
+	const mb = 1 << 20
+	for _, disk := range dx.Devices.Disks {
+		if disk.Target == nil || disk.Target.Dev == "" {
+			continue
+		}
+		if st, err := d.BlockStats(disk.Target.Dev); err == nil {
+			if st.RdBytesSet {
+				u.Disk += float64(st.RdBytes) / mb
+			}
+			if st.WrBytesSet {
+				u.Disk += float64(st.WrBytes) / mb
+			}
+		}
+	}
+	for _, nic := range dx.Devices.Interfaces {
+		if nic.Target == nil || nic.Target.Dev == "" {
+			continue
+		}
+		if st, err := d.InterfaceStats(nic.Target.Dev); err == nil {
+			if st.RxBytesSet {
+				u.Net += float64(st.RxBytes) / mb
+			}
+			if st.TxBytesSet {
+				u.Net += float64(st.TxBytes) / mb
+			}
+		}
+	}
+	return u
 }

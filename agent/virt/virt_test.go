@@ -5,8 +5,11 @@ import (
 	"math"
 	"os"
 	"testing"
+	"time"
 
 	"libvirt.org/go/libvirt"
+
+	"github.com/mrmarket/mrmarket/agent"
 )
 
 // testDriver connects to libvirt's built-in test driver (no daemon needed,
@@ -102,5 +105,48 @@ func TestDiscoveryDiskAndNetOnTheTestDriver(t *testing.T) {
 	u, err := e.Usage(ctx)
 	if err != nil || len(u) != 1 {
 		t.Fatalf("usage %v %v", u, err)
+	}
+}
+
+// TestIOUsageOnTheTestDriver: the enforcer reads a managed domain's disk
+// and interface counters (the test driver's invent traffic as time
+// passes), so the agent can tell a VM waiting on I/O from an idle one; the
+// host's peak rates rise from what the domains moved together.
+func TestIOUsageOnTheTestDriver(t *testing.T) {
+	e := testDriver(t)
+	ctx := context.Background()
+	d, err := e.conn.LookupDomainByName("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Free()
+	if err := d.SetMetadata(libvirt.DOMAIN_METADATA_ELEMENT, `<vm owner="alice"/>`, "mrm", Namespace, libvirt.DOMAIN_AFFECT_LIVE); err != nil {
+		t.Fatal(err)
+	}
+	a, err := e.IOUsage(ctx)
+	if err != nil || len(a) != 1 {
+		t.Fatalf("I/O usage %v %v", a, err)
+	}
+	t.Logf("the test domain so far: %+v MB", a["test"])
+	if a["test"].Disk < 0 || a["test"].Net < 0 {
+		t.Fatalf("negative I/O %+v", a["test"])
+	}
+	// The peak is what moved between two readings, over their interval.
+	var s ioSample
+	t0 := time.Unix(0, 0)
+	peak := s.next(map[string]agent.IOUse{"a": {Disk: 10, Net: 1}}, t0, agent.IOUse{})
+	if peak != (agent.IOUse{}) {
+		t.Fatalf("a first reading is no rate: %+v", peak)
+	}
+	peak = s.next(map[string]agent.IOUse{"a": {Disk: 110, Net: 3}, "b": {Disk: 500}}, t0.Add(2*time.Second), peak)
+	if peak != (agent.IOUse{Disk: 50, Net: 1}) {
+		t.Fatalf("peak %+v, want 50 MB/s disk (b is new), 1 MB/s net", peak)
+	}
+	peak = s.next(map[string]agent.IOUse{"a": {Disk: 120, Net: 3}, "b": {Disk: 520}}, t0.Add(4*time.Second), peak)
+	if peak != (agent.IOUse{Disk: 50, Net: 1}) {
+		t.Fatalf("a slower interval lowered the peak: %+v", peak)
+	}
+	if c := e.IOCapacity(); c.Net != 10_000.0/1024 {
+		t.Fatalf("capacity %+v: the network's is the configured link, 10,000 KiB/s", c)
 	}
 }
