@@ -270,6 +270,10 @@ type Sim struct {
 	ledger  *Ledger
 	obs     []Observer
 	brokers []Broker
+	// ticking is whether the next tick is queued: a run to completion stops
+	// ticking once every job has finished (else it would never end), and
+	// the next run starts again.
+	ticking bool
 }
 
 // Observer is told what happens in the simulated cluster, as a YARN
@@ -382,6 +386,7 @@ func New(cfg Config, hosts []HostSpec, vms []VMSpec) (*Sim, error) {
 		s.refresh(h)
 	}
 	s.push(&event{at: cfg.Start.Add(cfg.Tick), kind: evTick})
+	s.ticking = true
 	return s, nil
 }
 
@@ -495,7 +500,8 @@ func (s *Sim) Run(deadline time.Duration) ([]JobResult, error) {
 	return out, nil
 }
 
-// RunUntil runs the events up to at and stops there, the clock at at.
+// RunUntil runs the events up to at and stops there, the clock at at. The
+// agents and brokers are ticked all along, whether jobs run or not.
 func (s *Sim) RunUntil(at time.Time) error {
 	if err := s.run(at, false); err != nil {
 		return err
@@ -507,6 +513,13 @@ func (s *Sim) RunUntil(at time.Time) error {
 }
 
 func (s *Sim) run(end time.Time, toCompletion bool) error {
+	if !s.ticking {
+		// The next tick on the grid from Start: the agents and the broker
+		// run whenever the clock does, idle or not, as they do for real.
+		n := s.now.Sub(s.cfg.Start)/s.cfg.Tick + 1
+		s.push(&event{at: s.cfg.Start.Add(n * s.cfg.Tick), kind: evTick})
+		s.ticking = true
+	}
 	for s.queue.Len() > 0 {
 		if !toCompletion && s.queue[0].at.After(end) {
 			return nil
@@ -529,7 +542,8 @@ func (s *Sim) run(end time.Time, toCompletion bool) error {
 		case evTaskDone:
 			s.taskDone(e.task)
 		case evTick:
-			if s.done() {
+			if toCompletion && s.done() {
+				s.ticking = false
 				continue
 			}
 			for _, h := range s.order {

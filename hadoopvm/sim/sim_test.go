@@ -1,6 +1,7 @@
 package sim_test
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"reflect"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mrmarket/mrmarket/hadoopvm/sim"
+	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
 var t0 = time.Date(2026, 9, 1, 0, 0, 0, 0, time.UTC)
@@ -205,4 +207,69 @@ func TestFailedAttemptsRunAgain(t *testing.T) {
 		t.Fatalf("%+v: want more attempts than the 44 tasks", res[0])
 	}
 	t.Logf("44 tasks, %d attempts", res[0].Attempts)
+}
+
+// tickLog is a broker that records when it is ticked.
+type tickLog struct{ at []time.Time }
+
+func (l *tickLog) Observe(wire.HostState) {}
+func (l *tickLog) Tick(_ context.Context, now time.Time) error {
+	l.at = append(l.at, now)
+	return nil
+}
+
+// ticksIn counts the ticks in (from, to].
+func (l *tickLog) ticksIn(from, to time.Time) int {
+	n := 0
+	for _, t := range l.at {
+		if t.After(from) && !t.After(to) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestTicksGoOnAfterTheClusterGoesIdle: the agents and the broker are
+// ticked whenever jobs run, also after every job submitted so far has
+// finished and more are submitted later (a trace whose arrivals leave the
+// cluster idle a while). A job submitted then ran without its broker's
+// rounds: no EDF, no control loop, no bids for the jobs queued behind it.
+func TestTicksGoOnAfterTheClusterGoesIdle(t *testing.T) {
+	for _, toCompletion := range []bool{false, true} {
+		s, err := sim.New(sim.Config{Seed: 1, Start: t0, Tick: 5 * time.Second}, []sim.HostSpec{{ID: "h1", Cores: 2}},
+			[]sim.VMSpec{{ID: "vm1", Owner: "alice", Host: "h1", Slots: 2}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := &tickLog{}
+		s.Attach(l)
+		if err := s.Submit(sim.JobSpec{ID: "a", User: "alice", VMs: []string{"vm1"}, Maps: 2, Map: sim.Dist{Mean: 10}}); err != nil {
+			t.Fatal(err)
+		}
+		if toCompletion {
+			if _, err := s.Run(time.Hour); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.RunUntil(t0.Add(60 * time.Second)); err != nil { // a is done at 10 s
+			t.Fatal(err)
+		}
+		if err := s.Submit(sim.JobSpec{ID: "b", User: "alice", VMs: []string{"vm1"}, Maps: 2, Map: sim.Dist{Mean: 30}, Submit: 60 * time.Second}); err != nil {
+			t.Fatal(err)
+		}
+		res, err := s.Run(time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		from, to := res[1].Submit, res[1].Finish
+		if got, want := l.ticksIn(from, to), int(to.Sub(from)/(5*time.Second)); got < want {
+			t.Fatalf("toCompletion %v: %d ticks while b ran %s–%s, want at least %d (all ticks: %v)", toCompletion, got,
+				from.Sub(t0), to.Sub(t0), want, l.at)
+		}
+		for i := 1; i < len(l.at); i++ {
+			if d := l.at[i].Sub(t0); d%(5*time.Second) != 0 || !l.at[i].After(l.at[i-1]) {
+				t.Fatalf("toCompletion %v: tick %d at %s: want every tick on the 5 s grid, in order", toCompletion, i, d)
+			}
+		}
+	}
 }
