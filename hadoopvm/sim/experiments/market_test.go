@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
-	"sort"
 	"strings"
 	"testing"
 
@@ -75,31 +74,22 @@ func TestMarketExperimentsDeterministic(t *testing.T) {
 
 // TestLinMarketMaxSRPTConclusion: through the market (the broker's job
 // order on the simulator's hosts, 60 jobs of lin's trace at load 0.9, one
-// run per seed), MaxSRPT's mean response is below FIFO's on every
-// conclusion seed, and below k-LPS's on the median seed (lin's model has it
-// below k-LPS's on every trace). Per seed the margin is thin on light
-// traces (seed 44, 60 jobs: 2.53 against 2.95); the reversals once seen
-// (at 50 jobs seeds 22 and 44, at 150 jobs seed 22) came from the
-// simulator no longer ticking after the cluster first went idle and are
-// gone, but the test claims the median. The median, not the mean, of the
-// ratios, so that no single heavy trace carries the claim (seed 1: k-LPS
-// is 1.9 × MaxSRPT).
+// run per seed), MaxSRPT's mean response is below FIFO's and k-LPS's on
+// every conclusion seed, as lin's model has it on every trace. The margin
+// over k-LPS is thin on light traces (seed 44: 2.53 against 2.95); the
+// reversals once seen (at 50 jobs seeds 22 and 44, at 150 jobs seed 22)
+// came from the simulator no longer ticking after the cluster first went
+// idle.
 func TestLinMarketMaxSRPTConclusion(t *testing.T) {
-	var ratios []float64
 	perSeed(t, "lin-market", 1, map[string]string{"jobs": "60", "load": "0.9", "policies": `["fifo","klps","maxsrpt"]`}, func(seed uint64, res experiments.Result) {
 		mx := metric(t, res, "mean response, maxsrpt, load 0.9, market")
 		fifo := metric(t, res, "mean response, fifo, load 0.9, market")
 		klps := metric(t, res, "mean response, klps, load 0.9, market")
 		t.Logf("seed %d: MaxSRPT %.2f, FIFO %.2f, k-LPS %.2f", seed, mx, fifo, klps)
-		if !(mx < fifo) {
-			t.Errorf("seed %d: MaxSRPT's mean response %.2f is not below FIFO's %.2f", seed, mx, fifo)
+		if !(mx < fifo && mx < klps) {
+			t.Errorf("seed %d: MaxSRPT's mean response %.2f is not below FIFO's %.2f and k-LPS's %.2f", seed, mx, fifo, klps)
 		}
-		ratios = append(ratios, mx/klps)
 	})
-	sort.Float64s(ratios)
-	if med := ratios[len(ratios)/2]; !(med < 1) {
-		t.Errorf("MaxSRPT / k-LPS on the median seed is %.2f (%.2f), not below 1", med, ratios)
-	}
 }
 
 // TestMRMMarketSanity: through the market every job whose budget pays its
