@@ -68,14 +68,7 @@ func TestDiscoveryDiskAndNetOnTheTestDriver(t *testing.T) {
 	if err != nil || len(vms) != 0 {
 		t.Fatalf("before metadata: %v %v (the test domain is not managed)", vms, err)
 	}
-	d, err := e.conn.LookupDomainByName("test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Free()
-	if err := d.SetMetadata(libvirt.DOMAIN_METADATA_ELEMENT, `<vm owner="alice"/>`, "mrm", Namespace, libvirt.DOMAIN_AFFECT_LIVE); err != nil {
-		t.Fatal(err)
-	}
+	d := manageTestDomain(t, e)
 	vms, err = e.VMs(ctx)
 	if err != nil || len(vms) != 1 || vms[0].ID != "test" || vms[0].Owner != "alice" {
 		t.Fatalf("discovered %+v %v", vms, err)
@@ -115,14 +108,7 @@ func TestDiscoveryDiskAndNetOnTheTestDriver(t *testing.T) {
 func TestIOUsageOnTheTestDriver(t *testing.T) {
 	e := testDriver(t)
 	ctx := context.Background()
-	d, err := e.conn.LookupDomainByName("test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Free()
-	if err := d.SetMetadata(libvirt.DOMAIN_METADATA_ELEMENT, `<vm owner="alice"/>`, "mrm", Namespace, libvirt.DOMAIN_AFFECT_LIVE); err != nil {
-		t.Fatal(err)
-	}
+	manageTestDomain(t, e)
 	a, err := e.IOUsage(ctx)
 	if err != nil || len(a) != 1 {
 		t.Fatalf("I/O usage %v %v", a, err)
@@ -149,4 +135,19 @@ func TestIOUsageOnTheTestDriver(t *testing.T) {
 	if c := e.IOCapacity(); c.Net != 10_000.0/1024 {
 		t.Fatalf("capacity %+v: the network's is the configured link, 10,000 KiB/s", c)
 	}
+}
+
+// manageTestDomain gives the test driver's domain "test" mrmarket's
+// metadata (owner alice), so the enforcer manages it.
+func manageTestDomain(t *testing.T, e *Enforcer) *libvirt.Domain {
+	t.Helper()
+	d, err := e.conn.LookupDomainByName("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Free() })
+	if err := d.SetMetadata(libvirt.DOMAIN_METADATA_ELEMENT, `<vm owner="alice"/>`, "mrm", Namespace, libvirt.DOMAIN_AFFECT_LIVE); err != nil {
+		t.Fatal(err)
+	}
+	return d
 }

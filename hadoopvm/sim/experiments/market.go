@@ -533,15 +533,6 @@ func runMRMMarket(ctx context.Context, cfg Config, step func() error) (Result, e
 	return res, nil
 }
 
-// scale is xs times f (percentages shown with unit "%" are fractions).
-func scale(xs []float64, f float64) []float64 {
-	out := make([]float64, len(xs))
-	for i, x := range xs {
-		out[i] = x * f
-	}
-	return out
-}
-
 // ---- aria-market ----
 
 // ariaMarketParams are aria-market's settings.
