@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -168,8 +169,38 @@ func libvirtHost(c *ucli.Context, capacity float64) (func() (agentHost, error), 
 		if err != nil {
 			return agentHost{}, wire.Errorf(wire.ErrUnavailable, "%v", err)
 		}
-		return agentHost{enforcer: enf, capacity: capacity, about: "libvirt " + c.String("libvirt"), close: func() { _ = enf.Close() }}, nil
+		about := "libvirt " + c.String("libvirt")
+		if c.Bool("disk") {
+			about += "; " + diskSharesAbout(enf)
+		}
+		return agentHost{enforcer: enf, capacity: capacity, about: about, close: func() { _ = enf.Close() }}, nil
 	}, nil
+}
+
+// diskSharesAbout says, for the devices behind the managed domains' disks
+// at start, whether the blkio weights the agent sets are delivered: only
+// BFQ reads them, and an operator should not be shown disk shares that
+// nothing enforces.
+func diskSharesAbout(enf *virt.Enforcer) string {
+	devs, err := enf.DiskDevices("")
+	if err != nil {
+		return fmt.Sprintf("disk shares: devices unknown (%v)", err)
+	}
+	if len(devs) == 0 {
+		return "disk shares: no managed disk yet"
+	}
+	var parts []string
+	for _, d := range devs {
+		switch {
+		case d.Weighs():
+			parts = append(parts, d.Name+" bfq: delivered by blkio weights")
+		case d.Scheduler == "":
+			parts = append(parts, d.Name+": scheduler unknown, disk shares not known to be delivered")
+		default:
+			parts = append(parts, fmt.Sprintf("%s %s: NOT delivered, blkio weights act only under BFQ (echo bfq > /sys/block/%s/queue/scheduler)", d.Name, d.Scheduler, d.Name))
+		}
+	}
+	return "disk shares: " + strings.Join(parts, "; ")
 }
 
 // brokerCommand is `mrmarket broker`: the broker daemon.

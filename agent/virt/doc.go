@@ -38,7 +38,12 @@
 // Disk (Disk): blkio weight = clamp(round(q·1000), 100, 1000), libvirt's
 // blkio range. Ten steps per 1% and a floor of 10% of the top weight: every
 // share below 0.1 is enforced as 0.1, so disk shares are coarse for small
-// bids. Applied where the host's blkio controller exists.
+// bids. Applied where the host's blkio controller exists — but libvirt
+// writes blkio.bfq.weight, which only the BFQ scheduler reads: under
+// mq-deadline (many distributions' default) the weight is accepted and
+// does nothing. DiskDevices reports each device behind the managed
+// domains' disks with its scheduler, and `mrmarket agent` says at start
+// whether disk shares are delivered.
 //
 // Network (LinkKiBps > 0): on every interface of the domain, inbound and
 // outbound average = max(1, round(q·LinkKiBps)) KiB/s. This is a cap, not a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -150,4 +151,50 @@ func manageTestDomain(t *testing.T, e *Enforcer) *libvirt.Domain {
 		t.Fatal(err)
 	}
 	return d
+}
+
+// TestSchedulerReadsTheActiveOne: the active scheduler is the bracketed
+// entry of queue/scheduler; only BFQ weighs; a missing device is an error.
+func TestSchedulerReadsTheActiveOne(t *testing.T) {
+	sysfs := t.TempDir()
+	for name, line := range map[string]string{"sda": "[mq-deadline] kyber bfq none\n", "sdb": "mq-deadline kyber [bfq] none\n", "dm-0": "none\n"} {
+		dir := filepath.Join(sysfs, "block", name, "queue")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "scheduler"), []byte(line), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, want := range map[string]string{"sda": "mq-deadline", "sdb": "bfq", "dm-0": "none"} {
+		got, err := Scheduler(sysfs, name)
+		if err != nil || got != want {
+			t.Errorf("%s: %q %v, want %q", name, got, err, want)
+		}
+		if (DiskDevice{Name: name, Scheduler: got}).Weighs() != (want == "bfq") {
+			t.Errorf("%s under %s: Weighs wrong", name, got)
+		}
+	}
+	if _, err := Scheduler(sysfs, "sdz"); err == nil {
+		t.Error("a missing device has a scheduler")
+	}
+}
+
+// TestDiskDevicesOnThisHost: the test driver's domain has no host-backed
+// disk, so it lists none; a file on this host resolves to a block device
+// whose scheduler can be read (where /sys has one).
+func TestDiskDevicesOnThisHost(t *testing.T) {
+	e := testDriver(t)
+	manageTestDomain(t, e)
+	devs, err := e.DiskDevices("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the test driver's disks: %+v", devs)
+	name, err := blockDevice("/sys", os.Args[0])
+	if err != nil {
+		t.Skipf("this host's filesystem is not on a block device in /sys (%v)", err)
+	}
+	s, err := Scheduler("/sys", name)
+	t.Logf("the test binary lives on %s, scheduler %q (%v)", name, s, err)
 }
