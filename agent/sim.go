@@ -83,6 +83,9 @@ func (s *SimEnforcer) SetIOCapacity(c IOUse) {
 func (s *SimEnforcer) SetIO(vm string, rate IOUse) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.ioRate[vm] == rate {
+		return // the simulator says so at every refresh; integrating is for a change
+	}
 	s.integrate()
 	s.ioRate[vm] = rate
 }

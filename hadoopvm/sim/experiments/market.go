@@ -110,11 +110,16 @@ func (p *linMarketParams) check() error {
 	if err := lp.check(); err != nil {
 		return err
 	}
+	return mktCheckSize(p.Jobs, p.Hosts)
+}
+
+// mktCheckSize refuses a market run's jobs or hosts out of range.
+func mktCheckSize(jobs, hosts int) error {
 	switch {
-	case p.Jobs < 10 || p.Jobs > mktMaxJobs:
-		return fmt.Errorf("jobs %d: want 10 … %d (each has VMs of its own on every host)", p.Jobs, mktMaxJobs)
-	case p.Hosts < 1 || p.Hosts > 32:
-		return fmt.Errorf("hosts %d: want 1 … 32", p.Hosts)
+	case jobs < 10 || jobs > mktMaxJobs:
+		return fmt.Errorf("jobs %d: want 10 … %d (each has VMs of its own on every host)", jobs, mktMaxJobs)
+	case hosts < 1 || hosts > 32:
+		return fmt.Errorf("hosts %d: want 1 … 32", hosts)
 	}
 	return nil
 }
@@ -215,12 +220,10 @@ func linMarketRun(seed uint64, hosts int, jobs []linMarketJob, order string) ([]
 	return out, over, nil
 }
 
+// meanOf is MeanSD's mean.
 func meanOf(xs []float64) float64 {
-	s := 0.0
-	for _, x := range xs {
-		s += x
-	}
-	return s / float64(len(xs))
+	m, _ := MeanSD(xs)
+	return m
 }
 
 func runLinMarket(ctx context.Context, cfg Config, step func() error) (Result, error) {
@@ -314,13 +317,7 @@ func (p *mrmMarketParams) check() error {
 	if err := pr.check(); err != nil {
 		return err
 	}
-	switch {
-	case p.Jobs > mktMaxJobs:
-		return fmt.Errorf("jobs %d: want 10 … %d (each has VMs of its own on every host)", p.Jobs, mktMaxJobs)
-	case p.Hosts < 1 || p.Hosts > 32:
-		return fmt.Errorf("hosts %d: want 1 … 32", p.Hosts)
-	}
-	return nil
+	return mktCheckSize(p.Jobs, p.Hosts)
 }
 
 // mrmMarketOutcome is one trace through the market.
@@ -548,15 +545,10 @@ func (p *ariaMarketParams) check() error {
 			return fmt.Errorf("gap %g: want 0 < gap ≤ 1e6 s", g)
 		}
 	}
-	switch {
-	case len(p.Gaps) == 0:
+	if len(p.Gaps) == 0 {
 		return fmt.Errorf("gap needs at least one value")
-	case p.Jobs < 10 || p.Jobs > mktMaxJobs:
-		return fmt.Errorf("jobs %d: want 10 … %d (each has VMs of its own on every host)", p.Jobs, mktMaxJobs)
-	case p.Hosts < 1 || p.Hosts > 32:
-		return fmt.Errorf("hosts %d: want 1 … 32", p.Hosts)
 	}
-	return nil
+	return mktCheckSize(p.Jobs, p.Hosts)
 }
 
 // ariaMarketJob is one of aria's W2 jobs scaled to the market's cluster

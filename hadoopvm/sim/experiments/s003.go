@@ -165,17 +165,14 @@ func runS003Workflow(ctx context.Context, cfg Config, step func() error) (Result
 		if err != nil {
 			return res, err
 		}
-		// Eq. 6 over the workflows whose rate was doubled: the first
-		// user's even jobs, the second's odd ones.
+		// Eq. 6 over the workflows whose rate was doubled: Series weighs
+		// a chain's jobs by their place in it, 1 on the first user's
+		// even ones, on the second's odd ones.
 		var high []float64
 		for k := range b {
 			var tf, ts []float64
 			for i, u := range [2]string{"u1", "u2"} {
-				for _, j := range jobs(u, nil) {
-					var n int
-					if _, err := fmt.Sscanf(strings.TrimPrefix(j.ID, u+"-"), "%d-", &n); err != nil {
-						return res, fmt.Errorf("job %q: %w", j.ID, err)
-					}
+				for n, j := range jobs(u, nil) {
 					if n%2 == i {
 						tf, ts = append(tf, b[k].jobs[j.ID].Seconds()), append(ts, s[k].jobs[j.ID].Seconds())
 					}

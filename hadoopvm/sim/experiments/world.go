@@ -113,14 +113,14 @@ func (w TwoUsers) layout(rng *rand.Rand, users [2]string, alone bool) ([]sim.Hos
 	// The background VM is a third, fair-share user [recon]: it spends on
 	// each host what a fair-share user's plan spends on one of its VMs.
 	bgRate := float64(planBudget) / planDuration.Seconds() / float64(max(w.Hosts, 1))
+	io := w.IO
+	if io == "" {
+		io = workload.IONone
+	}
 	for h := range w.Hosts {
 		bg := 0.5
 		if w.Heterogeneous && rng.IntN(2) == 0 {
 			bg = 1.5
-		}
-		io := w.IO
-		if io == "" {
-			io = workload.IONone
 		}
 		spec := io.Host(fmt.Sprint("h", h))
 		spec.Background, spec.BackgroundRate = bg, bgRate
