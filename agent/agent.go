@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sort"
 	"sync"
 	"time"
@@ -127,6 +128,7 @@ type Agent struct {
 	lastTick time.Time
 	lastUse  map[string]time.Duration
 	lastIO   map[string]IOUse
+	caps     map[string]map[string]float64 // a Rebalancer's caps by VM and resource; written and read under mu
 
 	// enforceMu serializes the Enforcer's share I/O; applied is the last
 	// set Apply accepted.
@@ -399,6 +401,9 @@ func (a *Agent) Tick(ctx context.Context, now time.Time) (wire.HostState, error)
 	if err := a.measure(ctx, now); err != nil {
 		fail("usage", err)
 	}
+	if err := a.rebalance(ctx); err != nil {
+		fail("throttle", err)
+	}
 	if m := a.cfg.Metrics; m != nil {
 		m.Ticks.WithLabelValues(a.cfg.Host).Inc()
 	}
@@ -615,6 +620,26 @@ func (a *Agent) measure(ctx context.Context, now time.Time) error {
 	return nil
 }
 
+// rebalance re-spreads a throttling Enforcer's caps by the shares in force
+// and what each VM moved since the last tick (see Rebalancer).
+func (a *Agent) rebalance(ctx context.Context) error {
+	r, ok := a.cfg.Enforcer.(Rebalancer)
+	if !ok {
+		return nil
+	}
+	a.mu.Lock()
+	shares := a.desired
+	a.mu.Unlock()
+	caps, err := r.Rebalance(ctx, shares)
+	a.mu.Lock()
+	a.caps = caps
+	a.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("agent %s: throttling: %w", a.cfg.Host, err)
+	}
+	return nil
+}
+
 // entitlement is how many CPUs vm may use: its share of the host, at most
 // the CPUs it can run on; under mu.
 func (a *Agent) entitlement(vm string) float64 {
@@ -636,11 +661,31 @@ func (a *Agent) snapshot(now time.Time) wire.HostState {
 		vs := wire.VMState{VM: id, Owner: a.vms[id].Owner, Rate: rates[id], Share: a.desired[id], Util: a.util[id],
 			Idle: a.quiet[id] >= a.cfg.IdleTicks}
 		vs.Bids = bids[id]
+		if c := a.caps[id]; len(c) > 0 {
+			vs.Caps = maps.Clone(c)
+		}
 		st.Price += vs.Rate
 		st.VMs = append(st.VMs, vs)
 		if m != nil {
 			m.VMShare.WithLabelValues(a.cfg.Host, id).Set(vs.Share)
 			m.VMRate.WithLabelValues(a.cfg.Host, id).Set(vs.Rate)
+			for r, c := range vs.Caps {
+				m.VMCap.WithLabelValues(a.cfg.Host, id, r).Set(c)
+			}
+		}
+	}
+	if r, ok := a.cfg.Enforcer.(ModeReporter); ok {
+		st.Resources = r.Modes()
+		if m != nil {
+			for _, rm := range st.Resources {
+				for _, mode := range [...]string{wire.ModeWeights, wire.ModeThrottle, wire.ModeNone} {
+					v := 0.0
+					if mode == rm.Mode {
+						v = 1
+					}
+					m.ResourceMode.WithLabelValues(a.cfg.Host, rm.Resource, mode).Set(v)
+				}
+			}
 		}
 	}
 	if m != nil {
@@ -659,5 +704,6 @@ func (a *Agent) State() wire.HostState {
 
 func copyState(st wire.HostState) wire.HostState {
 	st.VMs = append([]wire.VMState(nil), st.VMs...)
+	st.Resources = append([]wire.ResourceMode(nil), st.Resources...)
 	return st
 }

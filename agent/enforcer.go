@@ -45,6 +45,23 @@ type IOMeter interface {
 	IOCapacity() IOUse
 }
 
+// Rebalancer is an Enforcer that delivers some resources' shares by
+// throttles (see Throttle): every tick, after measuring, the agent hands it
+// the shares in force, and it re-spreads the caps over the VMs by what
+// each moved since; it returns each VM's caps (MB/s by resource, see
+// wire.ResourceDisk …).
+type Rebalancer interface {
+	Rebalance(ctx context.Context, shares map[string]float64) (map[string]map[string]float64, error)
+}
+
+// ModeReporter is an Enforcer that says how it delivers each resource's
+// shares (wire.ModeWeights, ModeThrottle, ModeNone), which the agent
+// publishes with the host's state: no one is shown a share nothing
+// enforces.
+type ModeReporter interface {
+	Modes() []wire.ResourceMode
+}
+
 // IOUse is an amount per I/O resource: MB moved, or MB/s.
 type IOUse struct{ Disk, Net float64 }
 

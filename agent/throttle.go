@@ -1,93 +1,191 @@
 package agent
 
-import "math"
+import (
+	"math"
+	"sort"
+)
 
-// Throttles are how the agent delivers a resource's shares where the
+// Throttle is how the agent delivers one resource's shares where the
 // device cannot weigh its users (a disk under mq-deadline ignores blkio
-// weights; see agent/virt): each VM gets a bandwidth cap, and the caps are
-// re-spread every tick over the VMs using the device, so the shares hold
-// among them and an idle VM's part is not wasted — work-conserving by
-// redistribution, one tick late. The device's bandwidth is not configured
-// but measured (Bandwidth), since the caps only divide it in proportion
-// while they add up to no more than it delivers.
+// weights, a tap device has no common queue; see agent/virt): each VM gets
+// a bandwidth cap, and the caps are re-planned every tick from what each VM
+// moved under the last ones, so that
+//
+//   - VMs that want more than their part divide the device in proportion
+//     to their shares (weighted max-min: the caps bind, the device does
+//     not choose);
+//   - a VM using less than its part is capped a little above what it uses
+//     (Headroom), and what it leaves goes to the others — work-conserving
+//     by redistribution, one tick late; an idle VM keeps IdleProbe of its
+//     part, enough to show it wants the device again;
+//   - the device's bandwidth, which the caps divide, is measured, not
+//     configured: while every VM that wants more fills its cap the device
+//     could do more and the estimate rises (by Probe, doubling while it
+//     keeps rising); when one falls short of its cap although it wanted
+//     more, the device is the limit and the estimate drops to what was
+//     moved.
+//
+// A Throttle is not safe for concurrent use; the enforcer owns one per
+// resource and direction.
+type Throttle struct {
+	// Capacity is the estimate the caps divide (bytes or MB per second,
+	// the unit of the moved rates); 0 until the first I/O is seen, and
+	// while 0 nothing is capped.
+	Capacity float64
+	// Ceiling, when positive, bounds the estimate (a link's known speed).
+	Ceiling float64
 
-// idleProbe is the part of its proportional cap an idle VM keeps, so that
-// it can show it wants the device again (and be busy the next tick).
-const idleProbe = 0.1
+	caps map[string]float64 // the caps planned last
+	want map[string]bool    // the VMs that wanted more than their part last
+	hold int                // ticks left without raising after a drop
+	step float64            // the next relative raise
+}
 
-// Throttles divides capacity (bytes or MB per second) among the VMs of
-// shares: the idle ones keep idleProbe of their proportional part, the busy
-// ones divide the rest in proportion to their shares. With none busy every
-// VM has its proportional part. VMs without a share get nothing.
-func Throttles(capacity float64, shares map[string]float64, busy map[string]bool) map[string]float64 {
-	caps := make(map[string]float64, len(shares))
-	var total, busyTotal float64
-	for vm, q := range shares {
+// Tuning of the throttle planner.
+const (
+	// bindAt is the part of its cap a VM must move for the cap to count as
+	// what limited it.
+	bindAt = 0.95
+	// idleAt is the part of its proportional part below which a VM counts
+	// as idle on the device.
+	idleAt = 0.02
+	// IdleProbe is the part of its proportional part an idle VM keeps.
+	IdleProbe = 0.1
+	// Headroom is how far above its use a VM using less than its part is
+	// capped, so that growing use reaches its cap (and so counts as wanting
+	// more) within a tick.
+	Headroom = 0.25
+	// Probe is the relative step the estimate first rises by; each raise
+	// in a row doubles it (up to ×2), so a cold start reaches a fast
+	// device in a few ticks while a device at its limit is probed gently.
+	Probe = 0.05
+	// holdAfterDrop is how many ticks the estimate does not rise after it
+	// dropped, so a device at its limit is overshot one tick in
+	// holdAfterDrop+1, not every other one.
+	holdAfterDrop = 4
+)
+
+// Plan takes the rates each VM moved over the last tick (under the caps
+// Plan returned last) and the shares, and returns the new caps: one per VM
+// with a positive share, or none while the capacity is unknown. The caps
+// add up to the capacity.
+func (t *Throttle) Plan(shares, moved map[string]float64) map[string]float64 {
+	var total float64
+	for _, m := range moved {
+		if m > 0 && !math.IsInf(m, 0) {
+			total += m
+		}
+	}
+	var qsum float64
+	for _, q := range shares {
 		if q > 0 {
-			total += q
-			if busy[vm] {
-				busyTotal += q
-			}
+			qsum += q
 		}
 	}
-	if total <= 0 || !(capacity > 0) {
-		return caps
-	}
-	if busyTotal == 0 {
-		for vm, q := range shares {
-			if q > 0 {
-				caps[vm] = capacity * q / total
-			}
+	if t.Capacity <= 0 {
+		if total <= 0 || qsum <= 0 {
+			return nil // nothing seen yet: nothing to divide
 		}
-		return caps
+		t.Capacity = total
 	}
-	left := capacity
+	t.learn(moved, total)
+	if t.Ceiling > 0 {
+		t.Capacity = min(t.Capacity, t.Ceiling)
+	}
+	if qsum <= 0 {
+		t.caps, t.want = nil, nil
+		return nil
+	}
+	// Each VM's demand: unbounded if it filled its cap (or had none),
+	// its use plus headroom if it used less, a probe if idle.
+	demand := make(map[string]float64, len(shares))
+	want := map[string]bool{}
 	for vm, q := range shares {
-		if q > 0 && !busy[vm] {
-			caps[vm] = idleProbe * capacity * q / total
-			left -= caps[vm]
+		if q <= 0 {
+			continue
+		}
+		part := t.Capacity * q / qsum
+		m := max(moved[vm], 0)
+		c, capped := t.caps[vm]
+		switch {
+		case !capped || m >= bindAt*c:
+			demand[vm] = math.Inf(1)
+			want[vm] = true
+		case m < idleAt*part:
+			demand[vm] = IdleProbe * part
+		default:
+			demand[vm] = max(m*(1+Headroom), IdleProbe*part)
 		}
 	}
-	for vm, q := range shares {
-		if q > 0 && busy[vm] {
-			caps[vm] = left * q / busyTotal
+	t.caps, t.want = fill(t.Capacity, shares, qsum, demand), want
+	return t.caps
+}
+
+// learn updates the capacity estimate from one tick: the VMs that wanted
+// more last tick (and were capped at their part) either all filled their
+// caps — the device could do more, and the estimate rises — or some fell
+// short although they wanted more: the device divided itself, not the
+// caps, and the estimate drops to what it delivered. (A VM whose own
+// demand fell short counts once: from then on it is capped at its use.)
+func (t *Throttle) learn(moved map[string]float64, total float64) {
+	if t.hold > 0 {
+		t.hold--
+	}
+	if t.step <= 0 {
+		t.step = Probe
+	}
+	filled, short := 0, 0
+	for vm := range t.want {
+		c, m := t.caps[vm], max(moved[vm], 0)
+		switch {
+		case c <= 0:
+		case m >= bindAt*c:
+			filled++
+		case m >= idleAt*c:
+			short++
+		}
+	}
+	switch {
+	case short > 0 && total > 0:
+		t.Capacity = total
+		t.hold, t.step = holdAfterDrop, Probe
+	case filled > 0 && t.hold == 0:
+		t.Capacity *= 1 + t.step
+		t.step = min(2*t.step, 1)
+	}
+}
+
+// fill divides capacity by weighted max-min: no VM gets more than its
+// demand, the rest is divided in proportion to the shares among those that
+// want more; what no one wants is divided in proportion to the shares, so
+// the caps add up to capacity.
+func fill(capacity float64, shares map[string]float64, qsum float64, demand map[string]float64) map[string]float64 {
+	caps := make(map[string]float64, len(demand))
+	vms := make([]string, 0, len(demand))
+	for vm := range demand {
+		vms = append(vms, vm)
+	}
+	// By demand per unit of share: those below the water level are
+	// satisfied first.
+	sort.Slice(vms, func(i, j int) bool {
+		a, b := demand[vms[i]]/shares[vms[i]], demand[vms[j]]/shares[vms[j]]
+		if a != b {
+			return a < b
+		}
+		return vms[i] < vms[j]
+	})
+	left, wq := capacity, qsum
+	for _, vm := range vms {
+		q := shares[vm]
+		level := left * q / wq
+		caps[vm] = min(demand[vm], level)
+		left -= caps[vm]
+		wq -= q
+	}
+	if left > 1e-12*capacity {
+		for vm := range caps {
+			caps[vm] += left * shares[vm] / qsum
 		}
 	}
 	return caps
-}
-
-// Bandwidth estimates a device's bandwidth from what the throttled VMs
-// move under their caps: while the busy VMs use all the caps allow (at
-// least bindAt of it), the device may do more and the estimate rises by
-// Probe a tick; when they move less although busy, the device (or their
-// own demand) is the limit and the estimate falls to what they moved. It
-// so alternates between what the device delivers and Probe above it: the
-// caps bind, and a tick of overshoot moves a share by about Probe × its
-// complement (3:1 with Probe 0.1: 0.725 instead of 0.75 for that tick).
-type Bandwidth struct {
-	Value float64 // the estimate; set it to a first guess (or a measured alone run)
-	Probe float64 // the relative step up while the caps bind; default 0.1
-}
-
-// bindAt is the part of their caps busy VMs must move for the caps to
-// count as binding.
-const bindAt = 0.97
-
-// Observe updates the estimate from one tick: moved is what the busy VMs
-// moved per second, allowed what their caps allowed them. It returns the
-// new estimate.
-func (b *Bandwidth) Observe(moved, allowed float64) float64 {
-	probe := b.Probe
-	if probe <= 0 {
-		probe = 0.1
-	}
-	switch {
-	case !(moved > 0) || !(allowed > 0) || math.IsInf(moved, 0) || math.IsInf(allowed, 0):
-		// Nothing busy, or nothing to learn from.
-	case moved >= bindAt*allowed:
-		b.Value = max(b.Value, allowed) * (1 + probe)
-	default:
-		b.Value = moved
-	}
-	return b.Value
 }

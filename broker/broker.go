@@ -417,7 +417,7 @@ func (b *Broker) VMs(req *wire.VMsRequest) wire.VMsReply {
 		}
 		for _, v := range st.VMs {
 			if req.Owner == "" || v.Owner == req.Owner {
-				rep.VMs = append(rep.VMs, wire.HostVM{Host: st.Host, VMState: v})
+				rep.VMs = append(rep.VMs, wire.HostVM{Host: st.Host, VMState: v, Resources: st.Resources})
 			}
 		}
 	}

@@ -75,7 +75,9 @@ func TestVMsShowEveryBid(t *testing.T) {
 	ends := time.Date(2026, 5, 1, 9, 0, 0, 0, time.UTC)
 	rep := wire.VMsReply{VMs: []wire.HostVM{
 		{Host: "host-1", VMState: wire.VMState{VM: "a1", Owner: "alice", Rate: 3, Share: 0.75, Util: 0.5, Bids: []wire.VMBid{
-			{Plan: "p1", Rate: 1, Charged: 1_000_000, Ends: ends}, {Plan: "p2", Rate: 2, Charged: 2_500_000, Ends: ends}}}},
+			{Plan: "p1", Rate: 1, Charged: 1_000_000, Ends: ends}, {Plan: "p2", Rate: 2, Charged: 2_500_000, Ends: ends}},
+			Caps: map[string]float64{wire.ResourceDisk: 187.5}},
+			Resources: []wire.ResourceMode{{Resource: wire.ResourceDisk, Mode: wire.ModeThrottle}, {Resource: wire.ResourceNetIn, Mode: wire.ModeNone}}},
 		{Host: "host-1", VMState: wire.VMState{VM: "b1", Owner: "bob", Idle: true}},
 	}}
 	var buf bytes.Buffer
@@ -86,12 +88,17 @@ func TestVMsShowEveryBid(t *testing.T) {
 	if len(lines) != 4 || !strings.Contains(lines[0], "PLAN") || !strings.Contains(lines[0], "BID") {
 		t.Fatalf("vms:\n%s", buf.String())
 	}
-	for i, want := range [][]string{{"a1", "p1", "0.0036/h", "1 "}, {"a1", "p2", "0.0072/h", "2.5"}, {"b1", "idle", " - "}} {
+	// a1's disk is throttled at 187.5 MB/s, its network not governed; b1's
+	// host says nothing: no share shown where none is delivered.
+	for i, want := range [][]string{{"a1", "p1", "0.0036/h", "1 ", "187.5 MB/s"}, {"a1", "p2", "0.0072/h", "2.5"}, {"b1", "idle", " - "}} {
 		for _, w := range want {
 			if !strings.Contains(lines[i+1], w) {
 				t.Errorf("vms row %d %q lacks %q", i+1, lines[i+1], w)
 			}
 		}
+	}
+	if f := strings.Fields(lines[1]); len(f) < 9 || f[8] != "-" { // after "187.5 MB/s"
+		t.Errorf("a1's network is not governed, so it shows no share: %q", lines[1])
 	}
 	if !strings.Contains(lines[1], "0.0108/h") || !strings.Contains(lines[2], "0.0108/h") {
 		t.Errorf("a VM's rate is the sum of its bids:\n%s", buf.String())

@@ -454,13 +454,14 @@ func vmsCommand() *ucli.Command {
 // printVMs is a row per bid: a VM funded by several plans has a row for
 // each (its rate is their sum), a VM without a bid one row with PLAN -.
 func printVMs(w *out, rep wire.VMsReply) error {
-	t := w.table("HOST", "VM", "OWNER", "RATE", "SHARE", "UTIL", "PLAN", "BID", "CHARGED", "ENDS")
+	t := w.table("HOST", "VM", "OWNER", "RATE", "SHARE", "UTIL", "DISK", "NET IN/OUT", "PLAN", "BID", "CHARGED", "ENDS")
 	for _, v := range rep.VMs {
 		util := pct(v.Util)
 		if v.Idle {
 			util += " idle"
 		}
-		vm := []string{v.Host, v.VM, v.Owner, perHour(v.Rate), pct(v.Share), util}
+		vm := []string{v.Host, v.VM, v.Owner, perHour(v.Rate), pct(v.Share), util,
+			delivered(v, wire.ResourceDisk), delivered(v, wire.ResourceNetIn, wire.ResourceNetOut)}
 		if len(v.Bids) == 0 {
 			t.row(append(vm, "-", "-", "-", "-")...)
 		}
@@ -469,6 +470,33 @@ func printVMs(w *out, rep wire.VMsReply) error {
 		}
 	}
 	return t.flush()
+}
+
+// delivered says how v's host delivers its share of resources: a
+// throttle's caps now (MB/s), "weights" where the kernel divides by its
+// share, "-" where nothing governs it — never a share nothing delivers.
+func delivered(v wire.HostVM, resources ...string) string {
+	mode := wire.ModeNone
+	for _, r := range v.Resources {
+		if r.Resource == resources[0] {
+			mode = r.Mode
+		}
+	}
+	switch mode {
+	case wire.ModeWeights:
+		return "weights " + pct(v.Share)
+	case wire.ModeThrottle:
+		var caps []string
+		for _, r := range resources {
+			c, ok := v.Caps[r]
+			if !ok {
+				return "throttle"
+			}
+			caps = append(caps, fmt.Sprintf("%.1f", c))
+		}
+		return strings.Join(caps, "/") + " MB/s"
+	}
+	return "-"
 }
 
 func ledgerCommand() *ucli.Command {

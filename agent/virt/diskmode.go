@@ -131,3 +131,40 @@ func Scheduler(sysfs, name string) (string, error) {
 	}
 	return s, nil
 }
+
+// SetScheduler switches block device name's I/O scheduler under sysfs
+// (e.g. to "bfq", so that blkio weights act): the kernel refuses one it
+// does not have (modprobe bfq first).
+func SetScheduler(sysfs, name, scheduler string) error {
+	if sysfs == "" {
+		sysfs = "/sys"
+	}
+	path := filepath.Join(sysfs, "block", name, "queue", "scheduler")
+	if err := os.WriteFile(path, []byte(scheduler), 0o644); err != nil {
+		return fmt.Errorf("virt: switching %s to %s: %w", name, scheduler, err)
+	}
+	if got, err := Scheduler(sysfs, name); err != nil || got != scheduler {
+		return fmt.Errorf("virt: %s runs %q after switching to %s (%v)", name, got, scheduler, err)
+	}
+	return nil
+}
+
+// IOController reports whether the cgroup v2 io controller (io.weight) is
+// available under the cgroup root cgroupfs ("" for /sys/fs/cgroup): only
+// on a unified (v2) hierarchy, where cgroup.controllers lists "io". On a
+// v1 or hybrid host libvirt's blkio weights go to blkio.bfq.weight.
+func IOController(cgroupfs string) bool {
+	if cgroupfs == "" {
+		cgroupfs = "/sys/fs/cgroup"
+	}
+	b, err := os.ReadFile(filepath.Join(cgroupfs, "cgroup.controllers"))
+	if err != nil {
+		return false
+	}
+	for _, c := range strings.Fields(string(b)) {
+		if c == "io" {
+			return true
+		}
+	}
+	return false
+}

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"libvirt.org/go/libvirt"
-	"libvirt.org/go/libvirtxml"
 
 	"github.com/mrmarket/mrmarket/agent"
 	"github.com/mrmarket/mrmarket/internal/wire"
@@ -43,10 +42,16 @@ type Config struct {
 	HostCPUs float64
 	// HardCap adds vcpu_quota caps to the cpu_shares weights.
 	HardCap bool
-	// Disk governs blkio weights.
-	Disk bool
-	// LinkKiBps, when positive, caps each VM's interfaces at its share of
-	// this link capacity (KiB/s).
+	// Disk is how disk shares are delivered: wire.ModeThrottle (per-VM
+	// caps of the measured bandwidth, re-spread each tick), ModeWeights
+	// (blkio weights, which only BFQ reads), or ModeNone / "" (not
+	// governed). DiskWhy says what chose it, for Modes.
+	Disk, DiskWhy string
+	// Net is how network shares are delivered, into and out of the VMs:
+	// wire.ModeThrottle or ModeNone / "". NetWhy says what chose it.
+	Net, NetWhy string
+	// LinkKiBps, when positive, is the link's speed (KiB/s, each
+	// direction): the network throttles never divide more than it.
 	LinkKiBps uint
 }
 
@@ -62,11 +67,14 @@ type Enforcer struct {
 	// and peak the fastest the host's domains moved together since.
 	io   ioSample
 	peak agent.IOUse
+	th   throttles
 }
 
 var (
-	_ agent.Enforcer = (*Enforcer)(nil)
-	_ agent.IOMeter  = (*Enforcer)(nil)
+	_ agent.Enforcer     = (*Enforcer)(nil)
+	_ agent.IOMeter      = (*Enforcer)(nil)
+	_ agent.Rebalancer   = (*Enforcer)(nil)
+	_ agent.ModeReporter = (*Enforcer)(nil)
 )
 
 // New connects to libvirt.
@@ -116,11 +124,6 @@ func VcpuQuota(q, hostCPUs float64, vcpus uint) int64 {
 		vcpus = 1
 	}
 	return max(int64(math.Round(q*hostCPUs*vcpuPeriod/float64(vcpus))), minVcpuQuota)
-}
-
-// BandwidthKiBps maps a share q to an interface average.
-func BandwidthKiBps(q float64, link uint) uint {
-	return uint(max(math.Round(q*float64(link)), 1))
 }
 
 type vmMeta struct {
@@ -181,6 +184,9 @@ func (e *Enforcer) Apply(_ context.Context, shares map[string]float64) error {
 		return err
 	}
 	defer freeAll(doms)
+	e.mu.Lock()
+	weights := e.cfg.Disk == wire.ModeWeights
+	e.mu.Unlock()
 	var errs []error
 	for vm, q := range shares {
 		d, ok := doms[vm]
@@ -195,14 +201,9 @@ func (e *Enforcer) Apply(_ context.Context, shares map[string]float64) error {
 		e.mu.Lock()
 		e.applied[vm] = q
 		e.mu.Unlock()
-		if e.cfg.Disk {
+		if weights {
 			if err := ApplyDisk(d, q); err != nil {
 				errs = append(errs, fmt.Errorf("virt: %s blkio: %w", vm, err))
-			}
-		}
-		if e.cfg.LinkKiBps > 0 {
-			if err := ApplyNet(d, q, e.cfg.LinkKiBps); err != nil {
-				errs = append(errs, fmt.Errorf("virt: %s bandwidth: %w", vm, err))
 			}
 		}
 	}
@@ -306,43 +307,6 @@ func ApplyDisk(d *libvirt.Domain, q float64) error {
 	return d.SetBlkioParameters(&libvirt.DomainBlkioParameters{WeightSet: true, Weight: BlkioWeight(q)}, libvirt.DOMAIN_AFFECT_LIVE)
 }
 
-// ApplyNet caps every interface of d at share q of link KiB/s, both ways.
-func ApplyNet(d *libvirt.Domain, q float64, link uint) error {
-	desc, err := d.GetXMLDesc(0)
-	if err != nil {
-		return err
-	}
-	var dx libvirtxml.Domain
-	if err := dx.Unmarshal(desc); err != nil {
-		return err
-	}
-	if dx.Devices == nil {
-		return nil
-	}
-	avg := BandwidthKiBps(q, link)
-	var errs []error
-	for _, nic := range dx.Devices.Interfaces {
-		dev := ""
-		if nic.Target != nil {
-			dev = nic.Target.Dev
-		}
-		if dev == "" && nic.MAC != nil {
-			dev = nic.MAC.Address
-		}
-		if dev == "" {
-			continue
-		}
-		p := &libvirt.DomainInterfaceParameters{
-			BandwidthInAverageSet: true, BandwidthInAverage: avg,
-			BandwidthOutAverageSet: true, BandwidthOutAverage: avg,
-		}
-		if err := d.SetInterfaceParameters(dev, p, libvirt.DOMAIN_AFFECT_LIVE); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", dev, err))
-		}
-	}
-	return errors.Join(errs...)
-}
-
 // Applied reads back the CPU weights in force (see the package doc).
 func (e *Enforcer) Applied(context.Context) (map[string]float64, error) {
 	doms, _, err := e.managed()
@@ -398,7 +362,7 @@ func (e *Enforcer) IOUsage(context.Context) (map[string]agent.IOUse, error) {
 	defer freeAll(doms)
 	out := make(map[string]agent.IOUse, len(doms))
 	for vm, d := range doms {
-		out[vm] = domainIO(d)
+		out[vm] = domainIO(d).use()
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -443,45 +407,4 @@ func (s *ioSample) next(moved map[string]agent.IOUse, now time.Time, peak agent.
 	}
 	s.moved, s.at = moved, now
 	return peak
-}
-
-// domainIO sums d's disk and interface traffic, in MB.
-func domainIO(d *libvirt.Domain) agent.IOUse {
-	var u agent.IOUse
-	desc, err := d.GetXMLDesc(0)
-	if err != nil {
-		return u
-	}
-	var dx libvirtxml.Domain
-	if dx.Unmarshal(desc) != nil || dx.Devices == nil {
-		return u
-	}
-	const mb = 1 << 20
-	for _, disk := range dx.Devices.Disks {
-		if disk.Target == nil || disk.Target.Dev == "" {
-			continue
-		}
-		if st, err := d.BlockStats(disk.Target.Dev); err == nil {
-			if st.RdBytesSet {
-				u.Disk += float64(st.RdBytes) / mb
-			}
-			if st.WrBytesSet {
-				u.Disk += float64(st.WrBytes) / mb
-			}
-		}
-	}
-	for _, nic := range dx.Devices.Interfaces {
-		if nic.Target == nil || nic.Target.Dev == "" {
-			continue
-		}
-		if st, err := d.InterfaceStats(nic.Target.Dev); err == nil {
-			if st.RxBytesSet {
-				u.Net += float64(st.RxBytes) / mb
-			}
-			if st.TxBytesSet {
-				u.Net += float64(st.TxBytes) / mb
-			}
-		}
-	}
-	return u
 }

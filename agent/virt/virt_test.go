@@ -11,13 +11,14 @@ import (
 	"libvirt.org/go/libvirt"
 
 	"github.com/mrmarket/mrmarket/agent"
+	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
 // testDriver connects to libvirt's built-in test driver (no daemon needed,
 // but libvirt.so.0 must be installed). Its state lives in the connection.
 func testDriver(t *testing.T) *Enforcer {
 	t.Helper()
-	e, err := New(Config{URI: "test:///default", Disk: true, LinkKiBps: 10_000})
+	e, err := New(Config{URI: "test:///default", Disk: wire.ModeWeights, LinkKiBps: 10_000})
 	if err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("libvirt is required in CI: %v", err)
@@ -55,9 +56,6 @@ func TestMappings(t *testing.T) {
 	if VcpuQuota(0.25, 2, 1) != 50_000 || VcpuQuota(0.25, 2, 2) != 25_000 || VcpuQuota(0.00001, 1, 1) != minVcpuQuota {
 		t.Fatalf("vcpu quotas: %d %d %d", VcpuQuota(0.25, 2, 1), VcpuQuota(0.25, 2, 2), VcpuQuota(0.00001, 1, 1))
 	}
-	if BandwidthKiBps(0.25, 10_000) != 2500 || BandwidthKiBps(0, 10_000) != 1 {
-		t.Fatal("bandwidth mapping")
-	}
 }
 
 // TestDiscoveryDiskAndNetOnTheTestDriver: what the test driver supports —
@@ -81,7 +79,7 @@ func TestDiscoveryDiskAndNetOnTheTestDriver(t *testing.T) {
 	if err != nil || bp.Weight != 420 {
 		t.Fatalf("blkio weight %+v %v", bp, err)
 	}
-	if err := ApplyNet(d, 0.25, 10_000); err != nil {
+	if err := setNetCaps(d, []string{"testnet0"}, 2500.0/1024, 2500.0/1024); err != nil {
 		t.Fatal(err)
 	}
 	ip, err := d.GetInterfaceParameters("testnet0", libvirt.DOMAIN_AFFECT_LIVE)

@@ -24,6 +24,8 @@ type Metrics struct {
 	HostPrice     *prometheus.GaugeVec   // host
 	VMShare       *prometheus.GaugeVec   // host, vm
 	VMRate        *prometheus.GaugeVec   // host, vm
+	ResourceMode  *prometheus.GaugeVec   // host, resource, mode
+	VMCap         *prometheus.GaugeVec   // host, vm, resource
 	Captures      *prometheus.CounterVec // host
 	CapturedMicro *prometheus.CounterVec // host
 	Ticks         *prometheus.CounterVec // host
@@ -44,6 +46,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		VMRate: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "mrm_vm_rate_micro_per_second", Help: "Spending rate of a VM's bid, micro-credits per second.",
 		}, []string{"host", "vm"}),
+		ResourceMode: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "mrm_host_resource_mode", Help: "1 for how a host delivers a resource's shares (mode: weights, throttle, none), 0 for the modes it does not use.",
+		}, []string{"host", "resource", "mode"}),
+		VMCap: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "mrm_vm_cap_mb_per_second", Help: "A throttled resource's bandwidth cap on a VM (its share of the measured capacity, re-spread each tick), MB/s.",
+		}, []string{"host", "vm", "resource"}),
 		Captures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mrm_captures_total", Help: "Capture batches an agent sent and the bank accepted.",
 		}, []string{"host"}),
@@ -64,7 +72,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.HostPrice, m.VMShare, m.VMRate, m.Captures, m.CapturedMicro,
+		reg.MustRegister(m.HostPrice, m.VMShare, m.VMRate, m.ResourceMode, m.VMCap, m.Captures, m.CapturedMicro,
 			m.Ticks, m.Requests, m.Errors, m.PlansRunning)
 	}
 	return m

@@ -585,6 +585,37 @@ type VMState struct {
 	// entitlement for its last k ticks.
 	Idle bool    `json:"idle,omitempty"`
 	Bids []VMBid `json:"bids,omitempty"`
+	// Caps are the bandwidth caps (MB/s) the host's throttles give the VM
+	// now, by resource (ResourceDisk, ResourceNetIn, ResourceNetOut): its
+	// share of the measured capacity, re-spread each tick.
+	Caps map[string]float64 `json:"caps_mb_per_s,omitempty"`
+}
+
+// Resources a host shares among its VMs.
+const (
+	ResourceCPU    = "cpu"
+	ResourceDisk   = "disk"
+	ResourceNetIn  = "net-in"  // into the VM
+	ResourceNetOut = "net-out" // out of the VM
+)
+
+// How a host delivers a resource's shares.
+const (
+	ModeWeights  = "weights"  // the kernel divides by weights (CPU shares; blkio under BFQ)
+	ModeThrottle = "throttle" // per-VM caps of the measured capacity, re-spread each tick
+	ModeNone     = "none"     // not governed: the shares are not delivered
+)
+
+// ResourceMode says how a host delivers one resource's shares, so no one
+// is shown a share nothing enforces.
+type ResourceMode struct {
+	Resource string `json:"resource"`
+	Mode     string `json:"mode"`
+	// Capacity is, for a throttle, the measured bandwidth the caps divide
+	// (MB/s; 0 until the VMs have moved data).
+	Capacity float64 `json:"capacity_mb_per_s,omitempty"`
+	// Why says what decided the mode (e.g. the disk's scheduler).
+	Why string `json:"why,omitempty"`
 }
 
 // VMBid is one plan's bid on a VM as its agent keeps it: Rate is its
@@ -618,6 +649,8 @@ type HostState struct {
 	Tick  int64     `json:"tick"`
 	Price float64   `json:"price_micro_per_s"`
 	VMs   []VMState `json:"vms"`
+	// Resources says how the host delivers each resource's shares.
+	Resources []ResourceMode `json:"resources,omitempty"`
 }
 
 // Validate checks a state message received from the network.
@@ -1077,6 +1110,8 @@ func (r *VMsRequest) Validate() error {
 type HostVM struct {
 	Host string `json:"host"`
 	VMState
+	// Resources is how the VM's host delivers each resource's shares.
+	Resources []ResourceMode `json:"resources,omitempty"`
 }
 
 // VMsReply answers a VMsRequest, sorted by host then VM.

@@ -1,0 +1,318 @@
+package virt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"libvirt.org/go/libvirt"
+	"libvirt.org/go/libvirtxml"
+
+	"github.com/mrmarket/mrmarket/agent"
+	"github.com/mrmarket/mrmarket/internal/wire"
+)
+
+// Throttle mode (Config.Disk or Config.Net = wire.ModeThrottle): a disk
+// that does not weigh its users, or a tap device (which has no queue shared
+// with the other VMs'), divides itself as it likes; QEMU's and the kernel's
+// per-VM limits are exact (blkdeviotune held caps within 0.2 %). So each
+// tick the enforcer reads what every domain moved (IOUsage), plans caps with
+// an agent.Throttle per resource — the disk, the network into the VMs, the
+// network out of them, each against its own measured capacity — and sets
+// them: total_bytes_sec on every disk of the domain (one QEMU throttle
+// group per domain, so its disks share the cap), inbound/outbound average
+// on every interface (split evenly among them). The caps move with the
+// VMs' use, so an idle VM's part goes to the busy ones within a tick.
+
+// throttleGroup is the QEMU throttle group of a domain's disks.
+const throttleGroup = "mrm"
+
+// Units of the caps: the planner works in MB/s (MiB), libvirt in bytes/s
+// (disks) and KiB/s (interfaces).
+const mib = 1 << 20
+
+// ioCounters are one domain's I/O so far, in MB, and the devices it was
+// read from.
+type ioCounters struct {
+	disk, netIn, netOut float64
+	disks, nics         []string
+}
+
+// use is the IOUse the agent's idle rule reads.
+func (c ioCounters) use() agent.IOUse { return agent.IOUse{Disk: c.disk, Net: c.netIn + c.netOut} }
+
+// throttles are the enforcer's per-resource planners and what it set.
+type throttles struct {
+	plan    map[string]*agent.Throttle    // by resource
+	set     map[string]map[string]float64 // vm → resource → cap in force (MB/s; 0 none)
+	before  map[string]ioCounters         // the counters at the previous Rebalance
+	beforeT time.Time
+}
+
+// throttled lists the resources the configuration throttles; under mu.
+func (e *Enforcer) throttled() []string {
+	var rs []string
+	if e.cfg.Disk == wire.ModeThrottle {
+		rs = append(rs, wire.ResourceDisk)
+	}
+	if e.cfg.Net == wire.ModeThrottle {
+		rs = append(rs, wire.ResourceNetIn, wire.ResourceNetOut)
+	}
+	return rs
+}
+
+// Rebalance re-plans and sets the throttled resources' caps from what each
+// managed domain moved since the last call (see the comment above), and
+// returns the caps in force.
+func (e *Enforcer) Rebalance(ctx context.Context, shares map[string]float64) (map[string]map[string]float64, error) {
+	e.mu.Lock()
+	rs := e.throttled()
+	e.mu.Unlock()
+	if len(rs) == 0 {
+		return nil, nil
+	}
+	doms, _, err := e.managed()
+	if err != nil {
+		return nil, err
+	}
+	defer freeAll(doms)
+	now := time.Now()
+	counters := make(map[string]ioCounters, len(doms))
+	for vm, d := range doms {
+		counters[vm] = domainIO(d)
+	}
+	e.mu.Lock()
+	th := &e.th
+	if th.plan == nil {
+		th.plan, th.set = map[string]*agent.Throttle{}, map[string]map[string]float64{}
+		for _, r := range rs {
+			p := &agent.Throttle{}
+			if r != wire.ResourceDisk && e.cfg.LinkKiBps > 0 {
+				p.Ceiling = float64(e.cfg.LinkKiBps) / 1024
+			}
+			th.plan[r] = p
+		}
+	}
+	want := map[string]map[string]float64{}
+	if dt := now.Sub(th.beforeT).Seconds(); th.before != nil && dt > 0 {
+		for _, r := range rs {
+			moved := map[string]float64{}
+			for vm, c := range counters {
+				if b, ok := th.before[vm]; ok {
+					moved[vm] = max(pick(c, r)-pick(b, r), 0) / dt
+				}
+			}
+			for vm, c := range th.plan[r].Plan(shares, moved) {
+				if want[vm] == nil {
+					want[vm] = map[string]float64{}
+				}
+				want[vm][r] = c
+			}
+		}
+	}
+	th.before, th.beforeT = counters, now
+	// What to set: the new caps, and 0 (no limit) where a cap was set
+	// before but none is planned now.
+	type change struct {
+		vm   string
+		caps map[string]float64
+	}
+	var todo []change
+	for vm := range doms {
+		next := map[string]float64{}
+		for _, r := range rs {
+			next[r] = want[vm][r]
+		}
+		prev, known := th.set[vm]
+		if !known || differs(prev, next) {
+			todo = append(todo, change{vm, next})
+		}
+	}
+	e.mu.Unlock()
+
+	var errs []error
+	for _, c := range todo {
+		d := doms[c.vm]
+		ok := true
+		if v, has := c.caps[wire.ResourceDisk]; has {
+			if err := setDiskCap(d, counters[c.vm].disks, v); err != nil {
+				errs, ok = append(errs, fmt.Errorf("virt: %s disk throttle: %w", c.vm, err)), false
+			}
+		}
+		if _, has := c.caps[wire.ResourceNetIn]; has {
+			if err := setNetCaps(d, counters[c.vm].nics, c.caps[wire.ResourceNetIn], c.caps[wire.ResourceNetOut]); err != nil {
+				errs, ok = append(errs, fmt.Errorf("virt: %s network throttle: %w", c.vm, err)), false
+			}
+		}
+		if ok {
+			e.mu.Lock()
+			e.th.set[c.vm] = c.caps
+			e.mu.Unlock()
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := map[string]map[string]float64{}
+	for vm, caps := range e.th.set {
+		if _, live := doms[vm]; !live {
+			delete(e.th.set, vm)
+			continue
+		}
+		for r, v := range caps {
+			if v > 0 {
+				if out[vm] == nil {
+					out[vm] = map[string]float64{}
+				}
+				out[vm][r] = v
+			}
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// pick is counter r of c.
+func pick(c ioCounters, r string) float64 {
+	switch r {
+	case wire.ResourceDisk:
+		return c.disk
+	case wire.ResourceNetIn:
+		return c.netIn
+	case wire.ResourceNetOut:
+		return c.netOut
+	}
+	return 0
+}
+
+// differs reports whether two cap sets differ by more than 1 % (or one is
+// a limit and the other none): smaller moves are not worth a libvirt call.
+func differs(a, b map[string]float64) bool {
+	for r, x := range b {
+		y := a[r]
+		if (x == 0) != (y == 0) || math.Abs(x-y) > 0.01*max(x, y) {
+			return true
+		}
+	}
+	return false
+}
+
+// setDiskCap caps d's disks together at mbps MB/s (0: no limit).
+func setDiskCap(d *libvirt.Domain, disks []string, mbps float64) error {
+	var errs []error
+	for _, dev := range disks {
+		p := &libvirt.DomainBlockIoTuneParameters{TotalBytesSecSet: true, TotalBytesSec: uint64(math.Round(mbps * mib))}
+		if mbps > 0 {
+			p.GroupNameSet, p.GroupName = true, throttleGroup
+		}
+		if err := d.SetBlockIoTune(dev, p, libvirt.DOMAIN_AFFECT_LIVE); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", dev, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// setNetCaps caps d's interfaces, split evenly, at in and out MB/s into
+// and out of the domain (0: no limit).
+func setNetCaps(d *libvirt.Domain, nics []string, in, out float64) error {
+	if len(nics) == 0 {
+		return nil
+	}
+	kibps := func(mbps float64) uint {
+		if mbps <= 0 {
+			return 0
+		}
+		return uint(max(math.Round(mbps*1024/float64(len(nics))), 1))
+	}
+	var errs []error
+	for _, dev := range nics {
+		p := &libvirt.DomainInterfaceParameters{
+			BandwidthInAverageSet: true, BandwidthInAverage: kibps(in),
+			BandwidthOutAverageSet: true, BandwidthOutAverage: kibps(out),
+		}
+		if err := d.SetInterfaceParameters(dev, p, libvirt.DOMAIN_AFFECT_LIVE); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", dev, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Modes says how the enforcer delivers each resource's shares.
+func (e *Enforcer) Modes() []wire.ResourceMode {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	cpu := wire.ResourceMode{Resource: wire.ResourceCPU, Mode: wire.ModeWeights, Why: "cpu_shares"}
+	if e.cfg.HardCap {
+		cpu.Why = "cpu_shares and a vcpu_quota hard cap"
+	}
+	out := []wire.ResourceMode{cpu}
+	for _, r := range []struct{ name, mode, why string }{
+		{wire.ResourceDisk, e.cfg.Disk, e.cfg.DiskWhy},
+		{wire.ResourceNetIn, e.cfg.Net, e.cfg.NetWhy},
+		{wire.ResourceNetOut, e.cfg.Net, e.cfg.NetWhy},
+	} {
+		m := wire.ResourceMode{Resource: r.name, Mode: r.mode, Why: r.why}
+		if m.Mode == "" {
+			m.Mode = wire.ModeNone
+		}
+		if p := e.th.plan[r.name]; p != nil {
+			m.Capacity = p.Capacity
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// domainIO reads d's I/O counters: bytes read and written on its disks
+// (virDomainBlockStats), received and sent on its interfaces
+// (virDomainInterfaceStats; libvirt reports a tap's counters from the
+// guest's side: rx is into the guest). A device whose statistics cannot be
+// read counts nothing.
+func domainIO(d *libvirt.Domain) ioCounters {
+	var c ioCounters
+	desc, err := d.GetXMLDesc(0)
+	if err != nil {
+		return c
+	}
+	var dx libvirtxml.Domain
+	if dx.Unmarshal(desc) != nil || dx.Devices == nil {
+		return c
+	}
+	for _, disk := range dx.Devices.Disks {
+		if disk.Target == nil || disk.Target.Dev == "" || disk.Device == "cdrom" || disk.Device == "floppy" {
+			continue
+		}
+		c.disks = append(c.disks, disk.Target.Dev)
+		if st, err := d.BlockStats(disk.Target.Dev); err == nil {
+			if st.RdBytesSet {
+				c.disk += float64(st.RdBytes) / mib
+			}
+			if st.WrBytesSet {
+				c.disk += float64(st.WrBytes) / mib
+			}
+		}
+	}
+	for _, nic := range dx.Devices.Interfaces {
+		if nic.Target == nil || nic.Target.Dev == "" {
+			continue
+		}
+		c.nics = append(c.nics, nic.Target.Dev)
+		if st, err := d.InterfaceStats(nic.Target.Dev); err == nil {
+			if st.RxBytesSet {
+				c.netIn += float64(st.RxBytes) / mib
+			}
+			if st.TxBytesSet {
+				c.netOut += float64(st.TxBytes) / mib
+			}
+		}
+	}
+	return c
+}
+
+// SetModes sets how disk and network shares are delivered (see Config),
+// once the caller has looked at the host (DiskDevices) to choose.
+func (e *Enforcer) SetModes(disk, diskWhy, net, netWhy string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.cfg.Disk, e.cfg.DiskWhy, e.cfg.Net, e.cfg.NetWhy = disk, diskWhy, net, netWhy
+}
