@@ -388,3 +388,29 @@ func TestWaitingOnIOIsBusy(t *testing.T) {
 		}
 	}
 }
+
+// TestThrottleCapsArePublished: on a host that throttles its disk, the
+// agent re-plans the caps every tick (Rebalancer) and publishes each VM's
+// cap with its state: with two VMs reading, the caps follow the shares.
+func TestThrottleCapsArePublished(t *testing.T) {
+	h := newHost(t, agent.VM{ID: "a", Owner: "alice"}, agent.VM{ID: "b", Owner: "bob"})
+	h.sim.SetThrottled(true, false)
+	h.sim.SetIO("a", agent.IOUse{Disk: 50})
+	h.sim.SetIO("b", agent.IOUse{Disk: 50})
+	var st wire.HostState
+	for i := 1; i <= 3; i++ {
+		*h.clock = t0.Add(time.Duration(i) * time.Second)
+		st = h.tick(t)
+	}
+	caps := map[string]float64{}
+	shares := map[string]float64{}
+	for _, v := range st.VMs {
+		caps[v.VM], shares[v.VM] = v.Caps[wire.ResourceDisk], v.Share
+	}
+	if caps["a"] <= 0 || caps["b"] <= 0 || math.Abs(caps["a"]/(caps["a"]+caps["b"])-shares["a"]) > 0.01 {
+		t.Fatalf("disk caps %v, shares %v", caps, shares)
+	}
+	if got := h.a.State().VMs[0].Caps[wire.ResourceNet]; got != 0 {
+		t.Fatalf("the network is not throttled, yet capped at %v", got)
+	}
+}

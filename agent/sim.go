@@ -3,9 +3,12 @@ package agent
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
 // SimEnforcer is a simulated host: its VMs receive CPU in proportion to the
@@ -27,6 +30,12 @@ type SimEnforcer struct {
 	ioCap   IOUse
 	ioRate  map[string]IOUse
 	ioMoved map[string]IOUse
+	// Throttles (SetThrottled): the planners, the caps they set, and the
+	// I/O at the last Rebalance.
+	throttle map[string]*Throttle
+	caps     map[string]map[string]float64
+	ioBefore map[string]IOUse
+	ioAt     time.Time
 }
 
 // NewSimEnforcer makes a simulated host with cpus CPUs and vms on the clock now.
@@ -100,6 +109,69 @@ func (s *SimEnforcer) IOUsage(context.Context) (map[string]IOUse, error) {
 		out[vm.ID] = s.ioMoved[vm.ID]
 	}
 	return out, nil
+}
+
+// SetThrottled makes the host deliver its disk and/or network shares by
+// throttles, as the libvirt agent does where the device does not weigh its
+// users: each agent tick Rebalance plans per-VM caps (Throttle) from what
+// the VMs moved, and the simulator that delivers the I/O reads them (Caps).
+func (s *SimEnforcer) SetThrottled(disk, net bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.throttle = map[string]*Throttle{}
+	if disk {
+		s.throttle[wire.ResourceDisk] = &Throttle{}
+	}
+	if net {
+		s.throttle[wire.ResourceNet] = &Throttle{}
+	}
+}
+
+// Rebalance re-plans the throttled resources' caps from what each VM moved
+// since the last call (see Rebalancer).
+func (s *SimEnforcer) Rebalance(_ context.Context, shares map[string]float64) (map[string]map[string]float64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.throttle) == 0 {
+		return nil, nil
+	}
+	s.integrate()
+	now := s.now()
+	caps := map[string]map[string]float64{}
+	if dt := now.Sub(s.ioAt).Seconds(); s.ioBefore != nil && dt > 0 {
+		for r, th := range s.throttle {
+			moved := map[string]float64{}
+			for vm, m := range s.ioMoved {
+				b := s.ioBefore[vm]
+				if r == wire.ResourceDisk {
+					moved[vm] = (m.Disk - b.Disk) / dt
+				} else {
+					moved[vm] = (m.Net - b.Net) / dt
+				}
+			}
+			for vm, c := range th.Plan(shares, moved) {
+				if caps[vm] == nil {
+					caps[vm] = map[string]float64{}
+				}
+				caps[vm][r] = c
+			}
+		}
+	}
+	s.ioBefore, s.ioAt = maps.Clone(s.ioMoved), now
+	s.caps = caps
+	out := make(map[string]map[string]float64, len(caps))
+	for vm, c := range caps {
+		out[vm] = maps.Clone(c)
+	}
+	return out, nil
+}
+
+// Caps is vm's throttle caps now (MB/s; 0 for a resource not capped).
+func (s *SimEnforcer) Caps(vm string) IOUse {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.caps[vm]
+	return IOUse{Disk: c[wire.ResourceDisk], Net: c[wire.ResourceNet]}
 }
 
 // IOCapacity is the bandwidth SetIOCapacity set.

@@ -19,11 +19,15 @@ import (
 //     by redistribution, one tick late; an idle VM keeps IdleProbe of its
 //     part, enough to show it wants the device again;
 //   - the device's bandwidth, which the caps divide, is measured, not
-//     configured: while every VM that wants more fills its cap the device
-//     could do more and the estimate rises (by Probe, doubling while it
-//     keeps rising); when one falls short of its cap although it wanted
-//     more, the device is the limit and the estimate drops to what was
-//     moved.
+//     configured: it is the most the VMs moved together in a tick over the
+//     last Window ticks, and above that, while every VM that wants more
+//     fills its cap, the device could do more and the estimate rises (by
+//     Probe, doubling while it keeps rising). When a VM that wanted more
+//     falls short of its cap, or none wants more, the estimate is back at
+//     the most moved. It never drops below what the device was seen to
+//     deliver lately, so a VM whose I/O comes in bursts shorter than a
+//     tick is not capped at its average; a device that slows down is
+//     followed within Window ticks.
 //
 // A Throttle is not safe for concurrent use; the enforcer owns one per
 // resource and direction.
@@ -35,10 +39,12 @@ type Throttle struct {
 	// Ceiling, when positive, bounds the estimate (a link's known speed).
 	Ceiling float64
 
-	caps map[string]float64 // the caps planned last
-	want map[string]bool    // the VMs that wanted more than their part last
-	hold int                // ticks left without raising after a drop
-	step float64            // the next relative raise
+	caps   map[string]float64 // the caps planned last
+	want   map[string]bool    // the VMs that wanted more than their part last
+	recent []float64          // the totals moved in the last Window ticks
+	hold   int                // ticks left without raising after an overshoot
+	step   float64            // the next relative raise
+	raised bool               // the last tick raised the estimate
 }
 
 // Tuning of the throttle planner.
@@ -59,16 +65,19 @@ const (
 	// in a row doubles it (up to ×2), so a cold start reaches a fast
 	// device in a few ticks while a device at its limit is probed gently.
 	Probe = 0.05
-	// holdAfterDrop is how many ticks the estimate does not rise after it
-	// dropped, so a device at its limit is overshot one tick in
-	// holdAfterDrop+1, not every other one.
+	// Window is how many ticks the most moved together is remembered as
+	// what the device delivers.
+	Window = 30
+	// holdAfterDrop is how many ticks the estimate does not rise after a
+	// raise overshot the device, so a device at its limit is overshot one
+	// tick in holdAfterDrop+2, not every other one.
 	holdAfterDrop = 4
 )
 
 // Plan takes the rates each VM moved over the last tick (under the caps
 // Plan returned last) and the shares, and returns the new caps: one per VM
-// with a positive share, or none while the capacity is unknown. The caps
-// add up to the capacity.
+// with a positive share, or none while the capacity is unknown or at most
+// one VM uses the device. The caps add up to the capacity.
 func (t *Throttle) Plan(shares, moved map[string]float64) map[string]float64 {
 	var total float64
 	for _, m := range moved {
@@ -96,10 +105,11 @@ func (t *Throttle) Plan(shares, moved map[string]float64) map[string]float64 {
 		t.caps, t.want = nil, nil
 		return nil
 	}
-	// Each VM's demand: unbounded if it filled its cap (or had none),
-	// its use plus headroom if it used less, a probe if idle.
+	// Each VM's demand: unbounded if it filled its cap (or moved
+	// uncapped), its use plus headroom if it used less, a probe if idle.
 	demand := make(map[string]float64, len(shares))
 	want := map[string]bool{}
+	active := 0
 	for vm, q := range shares {
 		if q <= 0 {
 			continue
@@ -107,27 +117,44 @@ func (t *Throttle) Plan(shares, moved map[string]float64) map[string]float64 {
 		part := t.Capacity * q / qsum
 		m := max(moved[vm], 0)
 		c, capped := t.caps[vm]
+		if m >= idleAt*part {
+			active++
+		}
 		switch {
+		case m < idleAt*part:
+			demand[vm] = IdleProbe * part
 		case !capped || m >= bindAt*c:
 			demand[vm] = math.Inf(1)
 			want[vm] = true
-		case m < idleAt*part:
-			demand[vm] = IdleProbe * part
 		default:
 			demand[vm] = max(m*(1+Headroom), IdleProbe*part)
 		}
+	}
+	if active <= 1 {
+		// One VM using the device has nothing to share it with: no caps,
+		// so its bursts are not held to its average (and the device's
+		// bandwidth is measured uncapped). Caps return as soon as a
+		// second VM moves data — a tick late, as every redistribution.
+		t.caps, t.want = nil, nil
+		return nil
 	}
 	t.caps, t.want = fill(t.Capacity, shares, qsum, demand), want
 	return t.caps
 }
 
-// learn updates the capacity estimate from one tick: the VMs that wanted
-// more last tick (and were capped at their part) either all filled their
-// caps — the device could do more, and the estimate rises — or some fell
-// short although they wanted more: the device divided itself, not the
-// caps, and the estimate drops to what it delivered. (A VM whose own
-// demand fell short counts once: from then on it is capped at its use.)
+// learn updates the capacity estimate from one tick (see Throttle): the
+// VMs that wanted more last tick (and were capped at their part) either
+// all filled their caps — the device could do more — or some fell short:
+// the estimate is back at the most the device delivered lately.
 func (t *Throttle) learn(moved map[string]float64, total float64) {
+	t.recent = append(t.recent, total)
+	if len(t.recent) > Window {
+		t.recent = t.recent[len(t.recent)-Window:]
+	}
+	delivered := 0.0
+	for _, x := range t.recent {
+		delivered = max(delivered, x)
+	}
 	if t.hold > 0 {
 		t.hold--
 	}
@@ -145,13 +172,23 @@ func (t *Throttle) learn(moved map[string]float64, total float64) {
 			short++
 		}
 	}
+	raised := t.raised
+	t.raised = false
 	switch {
-	case short > 0 && total > 0:
-		t.Capacity = total
-		t.hold, t.step = holdAfterDrop, Probe
-	case filled > 0 && t.hold == 0:
-		t.Capacity *= 1 + t.step
-		t.step = min(2*t.step, 1)
+	case filled > 0 && short == 0:
+		if t.hold == 0 {
+			t.Capacity = max(t.Capacity, delivered) * (1 + t.step)
+			t.step = min(2*t.step, 1)
+			t.raised = true
+		}
+	default:
+		if short > 0 && raised {
+			// The raise overshot the device: stay at what it delivers
+			// a while.
+			t.hold = holdAfterDrop
+		}
+		t.Capacity = delivered
+		t.step = Probe
 	}
 }
 

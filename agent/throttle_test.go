@@ -147,8 +147,8 @@ func TestThrottleLendsWhatIsNotUsed(t *testing.T) {
 }
 
 // TestThrottleFollowsTheDevice: when the device slows down (another
-// tenant, a degraded disk) the estimate follows it down and the shares
-// hold; when it speeds up again the estimate climbs back; a ceiling (a
+// tenant, a degraded disk) the estimate follows it down within a Window
+// of ticks and the shares hold; when it speeds up again the estimate climbs back; a ceiling (a
 // link's known speed) is never exceeded.
 func TestThrottleFollowsTheDevice(t *testing.T) {
 	shares := map[string]float64{"a": 0.75, "b": 0.25}
@@ -157,7 +157,7 @@ func TestThrottleFollowsTheDevice(t *testing.T) {
 	moved := map[string]float64{}
 	run(th, dev, shares, &moved, 30)
 	dev.bandwidth = 400
-	run(th, dev, shares, &moved, 10)
+	run(th, dev, shares, &moved, agent.Window+5) // the faster device is remembered a Window
 	got, _ := run(th, dev, shares, &moved, 20)
 	partsNear(t, "device at 400", got, shares, 0.02)
 	if th.Capacity > 460 {

@@ -35,19 +35,33 @@
 // run left (quotas back to -1, unlimited), so turning --hard-cap off takes
 // effect at the agent's next start.
 //
-// Disk (Disk): blkio weight = clamp(round(q·1000), 100, 1000), libvirt's
-// blkio range. Ten steps per 1% and a floor of 10% of the top weight: every
-// share below 0.1 is enforced as 0.1, so disk shares are coarse for small
-// bids. Applied where the host's blkio controller exists — but libvirt
-// writes blkio.bfq.weight, which only the BFQ scheduler reads: under
-// mq-deadline (many distributions' default) the weight is accepted and
-// does nothing. DiskDevices reports each device behind the managed
-// domains' disks with its scheduler, and `mrmarket agent` says at start
-// whether disk shares are delivered.
+// Disk and network: each resource has a mode (Config.Disk, Config.Net;
+// Modes reports them, and the agent publishes them with the host's state,
+// so `vms` and the metrics never show a share nothing delivers):
 //
-// Network (LinkKiBps > 0): on every interface of the domain, inbound and
-// outbound average = max(1, round(q·LinkKiBps)) KiB/s. This is a cap, not a
-// weight: bandwidth a VM does not use is not lent to others.
+//   - throttle (the default for both): per-VM bandwidth caps re-planned
+//     every tick by an agent.Throttle from what each domain moved —
+//     weighted max-min over the VMs that want more, an idle VM's part lent
+//     to the busy ones, the device's bandwidth measured (the most moved
+//     together lately, probed upward while the caps bind), no caps while at
+//     most one VM uses the device. Disks: total_bytes_sec on every disk of
+//     the domain in one QEMU throttle group ("mrm"), so its disks share
+//     the cap (blkdeviotune; QEMU holds it within 0.2 %). Interfaces:
+//     inbound and outbound average (KiB/s) on each interface, the VM's cap
+//     split evenly among them; into and out of the VMs are planned apart,
+//     each against its own capacity, at most LinkKiBps when set. Works with
+//     any scheduler and cgroup version; it needs libvirt to tune the device
+//     (taps: type ethernet, network or bridge — not QEMU user networking).
+//   - weights (disk only): blkio weight = clamp(round(q·1000), 100, 1000),
+//     libvirt's range (every share below 0.1 is enforced as 0.1). libvirt
+//     writes blkio.bfq.weight, which only BFQ reads: under mq-deadline the
+//     weight is accepted and does nothing (measured 900:100 → 1.0 : 1).
+//     Even under BFQ the ratio took ~20 s to form after guests started and
+//     was inverted for a minute after a pause/resume, so weights are used
+//     only when asked for, and `mrmarket agent` refuses them unless every
+//     device behind the managed disks runs BFQ (DiskDevices, Scheduler;
+//     --disk-scheduler bfq switches them, SetScheduler).
+//   - none: not governed.
 //
 // CPU time for utilisation comes from virDomainGetInfo (all vCPUs and the
 // emulator). The enforcer is also an agent.IOMeter: each domain's bytes

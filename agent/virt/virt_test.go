@@ -196,3 +196,37 @@ func TestDiskDevicesOnThisHost(t *testing.T) {
 	s, err := Scheduler("/sys", name)
 	t.Logf("the test binary lives on %s, scheduler %q (%v)", name, s, err)
 }
+
+// TestModesSayWhatIsDelivered: the enforcer reports each resource's mode
+// as configured, "none" for what it does not govern; a throttle's
+// Rebalance on a single managed domain sets no cap (nothing to share the
+// device with) and fails nothing.
+func TestModesSayWhatIsDelivered(t *testing.T) {
+	e := testDriver(t)
+	manageTestDomain(t, e)
+	e.SetModes(wire.ModeWeights, "bfq", wire.ModeThrottle, "taps")
+	got := map[string]string{}
+	for _, m := range e.Modes() {
+		got[m.Resource] = m.Mode
+	}
+	want := map[string]string{wire.ResourceCPU: wire.ModeWeights, wire.ResourceDisk: wire.ModeWeights,
+		wire.ResourceNetIn: wire.ModeThrottle, wire.ResourceNetOut: wire.ModeThrottle}
+	for r, m := range want {
+		if got[r] != m {
+			t.Errorf("%s: mode %q, want %q (all %v)", r, got[r], m, got)
+		}
+	}
+	ctx := context.Background()
+	for range 3 {
+		caps, err := e.Rebalance(ctx, map[string]float64{"test": 1})
+		if err != nil || len(caps) != 0 {
+			t.Fatalf("a lone domain's caps: %v %v", caps, err)
+		}
+	}
+	e.SetModes("", "", "", "")
+	for _, m := range e.Modes() {
+		if m.Resource != wire.ResourceCPU && m.Mode != wire.ModeNone {
+			t.Errorf("unset %s reports %q", m.Resource, m.Mode)
+		}
+	}
+}

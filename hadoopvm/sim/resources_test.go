@@ -128,6 +128,43 @@ func TestFairDiskIgnoresTheBids(t *testing.T) {
 	}
 }
 
+// TestThrottledDiskFollowsTheBids: a disk that divides itself equally
+// (DiskThrottle) but with the agents' throttles capping each VM: once the
+// planner has measured the disk, VMs bidding 3:1 read 3:1 — the agent's
+// own planner (agent.Throttle), not a model of it — and the disk stays
+// nearly full; when a finishes, b takes the whole disk.
+func TestThrottledDiskFollowsTheBids(t *testing.T) {
+	s := twoBiddersReading(t, sim.HostSpec{ID: "h1", Cores: 8, Disk: 100, DiskThrottle: true})
+	// The agents tick every 10 s: the first measures, the second divides.
+	if err := s.RunUntil(t0.Add(20 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := s.Moved()
+	if err := s.RunUntil(t0.Add(40 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := s.Moved()
+	a, b := after["a"]-before["a"], after["b"]-before["b"]
+	if share := a / (a + b); math.Abs(share-0.75) > 0.03 || a+b < 0.9*2000 {
+		t.Fatalf("20–40 s: a read %.1f MB, b %.1f MB (a's share %.3f, want 0.75 of about 2000 MB)", a, b, share)
+	}
+	t.Logf("20–40 s: a read %.0f MB, b %.0f MB: a's share %.3f", a, b, a/(a+b))
+	res, err := s.Run(time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		// Unthrottled the disk would finish both by 60 s. The throttles
+		// follow a's end up to two 10 s ticks late (one to see a use less,
+		// one to see it idle), b capped at a quarter of the disk
+		// meanwhile: at most 15 s of the disk lost.
+		if d := r.Duration(); r.ID == "jb" && d > 75*time.Second {
+			t.Errorf("jb took %s: b did not take the disk a left", d)
+		}
+		t.Logf("%s took %s", r.ID, r.Duration())
+	}
+}
+
 // twoBiddersReading is host with VMs a (alice) and b (bob) bidding 3:1,
 // each reading 2 × 1500 MB with next to no work (jobs ja, jb), then
 // running more.

@@ -77,6 +77,12 @@ type Config struct {
 // has the bandwidth but divides it equally among the VMs using it,
 // whatever they pay — a device's own fair queueing, as seed 003's testbed
 // did with the disk it could not govern (§7.2).
+//
+// DiskThrottle and NetThrottle are how mrmarket's agents govern such a
+// device: it still divides itself equally, but each VM is capped at what
+// its agent's throttle planned at the last tick (agent.Throttle, the
+// libvirt enforcer's planner: its share of the measured bandwidth,
+// re-spread over the VMs by what they moved).
 type HostSpec struct {
 	ID                string
 	Cores             float64
@@ -85,6 +91,8 @@ type HostSpec struct {
 	BackgroundRate    float64
 	Disk, Net         float64 // MB/s; 0: I/O takes no time
 	DiskFair, NetFair bool    // shared equally, not by the shares
+	// shared equally under the agent's per-VM caps
+	DiskThrottle, NetThrottle bool
 }
 
 // VMSpec is a user's Hadoop VM: Slots tasks at once.
@@ -358,6 +366,7 @@ func New(cfg Config, hosts []HostSpec, vms []VMSpec) (*Sim, error) {
 		}
 		h.sim = agent.NewSimEnforcer(clock, hs.Cores, agentVMs...)
 		h.sim.SetIOCapacity(agent.IOUse{Disk: hs.Disk, Net: hs.Net})
+		h.sim.SetThrottled(hs.DiskThrottle, hs.NetThrottle)
 		a, err := agent.New(agent.Config{Host: hs.ID, Enforcer: h.sim, Capturer: s.ledger, Now: clock, Capacity: hs.Cores})
 		if err != nil {
 			return nil, err
@@ -868,13 +877,22 @@ func (s *Sim) refresh(h *host) {
 	for vm, d := range demand[resCPU] { // the agent measures utilisation (idleness) from this
 		h.sim.SetDemand(vm, d)
 	}
-	fair := [nResources]bool{resDisk: h.spec.DiskFair, resNet: h.spec.NetFair}
+	fair := [nResources]bool{resDisk: h.spec.DiskFair || h.spec.DiskThrottle, resNet: h.spec.NetFair || h.spec.NetThrottle}
+	throttled := [nResources]bool{resDisk: h.spec.DiskThrottle, resNet: h.spec.NetThrottle}
 	equal := make(map[string]float64, len(shares))
 	for vm := range demand[resCPU] {
 		equal[vm] = 1
 	}
 	var alloc [nResources]map[string]float64
 	for r := range nResources {
+		if throttled[r] {
+			for vm, d := range demand[r] {
+				caps := h.sim.Caps(vm)
+				if c := [nResources]float64{resDisk: caps.Disk, resNet: caps.Net}[r]; c > 0 {
+					demand[r][vm] = min(d, c)
+				}
+			}
+		}
 		if fair[r] {
 			alloc[r] = agent.Allocate(capacity[r], equal, demand[r])
 			continue

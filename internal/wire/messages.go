@@ -597,6 +597,7 @@ const (
 	ResourceDisk   = "disk"
 	ResourceNetIn  = "net-in"  // into the VM
 	ResourceNetOut = "net-out" // out of the VM
+	ResourceNet    = "net"     // both directions as one link (the simulator's)
 )
 
 // How a host delivers a resource's shares.

@@ -78,7 +78,7 @@ func diggWorld(jobs func(string, []string) []sim.JobSpec, s func(string, []strin
 // combinedParams are the combined experiment's settings.
 type combinedParams struct {
 	Boost float64     `json:"boost" doc:"bottleneck elimination's boost f, for the paper's best on VideoToon and for ours on both (the paper: 0.9)"`
-	IO    workload.IO `json:"io" doc:"Digg's I/O model: paper, governed or none (see s003-stage)"`
+	IO    workload.IO `json:"io" doc:"Digg's I/O model: paper, governed, throttled or none (see s003-stage)"`
 }
 
 func (p *combinedParams) check() error {

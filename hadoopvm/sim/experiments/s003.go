@@ -200,7 +200,7 @@ func runS003Workflow(ctx context.Context, cfg Config, step func() error) (Result
 // workflowParams are s003-workflow's settings.
 type workflowParams struct {
 	Low float64     `json:"low" doc:"the low-priority workflows' weight, the high ones' 1 (the paper: 0.5, so high spends twice the rate)"`
-	IO  workload.IO `json:"io" doc:"I/O model: paper (network governed by the shares, disk shared equally: seed 003's testbed), governed (disk too, as mrmarket's agents do), none (CPU only)"`
+	IO  workload.IO `json:"io" doc:"I/O model: paper (network governed by the shares, disk shared equally: seed 003's testbed), governed (disk too, by ideal weights), throttled (disk and network divided equally by the device under the agents' per-VM throttles, as mrmarket's libvirt agent delivers them), none (CPU only)"`
 }
 
 func (p *workflowParams) check() error {
@@ -225,7 +225,7 @@ func diggStage(series func([]float64, float64) func(string, []string, []sim.JobS
 // stageParams are s003-stage's settings.
 type stageParams struct {
 	Factor float64     `json:"factor" doc:"the boosted stage's weight, the others 1 (the paper: 20)"`
-	IO     workload.IO `json:"io" doc:"I/O model: paper (network governed by the shares, disk shared equally: seed 003's testbed), governed (disk too, as mrmarket's agents do), none (CPU only)"`
+	IO     workload.IO `json:"io" doc:"I/O model: paper (network governed by the shares, disk shared equally: seed 003's testbed), governed (disk too, by ideal weights), throttled (disk and network divided equally by the device under the agents' per-VM throttles, as mrmarket's libvirt agent delivers them), none (CPU only)"`
 	Size   []float64   `json:"size" doc:"Digg's stages' task times (join, distribution, Pearson) as multiples of ours [recon: the paper gives none]"`
 }
 
@@ -416,7 +416,7 @@ func runS003Sensitivity(ctx context.Context, cfg Config, step func() error) (Res
 type sensitivityParams struct {
 	Rates []float64   `json:"rates" doc:"the decay rates r the gains are rescored at (the paper's runs: 2)"`
 	Gamma float64     `json:"gamma" doc:"the risk attitude |γ|: rows at γ (risk averse) and −γ (risk seeking) (the paper: 3)"`
-	IO    workload.IO `json:"io" doc:"Digg's I/O model: paper, governed or none (see s003-stage)"`
+	IO    workload.IO `json:"io" doc:"Digg's I/O model: paper, governed, throttled or none (see s003-stage)"`
 }
 
 func (p *sensitivityParams) check() error {

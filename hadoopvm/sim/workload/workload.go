@@ -61,17 +61,23 @@ const (
 	// IOGoverned governs disk and network by the shares, as mrmarket's
 	// agents enforce blkio weights and interface bandwidth.
 	IOGoverned IO = "governed"
+	// IOThrottled is mrmarket's agents on a host whose disk and network
+	// do not weigh their users (a disk under mq-deadline, tap devices):
+	// each device divides itself equally, and the agents' throttles cap
+	// each VM at its share of the measured bandwidth, re-spread each tick
+	// (agent.Throttle).
+	IOThrottled IO = "throttled"
 	// IONone is the CPU-only model: a task's whole time is CPU work.
 	IONone IO = "none"
 )
 
 // ErrIO is an I/O model that is none of the above.
-var ErrIO = errors.New("workload: unknown I/O model (paper, governed, none)")
+var ErrIO = errors.New("workload: unknown I/O model (paper, governed, throttled, none)")
 
 // Check reports an unknown model.
 func (io IO) Check() error {
 	switch io {
-	case IOPaper, IOGoverned, IONone:
+	case IOPaper, IOGoverned, IOThrottled, IONone:
 		return nil
 	}
 	return fmt.Errorf("%w: %q", ErrIO, string(io))
@@ -83,6 +89,7 @@ func (io IO) Host(id string) sim.HostSpec {
 	h := sim.HostSpec{ID: id, Cores: 2}
 	if io != IONone {
 		h.Disk, h.Net, h.DiskFair = DiskMBps, NetMBps, io == IOPaper
+		h.DiskThrottle, h.NetThrottle = io == IOThrottled, io == IOThrottled
 	}
 	return h
 }

@@ -62,7 +62,7 @@ func TestCalibration(t *testing.T) {
 		return func(v []string) []sim.JobSpec { return workload.Digg("r", "u", v, 0, io) }
 	}
 	diggCPU := alone(t, 23, workload.IONone, digg(workload.IONone))
-	for _, io := range []workload.IO{workload.IONone, workload.IOPaper, workload.IOGoverned} {
+	for _, io := range []workload.IO{workload.IONone, workload.IOPaper, workload.IOGoverned, workload.IOThrottled} {
 		for _, c := range []struct {
 			name  string
 			hosts int
