@@ -49,6 +49,10 @@ type throttles struct {
 	set     map[string]map[string]float64 // vm → resource → cap in force (MB/s; 0 none)
 	before  map[string]ioCounters         // the counters at the previous Rebalance
 	beforeT time.Time
+	// read is the counters IOUsage read last (the agent measures just
+	// before it rebalances), so a tick reads the domains' stats once.
+	read   map[string]ioCounters
+	readAt time.Time
 }
 
 // throttled lists the resources the configuration throttles; under mu.
@@ -78,13 +82,18 @@ func (e *Enforcer) Rebalance(ctx context.Context, shares map[string]float64) (ma
 		return nil, err
 	}
 	defer freeAll(doms)
-	now := time.Now()
-	counters := make(map[string]ioCounters, len(doms))
-	for vm, d := range doms {
-		counters[vm] = domainIO(d)
-	}
 	e.mu.Lock()
 	th := &e.th
+	now, counters, last := th.readAt, th.read, th.beforeT
+	th.read = nil
+	e.mu.Unlock()
+	if counters == nil || !now.After(last) {
+		now, counters = time.Now(), make(map[string]ioCounters, len(doms))
+		for vm, d := range doms {
+			counters[vm] = domainIO(d)
+		}
+	}
+	e.mu.Lock()
 	if th.plan == nil {
 		th.plan, th.set = map[string]*agent.Throttle{}, map[string]map[string]float64{}
 		for _, r := range rs {

@@ -361,12 +361,16 @@ func (e *Enforcer) IOUsage(context.Context) (map[string]agent.IOUse, error) {
 	}
 	defer freeAll(doms)
 	out := make(map[string]agent.IOUse, len(doms))
+	counters := make(map[string]ioCounters, len(doms))
 	for vm, d := range doms {
-		out[vm] = domainIO(d).use()
+		counters[vm] = domainIO(d)
+		out[vm] = counters[vm].use()
 	}
+	now := time.Now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.peak = e.io.next(out, time.Now(), e.peak)
+	e.peak = e.io.next(out, now, e.peak)
+	e.th.read, e.th.readAt = counters, now // Rebalance plans from these
 	return out, nil
 }
 
