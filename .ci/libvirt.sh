@@ -23,6 +23,40 @@ mkdir -p /var/lib/libvirt/images
 kernel=$(ls /boot/vmlinuz-* | sort -V | tail -1)
 install -m 0644 "$kernel" /var/lib/libvirt/images/mrm-vmlinuz
 
+# The modules the I/O guests load (virtio disk and network), from that same
+# kernel, uncompressed, with load-order listing them dependencies first (the
+# guests' init loads them in that order with finit_module).
+kver=${kernel#/boot/vmlinuz-}
+mods=/var/lib/libvirt/images/mrm-modules
+rm -rf "$mods.new"
+mkdir -p "$mods.new"
+declare -A seen=()
+order=()
+addmod() {
+	local m=$1 dep
+	[[ -n ${seen[$m]:-} ]] && return
+	seen[$m]=1
+	local deps
+	deps=$(modinfo -k "$kver" -F depends "$m")
+	for dep in ${deps//,/ }; do addmod "$dep"; done
+	local f
+	f=$(modinfo -k "$kver" -n "$m")
+	case $f in
+	/*.ko) install -m 0644 "$f" "$mods.new/$m.ko" ;;
+	/*.ko.xz) xz -dc "$f" >"$mods.new/$m.ko" ;;
+	/*.ko.zst) zstd -qdc "$f" >"$mods.new/$m.ko" ;;
+	/*.ko.gz) gzip -dc "$f" >"$mods.new/$m.ko" ;;
+	*) return ;; # built in
+	esac
+	chmod 0644 "$mods.new/$m.ko"
+	order+=("$m")
+}
+for m in virtio_pci virtio_blk virtio_net; do addmod "$m"; done
+printf '%s\n' "${order[@]}" >"$mods.new/load-order"
+echo "$kver" >"$mods.new/kernel-release"
+rm -rf "$mods"
+mv "$mods.new" "$mods"
+
 pgrep -x virtlogd >/dev/null || virtlogd -d
 pgrep -x libvirtd >/dev/null || libvirtd -d
 for _ in $(seq 1 100); do

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -64,9 +65,15 @@ const initSource = `int main(void) { volatile unsigned long x = 0; for (;;) x++;
 // archive, readable by libvirt's QEMU user.
 func buildInitramfs(t testing.TB) string {
 	t.Helper()
+	return writeInitramfs(t, "mrm-e2e", map[string][]byte{"init": compileInit(t, initSource)})
+}
+
+// compileInit compiles a guest's init statically.
+func compileInit(t testing.TB, source string) []byte {
+	t.Helper()
 	dir := t.TempDir()
 	src := filepath.Join(dir, "init.c")
-	if err := os.WriteFile(src, []byte(initSource), 0o644); err != nil {
+	if err := os.WriteFile(src, []byte(source), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(dir, "init")
@@ -77,10 +84,20 @@ func buildInitramfs(t testing.TB) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return data
+}
+
+// writeInitramfs packs files (name to contents, all at the archive's root;
+// "init" executable, the rest read-only) as a newc cpio archive under the
+// images directory, readable by libvirt's QEMU user, removed at cleanup.
+func writeInitramfs(t testing.TB, prefix string, files map[string][]byte) string {
+	t.Helper()
 	var cpio bytes.Buffer
+	ino := 0
 	entry := func(name string, mode uint32, body []byte) {
+		ino++
 		fmt.Fprintf(&cpio, "070701%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X",
-			1, mode, 0, 0, 1, 0, len(body), 0, 0, 0, 0, len(name)+1, 0)
+			ino, mode, 0, 0, 1, 0, len(body), 0, 0, 0, 0, len(name)+1, 0)
 		cpio.WriteString(name)
 		cpio.WriteByte(0)
 		for cpio.Len()%4 != 0 {
@@ -91,9 +108,20 @@ func buildInitramfs(t testing.TB) string {
 			cpio.WriteByte(0)
 		}
 	}
-	entry("init", 0o100755, data)
+	names := make([]string, 0, len(files))
+	for name := range files {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		mode := uint32(0o100644)
+		if name == "init" {
+			mode = 0o100755
+		}
+		entry(name, mode, files[name])
+	}
 	entry("TRAILER!!!", 0, nil)
-	img := filepath.Join(imagesDir, fmt.Sprintf("mrm-e2e-%d.img", os.Getpid()))
+	img := filepath.Join(imagesDir, fmt.Sprintf("%s-%d.img", prefix, os.Getpid()))
 	if err := os.WriteFile(img, cpio.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
