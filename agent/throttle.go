@@ -41,6 +41,7 @@ type Throttle struct {
 
 	caps   map[string]float64 // the caps planned last
 	want   map[string]bool    // the VMs that wanted more than their part last
+	idle   map[string]bool    // the VMs held to their idle probe last
 	recent []float64          // the totals moved in the last Window ticks
 	hold   int                // ticks left without raising after an overshoot
 	step   float64            // the next relative raise
@@ -51,7 +52,7 @@ type Throttle struct {
 const (
 	// bindAt is the part of its cap a VM must move for the cap to count as
 	// what limited it.
-	bindAt = 0.95
+	bindAt = 0.9
 	// idleAt is the part of its proportional part below which a VM counts
 	// as idle on the device.
 	idleAt = 0.02
@@ -70,8 +71,10 @@ const (
 	Window = 30
 	// holdAfterDrop is how many ticks the estimate does not rise after a
 	// raise overshot the device, so a device at its limit is overshot one
-	// tick in holdAfterDrop+2, not every other one.
-	holdAfterDrop = 4
+	// tick in holdAfterDrop+2, not every other one — and the caps change
+	// seldom: each change restarts QEMU's leaky bucket, which lets a
+	// request through at once.
+	holdAfterDrop = 10
 )
 
 // Plan takes the rates each VM moved over the last tick (under the caps
@@ -97,18 +100,28 @@ func (t *Throttle) Plan(shares, moved map[string]float64) map[string]float64 {
 		}
 		t.Capacity = total
 	}
-	t.learn(moved, total)
+	// The device was saturated if the VMs moved about all the caps
+	// allowed together: then a VM that wanted more and fell short was
+	// held back by the device dividing itself (which, not weighing its
+	// users, gives each an equal turn), not by its own demand, and still
+	// wants more — only capping the others gives it its part.
+	var allowed float64
+	for _, c := range t.caps {
+		allowed += c
+	}
+	saturated := allowed > 0 && total >= bindAt*allowed
+	t.learn(moved, total, saturated)
 	if t.Ceiling > 0 {
 		t.Capacity = min(t.Capacity, t.Ceiling)
 	}
 	if qsum <= 0 {
-		t.caps, t.want = nil, nil
+		t.caps, t.want, t.idle = nil, nil, nil
 		return nil
 	}
 	// Each VM's demand: unbounded if it filled its cap (or moved
 	// uncapped), its use plus headroom if it used less, a probe if idle.
 	demand := make(map[string]float64, len(shares))
-	want := map[string]bool{}
+	want, idle := map[string]bool{}, map[string]bool{}
 	active := 0
 	for vm, q := range shares {
 		if q <= 0 {
@@ -123,7 +136,11 @@ func (t *Throttle) Plan(shares, moved map[string]float64) map[string]float64 {
 		switch {
 		case m < idleAt*part:
 			demand[vm] = IdleProbe * part
-		case !capped || m >= bindAt*c:
+			idle[vm] = true
+		case !capped || m >= bindAt*c || saturated && t.want[vm] || t.idle[vm] && m >= c/2:
+			// (A VM waking from idle is taken at its word: its probe
+			// is a request or two a tick, too coarse to tell filling
+			// it from falling short.)
 			demand[vm] = math.Inf(1)
 			want[vm] = true
 		default:
@@ -135,18 +152,19 @@ func (t *Throttle) Plan(shares, moved map[string]float64) map[string]float64 {
 		// so its bursts are not held to its average (and the device's
 		// bandwidth is measured uncapped). Caps return as soon as a
 		// second VM moves data — a tick late, as every redistribution.
-		t.caps, t.want = nil, nil
+		t.caps, t.want, t.idle = nil, nil, nil
 		return nil
 	}
-	t.caps, t.want = fill(t.Capacity, shares, qsum, demand), want
+	t.caps, t.want, t.idle = fill(t.Capacity, shares, qsum, demand), want, idle
 	return t.caps
 }
 
 // learn updates the capacity estimate from one tick (see Throttle): the
 // VMs that wanted more last tick (and were capped at their part) either
 // all filled their caps — the device could do more — or some fell short:
-// the estimate is back at the most the device delivered lately.
-func (t *Throttle) learn(moved map[string]float64, total float64) {
+// the estimate is back at the most the device delivered lately, or, when
+// it was saturated, at what it delivered this tick.
+func (t *Throttle) learn(moved map[string]float64, total float64, saturated bool) {
 	t.recent = append(t.recent, total)
 	if len(t.recent) > Window {
 		t.recent = t.recent[len(t.recent)-Window:]
@@ -188,6 +206,12 @@ func (t *Throttle) learn(moved map[string]float64, total float64) {
 			t.hold = holdAfterDrop
 		}
 		t.Capacity = delivered
+		if short > 0 && saturated {
+			// The device delivered all it could this tick: that is its
+			// speed now, not the best tick of the window (a lucky one
+			// would leave the shortfall to the VM with the largest cap).
+			t.Capacity = total
+		}
 		t.step = Probe
 	}
 }

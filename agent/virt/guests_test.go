@@ -276,21 +276,79 @@ func startIOGuest(t testing.TB, conn *libvirt.Connect, name, owner, initrd, cmdl
 // is what its drive's throttle lets through.
 func startDiskGuest(t testing.TB, conn *libvirt.Connect, name, owner, initrd string, paused bool) *libvirt.Domain {
 	t.Helper()
+	return startDiskGuestOn(t, conn, name, owner, initrd, diskImage(t, name, diskImageSize, false), paused)
+}
+
+// startDiskGuestOn is startDiskGuest on the raw image img.
+func startDiskGuestOn(t testing.TB, conn *libvirt.Connect, name, owner, initrd, img string, paused bool) *libvirt.Domain {
+	t.Helper()
+	disk := fmt.Sprintf(`<disk type='file' device='disk'><driver name='qemu' type='raw' cache='none' io='native'/><source file='%s'/><target dev='vda' bus='virtio'/></disk>`, img)
+	return startIOGuest(t, conn, name, owner, initrd, "mrm_mode=disk", disk, paused)
+}
+
+// diskImage makes the raw image of guest name under imagesDir (removed at
+// cleanup, after the guest's: cleanups run last first): sparse, or written
+// through, so that reading it with O_DIRECT reaches the host's disk.
+func diskImage(t testing.TB, name string, size int64, written bool) string {
+	t.Helper()
 	img := filepath.Join(imagesDir, name+".raw")
 	f, err := os.Create(img)
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = f.Truncate(diskImageSize)
+	t.Cleanup(func() { os.Remove(img) })
+	if written {
+		block := make([]byte, 1<<20)
+		for i := range block {
+			block[i] = byte(i * 7) // not zeros: nothing may elide them
+		}
+		for off := int64(0); off < size && err == nil; off += int64(len(block)) {
+			_, err = f.Write(block)
+		}
+		if err == nil {
+			err = f.Sync()
+		}
+	} else {
+		err = f.Truncate(size)
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.Remove(img) }) // after the guest's cleanup: cleanups run last first
-	disk := fmt.Sprintf(`<disk type='file' device='disk'><driver name='qemu' type='raw' cache='none' io='native'/><source file='%s'/><target dev='vda' bus='virtio'/></disk>`, img)
-	return startIOGuest(t, conn, name, owner, initrd, "mrm_mode=disk", disk, paused)
+	return img
+}
+
+// bootPausedWhenReading waits for the disk guests to boot to their reading
+// loop and pauses each as soon as it reads: a guest reading uncapped keeps
+// a host CPU busy, and a TCG boot beside two of them takes over 30 s, so
+// the rest boot on idle CPUs. Resume them to start their reading together.
+func bootPausedWhenReading(t testing.TB, doms map[string]*libvirt.Domain) {
+	t.Helper()
+	reading := map[string]bool{}
+	if err := testpoll.Wait(60*time.Second, 0, func() error {
+		booting := map[string]*libvirt.Domain{}
+		for g, d := range doms {
+			if !reading[g] {
+				booting[g] = d
+			}
+		}
+		for g, r := range diskRates(t, booting, 300*time.Millisecond) {
+			if r > 1 {
+				reading[g] = true
+				if err := doms[g].Suspend(); err != nil {
+					return err
+				}
+			}
+		}
+		if len(reading) < len(doms) {
+			return fmt.Errorf("the disk guests reading: %v", reading)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // blockBytes reads the bytes each guest's vda moved (read and written).
@@ -504,32 +562,7 @@ func TestGuestIOPlumbing(t *testing.T) {
 		for _, g := range names {
 			doms[g] = startDiskGuest(t, conn, prefix+g, "alice", initrd, false)
 		}
-		// A guest reading uncapped keeps a host CPU busy, and a TCG boot
-		// beside two of them takes over 30 s: each guest is paused once it
-		// reads, so the rest boot on idle CPUs.
-		reading := map[string]bool{}
-		if err := testpoll.Wait(45*time.Second, 0, func() error {
-			booting := map[string]*libvirt.Domain{}
-			for g, d := range doms {
-				if !reading[g] {
-					booting[g] = d
-				}
-			}
-			for g, r := range diskRates(t, booting, 300*time.Millisecond) {
-				if r > 1 {
-					reading[g] = true
-					if err := doms[g].Suspend(); err != nil {
-						return err
-					}
-				}
-			}
-			if len(reading) < len(doms) {
-				return fmt.Errorf("the disk guests reading: %v", reading)
-			}
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
+		bootPausedWhenReading(t, doms)
 		// d1 alone, then with d2. (A third guest, measured once: 0.4-1.7 GiB/s
 		// each, the two host CPUs split three ways.)
 		running := map[string]*libvirt.Domain{}
