@@ -65,6 +65,17 @@
 // much of its CPU entitlement, so a VM waiting on I/O is busy — bottleneck
 // elimination and stage priority do not move money away from it.
 //
+// # Resources that do not weigh their users
+//
+// CPU shares are weights the kernel honours. A disk under mq-deadline or a
+// tap device divides itself as it likes, so there the share is delivered
+// by a Throttle: per-VM caps of the device's measured bandwidth, re-planned
+// every tick from what each VM moved. An Enforcer that throttles is a
+// Rebalancer (the agent hands it the shares after measuring, each tick),
+// and one that says how it delivers each resource is a ModeReporter: the
+// host state carries the modes (wire.ResourceMode) and each VM's caps, so
+// no one is shown a share that nothing delivers.
+//
 // Package agent/virt is the libvirt Enforcer for real hosts (mrmarket agent).
 //
 // # Locks and I/O
