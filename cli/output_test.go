@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mrmarket/mrmarket/agent/virt"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -218,6 +219,37 @@ func TestReadConfig(t *testing.T) {
 	} {
 		if _, err := readConfig(write(body)); err == nil || !strings.Contains(err.Error(), msg) {
 			t.Errorf("config %q: %v, want %q", body, err, msg)
+		}
+	}
+}
+
+// TestDiskModeFollowsTheScheduler: weights only where every device behind
+// the managed disks runs BFQ, and only when asked; auto is the throttle;
+// asking for weights where they would do nothing is refused.
+func TestDiskModeFollowsTheScheduler(t *testing.T) {
+	bfq := []virt.DiskDevice{{Name: "sda", Scheduler: "bfq"}}
+	deadline := []virt.DiskDevice{{Name: "sda", Scheduler: "bfq"}, {Name: "vda", Scheduler: "mq-deadline"}}
+	for _, tc := range []struct {
+		mode string
+		devs []virt.DiskDevice
+		want string // "" = refused
+	}{
+		{"auto", deadline, wire.ModeThrottle},
+		{"auto", bfq, wire.ModeThrottle},
+		{wire.ModeWeights, bfq, wire.ModeWeights},
+		{wire.ModeWeights, deadline, ""},
+		{wire.ModeWeights, nil, ""},
+		{wire.ModeNone, deadline, wire.ModeNone},
+	} {
+		got, why, err := chooseDiskMode(tc.mode, tc.devs, nil)
+		if tc.want == "" {
+			if err == nil || !strings.Contains(err.Error(), "only under BFQ") {
+				t.Errorf("%s on %v: %q (%s) %v, want refused", tc.mode, tc.devs, got, why, err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want || why == "" {
+			t.Errorf("%s on %v: %q (%s) %v, want %s", tc.mode, tc.devs, got, why, err, tc.want)
 		}
 	}
 }
