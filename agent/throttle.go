@@ -22,12 +22,17 @@ import (
 //     configured: it is the most the VMs moved together in a tick over the
 //     last Window ticks, and above that, while every VM that wants more
 //     fills its cap, the device could do more and the estimate rises (by
-//     Probe, doubling while it keeps rising). When a VM that wanted more
-//     falls short of its cap, or none wants more, the estimate is back at
-//     the most moved. It never drops below what the device was seen to
-//     deliver lately, so a VM whose I/O comes in bursts shorter than a
-//     tick is not capped at its average; a device that slows down is
-//     followed within Window ticks.
+//     Probe, doubling while it keeps rising). When none wants more, the
+//     estimate is back at the most moved; while a VM that wanted more
+//     falls short of its cap, it comes down from there by Probe a tick
+//     toward what was moved, so the caps bind even where the VMs' rates
+//     depend on each other (TCG guests whose bytes cost the CPUs they
+//     share). A raise after which the VMs did not move more together is
+//     undone (the estimate back at what they moved, not raised for a
+//     while): where the VMs' rates depend on each other, the ones filling
+//     their caps would take the raise from the others. A VM whose I/O
+//     comes in bursts shorter than a tick is not capped at its average; a
+//     device that slows down is followed within Window ticks.
 //
 // A Throttle is not safe for concurrent use; the enforcer owns one per
 // resource and direction.
@@ -46,6 +51,8 @@ type Throttle struct {
 	hold   int                // ticks left without raising after an overshoot
 	step   float64            // the next relative raise
 	raised bool               // the last tick raised the estimate
+	rose   float64            // by how much (relative)
+	last   float64            // the total moved in the last tick
 }
 
 // Tuning of the throttle planner.
@@ -80,7 +87,8 @@ const (
 // Plan takes the rates each VM moved over the last tick (under the caps
 // Plan returned last) and the shares, and returns the new caps: one per VM
 // with a positive share, or none while the capacity is unknown or at most
-// one VM uses the device. The caps add up to the capacity.
+// one VM uses the device (then, when Ceiling is set, each VM is capped at
+// the Ceiling). The caps add up to the capacity.
 func (t *Throttle) Plan(shares, moved map[string]float64) map[string]float64 {
 	var total float64
 	for _, m := range moved {
@@ -153,7 +161,20 @@ func (t *Throttle) Plan(shares, moved map[string]float64) map[string]float64 {
 		// bandwidth is measured uncapped). Caps return as soon as a
 		// second VM moves data — a tick late, as every redistribution.
 		t.caps, t.want, t.idle = nil, nil, nil
-		return nil
+		if t.Ceiling <= 0 {
+			return nil
+		}
+		// Except at the link's speed, when known: a link that is
+		// faster than configured (local taps) would otherwise give a
+		// lone VM more than the link the shares divide, and more than
+		// its part the moment another VM starts.
+		caps := map[string]float64{}
+		for vm, q := range shares {
+			if q > 0 {
+				caps[vm] = t.Ceiling
+			}
+		}
+		return caps
 	}
 	t.caps, t.want, t.idle = fill(t.Capacity, shares, qsum, demand), want, idle
 	return t.caps
@@ -179,7 +200,10 @@ func (t *Throttle) learn(moved map[string]float64, total float64, saturated bool
 	if t.step <= 0 {
 		t.step = Probe
 	}
-	filled, short := 0, 0
+	filled, short, bound := 0, 0, false
+	for vm, c := range t.caps {
+		bound = bound || (c > 0 && moved[vm] >= bindAt*c)
+	}
 	for vm := range t.want {
 		c, m := t.caps[vm], max(moved[vm], 0)
 		switch {
@@ -190,28 +214,54 @@ func (t *Throttle) learn(moved map[string]float64, total float64, saturated bool
 			short++
 		}
 	}
-	raised := t.raised
-	t.raised = false
+	raised, rose := t.raised, t.rose
+	t.raised, t.rose = false, 0
+	// A raise pays off when the VMs then move more together; where their
+	// rates depend on each other (guests whose bytes cost the CPUs they
+	// share) the VMs that fill their caps take the raise from the ones
+	// that do not, and the total stays where it was.
+	paid := !raised || total >= t.last*(1+rose/2)
+	t.last = total
 	switch {
-	case filled > 0 && short == 0:
+	case filled > 0 && short == 0 && paid:
 		if t.hold == 0 {
 			t.Capacity = max(t.Capacity, delivered) * (1 + t.step)
+			t.rose = t.step
 			t.step = min(2*t.step, 1)
 			t.raised = true
 		}
 	default:
-		if short > 0 && raised {
+		if raised && (short > 0 || !paid) {
 			// The raise overshot the device: stay at what it delivers
 			// a while.
 			t.hold = holdAfterDrop
 		}
-		t.Capacity = delivered
-		if short > 0 && saturated {
+		c := delivered
+		switch {
+		case !paid:
+			// The estimate is above what the VMs move together: back
+			// at what they moved.
+			c = min(c, total)
+		case short > 0 && saturated:
 			// The device delivered all it could this tick: that is its
 			// speed now, not the best tick of the window (a lucky one
 			// would leave the shortfall to the VM with the largest cap).
-			t.Capacity = total
+			c = total
+		case short > 0 || (len(t.caps) > 0 && !bound):
+			// A VM that wants more is short of its cap, or no cap
+			// binds at all: where the VMs' rates depend on each other,
+			// the ones that still reach their caps take what the short
+			// one leaves, and caps that no one reaches divide nothing.
+			// The estimate comes down toward what was moved, by Probe
+			// a tick (4 Probe while no cap binds), until the caps bind.
+			down := Probe
+			if short == 0 {
+				// No cap binds: nothing holds the VMs to their parts.
+				down = 4 * Probe
+			}
+			c = min(c, max(total, t.Capacity*(1-down)))
 		}
+		t.Capacity = c
 		t.step = Probe
 	}
 }

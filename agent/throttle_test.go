@@ -186,4 +186,13 @@ func TestThrottleFollowsTheDevice(t *testing.T) {
 	if caps := (&agent.Throttle{}).Plan(shares, nil); caps != nil {
 		t.Errorf("nothing seen yet: caps %v", caps)
 	}
+	// A lone VM is capped at the ceiling (a link slower than the taps),
+	// without one not at all.
+	lone := map[string]float64{"a": 300, "b": 0}
+	if caps := capped.Plan(shares, lone); caps["a"] != 500 || caps["b"] != 500 {
+		t.Errorf("a lone VM under a ceiling of 500: caps %v", caps)
+	}
+	if caps := th.Plan(shares, lone); caps != nil {
+		t.Errorf("a lone VM without a ceiling: caps %v", caps)
+	}
 }

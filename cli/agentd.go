@@ -152,7 +152,7 @@ func libvirtFlags() []ucli.Flag {
 		&ucli.BoolFlag{Name: "hard-cap", Usage: "also cap each VM at its share with vcpu_quota (off: caps a former run left are removed)"},
 		&ucli.StringFlag{Name: "disk-mode", Usage: "how disk shares are delivered: auto (throttle), throttle (per-VM caps of the measured bandwidth, re-spread each tick), weights (blkio weights: only under BFQ), none", Value: "auto"},
 		&ucli.StringFlag{Name: "disk-scheduler", Usage: "switch the block devices behind the managed domains' disks to this I/O scheduler at start (bfq, for --disk-mode weights; empty: leave them)"},
-		&ucli.StringFlag{Name: "net-mode", Usage: "how network shares are delivered, both directions: auto (throttle), throttle (per-VM interface caps of the measured bandwidth, re-spread each tick), none", Value: "auto"},
+		&ucli.StringFlag{Name: "net-mode", Usage: "how network shares are delivered, both directions: auto (throttle), throttle (per-VM tap caps by tc of the measured bandwidth, re-spread each tick; none when the host cannot shape taps), none", Value: "auto"},
 		&ucli.UintFlag{Name: "link-kibps", Usage: "the link's speed per direction (KiB/s): network throttles never divide more (0: measured only)"},
 	}
 }
@@ -197,9 +197,13 @@ func libvirtHost(c *ucli.Context, capacity float64) (func() (agentHost, error), 
 			enf.Close()
 			return agentHost{}, err
 		}
-		cfg.Net, cfg.NetWhy = wire.ModeThrottle, "per-VM interface caps of the measured bandwidth, re-spread each tick"
+		cfg.Net, cfg.NetWhy = wire.ModeThrottle, "per-VM tap caps (tc HTB; outbound through an IFB) of the measured bandwidth, re-spread each tick"
 		if netMode == wire.ModeNone {
 			cfg.Net, cfg.NetWhy = wire.ModeNone, "--net-mode none"
+		} else if err := virt.CheckNetShaping(); err != nil {
+			// Network shares nothing delivers are not shown as
+			// delivered: without tc's shaping they are not governed.
+			cfg.Net, cfg.NetWhy = wire.ModeNone, fmt.Sprintf("no tap shaping on this host: %v", err)
 		}
 		enf.SetModes(cfg.Disk, cfg.DiskWhy, cfg.Net, cfg.NetWhy)
 		about := fmt.Sprintf("libvirt %s; disk shares: %s (%s); network shares: %s (%s)", c.String("libvirt"), cfg.Disk, cfg.DiskWhy, cfg.Net, cfg.NetWhy)

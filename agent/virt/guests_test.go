@@ -23,7 +23,7 @@ import (
 // The I/O guests: real TCG guests that saturate a virtio disk or a virtio
 // network link, for the tests of the agent's disk and network shares, which
 // QEMU's per-VM throttles enforce (virDomainSetBlockIoTune on the drive,
-// virDomainSetInterfaceParameters on the tap). This file is the guests and
+// HTB by tc on the tap, see tcnet.go). This file is the guests and
 // the measurement; the enforcement is tested elsewhere.
 //
 // Pinning: the I/O guests are not pinned. Under TCG every byte a guest
@@ -395,7 +395,7 @@ func netSubnet(i int) (host, guest string) {
 
 // startNetGuest boots the i-th net guest and its host peer, which neither
 // sinks nor sources until told (netPeer.Direct): the guest keeps trying.
-// libvirt creates the tap (type='ethernet'), so the agent can throttle it with SetInterfaceParameters.
+// libvirt creates the tap (type='ethernet'), which the agent shapes with tc.
 func startNetGuest(t testing.TB, conn *libvirt.Connect, name, owner, initrd string, i int, paused bool) *netGuest {
 	t.Helper()
 	host, guest := netSubnet(i)
@@ -446,7 +446,10 @@ func newNetPeer(t testing.TB, host string) *netPeer {
 }
 
 // Direct enables the guest's outbound (the host sinks) and inbound (the
-// host sources) streams; a disabled direction's connections are closed.
+// host sources) streams. A disabled direction's connections are held open
+// and idle: closed, the guest reconnected in a tight loop (it waits only
+// when a connect fails), which cost its vCPU and, under TCG, the other
+// guests' throughput — an idle guest was not idle.
 func (p *netPeer) Direct(out, in bool) {
 	p.out.Store(out)
 	p.in.Store(in)
@@ -478,18 +481,22 @@ func (p *netPeer) serve(ln net.Listener, sink bool) {
 				var n int
 				var err error
 				// The deadline lets a throttled-to-nothing stream notice
-				// it was disabled.
+				// it was disabled, or enabled again.
 				_ = c.SetDeadline(time.Now().Add(time.Second))
-				if sink {
-					if !p.out.Load() {
+				if on := (sink && p.out.Load()) || (!sink && p.in.Load()); !on {
+					p.mu.Lock()
+					done := p.done
+					p.mu.Unlock()
+					if done {
 						return
 					}
+					time.Sleep(50 * time.Millisecond)
+					continue
+				}
+				if sink {
 					n, err = c.Read(buf)
 					p.sunk.Add(int64(n))
 				} else {
-					if !p.in.Load() {
-						return
-					}
 					n, err = c.Write(buf)
 					p.sourced.Add(int64(n))
 				}

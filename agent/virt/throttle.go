@@ -22,15 +22,16 @@ import (
 // an agent.Throttle per resource — the disk, the network into the VMs, the
 // network out of them, each against its own measured capacity — and sets
 // them: total_bytes_sec on every disk of the domain (one QEMU throttle
-// group per domain, so its disks share the cap), inbound/outbound average
-// on every interface (split evenly among them). The caps move with the
+// group per domain, so its disks share the cap), HTB on every tap into the
+// guest and on the tap's IFB out of it (tcnet.go; split evenly among the
+// taps). The caps move with the
 // VMs' use, so an idle VM's part goes to the busy ones within a tick.
 
 // throttleGroup is the QEMU throttle group of a domain's disks.
 const throttleGroup = "mrm"
 
-// Units of the caps: the planner works in MB/s (MiB), libvirt in bytes/s
-// (disks) and KiB/s (interfaces).
+// Units of the caps: the planner works in MB/s (MiB), libvirt and tc in
+// bytes/s.
 const mib = 1 << 20
 
 // ioCounters are one domain's I/O so far, in MB, and the devices it was
@@ -53,6 +54,11 @@ type throttles struct {
 	// before it rebalances), so a tick reads the domains' stats once.
 	read   map[string]ioCounters
 	readAt time.Time
+	// taps are the interfaces each VM's network caps were set on (see
+	// tcnet.go), so their shaping and IFBs go when the VM does.
+	taps map[string][]string
+	// swept says the IFBs a former run left were looked for.
+	swept bool
 }
 
 // throttled lists the resources the configuration throttles; under mu.
@@ -95,7 +101,7 @@ func (e *Enforcer) Rebalance(ctx context.Context, shares map[string]float64) (ma
 	}
 	e.mu.Lock()
 	if th.plan == nil {
-		th.plan, th.set = map[string]*agent.Throttle{}, map[string]map[string]float64{}
+		th.plan, th.set, th.taps = map[string]*agent.Throttle{}, map[string]map[string]float64{}, map[string][]string{}
 		for _, r := range rs {
 			p := &agent.Throttle{}
 			if r != wire.ResourceDisk && e.cfg.LinkKiBps > 0 {
@@ -151,7 +157,11 @@ func (e *Enforcer) Rebalance(ctx context.Context, shares map[string]float64) (ma
 			}
 		}
 		if _, has := c.caps[wire.ResourceNetIn]; has {
-			if err := setNetCaps(d, counters[c.vm].nics, c.caps[wire.ResourceNetIn], c.caps[wire.ResourceNetOut]); err != nil {
+			nics := counters[c.vm].nics
+			e.mu.Lock()
+			e.th.taps[c.vm] = nics
+			e.mu.Unlock()
+			if err := setNetCaps(nics, c.caps[wire.ResourceNetIn], c.caps[wire.ResourceNetOut]); err != nil {
 				errs, ok = append(errs, fmt.Errorf("virt: %s network throttle: %w", c.vm, err)), false
 			}
 		}
@@ -160,6 +170,9 @@ func (e *Enforcer) Rebalance(ctx context.Context, shares map[string]float64) (ma
 			e.th.set[c.vm] = c.caps
 			e.mu.Unlock()
 		}
+	}
+	if err := e.forgetTaps(doms); err != nil {
+		errs = append(errs, err)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -179,6 +192,35 @@ func (e *Enforcer) Rebalance(ctx context.Context, shares map[string]float64) (ma
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// forgetTaps removes the network shaping and IFBs of the VMs that are no
+// longer among doms (all of them when doms is nil), and once per enforcer
+// the IFBs whose tap is gone (a former run's).
+func (e *Enforcer) forgetTaps(doms map[string]*libvirt.Domain) error {
+	e.mu.Lock()
+	var gone []string
+	for vm, taps := range e.th.taps {
+		if _, live := doms[vm]; !live {
+			gone = append(gone, taps...)
+			delete(e.th.taps, vm)
+		}
+	}
+	sweep := !e.th.swept && e.cfg.Net == wire.ModeThrottle
+	e.th.swept = e.th.swept || sweep
+	e.mu.Unlock()
+	var errs []error
+	for _, tap := range gone {
+		if err := unshapeTap(tap); err != nil {
+			errs = append(errs, fmt.Errorf("virt: removing %s's shaping: %w", tap, err))
+		}
+	}
+	if sweep {
+		if err := removeStaleIFBs(); err != nil {
+			errs = append(errs, fmt.Errorf("virt: removing stale IFBs: %w", err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // pick is counter r of c.
@@ -217,31 +259,6 @@ func setDiskCap(d *libvirt.Domain, disks []string, mbps float64) error {
 			p.GroupNameSet, p.GroupName = true, throttleGroup
 		}
 		if err := d.SetBlockIoTune(dev, p, libvirt.DOMAIN_AFFECT_LIVE); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", dev, err))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// setNetCaps caps d's interfaces, split evenly, at in and out MB/s into
-// and out of the domain (0: no limit).
-func setNetCaps(d *libvirt.Domain, nics []string, in, out float64) error {
-	if len(nics) == 0 {
-		return nil
-	}
-	kibps := func(mbps float64) uint {
-		if mbps <= 0 {
-			return 0
-		}
-		return uint(max(math.Round(mbps*1024/float64(len(nics))), 1))
-	}
-	var errs []error
-	for _, dev := range nics {
-		p := &libvirt.DomainInterfaceParameters{
-			BandwidthInAverageSet: true, BandwidthInAverage: kibps(in),
-			BandwidthOutAverageSet: true, BandwidthOutAverage: kibps(out),
-		}
-		if err := d.SetInterfaceParameters(dev, p, libvirt.DOMAIN_AFFECT_LIVE); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", dev, err))
 		}
 	}

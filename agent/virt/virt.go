@@ -98,13 +98,16 @@ func NewWithConn(cfg Config, conn *libvirt.Connect) (*Enforcer, error) {
 	return &Enforcer{cfg: cfg, conn: conn, applied: map[string]float64{}, borrowed: true}, nil
 }
 
-// Close closes the libvirt connection.
+// Close removes the network shaping the throttles set (the taps' qdiscs
+// and their IFBs: without the agent nothing would re-plan them) and closes
+// the libvirt connection.
 func (e *Enforcer) Close() error {
+	err := e.forgetTaps(nil)
 	if e.borrowed {
-		return nil
+		return err
 	}
-	_, err := e.conn.Close()
-	return err
+	_, cerr := e.conn.Close()
+	return errors.Join(err, cerr)
 }
 
 // CPUShares maps a share q to cpu_shares.
