@@ -142,6 +142,13 @@ func startGuest(t testing.TB, conn *libvirt.Connect, name, owner, initrd string,
   <on_poweroff>destroy</on_poweroff><on_crash>destroy</on_crash>
   <devices><memballoon model='none'/></devices>
 </domain>`, name, virt.Namespace, owner, guestKernel, initrd)
+	return createGuest(t, conn, name, xml, paused, nil)
+}
+
+// createGuest starts the transient domain xml (paused if asked) and
+// destroys it when the test ends, then runs after (if any).
+func createGuest(t testing.TB, conn *libvirt.Connect, name, xml string, paused bool, after func()) *libvirt.Domain {
+	t.Helper()
 	flags := libvirt.DOMAIN_NONE
 	if paused {
 		flags = libvirt.DOMAIN_START_PAUSED
@@ -150,7 +157,13 @@ func startGuest(t testing.TB, conn *libvirt.Connect, name, owner, initrd string,
 	if err != nil {
 		t.Fatalf("starting guest %s: %v", name, err)
 	}
-	t.Cleanup(func() { _ = d.Destroy(); _ = d.Free() })
+	t.Cleanup(func() {
+		_ = d.Destroy()
+		_ = d.Free()
+		if after != nil {
+			after()
+		}
+	})
 	return d
 }
 

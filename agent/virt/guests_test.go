@@ -251,23 +251,12 @@ func startIOGuest(t testing.TB, conn *libvirt.Connect, name, owner, initrd, cmdl
     <memballoon model='none'/>
   </devices>
 </domain>`, name, virt.Namespace, owner, guestKernel, initrd, cmdline, devices, console)
-	flags := libvirt.DOMAIN_NONE
-	if paused {
-		flags = libvirt.DOMAIN_START_PAUSED
-	}
-	d, err := conn.DomainCreateXML(xml, flags)
-	if err != nil {
-		t.Fatalf("starting guest %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		_ = d.Destroy()
-		_ = d.Free()
+	return createGuest(t, conn, name, xml, paused, func() {
 		if out, err := os.ReadFile(console); err == nil && t.Failed() {
 			t.Logf("%s console:\n%s", name, out)
 		}
 		os.Remove(console)
 	})
-	return d
 }
 
 // startDiskGuest boots a guest whose init reads its disk vda forever with
