@@ -13,6 +13,7 @@ command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
 ls /boot/vmlinuz-* >/dev/null 2>&1 || need+=(linux-image-amd64)
 command -v systemd-analyze >/dev/null || need+=(systemd)
 [ -e /usr/lib/x86_64-linux-gnu/libc.a ] || need+=(libc6-dev) # the guests' static init
+command -v tc >/dev/null || need+=(iproute2)                   # the network shares' shaping
 if ((${#need[@]})); then
 	apt-get update -q
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}"
