@@ -189,11 +189,12 @@ func (d *sharedDisk) serve(c net.Conn) error {
 				}
 			}
 		}
-		head := make([]byte, 16, 16+len(data))
+		head := make([]byte, 16)
 		be.PutUint32(head, nbdSimpleReply)
 		be.PutUint32(head[4:], errno)
 		be.PutUint64(head[8:], handle)
-		if _, err := c.Write(append(head, data...)); err != nil {
+		reply := net.Buffers{head, data}
+		if _, err := reply.WriteTo(c); err != nil {
 			return err
 		}
 	}
