@@ -30,12 +30,9 @@ type SimEnforcer struct {
 	ioCap   IOUse
 	ioRate  map[string]IOUse
 	ioMoved map[string]IOUse
-	// Throttles (SetThrottled): the planners, the caps they set, and the
-	// I/O at the last Rebalance.
-	throttle map[string]*Throttle
+	// Throttles (SetThrottled) and the caps they set.
+	throttle ThrottleSet
 	caps     map[string]map[string]float64
-	ioBefore map[string]IOUse
-	ioAt     time.Time
 }
 
 // NewSimEnforcer makes a simulated host with cpus CPUs and vms on the clock now.
@@ -118,12 +115,12 @@ func (s *SimEnforcer) IOUsage(context.Context) (map[string]IOUse, error) {
 func (s *SimEnforcer) SetThrottled(disk, net bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.throttle = map[string]*Throttle{}
+	s.throttle = ThrottleSet{Plans: map[string]*Throttle{}}
 	if disk {
-		s.throttle[wire.ResourceDisk] = &Throttle{}
+		s.throttle.Plans[wire.ResourceDisk] = &Throttle{}
 	}
 	if net {
-		s.throttle[wire.ResourceNet] = &Throttle{}
+		s.throttle.Plans[wire.ResourceNet] = &Throttle{}
 	}
 }
 
@@ -132,32 +129,16 @@ func (s *SimEnforcer) SetThrottled(disk, net bool) {
 func (s *SimEnforcer) Rebalance(_ context.Context, shares map[string]float64) (map[string]map[string]float64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.throttle) == 0 {
+	if len(s.throttle.Plans) == 0 {
 		return nil, nil
 	}
 	s.integrate()
-	now := s.now()
-	caps := map[string]map[string]float64{}
-	if dt := now.Sub(s.ioAt).Seconds(); s.ioBefore != nil && dt > 0 {
-		for r, th := range s.throttle {
-			moved := map[string]float64{}
-			for vm, m := range s.ioMoved {
-				b := s.ioBefore[vm]
-				if r == wire.ResourceDisk {
-					moved[vm] = (m.Disk - b.Disk) / dt
-				} else {
-					moved[vm] = (m.Net - b.Net) / dt
-				}
-			}
-			for vm, c := range th.Plan(shares, moved) {
-				if caps[vm] == nil {
-					caps[vm] = map[string]float64{}
-				}
-				caps[vm][r] = c
-			}
-		}
+	sofar := make(map[string]map[string]float64, len(s.vms))
+	for _, vm := range s.vms {
+		m := s.ioMoved[vm.ID]
+		sofar[vm.ID] = map[string]float64{wire.ResourceDisk: m.Disk, wire.ResourceNet: m.Net}
 	}
-	s.ioBefore, s.ioAt = maps.Clone(s.ioMoved), now
+	caps := s.throttle.Plan(shares, sofar, s.now())
 	s.caps = caps
 	out := make(map[string]map[string]float64, len(caps))
 	for vm, c := range caps {

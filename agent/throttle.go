@@ -3,6 +3,7 @@ package agent
 import (
 	"math"
 	"sort"
+	"time"
 )
 
 // Throttle is how the agent delivers one resource's shares where the
@@ -300,3 +301,41 @@ func fill(capacity float64, shares map[string]float64, qsum float64, demand map[
 	}
 	return caps
 }
+
+// ThrottleSet is one Throttle per resource fed from cumulative counters,
+// as an enforcer reads them: each Plan turns what every VM moved since the
+// last call into rates and plans every resource. A VM is planned from the
+// second reading it appears in (its counters before that are not a rate).
+type ThrottleSet struct {
+	Plans  map[string]*Throttle // by resource
+	before map[string]map[string]float64
+	at     time.Time
+}
+
+// Plan takes each VM's I/O so far by resource (MB) read at now, and the
+// shares, and returns the caps by VM and resource (MB/s): none on the
+// first call.
+func (s *ThrottleSet) Plan(shares map[string]float64, sofar map[string]map[string]float64, now time.Time) map[string]map[string]float64 {
+	caps := map[string]map[string]float64{}
+	if dt := now.Sub(s.at).Seconds(); s.before != nil && dt > 0 {
+		for r, th := range s.Plans {
+			moved := map[string]float64{}
+			for vm, c := range sofar {
+				if b, ok := s.before[vm]; ok {
+					moved[vm] = max(c[r]-b[r], 0) / dt
+				}
+			}
+			for vm, c := range th.Plan(shares, moved) {
+				if caps[vm] == nil {
+					caps[vm] = map[string]float64{}
+				}
+				caps[vm][r] = c
+			}
+		}
+	}
+	s.before, s.at = sofar, now
+	return caps
+}
+
+// Last is when the counters of the last Plan were read.
+func (s *ThrottleSet) Last() time.Time { return s.at }

@@ -46,10 +46,8 @@ func (c ioCounters) use() agent.IOUse { return agent.IOUse{Disk: c.disk, Net: c.
 
 // throttles are the enforcer's per-resource planners and what it set.
 type throttles struct {
-	plan    map[string]*agent.Throttle    // by resource
-	set     map[string]map[string]float64 // vm → resource → cap in force (MB/s; 0 none)
-	before  map[string]ioCounters         // the counters at the previous Rebalance
-	beforeT time.Time
+	plans agent.ThrottleSet             // one planner per resource
+	set   map[string]map[string]float64 // vm → resource → cap in force (MB/s; 0 none)
 	// read is the counters IOUsage read last (the agent measures just
 	// before it rebalances), so a tick reads the domains' stats once.
 	read   map[string]ioCounters
@@ -90,7 +88,7 @@ func (e *Enforcer) Rebalance(ctx context.Context, shares map[string]float64) (ma
 	defer freeAll(doms)
 	e.mu.Lock()
 	th := &e.th
-	now, counters, last := th.readAt, th.read, th.beforeT
+	now, counters, last := th.readAt, th.read, th.plans.Last()
 	th.read = nil
 	e.mu.Unlock()
 	if counters == nil || !now.After(last) {
@@ -100,34 +98,21 @@ func (e *Enforcer) Rebalance(ctx context.Context, shares map[string]float64) (ma
 		}
 	}
 	e.mu.Lock()
-	if th.plan == nil {
-		th.plan, th.set, th.taps = map[string]*agent.Throttle{}, map[string]map[string]float64{}, map[string][]string{}
+	if th.plans.Plans == nil {
+		th.plans.Plans, th.set, th.taps = map[string]*agent.Throttle{}, map[string]map[string]float64{}, map[string][]string{}
 		for _, r := range rs {
 			p := &agent.Throttle{}
 			if r != wire.ResourceDisk && e.cfg.LinkKiBps > 0 {
 				p.Ceiling = float64(e.cfg.LinkKiBps) / 1024
 			}
-			th.plan[r] = p
+			th.plans.Plans[r] = p
 		}
 	}
-	want := map[string]map[string]float64{}
-	if dt := now.Sub(th.beforeT).Seconds(); th.before != nil && dt > 0 {
-		for _, r := range rs {
-			moved := map[string]float64{}
-			for vm, c := range counters {
-				if b, ok := th.before[vm]; ok {
-					moved[vm] = max(pick(c, r)-pick(b, r), 0) / dt
-				}
-			}
-			for vm, c := range th.plan[r].Plan(shares, moved) {
-				if want[vm] == nil {
-					want[vm] = map[string]float64{}
-				}
-				want[vm][r] = c
-			}
-		}
+	sofar := make(map[string]map[string]float64, len(counters))
+	for vm, c := range counters {
+		sofar[vm] = map[string]float64{wire.ResourceDisk: c.disk, wire.ResourceNetIn: c.netIn, wire.ResourceNetOut: c.netOut}
 	}
-	th.before, th.beforeT = counters, now
+	want := th.plans.Plan(shares, sofar, now)
 	// What to set: the new caps, and 0 (no limit) where a cap was set
 	// before but none is planned now.
 	type change struct {
@@ -223,19 +208,6 @@ func (e *Enforcer) forgetTaps(doms map[string]*libvirt.Domain) error {
 	return errors.Join(errs...)
 }
 
-// pick is counter r of c.
-func pick(c ioCounters, r string) float64 {
-	switch r {
-	case wire.ResourceDisk:
-		return c.disk
-	case wire.ResourceNetIn:
-		return c.netIn
-	case wire.ResourceNetOut:
-		return c.netOut
-	}
-	return 0
-}
-
 // differs reports whether two cap sets differ by more than 10 % (or one is
 // a limit and the other none). Setting a drive's throttle restarts QEMU's
 // leaky bucket, which lets a request through at once: re-set every tick, a
@@ -283,7 +255,7 @@ func (e *Enforcer) Modes() []wire.ResourceMode {
 		if m.Mode == "" {
 			m.Mode = wire.ModeNone
 		}
-		if p := e.th.plan[r.name]; p != nil {
+		if p := e.th.plans.Plans[r.name]; p != nil {
 			m.Capacity = p.Capacity
 		}
 		out = append(out, m)
