@@ -123,6 +123,19 @@ func eachRow(ctx context.Context, t tx, scan func(*sql.Rows) error, q string, ar
 			return err
 		}
 	}
+	return closeRows(rows)
+}
+
+// closeRows ends a finished iteration, giving the error that ended it
+// early: database/sql closes the rows itself when Next fails, so Close
+// alone reports nothing, and a serialization failure read mid-query would
+// be lost — the transaction's next statement then fails with 25P02
+// (current transaction is aborted), which is not retried.
+func closeRows(rows *sql.Rows) error {
+	if err := rows.Err(); err != nil {
+		rows.Close()
+		return err
+	}
 	return rows.Close()
 }
 

@@ -439,7 +439,7 @@ func (b *Bank) Ledger(ctx context.Context) (wire.LedgerReply, error) {
 				rep.Violations = append(rep.Violations, fmt.Sprintf("account %s is below zero: %s", a.ID, a.Balance))
 			}
 		}
-		if err := rows.Close(); err != nil {
+		if err := closeRows(rows); err != nil {
 			return err
 		}
 		var granted, open int64

@@ -34,7 +34,7 @@ func (b *Bank) Tick(ctx context.Context, now time.Time) (int, error) {
 			}
 			expired = append(expired, h)
 		}
-		if err := rows.Close(); err != nil {
+		if err := closeRows(rows); err != nil {
 			return err
 		}
 		for _, h := range expired {
@@ -100,7 +100,7 @@ func (b *Bank) payPeriod(ctx context.Context, t tx, s wire.IncomeSchedule, p int
 		}
 		users = append(users, id[len("user:"):])
 	}
-	if err := rows.Close(); err != nil || len(users) == 0 {
+	if err := closeRows(rows); err != nil || len(users) == 0 {
 		return err
 	}
 	for i, part := range money.Split(s.Amount, len(users)) {

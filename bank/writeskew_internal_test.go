@@ -119,3 +119,42 @@ func TestWriteSkewAtCommit(t *testing.T) {
 		t.Logf("bank runner: both increments applied after %d attempts (one retried from BEGIN after its COMMIT failed)", r.attempts)
 	})
 }
+
+// TestSerializationFailureMidQueryIsRetried: PostgreSQL may raise a
+// serialization failure after a query's first rows were sent. database/sql
+// then closes the rows itself, so only Rows.Err carries the error; were it
+// lost, the transaction's next statement would fail with 25P02 (current
+// transaction is aborted), which is not retried, and the client would be
+// told unavailable instead of the transaction being run again.
+func TestSerializationFailureMidQueryIsRetried(t *testing.T) {
+	c := pgtest.Start(t)
+	s, err := openStore(c.DSN(t, "midquery"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.db.Close()
+	if _, err := s.db.Exec(`CREATE FUNCTION serialization_failure() RETURNS int LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'could not serialize access (test)' USING ERRCODE = '40001'; END $$`); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	attempts, seen := 0, 0
+	err = s.run(ctx, func(t tx) error {
+		attempts++
+		fail := attempts == 1
+		err := eachRow(ctx, t, func(r *sql.Rows) error { seen++; return nil },
+			`SELECT CASE WHEN x < 3 OR NOT ? THEN x ELSE serialization_failure() END FROM generate_series(1, 5) x`, fail)
+		if err != nil {
+			return err
+		}
+		_, err = t.exec(ctx, `SELECT 1`)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("the transaction was not retried: %v", err)
+	}
+	if attempts != 2 {
+		t.Fatalf("%d attempts, want 2: the failure raised mid-query was not seen", attempts)
+	}
+	t.Logf("rows seen over both attempts: %d", seen)
+}
