@@ -33,23 +33,24 @@ const (
 // back.
 type fault struct {
 	name  string
-	kill  func(t *testing.T) // the kill; returns when the process is gone
+	kill  func(t testing.TB) // the kill; returns when the process is gone
 	down  time.Duration
-	heal  func(t *testing.T) // restart, promote; waits until it serves
-	after func(t *testing.T) // waits until the market is whole again
+	heal  func(t testing.TB) // restart, promote; waits until it serves
+	after func(t testing.TB) // waits until the market is whole again
 }
 
-func TestFaults(t *testing.T) {
+func TestFaults(tt *testing.T) {
 	if os.Getenv("MRM_FAULTS") == "" {
-		t.Skip("the fault test takes minutes: run it with `make faults` (MRM_FAULTS=1)")
+		tt.Skip("the fault test takes minutes: run it with `make faults` (MRM_FAULTS=1)")
 	}
+	t := record(tt)
 	c := startCluster(t, 3)
 	nc := c.connect(t, "faults-checker")
 	c.waitVMs(t, nc)
 	w := startWorkload(t, c)
 
-	restart := func(p *proc) func(t *testing.T) { return func(t *testing.T) { p.start(t) } }
-	replicated := func(t *testing.T) { c.waitReplicated(t, time.Minute) }
+	restart := func(p *proc) func(t testing.TB) { return func(t testing.TB) { p.start(t) } }
+	replicated := func(t testing.TB) { c.waitReplicated(t, time.Minute) }
 	var faults []fault
 	// The node leading the plans bucket first: every spend, cancel and
 	// admission writes to it.
@@ -66,24 +67,24 @@ func TestFaults(t *testing.T) {
 		if k == 0 {
 			name += " (plans leader)"
 		}
-		faults = append(faults, fault{name: name, kill: func(*testing.T) { p.kill() }, down: 5 * time.Second, heal: restart(p), after: replicated})
+		faults = append(faults, fault{name: name, kill: func(testing.TB) { p.kill() }, down: 5 * time.Second, heal: restart(p), after: replicated})
 	}
 	for _, p := range c.brokers {
-		faults = append(faults, fault{name: p.name, kill: func(*testing.T) { p.kill() }, down: 3 * time.Second, heal: restart(p)})
+		faults = append(faults, fault{name: p.name, kill: func(testing.TB) { p.kill() }, down: 3 * time.Second, heal: restart(p)})
 	}
 	for _, p := range c.banks {
-		faults = append(faults, fault{name: p.name, kill: func(*testing.T) { p.kill() }, down: 3 * time.Second, heal: restart(p)})
+		faults = append(faults, fault{name: p.name, kill: func(testing.TB) { p.kill() }, down: 3 * time.Second, heal: restart(p)})
 	}
 	agent := c.agents[1]
-	faults = append(faults, fault{name: agent.name, kill: func(*testing.T) { agent.kill() }, down: 3 * time.Second, heal: restart(agent)})
+	faults = append(faults, fault{name: agent.name, kill: func(testing.TB) { agent.kill() }, down: 3 * time.Second, heal: restart(agent)})
 	faults = append(faults, fault{name: "PostgreSQL primary (standby promoted)",
-		kill: func(t *testing.T) {
+		kill: func(t testing.TB) {
 			if err := c.pg.KillPrimary(); err != nil {
 				t.Fatal(err)
 			}
 		},
 		down: time.Second, // a failover manager noticing
-		heal: func(t *testing.T) {
+		heal: func(t testing.TB) {
 			if err := c.pg.Promote(); err != nil {
 				t.Fatal(err)
 			}
@@ -146,13 +147,13 @@ func TestFaults(t *testing.T) {
 	w.log.mu.Unlock()
 	t.Logf("longest time without an answer after each kill (bound %s):\n%s", MaxGap, b.String())
 	if failed {
-		t.Errorf("an operation went unanswered longer than %s after a kill (marked !)", MaxGap)
+		t.Errorf("an operation went unanswered longer than %s after a kill (marked !):\n%s", MaxGap, b.String())
 	}
 }
 
 // checkLedger asserts the bank's invariant: no violations, granted money
 // all in balances and open holds.
-func (c *cluster) checkLedger(t *testing.T, nc *nats.Conn, after string) {
+func (c *cluster) checkLedger(t testing.TB, nc *nats.Conn, after string) {
 	t.Helper()
 	var l wire.LedgerReply
 	testpoll.CheckFor(t, 30*time.Second, 100*time.Millisecond, func() (err error) {
@@ -168,7 +169,7 @@ func (c *cluster) checkLedger(t *testing.T, nc *nats.Conn, after string) {
 
 // settle cancels every plan still running and waits until no spender's
 // money is held.
-func (c *cluster) settle(t *testing.T, nc *nats.Conn, log *journal) {
+func (c *cluster) settle(t testing.TB, nc *nats.Conn, log *journal) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // bounds every retry
 	defer cancel()
@@ -225,7 +226,7 @@ func (c *cluster) settle(t *testing.T, nc *nats.Conn, log *journal) {
 // spender's plans at the broker are the acknowledged ones, its holds at the
 // bank are theirs, each closed with captured + released = amount, and what
 // it spent is what they captured.
-func (c *cluster) checkExactlyOnce(t *testing.T, nc *nats.Conn, log *journal) {
+func (c *cluster) checkExactlyOnce(t testing.TB, nc *nats.Conn, log *journal) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // bounds every retry
 	defer cancel()

@@ -168,7 +168,7 @@ type workload struct {
 	cancels chan [2]string // user, plan
 }
 
-func startWorkload(t *testing.T, c *cluster) *workload {
+func startWorkload(t testing.TB, c *cluster) *workload {
 	w := &workload{c: c, log: newJournal(), stop: make(chan struct{}), errs: make(chan error, 16), cancels: make(chan [2]string, 10_000)}
 	// The test's end bounds every operation's retries.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
@@ -261,7 +261,7 @@ func startWorkload(t *testing.T, c *cluster) *workload {
 }
 
 // finish stops the clients once each has its current operation answered.
-func (w *workload) finish(t *testing.T) {
+func (w *workload) finish(t testing.TB) {
 	t.Helper()
 	close(w.stop)
 	w.wg.Wait()
@@ -269,7 +269,7 @@ func (w *workload) finish(t *testing.T) {
 }
 
 // check fails t with a client's error, if one gave up.
-func (w *workload) check(t *testing.T) {
+func (w *workload) check(t testing.TB) {
 	t.Helper()
 	select {
 	case err := <-w.errs:
