@@ -8,7 +8,10 @@
 // income), every host a provider account ("provider:<host>", created by its
 // first capture). Two system accounts close the books: "mint", whose balance
 // is minus everything ever granted, and "escrow", which holds the money of
-// open holds. Every movement is one immutable transfer from a debit to a
+// open holds. The escrow's balance is summed from its transfers, not kept
+// in its row: every hold, capture and release moves money through it, and
+// one row written by all of them makes concurrent transactions abort each
+// other under SERIALIZABLE. Every movement is one immutable transfer from a debit to a
 // credit account, so the sum of all accounts is always zero, and
 //
 //	Σ user and provider balances + Σ open holds = Σ granted

@@ -52,28 +52,60 @@ func transfer(ctx context.Context, t tx, id, kind, debit, credit string, amount 
 	if debit == MintAccount {
 		floor = amount - maxBalance
 	}
+	debitRow := func() error {
+		if derived(debit) {
+			return nil
+		}
+		return debitAccount(ctx, t, debit, amount, floor)
+	}
+	creditRow := func() error {
+		if derived(credit) {
+			return nil
+		}
+		return creditAccount(ctx, t, credit, amount)
+	}
 	// Rows are updated in account-id order, so two transfers between the
 	// same accounts in opposite directions lock them in the same order
 	// instead of deadlocking (PostgreSQL would abort one after
 	// deadlock_timeout, a second's stall).
+	first, second := debitRow, creditRow
 	if credit < debit {
-		if err := creditAccount(ctx, t, credit, amount); err != nil {
-			return err
-		}
-		if err := debitAccount(ctx, t, debit, amount, floor); err != nil {
-			return err
-		}
-	} else {
-		if err := debitAccount(ctx, t, debit, amount, floor); err != nil {
-			return err
-		}
-		if err := creditAccount(ctx, t, credit, amount); err != nil {
-			return err
-		}
+		first, second = creditRow, debitRow
+	}
+	if err := first(); err != nil {
+		return err
+	}
+	if err := second(); err != nil {
+		return err
 	}
 	_, err := t.exec(ctx, `INSERT INTO transfers (id, kind, debit, credit, amount, fingerprint, memo, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
 		id, kind, debit, credit, int64(amount), fp, memo, at.UnixNano())
 	return err
+}
+
+// derived says account's balance is not kept in its row but summed from
+// its transfers: the escrow. Every hold, capture and release moves money
+// in or out of it; kept in one row, that row is written by all of them,
+// and under SERIALIZABLE concurrent writers of one row abort each other
+// ("could not serialize access due to concurrent update": about 9,000
+// aborted attempts in three minutes of the fault test, a second's latency
+// for a capture). What the escrow holds is already in the holds — each
+// open hold's amount less its captures and releases — so nothing is lost:
+// Ledger checks that the escrow summed from the transfers is Σ open holds.
+// Its row stays (transfers reference it); its stored balance is unused.
+func derived(account string) bool { return account == EscrowAccount }
+
+// escrowBalance is what the transfers moved into the escrow less what they
+// moved out.
+func escrowBalance(ctx context.Context, t tx) (money.Micro, error) {
+	var in, out int64
+	if err := t.queryRow(ctx, `SELECT CAST(coalesce(sum(amount), 0) AS BIGINT) FROM transfers WHERE credit = ?`, EscrowAccount).Scan(&in); err != nil {
+		return 0, err
+	}
+	if err := t.queryRow(ctx, `SELECT CAST(coalesce(sum(amount), 0) AS BIGINT) FROM transfers WHERE debit = ?`, EscrowAccount).Scan(&out); err != nil {
+		return 0, err
+	}
+	return money.Micro(in - out), nil
 }
 
 // debitAccount takes amount from account unless its balance would fall
@@ -118,6 +150,9 @@ func creditAccount(ctx context.Context, t tx, account string, amount money.Micro
 }
 
 func balance(ctx context.Context, t tx, account string) (money.Micro, error) {
+	if derived(account) {
+		return escrowBalance(ctx, t)
+	}
 	var b int64
 	err := t.queryRow(ctx, `SELECT balance FROM accounts WHERE id = ?`, account).Scan(&b)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -414,6 +449,10 @@ func (b *Bank) Ledger(ctx context.Context) (wire.LedgerReply, error) {
 	var rep wire.LedgerReply
 	err := b.st.run(ctx, func(t tx) error {
 		rep = wire.LedgerReply{Accounts: []wire.Account{}, Violations: []string{}}
+		escrowed, err := escrowBalance(ctx, t)
+		if err != nil {
+			return err
+		}
 		rows, err := t.query(ctx, `SELECT id, kind, balance FROM accounts ORDER BY kind, id`)
 		if err != nil {
 			return err
@@ -427,6 +466,9 @@ func (b *Bank) Ledger(ctx context.Context) (wire.LedgerReply, error) {
 				return err
 			}
 			a.Balance = money.Micro(bal)
+			if derived(a.ID) {
+				a.Balance = escrowed
+			}
 			rep.Accounts = append(rep.Accounts, a)
 			sum += a.Balance
 			switch a.Kind {
