@@ -6,9 +6,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/cockroach-go/v2/crdb"
 
+	"github.com/mrmarket/mrmarket/internal/money"
 	"github.com/mrmarket/mrmarket/internal/pgtest"
 )
 
@@ -157,4 +159,71 @@ func TestSerializationFailureMidQueryIsRetried(t *testing.T) {
 		t.Fatalf("%d attempts, want 2: the failure raised mid-query was not seen", attempts)
 	}
 	t.Logf("rows seen over both attempts: %d", seen)
+}
+
+// TestHoldsOfTwoUsersDoNotWaitOnEachOther: money moving into the escrow
+// for different users touches no row in common. While the escrow's balance
+// was kept in its row, the second of two concurrent holds waited on the
+// first's row lock and then failed ("could not serialize access due to
+// concurrent update"), to be retried from BEGIN.
+func TestHoldsOfTwoUsersDoNotWaitOnEachOther(t *testing.T) {
+	c := pgtest.Start(t)
+	b, err := Open(c.DSN(t, "escrow"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := context.Background()
+	s, now := b.st, time.Now()
+	for _, u := range []string{"ann", "ben"} {
+		if err := s.run(ctx, func(t tx) error {
+			_, err := grant(ctx, t, "g-"+u, "grant", u, 10*money.PerCredit, "", now)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	begin := func() (*sql.Tx, tx) {
+		st, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelSerializable})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st, tx{st, s}
+	}
+	first, t1 := begin()
+	defer first.Rollback()
+	if err := transfer(ctx, t1, "hold:ann-1", "hold", UserAccount("ann"), EscrowAccount, money.PerCredit, "fp", "", now); err != nil {
+		t.Fatal(err)
+	}
+	second, t2 := begin()
+	defer second.Rollback()
+	done := make(chan error, 1)
+	go func() {
+		if err := transfer(ctx, t2, "hold:ben-1", "hold", UserAccount("ben"), EscrowAccount, money.PerCredit, "fp", "", now); err != nil {
+			done <- err
+			return
+		}
+		done <- second.Commit()
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("ben's hold, beside ann's: %v", err)
+		}
+	case <-time.After(3 * time.Second):
+		first.Rollback()
+		t.Fatalf("ben's hold waited on ann's open transaction: %v", <-done)
+	}
+	if err := first.Commit(); err != nil {
+		t.Fatalf("ann's hold, committed after ben's: %v", err)
+	}
+	l, err := b.Ledger(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range l.Accounts {
+		if a.ID == EscrowAccount && a.Balance != 2*money.PerCredit {
+			t.Errorf("escrow %s, want the two holds' %s", a.Balance, 2*money.PerCredit)
+		}
+	}
 }
