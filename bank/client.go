@@ -2,8 +2,6 @@ package bank
 
 import (
 	"context"
-	"errors"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -32,19 +30,19 @@ type Client struct {
 	Keys      wire.Keyring
 	AdminKey  string
 	OnRefused func(error)
-	// Attempt, when set, bounds each try of a call: a try that gets no
-	// answer in time — the bank it reached died holding it, or none
+	// Attempt, when set, bounds each try of a call (wire.Tries): a try that
+	// gets no answer in time — the bank it reached died holding it, or none
 	// answered — is sent again (signed afresh) until ctx ends, and reaches
-	// a live bank. Every bank request is idempotent by its id, so a
-	// second try of one that did apply is the bank's replay. Zero: one
-	// try, bounded by ctx. The daemons set it (DaemonAttempt), so one
-	// bank's death costs their requests one Attempt, not their whole
-	// deadline.
+	// a live bank. Every bank request is idempotent by its id (whois is a
+	// read), so a second try of one that did apply is the bank's replay.
+	// Zero: one try, bounded by ctx. The daemons set it (DaemonAttempt),
+	// for their whois lookups too, so one bank's death costs their
+	// requests one Attempt, not their whole deadline.
 	Attempt time.Duration
 }
 
 // DaemonAttempt is the daemons' Client.Attempt.
-const DaemonAttempt = time.Second
+const DaemonAttempt = wire.DaemonAttempt
 
 var asAdmin = wire.As{Role: wire.RoleAdmin, Name: "admin"}
 
@@ -52,29 +50,12 @@ var asAdmin = wire.As{Role: wire.RoleAdmin, Name: "admin"}
 // send, decode — believing only the bank's signed answer when c knows the
 // anchor.
 func call[Rep any](ctx context.Context, c Client, who wire.As, subject string, req wire.Message) (Rep, error) {
-	if c.Attempt <= 0 {
-		return try[Rep](ctx, c, who, subject, req)
-	}
-	for {
-		actx, cancel := context.WithTimeout(ctx, c.Attempt)
-		rep, err := try[Rep](actx, c, who, subject, req)
-		cancel()
-		if err == nil || ctx.Err() != nil || !noAnswer(err) {
-			return rep, err
-		}
-		select { // no bank subscribed answers at once: not a busy loop
-		case <-ctx.Done():
-			return rep, err
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
-// noAnswer says err is a try that got no answer: time ran out, or no bank
-// was there to take it (wire.CallMsg's words for both).
-func noAnswer(err error) bool {
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
-		errors.Is(err, wire.ErrUnavailable) && (strings.Contains(err.Error(), "in time") || strings.Contains(err.Error(), "nothing answers"))
+	var rep Rep
+	err := wire.Tries(ctx, c.Attempt, wire.NoAnswer, func(ctx context.Context) (err error) {
+		rep, err = try[Rep](ctx, c, who, subject, req)
+		return err
+	})
+	return rep, err
 }
 
 // try is one try of a call.

@@ -124,7 +124,7 @@ func runAgent(c *ucli.Context) error {
 	a, err := agent.New(agent.Config{Host: host, Enforcer: h.enforcer, IdleBelow: c.Float64("idle-below"),
 		Capturer:  bank.Client{NC: nc, Signer: signer, AdminKey: anchor, OnRefused: func(error) { metrics.Error("agent", "untrusted_reply") }, Attempt: bank.DaemonAttempt},
 		Publisher: agent.NATSPublisher{NC: nc, KV: assets.Hosts, Signer: signer}, Metrics: metrics, Capacity: h.capacity,
-		StateFile: state, Identities: bank.Client{NC: nc, AdminKey: anchor}, AdminKey: anchor, Signer: signer})
+		StateFile: state, Identities: bank.Client{NC: nc, AdminKey: anchor, Attempt: bank.DaemonAttempt}, AdminKey: anchor, Signer: signer})
 	if err != nil {
 		return err
 	}
@@ -305,7 +305,7 @@ func brokerCommand() *ucli.Command {
 			metrics := obs.NewMetrics(reg)
 			b, err := broker.New(broker.Config{NC: nc, Signer: signer, AdminKey: anchor,
 				Bank:       bank.Client{NC: nc, Signer: signer, AdminKey: anchor, OnRefused: func(error) { metrics.Error("broker", "untrusted_reply") }, Attempt: bank.DaemonAttempt},
-				Identities: bank.Client{NC: nc, AdminKey: anchor}, Settle: c.Duration("settle"), Metrics: metrics,
+				Identities: bank.Client{NC: nc, AdminKey: anchor, Attempt: bank.DaemonAttempt}, Settle: c.Duration("settle"), Metrics: metrics,
 				Tick: c.Duration("tick"), Plans: assets.Plans, DeadlineShare: c.Float64("deadline-share"), JobOrder: c.String("job-order")})
 			if err != nil {
 				return err

@@ -464,7 +464,7 @@ func (m *Market) startAgents(ctx context.Context, now func() time.Time) error {
 			Now:        now,
 			Capacity:   h.CPUs,
 			IdleBelow:  m.cfg.IdleBelow,
-			Identities: bank.Client{NC: nc, AdminKey: m.AdminKey()},
+			Identities: bank.Client{NC: nc, AdminKey: m.AdminKey(), Attempt: bank.DaemonAttempt},
 			StateFile:  stateFile(h.ID),
 		})
 		if err != nil {
@@ -498,7 +498,7 @@ func (m *Market) startBroker(ctx context.Context, now func() time.Time, signer *
 	m.noteReplicas(assets)
 	m.Broker, err = broker.New(broker.Config{
 		NC: nc, Bank: bank.Client{NC: nc, Signer: signer, AdminKey: m.AdminKey(), OnRefused: m.refused("broker"), Attempt: bank.DaemonAttempt}, Now: now,
-		Settle: m.cfg.Settle, Metrics: m.Metrics, Signer: signer, Identities: bank.Client{NC: nc, AdminKey: m.AdminKey()}, AdminKey: m.AdminKey(),
+		Settle: m.cfg.Settle, Metrics: m.Metrics, Signer: signer, Identities: bank.Client{NC: nc, AdminKey: m.AdminKey(), Attempt: bank.DaemonAttempt}, AdminKey: m.AdminKey(),
 		Tick: m.cfg.TickPeriod, Plans: assets.Plans, Replica: "broker-1",
 	})
 	if err != nil {

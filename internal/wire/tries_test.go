@@ -1,0 +1,73 @@
+package wire
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// A try whose answer was lost is made again after one attempt, not after
+// the caller's whole deadline; one refused is not.
+func TestTriesSendsALostRequestAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), DefaultTimeout)
+		defer cancel()
+		start := time.Now()
+		tries := 0
+		err := Tries(ctx, DaemonAttempt, TimedOut, func(ctx context.Context) error {
+			tries++
+			if tries == 1 {
+				<-ctx.Done() // lost: no answer comes
+				return Errorf(ErrUnavailable, "no answer on x in time")
+			}
+			return nil
+		})
+		if err != nil || tries != 2 {
+			t.Fatalf("err %v after %d tries, want the second to answer", err, tries)
+		}
+		if took := time.Since(start); took > DaemonAttempt+100*time.Millisecond {
+			t.Fatalf("answered after %s: the lost try held the call longer than one attempt (%s)", took, DaemonAttempt)
+		}
+	})
+}
+
+func TestTriesStopsAtAnAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		refused := Errorf(ErrForbidden, "not yours")
+		for _, c := range []struct {
+			name  string
+			again func(error) bool
+			err   error
+		}{
+			{"a refusal is an answer", NoAnswer, refused},
+			{"no responder ends a call to a single responder", TimedOut, nats.ErrNoResponders},
+		} {
+			tries := 0
+			err := Tries(context.Background(), DaemonAttempt, c.again, func(context.Context) error { tries++; return c.err })
+			if !errors.Is(err, c.err) || tries != 1 {
+				t.Errorf("%s: %d tries, err %v", c.name, tries, err)
+			}
+		}
+	})
+}
+
+// With several replicas, nobody answering now may be a replica still
+// subscribing: the call tries again until its deadline.
+func TestTriesWaitsForAReplicaUntilTheDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		start, tries := time.Now(), 0
+		err := Tries(ctx, DaemonAttempt, NoAnswer, func(context.Context) error { tries++; return nats.ErrNoResponders })
+		if !errors.Is(err, nats.ErrNoResponders) || tries < 10 {
+			t.Fatalf("%d tries, err %v", tries, err)
+		}
+		if took := time.Since(start); took < 3*time.Second {
+			t.Fatalf("gave up after %s, before the deadline", took)
+		}
+	})
+}
