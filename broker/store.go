@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mrmarket/mrmarket/internal/money"
+	"github.com/mrmarket/mrmarket/internal/natsutil"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -340,11 +341,13 @@ func (s *kvStore) rewatch() {
 	s.report("plan bucket watch stalled: following it anew", "*", nil)
 }
 
-// bucket is the plan bucket.
+// bucket is the plan bucket, each read and write bounded by one daemon
+// attempt (natsutil.Bounded): a write lost with its stream's leader is
+// answered unavailable after it, not after the request's whole deadline.
 func (s *kvStore) bucket() jetstream.KeyValue {
 	s.kvMu.Lock()
 	defer s.kvMu.Unlock()
-	return s.kv
+	return natsutil.Bounded(s.kv, wire.DaemonAttempt)
 }
 
 func (s *kvStore) apply(key string, value []byte, rev uint64, op jetstream.KeyValueOp) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mrmarket/mrmarket/internal/natsutil"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -34,7 +35,9 @@ func NonceKey(c wire.Caller) string {
 
 // Use records c's nonce; wire.ErrReplay if any replica recorded it before.
 func (n KVNonces) Use(ctx context.Context, c wire.Caller, _ time.Time) error {
-	_, err := n.KV.Create(ctx, NonceKey(c), []byte(strconv.FormatInt(c.Time.UnixNano(), 10)))
+	// One attempt: a create lost with the bucket's leader would otherwise
+	// hold the request until its deadline (natsutil.Bounded).
+	_, err := natsutil.Bounded(n.KV, wire.DaemonAttempt).Create(ctx, NonceKey(c), []byte(strconv.FormatInt(c.Time.UnixNano(), 10)))
 	switch {
 	case errors.Is(err, jetstream.ErrKeyExists):
 		return fmt.Errorf("%w (signed %s)", wire.ErrReplay, c.Time.UTC().Format(time.RFC3339Nano))

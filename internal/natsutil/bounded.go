@@ -1,0 +1,55 @@
+package natsutil
+
+import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Bounded is kv with each read and write given at most attempt. A write in
+// flight when its stream's leader dies gets no acknowledgement, ever: the
+// new leader does not answer for the old one. Unbounded, it waits out the
+// whole request's deadline (5 s) while its client retried long ago; bounded,
+// it fails as no answer after one attempt and the request is answered
+// unavailable, to be retried by its id — what every caller of a bucket does
+// with "no response from stream" (no leader yet) already. Watches and the
+// other methods are kv's own.
+func Bounded(kv jetstream.KeyValue, attempt time.Duration) jetstream.KeyValue {
+	return boundedKV{kv, attempt}
+}
+
+type boundedKV struct {
+	jetstream.KeyValue
+	attempt time.Duration
+}
+
+func (b boundedKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.attempt)
+	defer cancel()
+	return b.KeyValue.Get(ctx, key)
+}
+
+func (b boundedKV) Put(ctx context.Context, key string, value []byte) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.attempt)
+	defer cancel()
+	return b.KeyValue.Put(ctx, key, value)
+}
+
+func (b boundedKV) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.attempt)
+	defer cancel()
+	return b.KeyValue.Create(ctx, key, value, opts...)
+}
+
+func (b boundedKV) Update(ctx context.Context, key string, value []byte, revision uint64) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.attempt)
+	defer cancel()
+	return b.KeyValue.Update(ctx, key, value, revision)
+}
+
+func (b boundedKV) Delete(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error {
+	ctx, cancel := context.WithTimeout(ctx, b.attempt)
+	defer cancel()
+	return b.KeyValue.Delete(ctx, key, opts...)
+}
