@@ -287,12 +287,20 @@ func (a *Agent) SetBids(ctx context.Context, req *wire.BidRequest) (wire.HostSta
 		return wire.HostState{}, err
 	}
 	now := a.cfg.Now()
-	a.changeBids(req, now)
-	batch := a.captureBatch(now)
+	// Only what this change settled: the rest is the tick's to capture, and
+	// a bid that settles nothing (a plan's first) does not wait on the bank.
+	batch := a.captureBatch(now, a.changeBids(req, now))
 	a.mu.Unlock()
 	// Settled charges go to the bank now, so a plan's hold can be released
-	// right after; if the bank is away, later rounds retry them.
-	if err := a.capture(ctx, batch); err != nil {
+	// right after; if the bank is away, later rounds retry them. The bank
+	// gets one daemon attempt here, not the request's whole deadline: the
+	// broker waits that long for a bid's answer before it sends the bids
+	// again (wire.Tries), and a bid change that outwaits it only queues
+	// its own retries behind it.
+	cctx, cancel := context.WithTimeout(ctx, wire.DaemonAttempt)
+	err := a.capture(cctx, batch)
+	cancel()
+	if err != nil {
 		a.failed("capture", err)
 	}
 	a.mu.Lock()
@@ -338,12 +346,15 @@ func (a *Agent) checkBids(req *wire.BidRequest) error {
 }
 
 // changeBids applies a checked req to the book under mu, settling the bids
-// it cancels or replaces at now.
-func (a *Agent) changeBids(req *wire.BidRequest, now time.Time) {
+// it cancels or replaces at now; it gives the (hold, vm) they were charged
+// to.
+func (a *Agent) changeBids(req *wire.BidRequest, now time.Time) map[legKey]bool {
+	settled := map[legKey]bool{}
 	for _, id := range req.Cancel {
 		k := bidKey{id, req.Plan}
 		if b := a.bids[k]; b != nil {
 			a.settle(b, now)
+			settled[b.key()] = true
 			delete(a.bids, k)
 		}
 	}
@@ -351,10 +362,12 @@ func (a *Agent) changeBids(req *wire.BidRequest, now time.Time) {
 		b := &bid{Bid: nb, start: now}
 		if old := a.bids[b.place()]; old != nil {
 			a.settle(old, now)
+			settled[old.key()] = true
 		}
 		b.base = a.total[b.key()]
 		a.bids[b.place()] = b
 	}
+	return settled
 }
 
 // Tick runs one round at now, in phases (raft's Ready): list the VMs; under
@@ -383,7 +396,7 @@ func (a *Agent) Tick(ctx context.Context, now time.Time) (wire.HostState, error)
 	for _, b := range a.bids {
 		a.settle(b, now)
 	}
-	batch := a.captureBatch(now)
+	batch := a.captureBatch(now, nil)
 	a.mu.Unlock()
 	if err := a.capture(ctx, batch); err != nil {
 		fail("capture", err)
@@ -429,13 +442,14 @@ func (a *Agent) dropFinished(now time.Time) {
 }
 
 // captureBatch builds, under mu, one batch with a leg for every (hold, vm)
-// charged beyond what the bank confirmed, under a new round number; nil
-// when nothing is owed. Legs carry cumulative totals, so batches that
-// overlap in flight are safe: the bank moves only what a total adds.
-func (a *Agent) captureBatch(now time.Time) *wire.CaptureBatch {
+// charged beyond what the bank confirmed — of only, when only is not nil
+// — under a new round number; nil when nothing is owed. Legs carry
+// cumulative totals, so batches that overlap in flight are safe: the bank
+// moves only what a total adds.
+func (a *Agent) captureBatch(now time.Time, only map[legKey]bool) *wire.CaptureBatch {
 	var keys []legKey
 	for k, t := range a.total {
-		if t > a.captured[k] {
+		if t > a.captured[k] && (only == nil || only[k]) {
 			keys = append(keys, k)
 		}
 	}
