@@ -111,34 +111,6 @@ func readCapture(ctx context.Context, t tx, batch *wire.CaptureBatch) (*captureI
 	return in, nil
 }
 
-// eachRow runs a query and calls scan on each of its rows.
-func eachRow(ctx context.Context, t tx, scan func(*sql.Rows) error, q string, args ...any) error {
-	rows, err := t.query(ctx, q, args...)
-	if err != nil {
-		return err
-	}
-	for rows.Next() {
-		if err := scan(rows); err != nil {
-			rows.Close()
-			return err
-		}
-	}
-	return closeRows(rows)
-}
-
-// closeRows ends a finished iteration, giving the error that ended it
-// early: database/sql closes the rows itself when Next fails, so Close
-// alone reports nothing, and a serialization failure read mid-query would
-// be lost — the transaction's next statement then fails with 25P02
-// (current transaction is aborted), which is not retried.
-func closeRows(rows *sql.Rows) error {
-	if err := rows.Err(); err != nil {
-		rows.Close()
-		return err
-	}
-	return rows.Close()
-}
-
 // captureDecision is a batch decided: the reply, and what to write.
 type captureDecision struct {
 	rep       wire.CaptureReply

@@ -453,16 +453,11 @@ func (b *Bank) Ledger(ctx context.Context) (wire.LedgerReply, error) {
 		if err != nil {
 			return err
 		}
-		rows, err := t.query(ctx, `SELECT id, kind, balance FROM accounts ORDER BY kind, id`)
-		if err != nil {
-			return err
-		}
 		var sum, escrow money.Micro
-		for rows.Next() {
+		if err := eachRow(ctx, t, func(r *sql.Rows) error {
 			var a wire.Account
 			var bal int64
-			if err := rows.Scan(&a.ID, &a.Kind, &bal); err != nil {
-				rows.Close()
+			if err := r.Scan(&a.ID, &a.Kind, &bal); err != nil {
 				return err
 			}
 			a.Balance = money.Micro(bal)
@@ -480,8 +475,8 @@ func (b *Bank) Ledger(ctx context.Context) (wire.LedgerReply, error) {
 			if a.Kind != wire.AccountMint && a.Balance < 0 {
 				rep.Violations = append(rep.Violations, fmt.Sprintf("account %s is below zero: %s", a.ID, a.Balance))
 			}
-		}
-		if err := closeRows(rows); err != nil {
+			return nil
+		}, `SELECT id, kind, balance FROM accounts ORDER BY kind, id`); err != nil {
 			return err
 		}
 		var granted, open int64

@@ -175,6 +175,29 @@ func (t tx) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
 // inList returns "?, ?, …" for n values.
 func inList(n int) string { return strings.TrimSuffix(strings.Repeat("?, ", n), ", ") }
 
+// eachRow runs a query and calls scan on each of its rows. The error that
+// ended the rows early is Rows.Err: database/sql closes the rows itself
+// when Next fails, so Close alone reports nothing, and a serialization
+// failure raised mid-query would be lost — the transaction's next
+// statement would then fail with 25P02 (current transaction is aborted),
+// which is not retried.
+func eachRow(ctx context.Context, t tx, scan func(*sql.Rows) error, q string, args ...any) error {
+	rows, err := t.query(ctx, q, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := scan(rows); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	return rows.Close()
+}
+
 // run runs fn in one SERIALIZABLE transaction, committed only if fn returns
 // nil. A serialization failure or deadlock, whether raised by a statement or
 // by COMMIT itself, retries the whole transaction from BEGIN: on PostgreSQL

@@ -2,6 +2,7 @@ package bank
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"time"
 
@@ -21,20 +22,14 @@ const maxCatchUp = 1000
 func (b *Bank) Tick(ctx context.Context, now time.Time) (int, error) {
 	released := 0
 	err := b.st.run(ctx, func(t tx) error {
-		rows, err := t.query(ctx, `SELECT `+holdColumns+` FROM holds WHERE status = 'open' AND expires <= ? ORDER BY id`, now.UnixNano())
-		if err != nil {
-			return err
-		}
 		var expired []wire.HoldInfo
-		for rows.Next() {
-			h, err := scanHold(rows)
-			if err != nil {
-				rows.Close()
-				return err
+		if err := eachRow(ctx, t, func(r *sql.Rows) error {
+			h, err := scanHold(r)
+			if err == nil {
+				expired = append(expired, h)
 			}
-			expired = append(expired, h)
-		}
-		if err := closeRows(rows); err != nil {
+			return err
+		}, `SELECT `+holdColumns+` FROM holds WHERE status = 'open' AND expires <= ? ORDER BY id`, now.UnixNano()); err != nil {
 			return err
 		}
 		for _, h := range expired {
@@ -87,20 +82,15 @@ func (b *Bank) payPeriod(ctx context.Context, t tx, s wire.IncomeSchedule, p int
 		_, err := grant(ctx, t, fmt.Sprintf("income:%s:%d", s.User, p), "income", s.User, s.Amount, memo, now)
 		return err
 	}
-	rows, err := t.query(ctx, `SELECT id FROM accounts WHERE kind = 'user' ORDER BY id`)
-	if err != nil {
-		return err
-	}
 	var users []string
-	for rows.Next() {
+	if err := eachRow(ctx, t, func(r *sql.Rows) error {
 		var id string
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
+		if err := r.Scan(&id); err != nil {
 			return err
 		}
 		users = append(users, id[len("user:"):])
-	}
-	if err := closeRows(rows); err != nil || len(users) == 0 {
+		return nil
+	}, `SELECT id FROM accounts WHERE kind = 'user' ORDER BY id`); err != nil || len(users) == 0 {
 		return err
 	}
 	for i, part := range money.Split(s.Amount, len(users)) {
