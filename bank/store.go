@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -15,6 +14,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // the PostgreSQL/CockroachDB driver
 	_ "modernc.org/sqlite"             // the embedded store's driver
 
+	"github.com/mrmarket/mrmarket/internal/retry"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -36,9 +36,10 @@ type store struct {
 	flavour atomic.Int32 // PostgreSQL or CockroachDB (see durableCommit)
 }
 
-// maxTxAttempts bounds the retries of a transaction that lost a race
-// (see retryable).
-const maxTxAttempts = 50
+// txRetry is how a transaction that lost a race (see retryable) is tried
+// again: at most 50 times, each pause drawn anywhere below twice a backoff
+// that doubles from 1 ms to 32 ms, so that racers do not collide again.
+var txRetry = retry.Options{InitialBackoff: time.Millisecond, Multiplier: 2, MaxBackoff: 32 * time.Millisecond, Jitter: 1, MaxTries: 50}
 
 // openStore opens target: "postgres://…" or "postgresql://…" (PostgreSQL or
 // CockroachDB through pgx), "sqlite:PATH", or a bare SQLite path.
@@ -206,22 +207,16 @@ func eachRow(ctx context.Context, t tx, scan func(*sql.Rows) error, q string, ar
 // therefore have no effects outside the transaction.
 func (s *store) run(ctx context.Context, fn func(tx) error) error {
 	var err error
-	for attempt := range maxTxAttempts {
-		if attempt > 0 {
-			// Jittered backoff so that the racers do not collide again.
-			d := time.Duration(rand.Int64N(int64(time.Millisecond) << min(attempt, 6)))
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("%w: bank store: %v (after %d attempts: %v)", errUnavailable, ctx.Err(), attempt, err)
-			case <-time.After(d):
-			}
-		}
-		err = s.runOnce(ctx, fn)
-		if err == nil || !retryable(err) {
+	r := retry.Start(ctx, txRetry)
+	for r.Next() {
+		if err = s.runOnce(ctx, fn); err == nil || !retryable(err) {
 			return err
 		}
 	}
-	return fmt.Errorf("%w: bank store: gave up after %d serialization failures: %v", errUnavailable, maxTxAttempts, err)
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w: bank store: %v (after %d attempts: %v)", errUnavailable, ctx.Err(), r.Tries(), err)
+	}
+	return fmt.Errorf("%w: bank store: gave up after %d serialization failures: %v", errUnavailable, r.Tries(), err)
 }
 
 func (s *store) runOnce(ctx context.Context, fn func(tx) error) error {

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mrmarket/mrmarket/internal/retry"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -157,16 +158,20 @@ func (b *Broker) start(ctx context.Context, rec *planRecord, rev uint64, now tim
 	return wire.SpendReply{Plan: rec.Plan}, nil
 }
 
+// awaitStartRetry is how often awaitStart looks at the plan again: every
+// 20 ms while the request's context allows.
+var awaitStartRetry = retry.Options{InitialBackoff: 20 * time.Millisecond}
+
 // awaitStart waits, while ctx allows, for another try of start on rec's
 // plan to end, and answers as it ended; if the plan does not run, the bids
 // this try placed are withdrawn.
 func (b *Broker) awaitStart(ctx context.Context, rec *planRecord, now time.Time) (wire.SpendReply, error) {
 	id := rec.Plan.ID
+	r := retry.Start(ctx, awaitStartRetry)
+	r.Next() // the try that found the plan starting was the first
 	for {
-		select {
-		case <-ctx.Done():
+		if !r.Next() {
 			return wire.SpendReply{}, fmt.Errorf("%w: plan %q is being started by another try; retry with the same id", wire.ErrUnavailable, id)
-		case <-time.After(20 * time.Millisecond):
 		}
 		v, ok, err := b.store.fetch(ctx, id, true)
 		switch {

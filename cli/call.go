@@ -12,6 +12,7 @@ import (
 
 	"github.com/mrmarket/mrmarket/bank"
 	"github.com/mrmarket/mrmarket/broker"
+	"github.com/mrmarket/mrmarket/internal/retry"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -100,25 +101,23 @@ func withClients(c *ucli.Context, use func(cl clients) error) error {
 // each try a new signature and nonce, the same request — so the request is
 // applied once and its outcome is known.
 
-// retryDelays are the pauses before the second and third tries (about 15 s
-// in all).
-var retryDelays = []time.Duration{4 * time.Second, 10 * time.Second}
+// requestRetry is how a command asks again, with the same request and id,
+// while the market answers unavailable: three tries, 4 s and then 10 s
+// apart (about 15 s in all).
+var requestRetry = retry.Options{InitialBackoff: 4 * time.Second, Multiplier: 2.5, MaxTries: 3}
 
 // retried is do, asked again with the same request while unavailable.
 func retried[Req, Rep any](do op[Req, Rep]) op[Req, Rep] {
-	return func(ctx context.Context, cl clients, req Req) (Rep, error) {
-		for i := 0; ; i++ {
-			rep, err := do(ctx, cl, req)
-			if err == nil || !errors.Is(err, wire.ErrUnavailable) || i >= len(retryDelays) {
+	return func(ctx context.Context, cl clients, req Req) (rep Rep, err error) {
+		for r := retry.Start(ctx, requestRetry); r.Next(); {
+			if rep, err = do(ctx, cl, req); err == nil || !errors.Is(err, wire.ErrUnavailable) {
 				return rep, err
 			}
-			fmt.Fprintf(cl.warn, "mrmarket: %v; asking again with the same id\n", err)
-			select {
-			case <-time.After(retryDelays[i]):
-			case <-ctx.Done():
-				return rep, err
+			if r.Tries() < requestRetry.MaxTries {
+				fmt.Fprintf(cl.warn, "mrmarket: %v; asking again with the same id\n", err)
 			}
 		}
+		return rep, err
 	}
 }
 
