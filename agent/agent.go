@@ -12,6 +12,7 @@ import (
 
 	"github.com/mrmarket/mrmarket/internal/money"
 	"github.com/mrmarket/mrmarket/internal/obs"
+	"github.com/mrmarket/mrmarket/internal/rpc"
 	"github.com/mrmarket/mrmarket/internal/service"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
@@ -295,9 +296,9 @@ func (a *Agent) SetBids(ctx context.Context, req *wire.BidRequest) (wire.HostSta
 	// right after; if the bank is away, later rounds retry them. The bank
 	// gets one daemon attempt here, not the request's whole deadline: the
 	// broker waits that long for a bid's answer before it sends the bids
-	// again (wire.Tries), and a bid change that outwaits it only queues
+	// again (rpc.Retried), and a bid change that outwaits it only queues
 	// its own retries behind it.
-	cctx, cancel := context.WithTimeout(ctx, wire.DaemonAttempt)
+	cctx, cancel := context.WithTimeout(ctx, rpc.DaemonAttempt)
 	err := a.capture(cctx, batch)
 	cancel()
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/mrmarket/mrmarket/internal/money"
 	"github.com/mrmarket/mrmarket/internal/natstest"
 	"github.com/mrmarket/mrmarket/internal/obs"
+	"github.com/mrmarket/mrmarket/internal/rpc"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -102,7 +103,7 @@ func TestForgedWhoisAnswerRefusedByTheAgent(t *testing.T) {
 	bid := bidReq(wire.Bid{VM: "vm1", Owner: "alice", Plan: "p", Hold: "h", Budget: 1000, Duration: wire.Duration(time.Hour)})
 	bid.V = wire.Version
 	for i, s := range []*wire.Signer{mallory, newSigner(t)} {
-		err := wire.CallAs(context.Background(), nc, s, wire.AgentBidSubject("host-1"), bid, nil)
+		_, err := rpc.Request[struct{}](context.Background(), nc, wire.AgentBidSubject("host-1"), bid, rpc.SignedBy(s))
 		if !errors.Is(err, wire.ErrForbidden) {
 			t.Fatalf("a bid signed by a key the forged answer made an admin: %v", err)
 		}

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mrmarket/mrmarket/bank"
+	"github.com/mrmarket/mrmarket/internal/rpc"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -90,8 +91,8 @@ func eavesdrop() class {
 		return func(t *testing.T, e *env) {
 			traffic := func() { // bob's requests and their replies
 				for range 3 {
-					_, _ = wire.Do[wire.BalanceReply](e.ctx, e.bobNC.Conn, e.bob, wire.BankBalance, &wire.BalanceRequest{User: "bob"})
-					_, _ = wire.Do[wire.PlansReply](e.ctx, e.bobNC.Conn, e.bob, wire.BrokerPlans, &wire.PlansRequest{User: "bob"})
+					_, _ = rpc.Request[wire.BalanceReply](e.ctx, e.bobNC.Conn, wire.BankBalance, &wire.BalanceRequest{User: "bob"}, rpc.SignedBy(e.bob))
+					_, _ = rpc.Request[wire.PlansReply](e.ctx, e.bobNC.Conn, wire.BrokerPlans, &wire.PlansRequest{User: "bob"}, rpc.SignedBy(e.bob))
 				}
 			}
 			if err := subRefused(e.aliceNC, subject(e), "", nil, traffic); err != nil {
@@ -122,8 +123,8 @@ func queueHijack() class {
 				bc := bank.Client{NC: e.bobNC.Conn}
 				for range 10 {
 					_, _ = bc.Whois(e.ctx, e.bob.Public())
-					_, _ = wire.Do[wire.BalanceReply](e.ctx, e.bobNC.Conn, e.bob, wire.BankBalance, &wire.BalanceRequest{User: "bob"})
-					_, _ = wire.Do[wire.PlansReply](e.ctx, e.bobNC.Conn, e.bob, wire.BrokerPlans, &wire.PlansRequest{User: "bob"})
+					_, _ = rpc.Request[wire.BalanceReply](e.ctx, e.bobNC.Conn, wire.BankBalance, &wire.BalanceRequest{User: "bob"}, rpc.SignedBy(e.bob))
+					_, _ = rpc.Request[wire.PlansReply](e.ctx, e.bobNC.Conn, wire.BrokerPlans, &wire.PlansRequest{User: "bob"}, rpc.SignedBy(e.bob))
 				}
 			}
 			if err := subRefused(e.aliceNC, subject, queue, forge, traffic); err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mrmarket/mrmarket/agent"
 	"github.com/mrmarket/mrmarket/internal/market"
+	"github.com/mrmarket/mrmarket/internal/rpc"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -33,7 +34,7 @@ func BenchmarkSignedSpend(b *testing.B) {
 	e := &env{t: b, ctx: ctx, m: m, dir: dir}
 	admin, alice := e.key(wire.RoleAdmin, "admin"), e.key(wire.RoleUser, "alice")
 	adminNC, aliceNC := e.dial(admin, "admin").Conn, e.dial(alice, "alice").Conn
-	if _, err := wire.Do[wire.GrantReply](ctx, adminNC, admin, wire.BankGrant, &wire.GrantRequest{ID: "g-bench", User: "alice", Amount: credits(1_000_000)}); err != nil {
+	if _, err := rpc.Request[wire.GrantReply](ctx, adminNC, wire.BankGrant, &wire.GrantRequest{ID: "g-bench", User: "alice", Amount: credits(1_000_000)}, rpc.SignedBy(admin)); err != nil {
 		b.Fatal(err)
 	}
 	lat := make([]time.Duration, 0, b.N)
@@ -41,14 +42,14 @@ func BenchmarkSignedSpend(b *testing.B) {
 	for i := range b.N {
 		id := fmt.Sprintf("bench-%d-%d", b.N, i)
 		start := time.Now()
-		rep, err := wire.Do[wire.SpendReply](ctx, aliceNC, alice, wire.BrokerSpend, &wire.SpendRequest{ID: id, User: "alice", Budget: credits(1),
-			Duration: wire.Duration(time.Hour), VMs: []string{"a1"}, Strategy: wire.StrategyFair})
+		rep, err := rpc.Request[wire.SpendReply](ctx, aliceNC, wire.BrokerSpend, &wire.SpendRequest{ID: id, User: "alice", Budget: credits(1),
+			Duration: wire.Duration(time.Hour), VMs: []string{"a1"}, Strategy: wire.StrategyFair}, rpc.SignedBy(alice))
 		lat = append(lat, time.Since(start))
 		if err != nil {
 			b.Fatalf("spend %d: %v", i, err)
 		}
 		b.StopTimer()
-		if _, err := wire.Do[wire.Plan](ctx, aliceNC, alice, wire.BrokerCancel, &wire.CancelRequest{Plan: rep.Plan.ID, User: "alice"}); err != nil {
+		if _, err := rpc.Request[wire.Plan](ctx, aliceNC, wire.BrokerCancel, &wire.CancelRequest{Plan: rep.Plan.ID, User: "alice"}, rpc.SignedBy(alice)); err != nil {
 			b.Fatalf("cancel %d: %v", i, err)
 		}
 		b.StartTimer()

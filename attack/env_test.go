@@ -18,6 +18,7 @@ import (
 	"github.com/mrmarket/mrmarket/agent"
 	"github.com/mrmarket/mrmarket/internal/market"
 	"github.com/mrmarket/mrmarket/internal/money"
+	"github.com/mrmarket/mrmarket/internal/rpc"
 	"github.com/mrmarket/mrmarket/internal/testpoll"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
@@ -93,8 +94,7 @@ func start(t *testing.T, s setup) *env {
 	e.aliceNC = e.dial(e.alice, "alice")
 	e.bobNC = e.dial(e.bob, "bob")
 	for _, u := range []string{"alice", "bob"} {
-		if _, err := wire.Do[wire.GrantReply](e.ctx, e.adminNC.Conn, e.admin, wire.BankGrant,
-			&wire.GrantRequest{ID: "g-" + u, User: u, Amount: credits(100)}); err != nil {
+		if _, err := rpc.Request[wire.GrantReply](e.ctx, e.adminNC.Conn, wire.BankGrant, &wire.GrantRequest{ID: "g-" + u, User: u, Amount: credits(100)}, rpc.SignedBy(e.admin)); err != nil {
 			t.Fatalf("granting %s: %v", u, err)
 		}
 	}
@@ -170,8 +170,8 @@ func (e *env) spend(s *wire.Signer, nc *conn, req *wire.SpendRequest) (*nats.Msg
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	var rep wire.SpendReply
-	if err := wire.CallMsg(e.ctx, nc.Conn, copyMsg(msg), &rep); err != nil {
+	rep, err := rpc.Request[wire.SpendReply](e.ctx, nc.Conn, msg.Subject, nil, rpc.Verbatim(copyMsg(msg)))
+	if err != nil {
 		e.t.Fatalf("%s's spend %s: %v", req.User, req.ID, err)
 	}
 	return msg, rep
@@ -375,16 +375,13 @@ func refused(err error) bool {
 // decodes the reply into res; a request the server refuses to carry ends
 // at once with errRefusedByNATS, not at the time-out.
 func call(ctx context.Context, c *conn, s *wire.Signer, subject string, req wire.Message, res any) error {
-	wire.Stamp(req) // as wire.Do does
-	ctx, cancel := context.WithTimeout(ctx, wire.DefaultTimeout)
+	ctx, cancel := context.WithTimeout(ctx, rpc.DefaultTimeout)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		var err error
-		if s == nil {
-			err = wire.Call(ctx, c.Conn, subject, req, res)
-		} else {
-			err = wire.CallAs(ctx, c.Conn, s, subject, req, res)
+		reply, err := rpc.Request[json.RawMessage](ctx, c.Conn, subject, req, rpc.SignedBy(s))
+		if err == nil && res != nil {
+			err = json.Unmarshal(reply, res)
 		}
 		done <- err
 	}()
@@ -482,12 +479,12 @@ func (e *env) unchanged(t *testing.T, before string) {
 // balance from the bank and her plans from the broker.
 func (e *env) serving(t *testing.T) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(e.ctx, wire.DefaultTimeout)
+	ctx, cancel := context.WithTimeout(e.ctx, rpc.DefaultTimeout)
 	defer cancel()
-	if _, err := wire.Do[wire.BalanceReply](ctx, e.aliceNC.Conn, e.alice, wire.BankBalance, &wire.BalanceRequest{User: "alice"}); err != nil {
+	if _, err := rpc.Request[wire.BalanceReply](ctx, e.aliceNC.Conn, wire.BankBalance, &wire.BalanceRequest{User: "alice"}, rpc.SignedBy(e.alice)); err != nil {
 		t.Errorf("the market no longer serves alice's balance: %v", err)
 	}
-	if _, err := wire.Do[wire.PlansReply](ctx, e.aliceNC.Conn, e.alice, wire.BrokerPlans, &wire.PlansRequest{User: "alice"}); err != nil {
+	if _, err := rpc.Request[wire.PlansReply](ctx, e.aliceNC.Conn, wire.BrokerPlans, &wire.PlansRequest{User: "alice"}, rpc.SignedBy(e.alice)); err != nil {
 		t.Errorf("the market no longer serves alice's plans: %v", err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/mrmarket/mrmarket/broker"
 	"github.com/mrmarket/mrmarket/internal/natstest"
 	"github.com/mrmarket/mrmarket/internal/obs"
+	"github.com/mrmarket/mrmarket/internal/rpc"
 	"github.com/mrmarket/mrmarket/internal/testpoll"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
@@ -58,7 +59,7 @@ func forgedRegistryClass() class {
 			mallory := newKey(t)
 			bid := &wire.BidRequest{Versioned: wire.Versioned{V: wire.Version}, Set: []wire.Bid{{VM: "a1", Owner: "alice",
 				Plan: e.alicePlan.ID, Hold: e.alicePlan.Hold, Budget: credits(15), Duration: wire.Duration(time.Minute)}}}
-			err = wire.CallAs(e.ctx, open, mallory, wire.AgentBidSubject("host-1"), bid, nil)
+			_, err = rpc.Request[struct{}](e.ctx, open, wire.AgentBidSubject("host-1"), bid, rpc.SignedBy(mallory))
 			if !errors.Is(err, wire.ErrForbidden) {
 				t.Errorf("a bid signed by an unregistered key the registry calls an admin: got %v, want forbidden", err)
 			} else {
@@ -91,8 +92,8 @@ func forgedRegistryClass() class {
 			defer stop()
 			before := e.snapshot()
 			mallory := newKey(t)
-			_, err = wire.Do[wire.SpendReply](e.ctx, open, mallory, wire.BrokerSpend, &wire.SpendRequest{ID: "p-mallory", User: "bob",
-				Budget: credits(5), Duration: wire.Duration(time.Minute), VMs: []string{"b1"}, Strategy: wire.StrategyFair})
+			_, err = rpc.Request[wire.SpendReply](e.ctx, open, wire.BrokerSpend, &wire.SpendRequest{ID: "p-mallory", User: "bob",
+				Budget: credits(5), Duration: wire.Duration(time.Minute), VMs: []string{"b1"}, Strategy: wire.StrategyFair}, rpc.SignedBy(mallory))
 			if !errors.Is(err, wire.ErrForbidden) {
 				t.Errorf("bob's money spent for an unregistered key the registry calls an admin: got %v, want forbidden", err)
 			} else {

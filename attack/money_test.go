@@ -15,6 +15,7 @@ import (
 
 	"github.com/mrmarket/mrmarket/bank"
 	"github.com/mrmarket/mrmarket/broker"
+	"github.com/mrmarket/mrmarket/internal/rpc"
 	"github.com/mrmarket/mrmarket/internal/testpoll"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
@@ -145,8 +146,7 @@ func (e *env) replica(t *testing.T, name string) (stop func()) {
 func (e *env) replayed(t *testing.T, n int) {
 	t.Helper()
 	for i := range n {
-		var rep wire.SpendReply
-		err := wire.CallMsg(e.ctx, e.bobNC.Conn, copyMsg(e.aliceSpend), &rep)
+		rep, err := rpc.Request[wire.SpendReply](e.ctx, e.bobNC.Conn, e.aliceSpend.Subject, nil, rpc.Verbatim(copyMsg(e.aliceSpend)))
 		if !refused(err) {
 			t.Errorf("replay %d of alice's spend: got %v (plan %s), want forbidden", i+1, err, rep.Plan.ID)
 		} else if i == 0 {
@@ -291,10 +291,10 @@ func flood(t *testing.T, e *env) floodResult {
 		start := time.Now()
 		var err error
 		if i < legitCalls {
-			_, err = wire.Do[wire.BalanceReply](e.ctx, e.aliceNC.Conn, e.alice, wire.BankBalance, &wire.BalanceRequest{User: "alice"})
+			_, err = rpc.Request[wire.BalanceReply](e.ctx, e.aliceNC.Conn, wire.BankBalance, &wire.BalanceRequest{User: "alice"}, rpc.SignedBy(e.alice))
 		} else {
-			_, err = wire.Do[wire.SpendReply](e.ctx, e.aliceNC.Conn, e.alice, wire.BrokerSpend, &wire.SpendRequest{ID: "p-alice-flood", User: "alice",
-				Budget: credits(1), Duration: wire.Duration(planLength), VMs: []string{"a1"}, Strategy: wire.StrategyFair})
+			_, err = rpc.Request[wire.SpendReply](e.ctx, e.aliceNC.Conn, wire.BrokerSpend, &wire.SpendRequest{ID: "p-alice-flood", User: "alice",
+				Budget: credits(1), Duration: wire.Duration(planLength), VMs: []string{"a1"}, Strategy: wire.StrategyFair}, rpc.SignedBy(e.alice))
 		}
 		r.lat = append(r.lat, time.Since(start))
 		if err != nil {

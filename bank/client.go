@@ -6,6 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/mrmarket/mrmarket/internal/rpc"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -17,7 +18,7 @@ import (
 //
 // With AdminKey set (the trust anchor), every answer is believed only when
 // signed by a principal of role bank whose record the admin sealed
-// (wire.CallTrusted) — whois answers too, whose own record the caller
+// (rpc.Trusted) — whois answers too, whose own record the caller
 // checks as well (service.Certified), so not even a genuine but outdated
 // record can be replayed by someone answering in the bank's place: an unsigned or forged reply, an error
 // reply included, is ignored and the call fails as unavailable if no
@@ -30,7 +31,7 @@ type Client struct {
 	Keys      wire.Keyring
 	AdminKey  string
 	OnRefused func(error)
-	// Attempt, when set, bounds each try of a call (wire.Tries): a try that
+	// Attempt, when set, bounds each try of a call (rpc.Retried): a try that
 	// gets no answer in time — the bank it reached died holding it, or none
 	// answered — is sent again (signed afresh) until ctx ends, and reaches
 	// a live bank. Every bank request is idempotent by its id (whois is a
@@ -42,28 +43,19 @@ type Client struct {
 }
 
 // DaemonAttempt is the daemons' Client.Attempt.
-const DaemonAttempt = wire.DaemonAttempt
+const DaemonAttempt = rpc.DaemonAttempt
 
-var asAdmin = wire.As{Role: wire.RoleAdmin, Name: "admin"}
+var asAdmin = rpc.As{Role: wire.RoleAdmin, Name: "admin"}
 
 // call is every method's one path: sign as who (the zero As: unsigned),
 // send, decode — believing only the bank's signed answer when c knows the
-// anchor.
-func call[Rep any](ctx context.Context, c Client, who wire.As, subject string, req wire.Message) (Rep, error) {
-	var rep Rep
-	err := wire.Tries(ctx, c.Attempt, wire.NoAnswer, func(ctx context.Context) (err error) {
-		rep, err = try[Rep](ctx, c, who, subject, req)
-		return err
-	})
-	return rep, err
-}
-
-// try is one try of a call.
-func try[Rep any](ctx context.Context, c Client, who wire.As, subject string, req wire.Message) (Rep, error) {
-	if c.AdminKey == "" {
-		return wire.DoAs[Rep](ctx, c.NC, c.Signer, c.Keys, who, subject, req)
+// anchor — and send again while no answer comes, as c.Attempt says.
+func call[Rep any](ctx context.Context, c Client, who rpc.As, subject string, req wire.Message) (Rep, error) {
+	opts := []rpc.Option{rpc.SignedAs(who, c.Signer, c.Keys), rpc.Retried(c.Attempt, rpc.NoAnswer)}
+	if c.AdminKey != "" {
+		opts = append(opts, rpc.Trusted(wire.TrustRole(c.AdminKey, wire.RoleBank), c.OnRefused))
 	}
-	return wire.DoAsTrusted[Rep](ctx, c.NC, c.Signer, c.Keys, who, subject, req, wire.TrustRole(c.AdminKey, wire.RoleBank), c.OnRefused)
+	return rpc.Request[Rep](ctx, c.NC, subject, req, opts...)
 }
 
 // Grant mints money into a user's account (admin).
@@ -73,27 +65,27 @@ func (c Client) Grant(ctx context.Context, req *wire.GrantRequest) (wire.GrantRe
 
 // Hold moves a user's money into escrow (the user or the broker).
 func (c Client) Hold(ctx context.Context, req *wire.HoldRequest) (wire.HoldReply, error) {
-	return call[wire.HoldReply](ctx, c, wire.As{Role: wire.RoleUser, Name: req.User}, wire.BankHold, req)
+	return call[wire.HoldReply](ctx, c, rpc.As{Role: wire.RoleUser, Name: req.User}, wire.BankHold, req)
 }
 
 // Capture sends one tick's capture batch (the host's agent).
 func (c Client) Capture(ctx context.Context, req *wire.CaptureBatch) (wire.CaptureReply, error) {
-	return call[wire.CaptureReply](ctx, c, wire.As{Role: wire.RoleAgent, Name: req.Host}, wire.BankCapture, req)
+	return call[wire.CaptureReply](ctx, c, rpc.As{Role: wire.RoleAgent, Name: req.Host}, wire.BankCapture, req)
 }
 
 // Release closes a hold and returns its remainder (its user or the broker).
 func (c Client) Release(ctx context.Context, req *wire.ReleaseRequest) (wire.ReleaseReply, error) {
-	return call[wire.ReleaseReply](ctx, c, wire.As{Role: wire.RoleUser, Name: req.User}, wire.BankRelease, req)
+	return call[wire.ReleaseReply](ctx, c, rpc.As{Role: wire.RoleUser, Name: req.User}, wire.BankRelease, req)
 }
 
 // Extend adds money to an open hold (its user or the broker).
 func (c Client) Extend(ctx context.Context, req *wire.ExtendRequest) (wire.HoldReply, error) {
-	return call[wire.HoldReply](ctx, c, wire.As{Role: wire.RoleUser, Name: req.User}, wire.BankExtend, req)
+	return call[wire.HoldReply](ctx, c, rpc.As{Role: wire.RoleUser, Name: req.User}, wire.BankExtend, req)
 }
 
 // Transfer moves money from one user to another (the payer).
 func (c Client) Transfer(ctx context.Context, req *wire.TransferRequest) (wire.TransferReply, error) {
-	return call[wire.TransferReply](ctx, c, wire.As{Role: wire.RoleUser, Name: req.From}, wire.BankTransfer, req)
+	return call[wire.TransferReply](ctx, c, rpc.As{Role: wire.RoleUser, Name: req.From}, wire.BankTransfer, req)
 }
 
 // SetIncome sets an income schedule (admin).
@@ -108,13 +100,13 @@ func (c Client) AddPrincipal(ctx context.Context, req *wire.PrincipalRequest) (w
 
 // Whois finds the principal of a public key.
 func (c Client) Whois(ctx context.Context, key string) (wire.Principal, error) {
-	return call[wire.Principal](ctx, c, wire.As{}, wire.BankWhois, &wire.WhoisRequest{Key: key})
+	return call[wire.Principal](ctx, c, rpc.As{}, wire.BankWhois, &wire.WhoisRequest{Key: key})
 }
 
 // Balance reports a user's account (signed as the user, or by Signer: the
 // broker, an admin).
 func (c Client) Balance(ctx context.Context, req *wire.BalanceRequest) (wire.BalanceReply, error) {
-	return call[wire.BalanceReply](ctx, c, wire.As{Role: wire.RoleUser, Name: req.User}, wire.BankBalance, req)
+	return call[wire.BalanceReply](ctx, c, rpc.As{Role: wire.RoleUser, Name: req.User}, wire.BankBalance, req)
 }
 
 // Statement lists an account's transfers: a user's signed as the user,
@@ -123,7 +115,7 @@ func (c Client) Balance(ctx context.Context, req *wire.BalanceRequest) (wire.Bal
 func (c Client) Statement(ctx context.Context, req *wire.StatementRequest) (wire.StatementReply, error) {
 	who := asAdmin
 	if req.User != "" {
-		who = wire.As{Role: wire.RoleUser, Name: req.User}
+		who = rpc.As{Role: wire.RoleUser, Name: req.User}
 	}
 	return call[wire.StatementReply](ctx, c, who, wire.BankStatement, req)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/mrmarket/mrmarket/bank"
 	"github.com/mrmarket/mrmarket/internal/money"
 	"github.com/mrmarket/mrmarket/internal/natstest"
+	"github.com/mrmarket/mrmarket/internal/rpc"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -100,7 +101,11 @@ func dump(t *testing.T, target string) string {
 
 // send sends a prepared message and decodes the reply.
 func (s *served) send(msg *nats.Msg, res any) error {
-	return wire.CallMsg(context.Background(), s.nc, msg, res)
+	reply, err := s.nc.RequestMsg(msg, rpc.DefaultTimeout)
+	if err != nil {
+		return err
+	}
+	return wire.DecodeReply(reply.Data, res)
 }
 
 func (s *served) signed(t *testing.T, signer *wire.Signer, subject string, req any) *nats.Msg {

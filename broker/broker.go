@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mrmarket/mrmarket/internal/obs"
+	"github.com/mrmarket/mrmarket/internal/rpc"
 	"github.com/mrmarket/mrmarket/internal/service"
 	"github.com/mrmarket/mrmarket/internal/wire"
 	"github.com/mrmarket/mrmarket/strategies"
@@ -70,28 +71,23 @@ type natsAgents struct {
 // bidAttempt bounds a try of a bid request: an agent's answer may wait on
 // one bank attempt for the mandate signer's identity and one for the
 // capture of what the change settled (agent.SetBids), each bounded by
-// wire.DaemonAttempt.
-const bidAttempt = 2 * wire.DaemonAttempt
+// rpc.DaemonAttempt.
+const bidAttempt = 2 * rpc.DaemonAttempt
 
 // Bid sends req to host's agent, in order with the plan's other bid
 // requests only (wire.HeaderOrder): a cancel does not wait at the agent
 // behind the bids of every other plan this broker is placing. A try that
 // gets no answer within bidAttempt — lost with a dead NATS node — is sent
-// again, signed afresh (wire.Tries): a bid request sets the plan's bids on
+// again, signed afresh (rpc.Retried): a bid request sets the plan's bids on
 // the host, so applying it twice is applying it once. No agent there is
 // answered at once: the host is down, its bids come with a later round.
 func (a natsAgents) Bid(ctx context.Context, host string, req *wire.BidRequest) error {
-	return wire.Tries(ctx, bidAttempt, wire.TimedOut, func(ctx context.Context) error {
-		msg, err := wire.RequestMsg(a.signer, wire.AgentBidSubject(host), req)
-		if err != nil {
-			return err
-		}
-		msg.Header.Set(wire.HeaderOrder, req.Plan)
-		if a.adminKey != "" {
-			return wire.CallTrusted(ctx, a.nc, msg, wire.TrustPrincipal(a.adminKey, wire.RoleAgent, host), a.onRefused, nil)
-		}
-		return wire.CallMsg(ctx, a.nc, msg, nil)
-	})
+	opts := []rpc.Option{rpc.SignedBy(a.signer), rpc.Header(wire.HeaderOrder, req.Plan), rpc.Retried(bidAttempt, rpc.TimedOut)}
+	if a.adminKey != "" {
+		opts = append(opts, rpc.Trusted(wire.TrustPrincipal(a.adminKey, wire.RoleAgent, host), a.onRefused))
+	}
+	_, err := rpc.Request[struct{}](ctx, a.nc, wire.AgentBidSubject(host), req, opts...)
+	return err
 }
 
 // Config configures a broker.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mrmarket/mrmarket/internal/rpc"
 	"github.com/mrmarket/mrmarket/internal/wire"
 	"github.com/mrmarket/mrmarket/strategies"
 )
@@ -215,7 +216,7 @@ func (b *Broker) commit(ctx context.Context, hc *hostCommits, c commitment, now 
 // an admission that committed (some of) them and then failed. It is best
 // effort: a failed plan record, or the entry's age, takes it out anyway.
 func (b *Broker) uncommit(ctx context.Context, hosts []string, token string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wire.DefaultTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rpc.DefaultTimeout)
 	defer cancel()
 	for _, h := range hosts {
 		for range maxAdmitTries {

@@ -13,7 +13,7 @@
 // it until that host's own state drops it (Observe), so no host's state
 // claims another host's VM. The answers the broker acts on are believed
 // only when signed: a bid's by the host's own agent, a hold's or release's
-// by the bank (wire.CallTrusted); its own replies are signed with its key
+// by the bank (rpc.Trusted); its own replies are signed with its key
 // (Config.Signer) for clients that know the anchor (Client.AdminKey).
 //
 // # Plans

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mrmarket/mrmarket/internal/retry"
+	"github.com/mrmarket/mrmarket/internal/rpc"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -297,7 +298,7 @@ func (b *Broker) fail(ctx context.Context, rec *planRecord, rev uint64, now time
 	// context would leave the hold released but the plan listed as
 	// starting.
 	step := func() (context.Context, context.CancelFunc) {
-		return context.WithTimeout(context.WithoutCancel(ctx), wire.DefaultTimeout)
+		return context.WithTimeout(context.WithoutCancel(ctx), rpc.DefaultTimeout)
 	}
 	cctx, cancel := step()
 	b.cancelAll(cctx, rec, now)

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mrmarket/mrmarket/internal/rpc"
 	"github.com/mrmarket/mrmarket/internal/service"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
@@ -166,7 +167,7 @@ func catchUp(nc *nats.Conn, intake *stateIntake) error {
 // holds for the request's user; requests that act for no user (prices, VMs,
 // predictions, everyone's plans and jobs) are signed as Reader. With
 // AdminKey (the trust anchor) set, an answer is believed only when signed by
-// a broker principal whose record the admin sealed (wire.CallTrusted): a
+// a broker principal whose record the admin sealed (rpc.Trusted): a
 // forged reply — "spent", or an error — is ignored. OnRefused hears each
 // reply ignored.
 type Client struct {
@@ -176,20 +177,20 @@ type Client struct {
 	AdminKey  string
 	OnRefused func(error)
 	// Reader signs the reads that act for no user; zero is the admin.
-	Reader wire.As
+	Reader rpc.As
 }
 
 // reader is who signs c's reads that act for no user.
-func (c Client) reader() wire.As {
-	if c.Reader == (wire.As{}) {
-		return wire.As{Role: wire.RoleAdmin, Name: wire.RoleAdmin}
+func (c Client) reader() rpc.As {
+	if c.Reader == (rpc.As{}) {
+		return rpc.As{Role: wire.RoleAdmin, Name: wire.RoleAdmin}
 	}
 	return c.Reader
 }
 
 // mine is who signs a read of user's own (plans, jobs): the user, or the
 // reader for nobody in particular.
-func (c Client) mine(user string) wire.As {
+func (c Client) mine(user string) rpc.As {
 	if user == "" {
 		return c.reader()
 	}
@@ -197,20 +198,21 @@ func (c Client) mine(user string) wire.As {
 }
 
 // asUser signs a request as user; no user sends it unsigned.
-func asUser(user string) wire.As {
+func asUser(user string) rpc.As {
 	if user == "" {
-		return wire.As{}
+		return rpc.As{}
 	}
-	return wire.As{Role: wire.RoleUser, Name: user}
+	return rpc.As{Role: wire.RoleUser, Name: user}
 }
 
 // call is every method's one path: sign as who (the zero As: unsigned),
 // send, decode.
-func call[Rep any](ctx context.Context, c Client, who wire.As, subject string, req wire.Message) (Rep, error) {
+func call[Rep any](ctx context.Context, c Client, who rpc.As, subject string, req wire.Message) (Rep, error) {
+	opts := []rpc.Option{rpc.SignedAs(who, c.Signer, c.Keys)}
 	if c.AdminKey != "" {
-		return wire.DoAsTrusted[Rep](ctx, c.NC, c.Signer, c.Keys, who, subject, req, wire.TrustRole(c.AdminKey, wire.RoleBroker), c.OnRefused)
+		opts = append(opts, rpc.Trusted(wire.TrustRole(c.AdminKey, wire.RoleBroker), c.OnRefused))
 	}
-	return wire.DoAs[Rep](ctx, c.NC, c.Signer, c.Keys, who, subject, req)
+	return rpc.Request[Rep](ctx, c.NC, subject, req, opts...)
 }
 
 // Spend starts a plan.

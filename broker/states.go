@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/mrmarket/mrmarket/internal/rpc"
 	"github.com/mrmarket/mrmarket/internal/service"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
@@ -81,7 +82,7 @@ func (b *Broker) signingNow() time.Time {
 // itself, as before. unsubscribe stops both.
 func (in *stateIntake) subscribe(nc *nats.Conn) (unsubscribe func(), err error) {
 	take := func(m *nats.Msg) {
-		ctx, cancel := context.WithTimeout(context.Background(), wire.DefaultTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), rpc.DefaultTimeout)
 		defer cancel()
 		_ = in.take(ctx, m.Data, true) // refused states are counted
 	}

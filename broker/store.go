@@ -16,6 +16,7 @@ import (
 
 	"github.com/mrmarket/mrmarket/internal/money"
 	"github.com/mrmarket/mrmarket/internal/natsutil"
+	"github.com/mrmarket/mrmarket/internal/rpc"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -347,7 +348,7 @@ func (s *kvStore) rewatch() {
 func (s *kvStore) bucket() jetstream.KeyValue {
 	s.kvMu.Lock()
 	defer s.kvMu.Unlock()
-	return natsutil.Bounded(s.kv, wire.DaemonAttempt)
+	return natsutil.Bounded(s.kv, rpc.DaemonAttempt)
 }
 
 func (s *kvStore) apply(key string, value []byte, rev uint64, op jetstream.KeyValueOp) {

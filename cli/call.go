@@ -13,6 +13,7 @@ import (
 	"github.com/mrmarket/mrmarket/bank"
 	"github.com/mrmarket/mrmarket/broker"
 	"github.com/mrmarket/mrmarket/internal/retry"
+	"github.com/mrmarket/mrmarket/internal/rpc"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -125,11 +126,11 @@ func retried[Req, Rep any](do op[Req, Rep]) op[Req, Rep] {
 // everyone's plans): the principal the command connects as (connPrincipal)
 // — --user when it is set, else the admin (the zero As), else the one user
 // whose credentials are there.
-func reader(c *ucli.Context) wire.As {
+func reader(c *ucli.Context) rpc.As {
 	if _, as, err := connPrincipal(c, credsDir(c)); err == nil && as.Role == wire.RoleUser {
 		return as
 	}
-	return wire.As{}
+	return rpc.As{}
 }
 
 // requireUser returns --user (or MRM_USER, or the config file's user) or a

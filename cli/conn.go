@@ -14,6 +14,7 @@ import (
 
 	"github.com/mrmarket/mrmarket/bank"
 	"github.com/mrmarket/mrmarket/internal/natsutil"
+	"github.com/mrmarket/mrmarket/internal/rpc"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -76,8 +77,8 @@ func connIdentity(c *ucli.Context, keys wire.CredsDir) (*wire.Signer, error) {
 
 // connPrincipal is the principal a command connects as, with who it is
 // (role and name) — the same principal signs the command's reads.
-func connPrincipal(c *ucli.Context, keys wire.CredsDir) (*wire.Signer, wire.As, error) {
-	admin := wire.As{Role: wire.RoleAdmin, Name: "admin"}
+func connPrincipal(c *ucli.Context, keys wire.CredsDir) (*wire.Signer, rpc.As, error) {
+	admin := rpc.As{Role: wire.RoleAdmin, Name: "admin"}
 	if adminCommands[commandPath(c)] {
 		s, err := keys.Signer(wire.RoleAdmin, "admin")
 		return s, admin, err
@@ -87,7 +88,7 @@ func connPrincipal(c *ucli.Context, keys wire.CredsDir) (*wire.Signer, wire.As, 
 	if user != "" {
 		s, err := keys.Signer(wire.RoleUser, user)
 		if err == nil {
-			return s, wire.As{Role: wire.RoleUser, Name: user}, nil
+			return s, rpc.As{Role: wire.RoleUser, Name: user}, nil
 		}
 		userErr = err
 	}
@@ -95,7 +96,7 @@ func connPrincipal(c *ucli.Context, keys wire.CredsDir) (*wire.Signer, wire.As, 
 		return s, admin, nil
 	}
 	if userErr != nil {
-		return nil, wire.As{}, userErr
+		return nil, rpc.As{}, userErr
 	}
 	if ents, err := os.ReadDir(filepath.Join(string(keys), "users")); err == nil {
 		var only string
@@ -110,10 +111,10 @@ func connPrincipal(c *ucli.Context, keys wire.CredsDir) (*wire.Signer, wire.As, 
 		}
 		if only != "" {
 			s, err := keys.Signer(wire.RoleUser, only)
-			return s, wire.As{Role: wire.RoleUser, Name: only}, err
+			return s, rpc.As{Role: wire.RoleUser, Name: only}, err
 		}
 	}
-	return nil, wire.As{}, fmt.Errorf("%w: no credentials to connect with in %s: pass --user (MRM_USER) with users/<name>.nk there, or the admin's admin.nk (--creds, MRM_CREDS)", wire.ErrForbidden, keys)
+	return nil, rpc.As{}, fmt.Errorf("%w: no credentials to connect with in %s: pass --user (MRM_USER) with users/<name>.nk there, or the admin's admin.nk (--creds, MRM_CREDS)", wire.ErrForbidden, keys)
 }
 
 // connect opens a client connection to the market named by --nats as the

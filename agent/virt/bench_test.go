@@ -14,6 +14,7 @@ import (
 	"github.com/mrmarket/mrmarket/bank"
 	"github.com/mrmarket/mrmarket/internal/money"
 	"github.com/mrmarket/mrmarket/internal/natstest"
+	"github.com/mrmarket/mrmarket/internal/rpc"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -92,7 +93,7 @@ func BenchmarkBidToLibvirt(b *testing.B) {
 				}
 				req.Set[0].Mandate = mandate
 				t0 := time.Now()
-				if err := wire.CallAs(context.Background(), nc, brokerKey, wire.AgentBidSubject("host-1"), req, nil); err != nil {
+				if _, err := rpc.Request[struct{}](context.Background(), nc, wire.AgentBidSubject("host-1"), req, rpc.SignedBy(brokerKey)); err != nil {
 					b.Fatal(err)
 				}
 				rtt = append(rtt, time.Since(t0))

@@ -23,6 +23,7 @@ import (
 	"github.com/mrmarket/mrmarket/bank"
 	"github.com/mrmarket/mrmarket/internal/money"
 	"github.com/mrmarket/mrmarket/internal/natstest"
+	"github.com/mrmarket/mrmarket/internal/rpc"
 	"github.com/mrmarket/mrmarket/internal/testpoll"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
@@ -254,7 +255,7 @@ func (w *e2e) bid(rates map[string]int64) time.Time {
 	if len(req.Set) > 0 {
 		req.Set[0].Mandate = w.mandate
 	}
-	if err := wire.CallAs(context.Background(), w.nc, brokerKey, wire.AgentBidSubject("host-1"), req, nil); err != nil {
+	if _, err := rpc.Request[struct{}](context.Background(), w.nc, wire.AgentBidSubject("host-1"), req, rpc.SignedBy(brokerKey)); err != nil {
 		w.t.Fatalf("bids %v: %v", rates, err)
 	}
 	return time.Now()

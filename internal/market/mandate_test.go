@@ -14,6 +14,7 @@ import (
 	"github.com/mrmarket/mrmarket/bank"
 	"github.com/mrmarket/mrmarket/broker"
 	"github.com/mrmarket/mrmarket/internal/market"
+	"github.com/mrmarket/mrmarket/internal/rpc"
 	"github.com/mrmarket/mrmarket/internal/testpoll"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
@@ -75,7 +76,9 @@ func TestBidsNeedTheirMandate(t *testing.T) {
 	bobB1 := mandate(t, bob, wire.BrokerSpend, spend("bob", "pb", "b1"))
 	aliceForBob := mandate(t, alice, wire.BrokerSpend, spend("bob", "px", "a1"))
 	bid := func(b wire.Bid) error {
-		return wire.CallAs(ctx, nc, brokerKey, wire.AgentBidSubject("host-1"), &wire.BidRequest{Versioned: wire.Versioned{V: wire.Version}, Set: []wire.Bid{b}}, nil)
+		_, err := rpc.Request[struct{}](ctx, nc, wire.AgentBidSubject("host-1"), &wire.BidRequest{Versioned: wire.Versioned{V: wire.Version}, Set: []wire.Bid{b}},
+			rpc.SignedBy(brokerKey))
+		return err
 	}
 	hour := wire.Duration(time.Hour)
 	l0 := checkLedger(t, bc)
@@ -392,12 +395,12 @@ func TestReplayToAnotherReplicaAndAfterRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := wire.CallMsg(ctx, nc, msg, nil); err != nil {
+	if err := send(ctx, nc, msg); err != nil {
 		t.Fatalf("bob's spend: %v", err)
 	}
 	// Both replicas answer in one queue group: twenty replays reach both.
 	for i := range 20 {
-		if err := wire.CallMsg(ctx, nc, msg, nil); !isReplay(err) {
+		if err := send(ctx, nc, msg); !isReplay(err) {
 			t.Fatalf("replay %d: %v", i, err)
 		}
 	}
@@ -405,7 +408,7 @@ func TestReplayToAnotherReplicaAndAfterRestart(t *testing.T) {
 	stop3 := replica("broker-3") // a replica started after the spend
 	defer stop3()
 	for i := range 10 {
-		if err := wire.CallMsg(ctx, nc, msg, nil); !isReplay(err) {
+		if err := send(ctx, nc, msg); !isReplay(err) {
 			t.Fatalf("replay after a restart %d: %v", i, err)
 		}
 	}

@@ -9,11 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/mrmarket/mrmarket/agent"
 	"github.com/mrmarket/mrmarket/bank"
 	"github.com/mrmarket/mrmarket/broker"
 	"github.com/mrmarket/mrmarket/internal/market"
 	"github.com/mrmarket/mrmarket/internal/money"
+	"github.com/mrmarket/mrmarket/internal/rpc"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -28,6 +31,13 @@ func credits(t *testing.T, s string) money.Micro {
 
 // testMarket starts two hosts with one VM of alice and one of bob each, on
 // a virtual clock the test advances.
+// send sends msg as it is (signed, replayed, malformed) and decodes the
+// reply.
+func send(ctx context.Context, nc *nats.Conn, msg *nats.Msg) error {
+	_, err := rpc.Request[struct{}](ctx, nc, msg.Subject, nil, rpc.Verbatim(msg))
+	return err
+}
+
 func testMarket(t *testing.T) (*market.Market, *time.Time, bank.Client, broker.Client) {
 	t.Helper()
 	return startAt(t, time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC), market.Config{TickPeriod: 5 * time.Second,
@@ -237,7 +247,8 @@ func TestBadInputChangesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	bid := func(signer *wire.Signer, b wire.Bid) error {
-		return wire.CallAs(ctx, nc, signer, wire.AgentBidSubject("host-1"), &wire.BidRequest{Versioned: wire.Versioned{V: 1}, Set: []wire.Bid{b}}, nil)
+		_, err := rpc.Request[struct{}](ctx, nc, wire.AgentBidSubject("host-1"), &wire.BidRequest{Versioned: wire.Versioned{V: 1}, Set: []wire.Bid{b}}, rpc.SignedBy(signer))
+		return err
 	}
 
 	cases := []struct {
@@ -302,7 +313,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		wire.AgentBidSubject("host-1"), wire.AgentStateSubject("host-2")}
 	for _, s := range subjects {
 		for _, body := range []string{`{garbage`, `{"v":1,"unknown":1}`, `{"v":9}`, `[]`, ``} {
-			if err := wire.CallRaw(ctx, nc, s, []byte(body), nil); !errors.Is(err, wire.ErrBadRequest) {
+			if err := send(ctx, nc, &nats.Msg{Subject: s, Data: []byte(body)}); !errors.Is(err, wire.ErrBadRequest) {
 				t.Errorf("%s ← %q: got %v, want bad_request", s, body, err)
 			}
 		}
@@ -364,10 +375,10 @@ func TestSpendingNeedsTheSpendersSignature(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := wire.CallMsg(ctx, nc, msg, nil); err != nil {
+	if err := send(ctx, nc, msg); err != nil {
 		t.Fatalf("bob's own spend: %v", err)
 	}
-	if err := wire.CallMsg(ctx, nc, msg, nil); !errors.Is(err, wire.ErrForbidden) {
+	if err := send(ctx, nc, msg); !errors.Is(err, wire.ErrForbidden) {
 		t.Fatalf("replayed spend: %v", err)
 	}
 	bal, err := bc.Balance(ctx, &wire.BalanceRequest{User: "bob"})

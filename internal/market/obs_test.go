@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/mrmarket/mrmarket/internal/obs"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
@@ -36,7 +38,7 @@ func TestMetricsAndHealth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = wire.CallRaw(ctx, nc, wire.BankGrant, []byte("garbage"), nil) // one refused request
+	_ = send(ctx, nc, &nats.Msg{Subject: wire.BankGrant, Data: []byte("garbage")}) // one refused request
 
 	get := func(path string) (int, string) {
 		resp, err := http.Get("http://" + srv.Addr().String() + path)

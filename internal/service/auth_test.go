@@ -92,7 +92,7 @@ func TestAuthorize(t *testing.T) {
 		return &wire.HoldRequest{Versioned: wire.Versioned{V: 1}, ID: "h", User: user, Amount: 5, Expires: clock.Add(time.Hour)}
 	}
 	replayed := signed(t, s.admin, "t.grant", hold("alice"))
-	if err := wire.CallMsg(context.Background(), nc, replayed, nil); err != nil {
+	if err := send(context.Background(), nc, replayed); err != nil {
 		t.Fatal(err)
 	}
 	stale := signed(t, s.admin, "t.grant", hold("alice"))
@@ -118,7 +118,7 @@ func TestAuthorize(t *testing.T) {
 		{"open read, unknown signer", signed(t, s.stranger, "t.read", hold("alice")), nil, ""},
 	}
 	for _, c := range cases {
-		err := wire.CallMsg(context.Background(), nc, c.msg, nil)
+		err := send(context.Background(), nc, c.msg)
 		switch {
 		case c.want == nil && err != nil:
 			t.Errorf("%s: refused: %v", c.name, err)
@@ -131,7 +131,7 @@ func TestAuthorize(t *testing.T) {
 	// The injected clock decides freshness: 3 minutes on, a message signed
 	// now is stale.
 	clock = clock.Add(3 * time.Minute)
-	if err := wire.CallMsg(context.Background(), nc, stale, nil); err == nil || !strings.Contains(err.Error(), wire.ErrStale.Error()) {
+	if err := send(context.Background(), nc, stale); err == nil || !strings.Contains(err.Error(), wire.ErrStale.Error()) {
 		t.Fatalf("stale on the injected clock: %v", err)
 	}
 }
@@ -148,14 +148,14 @@ func TestNoIdentitiesAllowsAnything(t *testing.T) {
 		signed(t, nil, "t.grant", &wire.HoldRequest{Versioned: wire.Versioned{V: 1}, ID: "h", User: "alice", Amount: 5, Expires: time.Now().Add(time.Hour)}),
 		signed(t, s.stranger, "t.capture", &wire.HoldRequest{Versioned: wire.Versioned{V: 1}, ID: "h", User: "x", Amount: 5, Expires: time.Now().Add(time.Hour)}),
 	} {
-		if err := wire.CallMsg(context.Background(), nc, m, nil); err != nil {
+		if err := send(context.Background(), nc, m); err != nil {
 			t.Fatalf("%s: %v", m.Subject, err)
 		}
 	}
 	// A bad signature is refused all the same.
 	bad := signed(t, s.alice, "t.grant", &wire.HoldRequest{Versioned: wire.Versioned{V: 1}, ID: "h", User: "alice", Amount: 5, Expires: time.Now().Add(time.Hour)})
 	bad.Header.Set(wire.HeaderKey, s.admin.Public())
-	if err := wire.CallMsg(context.Background(), nc, bad, nil); err == nil || !strings.Contains(err.Error(), wire.ErrBadSignature.Error()) {
+	if err := send(context.Background(), nc, bad); err == nil || !strings.Contains(err.Error(), wire.ErrBadSignature.Error()) {
 		t.Fatalf("forged: %v", err)
 	}
 	if handled.Load() != 2 {

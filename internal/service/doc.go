@@ -28,14 +28,14 @@
 //  7. audit a success of an Audit endpoint (Options.Audit, see "Audit").
 //
 // Replies are the bytes clients decoded before this package existed
-// (wire.Call, wire.CallAs, bank.Client, broker.Client); micro only adds its
+// (rpc.Request, bank.Client, broker.Client); micro only adds its
 // error headers to refusals. Served in micro's goroutine (no Fair), micro
 // counts refusals; a queued request is answered by a worker after micro's
 // handler returned, so its refusals are counted in the endpoint's
 // $SRV.STATS data instead ({"errors": n, "busy": n}).
 // With Options.Signer every reply, refusals included, is also signed
 // (reply.go): headers Mrm-Key, Mrm-Sig and the signer's record Mrm-Cert,
-// checked by wire.CallTrusted.
+// checked by rpc.Request's Trusted option.
 //
 // # Authorization
 //

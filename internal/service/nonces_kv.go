@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mrmarket/mrmarket/internal/natsutil"
+	"github.com/mrmarket/mrmarket/internal/rpc"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -37,7 +38,7 @@ func NonceKey(c wire.Caller) string {
 func (n KVNonces) Use(ctx context.Context, c wire.Caller, _ time.Time) error {
 	// One attempt: a create lost with the bucket's leader would otherwise
 	// hold the request until its deadline (natsutil.Bounded).
-	_, err := natsutil.Bounded(n.KV, wire.DaemonAttempt).Create(ctx, NonceKey(c), []byte(strconv.FormatInt(c.Time.UnixNano(), 10)))
+	_, err := natsutil.Bounded(n.KV, rpc.DaemonAttempt).Create(ctx, NonceKey(c), []byte(strconv.FormatInt(c.Time.UnixNano(), 10)))
 	switch {
 	case errors.Is(err, jetstream.ErrKeyExists):
 		return fmt.Errorf("%w (signed %s)", wire.ErrReplay, c.Time.UTC().Format(time.RFC3339Nano))

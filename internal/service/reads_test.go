@@ -51,7 +51,7 @@ func TestReadsMineOwnAsAndReplayable(t *testing.T) {
 	plans := func(user string) *wire.PlansRequest {
 		return &wire.PlansRequest{Versioned: wire.Versioned{V: 1}, User: user}
 	}
-	call := func(m *nats.Msg) error { return wire.CallMsg(ctx, nc, m, nil) }
+	call := func(m *nats.Msg) error { return send(ctx, nc, m) }
 
 	if err := call(signed(t, s.alice, "t.plans", plans(""))); err != nil || <-asked != "alice" {
 		t.Fatalf("alice asking for nobody reads her own: %v", err)
@@ -129,13 +129,13 @@ func TestAuditHearsSuccessesOnly(t *testing.T) {
 	serve(t, nc, table, service.Options{Auth: &service.Authorizer{Identities: s.ids}, Audit: rec, Fair: &service.Fair{}})
 	hold := &wire.HoldRequest{Versioned: wire.Versioned{V: 1}, ID: "h", User: "alice", Amount: 5, Expires: time.Now().Add(time.Hour)}
 	ok := signed(t, s.admin, "t.grant", hold)
-	if err := wire.CallMsg(context.Background(), nc, ok, nil); err != nil {
+	if err := send(context.Background(), nc, ok); err != nil {
 		t.Fatal(err)
 	}
-	if err := wire.CallMsg(context.Background(), nc, signed(t, s.alice, "t.grant", hold), nil); !refusedAs(err, wire.ErrRole) {
+	if err := send(context.Background(), nc, signed(t, s.alice, "t.grant", hold)); !refusedAs(err, wire.ErrRole) {
 		t.Fatalf("refused grant: %v", err)
 	}
-	if err := wire.CallMsg(context.Background(), nc, signed(t, s.alice, "t.hold", hold), nil); err != nil {
+	if err := send(context.Background(), nc, signed(t, s.alice, "t.hold", hold)); err != nil {
 		t.Fatal(err)
 	}
 	testpoll.CheckFor(t, 5*time.Second, 5*time.Millisecond, func() error {

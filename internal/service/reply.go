@@ -7,7 +7,7 @@ import (
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
-// Signed replies (wire.CallTrusted is the requester's side). With
+// Signed replies (rpc.Trusted is the requester's side). With
 // Options.Signer set, Serve signs every reply, refusals included: headers
 // Mrm-Key and Mrm-Sig over the reply subject, the request's nonce ("" when
 // unsigned) and the body, plus Mrm-Cert, the signer's principal record,

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/mrmarket/mrmarket/internal/rpc"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -227,7 +228,7 @@ func serveOne(e *Endpoint, auth *Authorizer, r request) (res any, in *Incoming, 
 	}
 	in = &Incoming{Subject: r.Subject(), Reply: r.Reply(), Caller: caller}
 	in.Signed, _ = wire.SignedRequestOf(r.Subject(), nats.Header(r.Headers()), r.Data())
-	ctx, cancel := context.WithTimeout(context.Background(), wire.DefaultTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), rpc.DefaultTimeout)
 	defer cancel()
 	ctx = withIncoming(ctx, in)
 	if err := auth.Authorize(ctx, e, caller, req); err != nil {

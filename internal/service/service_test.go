@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/mrmarket/mrmarket/internal/natstest"
+	"github.com/mrmarket/mrmarket/internal/rpc"
 	"github.com/mrmarket/mrmarket/internal/service"
 	"github.com/mrmarket/mrmarket/internal/testpoll"
 	"github.com/mrmarket/mrmarket/internal/wire"
@@ -23,6 +24,13 @@ func connect(t *testing.T) *nats.Conn {
 	t.Helper()
 	_, nc := natstest.Start(t)
 	return nc
+}
+
+// send sends msg as it is (signed, replayed, forged, malformed) and
+// decodes the reply.
+func send(ctx context.Context, nc *nats.Conn, msg *nats.Msg) error {
+	_, err := rpc.Request[struct{}](ctx, nc, msg.Subject, nil, rpc.Verbatim(msg))
+	return err
 }
 
 func serve(t *testing.T, nc *nats.Conn, table service.Table, opts service.Options) micro.Service {
@@ -55,24 +63,23 @@ func TestServeAndCallOverNATS(t *testing.T) {
 		})}, service.Options{})
 	ctx := context.Background()
 
-	var rep wire.GrantReply
-	if err := wire.Call(ctx, nc, "test.grant", &wire.GrantRequest{Versioned: wire.Versioned{V: 1}, ID: "g", User: "alice", Amount: 3}, &rep); err != nil || rep.Amount != 3 {
+	if rep, err := rpc.Request[wire.GrantReply](ctx, nc, "test.grant", &wire.GrantRequest{Versioned: wire.Versioned{V: 1}, ID: "g", User: "alice", Amount: 3}); err != nil || rep.Amount != 3 {
 		t.Fatalf("call: %+v %v", rep, err)
 	}
-	err := wire.Call(ctx, nc, "test.grant", &wire.GrantRequest{Versioned: wire.Versioned{V: 1}, ID: "g", User: "nobody", Amount: 3}, &rep)
+	_, err := rpc.Request[wire.GrantReply](ctx, nc, "test.grant", &wire.GrantRequest{Versioned: wire.Versioned{V: 1}, ID: "g", User: "nobody", Amount: 3})
 	if !errors.Is(err, wire.ErrNotFound) || !strings.Contains(err.Error(), "nobody") {
 		t.Fatalf("not found: %v", err)
 	}
-	err = wire.Call(ctx, nc, "test.grant", &wire.GrantRequest{Versioned: wire.Versioned{V: 1}, ID: "g", User: "panic", Amount: 3}, &rep)
+	_, err = rpc.Request[wire.GrantReply](ctx, nc, "test.grant", &wire.GrantRequest{Versioned: wire.Versioned{V: 1}, ID: "g", User: "panic", Amount: 3})
 	if !errors.Is(err, wire.ErrInternal) {
 		t.Fatalf("panic: %v", err)
 	}
 	before := calls
-	err = wire.CallRaw(ctx, nc, "test.grant", []byte(`{"v":1,"id":"g","user":"alice","amount_micro":-3}`), &rep)
+	err = send(ctx, nc, &nats.Msg{Subject: "test.grant", Data: []byte(`{"v":1,"id":"g","user":"alice","amount_micro":-3}`)})
 	if !errors.Is(err, wire.ErrBadRequest) || calls != before {
 		t.Fatalf("bad request reached the handler or was accepted: %v", err)
 	}
-	err = wire.Call(ctx, nc, "test.nobody", &wire.GrantRequest{}, &rep)
+	_, err = rpc.Request[wire.GrantReply](ctx, nc, "test.nobody", &wire.GrantRequest{})
 	if !errors.Is(err, wire.ErrUnavailable) {
 		t.Fatalf("no responders: %v", err)
 	}
@@ -169,17 +176,15 @@ func TestOneConnectionManyServices(t *testing.T) {
 	}
 	ctx := context.Background()
 	for _, host := range []string{"h1", "h2", "h3"} {
-		var st wire.HostState
-		if err := wire.Call(ctx, nc, wire.AgentStateSubject(host), &wire.StateRequest{Versioned: wire.Versioned{V: 1}}, &st); err != nil || st.Host != host {
+		if st, err := rpc.Request[wire.HostState](ctx, nc, wire.AgentStateSubject(host), &wire.StateRequest{Versioned: wire.Versioned{V: 1}}); err != nil || st.Host != host {
 			t.Fatalf("%s: %+v %v", host, st, err)
 		}
 	}
 	stops["h2"]()
-	if err := wire.Call(ctx, nc, wire.AgentStateSubject("h2"), &wire.StateRequest{Versioned: wire.Versioned{V: 1}}, nil); !errors.Is(err, wire.ErrUnavailable) {
+	if _, err := rpc.Request[struct{}](ctx, nc, wire.AgentStateSubject("h2"), &wire.StateRequest{Versioned: wire.Versioned{V: 1}}); !errors.Is(err, wire.ErrUnavailable) {
 		t.Fatalf("stopped h2 still answers: %v", err)
 	}
-	var st wire.HostState
-	if err := wire.Call(ctx, nc, wire.AgentStateSubject("h3"), &wire.StateRequest{Versioned: wire.Versioned{V: 1}}, &st); err != nil || st.Host != "h3" {
+	if st, err := rpc.Request[wire.HostState](ctx, nc, wire.AgentStateSubject("h3"), &wire.StateRequest{Versioned: wire.Versioned{V: 1}}); err != nil || st.Host != "h3" {
 		t.Fatalf("h3 after h2 stopped: %+v %v", st, err)
 	}
 }
@@ -196,8 +201,8 @@ func TestObserveHearsEveryOutcome(t *testing.T) {
 		})},
 		service.Options{Observe: func(op, code string) { seen = append(seen, op+":"+code); done <- struct{}{} }})
 	ctx := context.Background()
-	_ = wire.CallRaw(ctx, nc, "test.balance", []byte(`{"v":1,"user":"alice"}`), nil)
-	_ = wire.CallRaw(ctx, nc, "test.balance", []byte(`{"v":1,"user":"a.b"}`), nil)
+	_ = send(ctx, nc, &nats.Msg{Subject: "test.balance", Data: []byte(`{"v":1,"user":"alice"}`)})
+	_ = send(ctx, nc, &nats.Msg{Subject: "test.balance", Data: []byte(`{"v":1,"user":"a.b"}`)})
 	<-done
 	<-done
 	if got := strings.Join(seen, " "); got != "balance:ok balance:bad_request" {

@@ -1,15 +1,11 @@
 package wire_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
-	"github.com/mrmarket/mrmarket/internal/natstest"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -137,65 +133,5 @@ func TestOpenHostState(t *testing.T) {
 	}
 	if _, err := wire.OpenHostState(pm, now, 0); !errors.Is(err, wire.ErrStateSigner) {
 		t.Fatalf("a plain state opened: %v", err)
-	}
-}
-
-// TestCallTrustedIgnoresForgedReplies: a forged answer (unsigned, or
-// signed by a principal of another role) is ignored and the real one,
-// signed by the bank, is taken; a reply signed for another request is
-// refused.
-func TestCallTrustedIgnoresForgedReplies(t *testing.T) {
-	_, nc := natstest.Start(t)
-	admin, bank, mallory := signer(t), signer(t), signer(t)
-	bankCert := wire.SealPrincipal(admin, bank.Public(), "bank", wire.RoleBank)
-	malloryCert := wire.SealPrincipal(admin, mallory.Public(), "mallory", wire.RoleUser)
-	forged := wire.EncodeReply(nil, wire.Errorf(wire.ErrNotFound, "no such hold"))
-	real := wire.EncodeReply(map[string]int{"n": 1}, nil)
-	// The forgers answer first; the bank a moment later.
-	sub, err := nc.Subscribe("svc", func(m *nats.Msg) {
-		_ = m.Respond(forged)
-		r := nats.NewMsg(m.Reply)
-		r.Data, r.Header = forged, mallory.SignReply(m.Reply, m.Header.Get(wire.HeaderNonce), forged, malloryCert)
-		_ = nc.PublishMsg(r)
-		r = nats.NewMsg(m.Reply)
-		r.Data, r.Header = forged, bank.SignReply("_INBOX.other", m.Header.Get(wire.HeaderNonce), forged, bankCert)
-		_ = nc.PublishMsg(r)
-		r = nats.NewMsg(m.Reply)
-		r.Data, r.Header = real, bank.SignReply(m.Reply, m.Header.Get(wire.HeaderNonce), real, bankCert)
-		_ = nc.PublishMsg(r)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	caller := signer(t)
-	req, err := caller.Sign("svc", []byte(`{}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var refused []error
-	var res map[string]int
-	err = wire.CallTrusted(context.Background(), nc, req, wire.TrustRole(admin.Public(), wire.RoleBank), func(err error) { refused = append(refused, err) }, &res)
-	if err != nil || res["n"] != 1 {
-		t.Fatalf("the bank's answer: %v %v", res, err)
-	}
-	if len(refused) != 3 {
-		t.Fatalf("ignored %d forged replies, want 3: %v", len(refused), refused)
-	}
-	for _, e := range refused {
-		if !errors.Is(e, wire.ErrReplyTrust) {
-			t.Errorf("refusal %v", e)
-		}
-	}
-}
-
-// TestCallTrustedWithNobodyAnswering fails fast as unavailable.
-func TestCallTrustedWithNobodyAnswering(t *testing.T) {
-	_, nc := natstest.Start(t)
-	admin := signer(t)
-	start := time.Now()
-	err := wire.CallTrusted(context.Background(), nc, nats.NewMsg("nobody"), wire.TrustRole(admin.Public(), wire.RoleBank), nil, nil)
-	if !errors.Is(err, wire.ErrUnavailable) || time.Since(start) > 2*time.Second {
-		t.Fatalf("nobody answering: %v after %s", err, time.Since(start))
 	}
 }

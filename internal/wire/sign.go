@@ -1,11 +1,9 @@
 package wire
 
 import (
-	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -245,39 +243,8 @@ func (c *NonceCache) Use(caller Caller, now time.Time) error {
 	return nil
 }
 
-// CallAs is Call signed by signer (unsigned when signer is nil).
-func CallAs(ctx context.Context, nc *nats.Conn, signer *Signer, subject string, req any, res any) error {
-	msg, err := requestMsg(signer, subject, req)
-	if err != nil {
-		return err
-	}
-	return CallMsg(ctx, nc, msg, res)
-}
-
-// requestMsg encodes req for subject, signed by signer (unsigned when nil).
-func requestMsg(signer *Signer, subject string, req any) (*nats.Msg, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, Errorf(ErrBadRequest, "encoding request for %s: %v", subject, err)
-	}
-	msg := nats.NewMsg(subject)
-	msg.Data = body
-	if signer != nil {
-		if msg, err = signer.Sign(subject, body); err != nil {
-			return nil, Errorf(ErrInternal, "signing request for %s: %v", subject, err)
-		}
-	}
-	return msg, nil
-}
-
 // HeaderOrder names what a request must stay in order with: a service
 // runs one principal's requests to an endpoint that carry the same order
 // key one at a time in the order sent, and those with different keys side
 // by side. Unsigned on purpose: it only orders the sender's own requests.
 const HeaderOrder = "Mrm-Order"
-
-// RequestMsg is req encoded for subject, signed by signer (unsigned when
-// nil): what CallMsg and CallTrusted send, for a caller that adds headers.
-func RequestMsg(signer *Signer, subject string, req any) (*nats.Msg, error) {
-	return requestMsg(signer, subject, req)
-}

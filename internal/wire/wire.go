@@ -11,8 +11,8 @@
 // Go duration strings ("10m", "1h30m").
 //
 // Mutating requests are signed (sign.go: NKeys over subject, body, time and
-// nonce, in headers, the body untouched). Clients call with Call, CallAs or
-// the typed Do; components serve their subjects through package
+// nonce, in headers, the body untouched). Clients call with rpc.Request;
+// components serve their subjects through package
 // internal/service, which verifies, decodes, authorizes and replies with this
 // package's envelope. docs/SUBJECTS.md lists every subject and who may send
 // it. A user's signed spend travels on with what is done for it, as a
@@ -173,6 +173,17 @@ type Versioned struct {
 func (v Versioned) version() int { return v.V }
 
 type versioner interface{ version() int }
+
+// Message is a request of this contract: every one embeds Versioned, whose
+// stamp sets the version a request is sent with.
+type Message interface{ stamp() }
+
+// Stamp sets req's version to the one this build speaks, as package rpc does, for
+// a caller that encodes a request itself.
+func Stamp(req Message) { req.stamp() }
+
+// stamp sets the message's version to the one this build speaks.
+func (v *Versioned) stamp() { v.V = Version }
 
 // Decode decodes data strictly into req: one JSON object, no unknown fields,
 // no trailing data, version 1, then req.Validate(). Every failure wraps

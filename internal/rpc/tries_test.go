@@ -1,4 +1,4 @@
-package wire
+package rpc
 
 import (
 	"context"
@@ -8,7 +8,16 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/mrmarket/mrmarket/internal/wire"
 )
+
+// retried is a request's tries as Retried(attempt, again) makes them.
+func retried(ctx context.Context, attempt time.Duration, again func(error) bool, try func(ctx context.Context) error) error {
+	var c call
+	Retried(attempt, again)(&c)
+	return c.tries(ctx, try)
+}
 
 // A try whose answer was lost is made again after one attempt, not after
 // the caller's whole deadline; one refused is not.
@@ -18,11 +27,11 @@ func TestTriesSendsALostRequestAgain(t *testing.T) {
 		defer cancel()
 		start := time.Now()
 		tries := 0
-		err := Tries(ctx, DaemonAttempt, TimedOut, func(ctx context.Context) error {
+		err := retried(ctx, DaemonAttempt, TimedOut, func(ctx context.Context) error {
 			tries++
 			if tries == 1 {
 				<-ctx.Done() // lost: no answer comes
-				return Errorf(ErrUnavailable, "no answer on x in time")
+				return wire.Errorf(wire.ErrUnavailable, "no answer on x in time")
 			}
 			return nil
 		})
@@ -37,7 +46,7 @@ func TestTriesSendsALostRequestAgain(t *testing.T) {
 
 func TestTriesStopsAtAnAnswer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		refused := Errorf(ErrForbidden, "not yours")
+		refused := wire.Errorf(wire.ErrForbidden, "not yours")
 		for _, c := range []struct {
 			name  string
 			again func(error) bool
@@ -47,7 +56,7 @@ func TestTriesStopsAtAnAnswer(t *testing.T) {
 			{"no responder ends a call to a single responder", TimedOut, nats.ErrNoResponders},
 		} {
 			tries := 0
-			err := Tries(context.Background(), DaemonAttempt, c.again, func(context.Context) error { tries++; return c.err })
+			err := retried(context.Background(), DaemonAttempt, c.again, func(context.Context) error { tries++; return c.err })
 			if !errors.Is(err, c.err) || tries != 1 {
 				t.Errorf("%s: %d tries, err %v", c.name, tries, err)
 			}
@@ -62,7 +71,7 @@ func TestTriesWaitsForAReplicaUntilTheDeadline(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
 		start, tries := time.Now(), 0
-		err := Tries(ctx, DaemonAttempt, NoAnswer, func(context.Context) error { tries++; return nats.ErrNoResponders })
+		err := retried(ctx, DaemonAttempt, NoAnswer, func(context.Context) error { tries++; return nats.ErrNoResponders })
 		if !errors.Is(err, nats.ErrNoResponders) || tries < 10 {
 			t.Fatalf("%d tries, err %v", tries, err)
 		}
