@@ -10,10 +10,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mrmarket/mrmarket/internal/mandate"
 	"github.com/mrmarket/mrmarket/internal/money"
 	"github.com/mrmarket/mrmarket/internal/obs"
 	"github.com/mrmarket/mrmarket/internal/rpc"
 	"github.com/mrmarket/mrmarket/internal/service"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -71,7 +73,7 @@ type Config struct {
 	// Signer is the agent's own key: when set, Serve signs every reply with
 	// it (its record attached once the registry has it), so a broker that
 	// knows the anchor believes a bid's answer only from this host's agent.
-	Signer *wire.Signer
+	Signer *signing.Signer
 }
 
 // Identities resolves a signing key to its principal (bank.Client has it).
@@ -158,7 +160,7 @@ type Agent struct {
 
 	// mandates and signers cache bids' mandates and who signed them
 	// (mandate.go); safe for concurrent use, outside mu.
-	mandates wire.MandateCache
+	mandates mandate.Cache
 	signers  *service.WhoisCache
 }
 
@@ -187,7 +189,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, vms: map[string]VM{}, bids: map[bidKey]*bid{}, total: map[legKey]money.Micro{},
 		captured: map[legKey]money.Micro{}, util: map[string]float64{}, quiet: map[string]int{}, quietE: map[string]float64{},
-		mandates: wire.MandateCache{Size: mandateCacheSize}, signers: newSignerCache()}
+		mandates: mandate.Cache{Size: mandateCacheSize}, signers: newSignerCache()}
 	ctx := context.Background()
 	if err := a.load(); err != nil {
 		return nil, err

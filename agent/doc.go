@@ -44,7 +44,7 @@
 // every VM's rate and bids, share, CPU utilisation and whether it is idle —
 // for the broker, on mrm.v1.host.<id>.state and in the MRM_HOSTS bucket,
 // sealed for its host by the agent's key when NATSPublisher has a Signer
-// (wire.SealHostState), so a broker that knows identities can tell it from
+// (signing.SealHostState), so a broker that knows identities can tell it from
 // a forgery.
 //
 // # Idle

@@ -5,19 +5,20 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mrmarket/mrmarket/internal/mandate"
 	"github.com/mrmarket/mrmarket/internal/service"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
-// Mandates (see wire/mandate.go): an agent that knows identities charges a
+// Mandates (see package mandate): an agent that knows identities charges a
 // bid only when it carries its owner's signed spend or submit and that
 // mandate allows it — signed by the bid's owner (or an admin), naming the
-// VM, funding the bid's hold (wire.HoldIDFor), and the bid ending within
+// VM, funding the bid's hold (mandate.HoldIDFor), and the bid ending within
 // the mandate's period. That the VM is the owner's on this host is
 // checkBids' (under mu); the budget is the bank's to bound (it captures no
 // more than the user's signed requests put in the hold).
 //
-// Mandates are read once per signature (wire.MandateCache) and their
+// Mandates are read once per signature (mandate.Cache) and their
 // signers' identities cached, so a round of many bids of one plan costs
 // one verification.
 
@@ -25,7 +26,7 @@ import (
 const mandateCacheSize = 1024
 
 // ErrMandate is a bid its mandate does not allow.
-var ErrMandate = wire.ErrBadMandate
+var ErrMandate = mandate.ErrNotAllowed
 
 // checkMandates checks every bid req sets against its mandate; without
 // Identities it checks nothing. It does I/O (whois): call it without mu.
@@ -50,7 +51,7 @@ func (a *Agent) checkMandates(ctx context.Context, req *wire.BidRequest) error {
 			s = byPlan[b.Plan]
 		}
 		if s == nil {
-			return fmt.Errorf("%w for the bid on %q", wire.ErrNoMandate, b.VM)
+			return fmt.Errorf("%w for the bid on %q", mandate.ErrMissing, b.VM)
 		}
 		if err := a.checkMandate(ctx, b, s, now()); err != nil {
 			return err

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mrmarket/mrmarket/internal/service"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -79,13 +80,13 @@ func (a *Agent) identities() service.Identities {
 // NATSPublisher publishes a host's state on its subject and keeps the last
 // one in the MRM_HOSTS bucket (KV may be nil), so a broker that starts later
 // catches up. With Signer (the host's agent key) the state goes out sealed
-// for its host (wire.SealHostState): a broker that knows identities takes
+// for its host (signing.SealHostState): a broker that knows identities takes
 // only such states, from the host's own agent. Without one (the simulator,
 // tests) it goes out plain.
 type NATSPublisher struct {
 	NC     *nats.Conn
 	KV     jetstream.KeyValue
-	Signer *wire.Signer
+	Signer *signing.Signer
 }
 
 // Publish sends st.
@@ -95,7 +96,7 @@ func (p NATSPublisher) Publish(ctx context.Context, st wire.HostState) error {
 	var err error
 	if p.Signer != nil {
 		var sealed wire.Sealed
-		if sealed, err = wire.SealHostState(p.Signer, st); err == nil {
+		if sealed, err = signing.SealHostState(p.Signer, st); err == nil {
 			data, err = json.Marshal(sealed)
 		}
 	} else {

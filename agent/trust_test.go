@@ -19,6 +19,7 @@ import (
 	"github.com/mrmarket/mrmarket/internal/natstest"
 	"github.com/mrmarket/mrmarket/internal/obs"
 	"github.com/mrmarket/mrmarket/internal/rpc"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -46,9 +47,9 @@ func errorsCounted(t testing.TB, reg *prometheus.Registry, component, kind strin
 	return 0
 }
 
-func newSigner(t testing.TB) *wire.Signer {
+func newSigner(t testing.TB) *signing.Signer {
 	t.Helper()
-	s, err := wire.NewUserSigner()
+	s, err := signing.NewUserSigner()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +83,7 @@ func TestForgedWhoisAnswerRefusedByTheAgent(t *testing.T) {
 	admin, mallory := newSigner(t), newSigner(t)
 	forgeWhois(t, nc, func(key string) *wire.Sealed {
 		if key == mallory.Public() {
-			return wire.SealPrincipal(mallory, key, "mallory", wire.RoleAdmin) // sealed by the wrong key
+			return signing.SealPrincipal(mallory, key, "mallory", wire.RoleAdmin) // sealed by the wrong key
 		}
 		return nil
 	})
@@ -102,7 +103,7 @@ func TestForgedWhoisAnswerRefusedByTheAgent(t *testing.T) {
 	defer stop()
 	bid := bidReq(wire.Bid{VM: "vm1", Owner: "alice", Plan: "p", Hold: "h", Budget: 1000, Duration: wire.Duration(time.Hour)})
 	bid.V = wire.Version
-	for i, s := range []*wire.Signer{mallory, newSigner(t)} {
+	for i, s := range []*signing.Signer{mallory, newSigner(t)} {
 		_, err := rpc.Request[struct{}](context.Background(), nc, wire.AgentBidSubject("host-1"), bid, rpc.SignedBy(s))
 		if !errors.Is(err, wire.ErrForbidden) {
 			t.Fatalf("a bid signed by a key the forged answer made an admin: %v", err)
@@ -151,10 +152,10 @@ func TestForgedCaptureReplyKeepsTheBid(t *testing.T) {
 	t.Cleanup(func() { bk.Close() })
 	ctx := context.Background()
 	for _, p := range []struct {
-		s          *wire.Signer
+		s          *signing.Signer
 		name, role string
 	}{{bankKey, "bank", wire.RoleBank}, {hostKey, "host-1", wire.RoleAgent}, {mallory, "mallory", wire.RoleUser}} {
-		req := &wire.PrincipalRequest{Key: p.s.Public(), Name: p.name, Role: p.role, Cert: wire.SealPrincipal(admin, p.s.Public(), p.name, p.role)}
+		req := &wire.PrincipalRequest{Key: p.s.Public(), Name: p.name, Role: p.role, Cert: signing.SealPrincipal(admin, p.s.Public(), p.name, p.role)}
 		if _, err := bk.AddPrincipal(ctx, req); err != nil {
 			t.Fatal(err)
 		}
@@ -177,7 +178,7 @@ func TestForgedCaptureReplyKeepsTheBid(t *testing.T) {
 		}
 		body := wire.EncodeReply(rep, nil)
 		r := nats.NewMsg(m.Reply)
-		r.Data, r.Header = body, mallory.SignReply(m.Reply, m.Header.Get(wire.HeaderNonce), body, wire.SealPrincipal(admin, mallory.Public(), "mallory", wire.RoleUser))
+		r.Data, r.Header = body, mallory.SignReply(m.Reply, m.Header.Get(signing.HeaderNonce), body, signing.SealPrincipal(admin, mallory.Public(), "mallory", wire.RoleUser))
 		_ = forger.PublishMsg(r)
 		_ = m.Respond(body)
 	})

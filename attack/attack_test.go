@@ -9,6 +9,7 @@ import (
 
 	"github.com/mrmarket/mrmarket/bank"
 	"github.com/mrmarket/mrmarket/internal/rpc"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -65,7 +66,7 @@ func runClass(t *testing.T, c class) {
 // ---- 01: unauthenticated connect ----
 
 func unauthenticated() class {
-	refused := func(t *testing.T, e *env, s *wire.Signer, tls bool) {
+	refused := func(t *testing.T, e *env, s *signing.Signer, tls bool) {
 		c := &conn{}
 		nc, err := nats.Connect(e.m.URL, e.connectOpts(s, "intruder", c, s != nil, tls)...)
 		if errors.Is(err, nats.ErrNkeysNotSupported) { // a server that does no NKey authentication at all

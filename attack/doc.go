@@ -9,7 +9,7 @@
 // credentials, or with one principal's own NKey seed from the market's
 // creds/ directory — alice's, or a compromised agent's or broker's — and
 // the CA in <data>/tls/ca.pem when the server speaks TLS), and
-// wire.Signer to sign or seal whatever it forges. For each attack the
+// signing.Signer to sign or seal whatever it forges. For each attack the
 // suite asserts the secure behaviour:
 //
 //   - the attack is refused with a clear error (by the NATS server: a

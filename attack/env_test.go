@@ -19,6 +19,7 @@ import (
 	"github.com/mrmarket/mrmarket/internal/market"
 	"github.com/mrmarket/mrmarket/internal/money"
 	"github.com/mrmarket/mrmarket/internal/rpc"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/testpoll"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
@@ -52,8 +53,8 @@ type env struct {
 	clock time.Time
 	mu    sync.Mutex // guards clock
 
-	admin, alice, bob, broker *wire.Signer
-	agents                    map[string]*wire.Signer // by host
+	admin, alice, bob, broker *signing.Signer
+	agents                    map[string]*signing.Signer // by host
 
 	adminNC, aliceNC, bobNC *conn
 
@@ -70,7 +71,7 @@ type setup struct {
 // s.noPlans, starts their plans.
 func start(t *testing.T, s setup) *env {
 	t.Helper()
-	e := &env{t: t, ctx: context.Background(), dir: t.TempDir(), clock: t0, agents: map[string]*wire.Signer{}}
+	e := &env{t: t, ctx: context.Background(), dir: t.TempDir(), clock: t0, agents: map[string]*signing.Signer{}}
 	hs := s.hosts
 	if hs == nil {
 		hs = hosts
@@ -148,7 +149,7 @@ func (e *env) advance(d time.Duration) {
 }
 
 // key is the credentials of (role, name) in the market's creds directory.
-func (e *env) key(role, name string) *wire.Signer {
+func (e *env) key(role, name string) *signing.Signer {
 	e.t.Helper()
 	s, err := e.m.Keys().Signer(role, name)
 	if err != nil {
@@ -159,7 +160,7 @@ func (e *env) key(role, name string) *wire.Signer {
 
 // spend sends req signed by s on nc, as a user's CLI would, and returns the
 // signed message and the reply.
-func (e *env) spend(s *wire.Signer, nc *conn, req *wire.SpendRequest) (*nats.Msg, wire.SpendReply) {
+func (e *env) spend(s *signing.Signer, nc *conn, req *wire.SpendRequest) (*nats.Msg, wire.SpendReply) {
 	e.t.Helper()
 	req.V = wire.Version
 	body, err := json.Marshal(req)
@@ -230,7 +231,7 @@ func (c *conn) violation(op, subject string) error {
 // connectOpts are the options of a connection as s (nil: no credentials),
 // the way nats.go is used directly: the NKey from the principal's seed,
 // its own inbox prefix, the market's CA when it has one.
-func (e *env) connectOpts(s *wire.Signer, name string, c *conn, nkey, tls bool) []nats.Option {
+func (e *env) connectOpts(s *signing.Signer, name string, c *conn, nkey, tls bool) []nats.Option {
 	opts := []nats.Option{nats.Name("attack-" + name), nats.ErrorHandler(c.onError), nats.MaxReconnects(0), nats.Timeout(2 * time.Second)}
 	if ca := e.caFile(); tls && ca != "" {
 		opts = append(opts, nats.RootCAs(ca))
@@ -247,7 +248,7 @@ func (e *env) connectOpts(s *wire.Signer, name string, c *conn, nkey, tls bool) 
 // connect connects as s (nil: anonymously). On a server that does not do
 // NKey authentication at all (before [trust]) the key is left out: there,
 // anyone connects as anyone.
-func (e *env) connect(s *wire.Signer, name string) (*conn, error) {
+func (e *env) connect(s *signing.Signer, name string) (*conn, error) {
 	c := &conn{}
 	nc, err := nats.Connect(e.m.URL, e.connectOpts(s, name, c, s != nil, true)...)
 	if errors.Is(err, nats.ErrNkeysNotSupported) {
@@ -262,7 +263,7 @@ func (e *env) connect(s *wire.Signer, name string) (*conn, error) {
 }
 
 // dial is connect that must succeed.
-func (e *env) dial(s *wire.Signer, name string) *conn {
+func (e *env) dial(s *signing.Signer, name string) *conn {
 	e.t.Helper()
 	c, err := e.connect(s, name)
 	if err != nil {
@@ -272,7 +273,7 @@ func (e *env) dial(s *wire.Signer, name string) *conn {
 }
 
 // signNonce signs the server's nonce with s's seed (what nats.Nkey needs).
-func signNonce(t testing.TB, s *wire.Signer) nats.SignatureHandler {
+func signNonce(t testing.TB, s *signing.Signer) nats.SignatureHandler {
 	seed, err := s.Seed()
 	if err != nil {
 		t.Fatal(err)
@@ -285,9 +286,9 @@ func signNonce(t testing.TB, s *wire.Signer) nats.SignatureHandler {
 }
 
 // newKey is a fresh key nobody registered.
-func newKey(t testing.TB) *wire.Signer {
+func newKey(t testing.TB) *signing.Signer {
 	t.Helper()
-	s, err := wire.NewUserSigner()
+	s, err := signing.NewUserSigner()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -374,7 +375,7 @@ func refused(err error) bool {
 // call sends req on subject from c, signed by s (nil: unsigned), and
 // decodes the reply into res; a request the server refuses to carry ends
 // at once with errRefusedByNATS, not at the time-out.
-func call(ctx context.Context, c *conn, s *wire.Signer, subject string, req wire.Message, res any) error {
+func call(ctx context.Context, c *conn, s *signing.Signer, subject string, req wire.Message, res any) error {
 	ctx, cancel := context.WithTimeout(ctx, rpc.DefaultTimeout)
 	defer cancel()
 	done := make(chan error, 1)

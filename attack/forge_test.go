@@ -16,6 +16,7 @@ import (
 	"github.com/mrmarket/mrmarket/internal/natstest"
 	"github.com/mrmarket/mrmarket/internal/obs"
 	"github.com/mrmarket/mrmarket/internal/rpc"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/testpoll"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
@@ -117,7 +118,7 @@ func (e *env) forgery(t *testing.T) wire.HostState {
 
 // sealed is st sealed by s for host-1's state (what an agent publishes once
 // states are signed), s's clock shifted by skew.
-func sealed(t *testing.T, s *wire.Signer, st wire.HostState, skew time.Duration) []byte {
+func sealed(t *testing.T, s *signing.Signer, st wire.HostState, skew time.Duration) []byte {
 	t.Helper()
 	body, err := json.Marshal(st)
 	if err != nil {

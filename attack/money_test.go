@@ -16,6 +16,7 @@ import (
 	"github.com/mrmarket/mrmarket/bank"
 	"github.com/mrmarket/mrmarket/broker"
 	"github.com/mrmarket/mrmarket/internal/rpc"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/testpoll"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
@@ -177,10 +178,10 @@ func replayClass() class {
 
 func foreignHoldClass() class {
 	// bid places alice's VM a1 on bob's hold, signed by s.
-	bid := func(e *env, s *wire.Signer, mandate bool) error {
+	bid := func(e *env, s *signing.Signer, mandate bool) error {
 		b := wire.Bid{VM: "a1", Owner: "alice", Plan: e.alicePlan.ID, Hold: e.bobPlan.Hold, Budget: credits(10), Duration: wire.Duration(planLength)}
 		if mandate { // alice's own signed spend, as the broker carries it once bids carry mandates
-			m, _ := wire.SignedRequestOf(e.aliceSpend.Subject, e.aliceSpend.Header, e.aliceSpend.Data)
+			m, _ := signing.SignedRequestOf(e.aliceSpend.Subject, e.aliceSpend.Header, e.aliceSpend.Data)
 			b.Mandate = &m
 
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mrmarket/mrmarket/internal/money"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -130,7 +131,7 @@ func (r record) forge(t *testing.T, hold string) []byte {
 
 // sealAs is body sealed by s, for the purpose r's envelope names (else
 // "plan/<id>").
-func (r record) sealAs(t *testing.T, s *wire.Signer, body []byte) []byte {
+func (r record) sealAs(t *testing.T, s *signing.Signer, body []byte) []byte {
 	t.Helper()
 	b, err := json.Marshal(s.Seal(r.purpose(), body))
 	if err != nil {
@@ -150,7 +151,7 @@ func (r record) purpose() string {
 
 // tampered is r's envelope (or, for an unsealed record, r sealed by
 // broker) with its body replaced by body: the signature no longer matches.
-func (r record) tampered(t *testing.T, broker *wire.Signer, body []byte) []byte {
+func (r record) tampered(t *testing.T, broker *signing.Signer, body []byte) []byte {
 	t.Helper()
 	env := map[string]any{}
 	for k, v := range r.envelope {

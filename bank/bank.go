@@ -12,7 +12,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mrmarket/mrmarket/internal/mandate"
 	"github.com/mrmarket/mrmarket/internal/obs"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -70,7 +72,7 @@ type Options struct {
 	// Signer is the bank's own key (role bank): when set, Serve signs every
 	// reply with it, attaching the bank's principal record once registered,
 	// so agents believe only the bank's capture results.
-	Signer *wire.Signer
+	Signer *signing.Signer
 }
 
 // Bank is the ledger on its store.
@@ -82,15 +84,15 @@ type Bank struct {
 	signingClock func() time.Time
 	onPrincipal  func(wire.Principal)
 
-	adminKey string       // Options.AdminKey
-	signer   *wire.Signer // Options.Signer
-	ownMiss  atomic.Int64 // when ownCert last found no record (Unix ns)
+	adminKey string          // Options.AdminKey
+	signer   *signing.Signer // Options.Signer
+	ownMiss  atomic.Int64    // when ownCert last found no record (Unix ns)
 
 	mu         sync.Mutex
 	principals map[string]wire.Principal // cache by key
 
 	// mandates caches the brokers' mandates read (mandate.go).
-	mandates wire.MandateCache
+	mandates mandate.Cache
 }
 
 // Open opens (creating and migrating) the ledger at target: a SQLite path

@@ -10,12 +10,13 @@ import (
 	"time"
 
 	"github.com/mrmarket/mrmarket/bank"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
-func newSigner(t testing.TB) *wire.Signer {
+func newSigner(t testing.TB) *signing.Signer {
 	t.Helper()
-	s, err := wire.NewUserSigner()
+	s, err := signing.NewUserSigner()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,21 +44,21 @@ func TestPrincipalRecords(t *testing.T) {
 		}
 		for name, err := range map[string]error{
 			"no record":              add(nil, "alice", wire.RoleUser),
-			"sealed by another key":  add(wire.SealPrincipal(mallory, alice.Public(), "alice", wire.RoleAdmin), "alice", wire.RoleAdmin),
-			"a user's record, admin": add(wire.SealPrincipal(admin, alice.Public(), "alice", wire.RoleUser), "alice", wire.RoleAdmin),
-			"another key's record":   add(wire.SealPrincipal(admin, mallory.Public(), "alice", wire.RoleUser), "alice", wire.RoleUser),
+			"sealed by another key":  add(signing.SealPrincipal(mallory, alice.Public(), "alice", wire.RoleAdmin), "alice", wire.RoleAdmin),
+			"a user's record, admin": add(signing.SealPrincipal(admin, alice.Public(), "alice", wire.RoleUser), "alice", wire.RoleAdmin),
+			"another key's record":   add(signing.SealPrincipal(admin, mallory.Public(), "alice", wire.RoleUser), "alice", wire.RoleUser),
 		} {
 			if !errors.Is(err, wire.ErrForbidden) {
 				t.Errorf("%s: %v, want forbidden", name, err)
 			}
 		}
-		if _, err := b.Whois(ctx, alice.Public()); !errors.Is(err, wire.ErrUnknownKey) {
+		if _, err := b.Whois(ctx, alice.Public()); !errors.Is(err, signing.ErrUnknownKey) {
 			t.Fatalf("a refused registration left a principal: %v", err)
 		}
 
-		asAdmin := wire.SealPrincipal(admin, alice.Public(), "alice", wire.RoleAdmin)
+		asAdmin := signing.SealPrincipal(admin, alice.Public(), "alice", wire.RoleAdmin)
 		clock = clock.Add(time.Second)
-		asUser := wire.SealPrincipal(admin, alice.Public(), "alice", wire.RoleUser)
+		asUser := signing.SealPrincipal(admin, alice.Public(), "alice", wire.RoleUser)
 		if err := add(asAdmin, "alice", wire.RoleAdmin); err != nil {
 			t.Fatal(err)
 		}
@@ -73,7 +74,7 @@ func TestPrincipalRecords(t *testing.T) {
 		// The bank's own role, and the anchor without a record.
 		bk := newSigner(t)
 		if _, err := b.AddPrincipal(ctx, &wire.PrincipalRequest{Key: bk.Public(), Name: "bank", Role: wire.RoleBank,
-			Cert: wire.SealPrincipal(admin, bk.Public(), "bank", wire.RoleBank)}); err != nil {
+			Cert: signing.SealPrincipal(admin, bk.Public(), "bank", wire.RoleBank)}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := b.AddPrincipal(ctx, &wire.PrincipalRequest{Key: admin.Public(), Name: "admin", Role: wire.RoleAdmin}); err != nil {
@@ -92,7 +93,7 @@ func TestPrincipalRecords(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := wire.OpenPrincipal(p.Cert, admin.Public(), alice.Public())
+		got, err := signing.OpenPrincipal(p.Cert, admin.Public(), alice.Public())
 		if err != nil || got.Role != wire.RoleUser || p.Role != wire.RoleUser {
 			t.Fatalf("whois after a restart: %+v %+v %v", p, got, err)
 		}

@@ -7,6 +7,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mrmarket/mrmarket/internal/rpc"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -27,8 +28,8 @@ import (
 // hears each reply ignored.
 type Client struct {
 	NC        *nats.Conn
-	Signer    *wire.Signer
-	Keys      wire.Keyring
+	Signer    *signing.Signer
+	Keys      signing.Keyring
 	AdminKey  string
 	OnRefused func(error)
 	// Attempt, when set, bounds each try of a call (rpc.Retried): a try that
@@ -53,7 +54,7 @@ var asAdmin = rpc.As{Role: wire.RoleAdmin, Name: "admin"}
 func call[Rep any](ctx context.Context, c Client, who rpc.As, subject string, req wire.Message) (Rep, error) {
 	opts := []rpc.Option{rpc.SignedAs(who, c.Signer, c.Keys), rpc.Retried(c.Attempt, rpc.NoAnswer)}
 	if c.AdminKey != "" {
-		opts = append(opts, rpc.Trusted(wire.TrustRole(c.AdminKey, wire.RoleBank), c.OnRefused))
+		opts = append(opts, rpc.Trusted(signing.TrustRole(c.AdminKey, wire.RoleBank), c.OnRefused))
 	}
 	return rpc.Request[Rep](ctx, c.NC, subject, req, opts...)
 }

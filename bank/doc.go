@@ -49,7 +49,7 @@
 // own key). The trust anchor is the admin's public key (Options.AdminKey,
 // creds/admin.pub): a bank that knows it registers a principal only with
 // the admin's sealed record of exactly that key, name and role
-// (wire.SealPrincipal), keeps the record (migration 0002) and gives it out
+// (signing.SealPrincipal), keeps the record (migration 0002) and gives it out
 // with every whois answer, so agents and brokers believe an identity only
 // if the record opens with the anchor — never because an answer says so.
 // The newest record wins; an older one replayed is refused
@@ -58,7 +58,7 @@
 // AdminKey believes the answers it acts on (capture, hold, release, extend)
 // only when so signed. On NATS every
 // mutating request must be signed (package wire: subject, body, time, nonce);
-// a bad signature, a time more than wire.MaxSkew from the bank's signing
+// a bad signature, a time more than signing.MaxSkew from the bank's signing
 // clock (Options.SigningClock, the wall clock by default), a nonce seen
 // before (nonces are stored, so this holds across restarts and
 // replicas) or an unknown key is refused. Roles: grants, income schedules

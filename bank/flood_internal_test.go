@@ -14,6 +14,7 @@ import (
 
 	"github.com/mrmarket/mrmarket/internal/natstest"
 	"github.com/mrmarket/mrmarket/internal/service"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -79,9 +80,9 @@ func flood(t *testing.T, fair *service.Fair) floodResult {
 	}
 	defer b.Close()
 	ctx := context.Background()
-	signers := map[string]*wire.Signer{}
+	signers := map[string]*signing.Signer{}
 	for _, u := range []string{"alice", "mallory"} {
-		s, err := wire.NewUserSigner()
+		s, err := signing.NewUserSigner()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/mrmarket/mrmarket/internal/money"
 	"github.com/mrmarket/mrmarket/internal/natstest"
 	"github.com/mrmarket/mrmarket/internal/natsutil"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -95,7 +96,7 @@ type crashWorld struct {
 	target string
 	nc     *nats.Conn
 	url    string
-	keys   wire.CredsDir
+	keys   signing.CredsDir
 	users  []string
 }
 
@@ -104,7 +105,7 @@ const crashUsers = 5
 func newCrashWorld(t *testing.T, target string) *crashWorld {
 	t.Helper()
 	ns, nc := natstest.Start(t)
-	w := &crashWorld{target: target, url: ns.ClientURL(), nc: nc, keys: wire.CredsDir(filepath.Join(t.TempDir(), "creds"))}
+	w := &crashWorld{target: target, url: ns.ClientURL(), nc: nc, keys: signing.CredsDir(filepath.Join(t.TempDir(), "creds"))}
 	b, err := bank.Open(target, bank.Options{})
 	if err != nil {
 		t.Fatal(err)

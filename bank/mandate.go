@@ -4,17 +4,18 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/mrmarket/mrmarket/internal/mandate"
 	"github.com/mrmarket/mrmarket/internal/service"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
-// Mandates (see wire/mandate.go): the broker holds and extends users'
+// Mandates (see package mandate): the broker holds and extends users'
 // money only with the user's own signed request. A hold or an extension a
 // broker asks for must carry the mandate, and the bank checks it through
 // its own registry of identities:
 //
 //   - hold: a spend or submit signed by the user whose money it is (or an
-//     admin), the hold id derived from it (wire.HoldIDFor), the amount no
+//     admin), the hold id derived from it (mandate.HoldIDFor), the amount no
 //     more than its budget (a submit's budget or max price);
 //   - extend: a spend --more of that user, the extension id derived from
 //     it (wire.AdjustPlanID), the amount no more than it adds.
@@ -33,20 +34,20 @@ func byBroker(ctx context.Context) bool {
 
 // mandate reads s and checks it was signed by user (or an admin), through
 // the bank's own registry.
-func (b *Bank) mandate(ctx context.Context, s *wire.SignedRequest, user string) (wire.Mandate, error) {
+func (b *Bank) mandate(ctx context.Context, s *wire.SignedRequest, user string) (mandate.Mandate, error) {
 	if s == nil {
-		return wire.Mandate{}, wire.ErrNoMandate
+		return mandate.Mandate{}, mandate.ErrMissing
 	}
 	m, err := b.mandates.Read(s)
 	if err != nil {
-		return m, fmt.Errorf("%w: %v", wire.ErrBadMandate, err)
+		return m, fmt.Errorf("%w: %v", mandate.ErrNotAllowed, err)
 	}
 	if m.User != user {
-		return m, fmt.Errorf("%w: it spends %s's money, not %s's", wire.ErrBadMandate, m.User, user)
+		return m, fmt.Errorf("%w: it spends %s's money, not %s's", mandate.ErrNotAllowed, m.User, user)
 	}
 	p, err := b.Whois(ctx, m.Signer.Key)
 	if err != nil {
-		return m, fmt.Errorf("%w: its signer: %v", wire.ErrBadMandate, err)
+		return m, fmt.Errorf("%w: its signer: %v", mandate.ErrNotAllowed, err)
 	}
 	return m, m.SignedBy(p)
 }
@@ -61,13 +62,13 @@ func (b *Bank) checkHoldMandate(ctx context.Context, req *wire.HoldRequest) erro
 	case err != nil:
 		return err
 	case m.Subject != wire.BrokerSpend && m.Subject != wire.BrokerSubmit:
-		return fmt.Errorf("%w: signed for %s, not a spend or a submit", wire.ErrBadMandate, m.Subject)
+		return fmt.Errorf("%w: signed for %s, not a spend or a submit", mandate.ErrNotAllowed, m.Subject)
 	case req.ID != m.Hold:
-		return fmt.Errorf("%w: hold %q is not the one it funds (%q)", wire.ErrBadMandate, req.ID, m.Hold)
+		return fmt.Errorf("%w: hold %q is not the one it funds (%q)", mandate.ErrNotAllowed, req.ID, m.Hold)
 	case m.Budget == 0:
-		return fmt.Errorf("%w: it signs no budget or max price", wire.ErrBadMandate)
+		return fmt.Errorf("%w: it signs no budget or max price", mandate.ErrNotAllowed)
 	case req.Amount > m.Budget:
-		return fmt.Errorf("%w: hold of %s, the user signed for %s", wire.ErrBadMandate, req.Amount, m.Budget)
+		return fmt.Errorf("%w: hold of %s, the user signed for %s", mandate.ErrNotAllowed, req.Amount, m.Budget)
 	}
 	return nil
 }
@@ -82,11 +83,11 @@ func (b *Bank) checkExtendMandate(ctx context.Context, req *wire.ExtendRequest) 
 	case err != nil:
 		return err
 	case m.Subject != wire.BrokerAdjust:
-		return fmt.Errorf("%w: signed for %s, not a spend --more", wire.ErrBadMandate, m.Subject)
+		return fmt.Errorf("%w: signed for %s, not a spend --more", mandate.ErrNotAllowed, m.Subject)
 	case req.ID != wire.AdjustPlanID(m.Plan, m.RequestID):
-		return fmt.Errorf("%w: extension %q is not the one it asks for", wire.ErrBadMandate, req.ID)
+		return fmt.Errorf("%w: extension %q is not the one it asks for", mandate.ErrNotAllowed, req.ID)
 	case req.Amount > m.Budget:
-		return fmt.Errorf("%w: extension of %s, the user signed for %s", wire.ErrBadMandate, req.Amount, m.Budget)
+		return fmt.Errorf("%w: extension of %s, the user signed for %s", mandate.ErrNotAllowed, req.Amount, m.Budget)
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/mrmarket/mrmarket/internal/money"
 	"github.com/mrmarket/mrmarket/internal/natstest"
 	"github.com/mrmarket/mrmarket/internal/rpc"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -23,7 +24,7 @@ import (
 type served struct {
 	b      *bank.Bank
 	nc     *nats.Conn
-	keys   wire.CredsDir
+	keys   signing.CredsDir
 	target string
 	clock  *time.Time
 }
@@ -37,7 +38,7 @@ func serveBank(t testing.TB, target string) *served {
 		t.Fatal(err)
 	}
 	t.Cleanup(stop)
-	s := &served{b: b, nc: nc, keys: wire.CredsDir(filepath.Join(t.TempDir(), "creds")), target: target, clock: clock}
+	s := &served{b: b, nc: nc, keys: signing.CredsDir(filepath.Join(t.TempDir(), "creds")), target: target, clock: clock}
 	for _, p := range []struct{ role, name string }{
 		{wire.RoleAdmin, "admin"}, {wire.RoleBroker, "broker"}, {wire.RoleAgent, "host-1"}, {wire.RoleAgent, "host-2"},
 		{wire.RoleUser, "alice"}, {wire.RoleUser, "bob"}, {wire.RoleUser, "carol"},
@@ -53,7 +54,7 @@ func serveBank(t testing.TB, target string) *served {
 	return s
 }
 
-func (s *served) signer(t *testing.T, role, name string) *wire.Signer {
+func (s *served) signer(t *testing.T, role, name string) *signing.Signer {
 	t.Helper()
 	k, err := s.keys.Signer(role, name)
 	if err != nil {
@@ -108,7 +109,7 @@ func (s *served) send(msg *nats.Msg, res any) error {
 	return wire.DecodeReply(reply.Data, res)
 }
 
-func (s *served) signed(t *testing.T, signer *wire.Signer, subject string, req any) *nats.Msg {
+func (s *served) signed(t *testing.T, signer *signing.Signer, subject string, req any) *nats.Msg {
 	t.Helper()
 	body, err := json.Marshal(req)
 	if err != nil {
@@ -164,7 +165,7 @@ func testBadRequestsOverNATS(t *testing.T, target string) {
 
 	alice := s.signer(t, wire.RoleUser, "alice")
 	adminKey := s.signer(t, wire.RoleAdmin, "admin")
-	stranger, _ := wire.NewUserSigner()
+	stranger, _ := signing.NewUserSigner()
 	stale := *adminKey
 	stale.Now = func() time.Time { return time.Now().Add(-10 * time.Minute) }
 	future := *adminKey
@@ -176,7 +177,7 @@ func testBadRequestsOverNATS(t *testing.T, target string) {
 		return &wire.CaptureBatch{Versioned: wire.Versioned{V: 1}, Host: "host-1", Tick: 9, Legs: []wire.CaptureLeg{{ID: hold + "/host-1/v/9", Hold: hold, VM: "v", Cumulative: cum}}}
 	}
 	forged := s.signed(t, alice, wire.BankGrant, grant(5))
-	forged.Header.Set(wire.HeaderKey, adminKey.Public()) // claims to be the admin
+	forged.Header.Set(signing.HeaderKey, adminKey.Public()) // claims to be the admin
 	tampered := s.signed(t, adminKey, wire.BankGrant, grant(5))
 	tampered.Data = []byte(strings.Replace(string(tampered.Data), `"amount_micro":5`, `"amount_micro":500`, 1))
 	garbage, err := adminKey.Sign(wire.BankGrant, []byte(`{"v":1,"id":`))
@@ -192,35 +193,35 @@ func testBadRequestsOverNATS(t *testing.T, target string) {
 		want    error
 		legCode string // for capture batches: the refused leg's code
 	}{
-		{"unsigned", unsigned, wire.ErrUnsigned, ""},
-		{"forged key", forged, wire.ErrBadSignature, ""},
-		{"tampered body", tampered, wire.ErrBadSignature, ""},
-		{"replayed", replayMsg, wire.ErrReplay, ""},
-		{"stale", s.signed(t, &stale, wire.BankGrant, grant(5)), wire.ErrStale, ""},
-		{"from the future", s.signed(t, &future, wire.BankGrant, grant(5)), wire.ErrStale, ""},
-		{"unknown key", s.signed(t, stranger, wire.BankGrant, grant(5)), wire.ErrUnknownKey, ""},
-		{"user grants", s.signed(t, alice, wire.BankGrant, grant(5)), wire.ErrRole, ""},
+		{"unsigned", unsigned, signing.ErrUnsigned, ""},
+		{"forged key", forged, signing.ErrBadSignature, ""},
+		{"tampered body", tampered, signing.ErrBadSignature, ""},
+		{"replayed", replayMsg, signing.ErrReplay, ""},
+		{"stale", s.signed(t, &stale, wire.BankGrant, grant(5)), signing.ErrStale, ""},
+		{"from the future", s.signed(t, &future, wire.BankGrant, grant(5)), signing.ErrStale, ""},
+		{"unknown key", s.signed(t, stranger, wire.BankGrant, grant(5)), signing.ErrUnknownKey, ""},
+		{"user grants", s.signed(t, alice, wire.BankGrant, grant(5)), signing.ErrRole, ""},
 		{"zero grant", s.signed(t, adminKey, wire.BankGrant, grant(0)), wire.ErrBadRequest, ""},
 		{"negative grant", s.signed(t, adminKey, wire.BankGrant, grant(-5)), wire.ErrBadRequest, ""},
 		{"overflowing grant", s.signed(t, adminKey, wire.BankGrant, grant(money.Max+1)), wire.ErrBadRequest, ""},
 		{"garbage", garbage, wire.ErrBadRequest, ""},
-		{"hold another's money", s.signed(t, alice, wire.BankHold, &wire.HoldRequest{Versioned: wire.Versioned{V: 1}, ID: "x", User: "bob", Amount: 5, Expires: t0.Add(time.Hour)}), wire.ErrRole, ""},
+		{"hold another's money", s.signed(t, alice, wire.BankHold, &wire.HoldRequest{Versioned: wire.Versioned{V: 1}, ID: "x", User: "bob", Amount: 5, Expires: t0.Add(time.Hour)}), signing.ErrRole, ""},
 		{"hold beyond balance", s.signed(t, alice, wire.BankHold, &wire.HoldRequest{Versioned: wire.Versioned{V: 1}, ID: "x", User: "alice", Amount: 10_000, Expires: t0.Add(time.Hour)}), wire.ErrInsufficient, ""},
-		{"release another's hold", s.signed(t, alice, wire.BankRelease, &wire.ReleaseRequest{Versioned: wire.Versioned{V: 1}, Hold: "h-bob", User: "bob"}), wire.ErrRole, ""},
+		{"release another's hold", s.signed(t, alice, wire.BankRelease, &wire.ReleaseRequest{Versioned: wire.Versioned{V: 1}, Hold: "h-bob", User: "bob"}), signing.ErrRole, ""},
 		{"release naming oneself", s.signed(t, alice, wire.BankRelease, &wire.ReleaseRequest{Versioned: wire.Versioned{V: 1}, Hold: "h-bob", User: "alice"}), wire.ErrForbidden, ""},
-		{"transfer from another", s.signed(t, alice, wire.BankTransfer, &wire.TransferRequest{Versioned: wire.Versioned{V: 1}, ID: "x", From: "bob", To: "alice", Amount: 5}), wire.ErrRole, ""},
+		{"transfer from another", s.signed(t, alice, wire.BankTransfer, &wire.TransferRequest{Versioned: wire.Versioned{V: 1}, ID: "x", From: "bob", To: "alice", Amount: 5}), signing.ErrRole, ""},
 		{"transfer to unknown", s.signed(t, alice, wire.BankTransfer, &wire.TransferRequest{Versioned: wire.Versioned{V: 1}, ID: "x", From: "alice", To: "nobody", Amount: 5}), wire.ErrNotFound, ""},
 		{"transfer beyond balance", s.signed(t, alice, wire.BankTransfer, &wire.TransferRequest{Versioned: wire.Versioned{V: 1}, ID: "x", From: "alice", To: "bob", Amount: 10_000}), wire.ErrInsufficient, ""},
-		{"user captures", s.signed(t, alice, wire.BankCapture, leg("h-bob", 5)), wire.ErrRole, ""},
-		{"agent captures for another host", s.signed(t, s.signer(t, wire.RoleAgent, "host-2"), wire.BankCapture, leg("h-bob", 5)), wire.ErrRole, ""},
+		{"user captures", s.signed(t, alice, wire.BankCapture, leg("h-bob", 5)), signing.ErrRole, ""},
+		{"agent captures for another host", s.signed(t, s.signer(t, wire.RoleAgent, "host-2"), wire.BankCapture, leg("h-bob", 5)), signing.ErrRole, ""},
 		{"capture unknown hold", s.signed(t, s.signer(t, wire.RoleAgent, "host-1"), wire.BankCapture, leg("h-none", 5)), nil, wire.CodeNotFound},
 		{"capture beyond the hold", s.signed(t, s.signer(t, wire.RoleAgent, "host-1"), wire.BankCapture, leg("h-small", 11)), nil, wire.CodeInsufficient},
 		{"capture after release", s.signed(t, s.signer(t, wire.RoleAgent, "host-1"), wire.BankCapture, leg("h-done", 5)), nil, wire.CodeConflict},
 		{"capture after expiry", s.signed(t, s.signer(t, wire.RoleAgent, "host-1"), wire.BankCapture, leg("h-old", 5)), nil, wire.CodeExpired},
 		{"capture as a wrong beneficiary", nil, nil, wire.CodeForbidden},
 		{"negative capture", s.signed(t, s.signer(t, wire.RoleAgent, "host-1"), wire.BankCapture, leg("h-bob", -5)), wire.ErrBadRequest, ""},
-		{"income by a user", s.signed(t, alice, wire.BankIncome, &wire.IncomeSetRequest{Versioned: wire.Versioned{V: 1}, User: "alice", Amount: 5, Every: wire.Duration(time.Hour)}), wire.ErrRole, ""},
-		{"principal by a user", s.signed(t, alice, wire.BankPrincipal, &wire.PrincipalRequest{Versioned: wire.Versioned{V: 1}, Key: stranger.Public(), Name: "eve", Role: wire.RoleAdmin}), wire.ErrRole, ""},
+		{"income by a user", s.signed(t, alice, wire.BankIncome, &wire.IncomeSetRequest{Versioned: wire.Versioned{V: 1}, User: "alice", Amount: 5, Every: wire.Duration(time.Hour)}), signing.ErrRole, ""},
+		{"principal by a user", s.signed(t, alice, wire.BankPrincipal, &wire.PrincipalRequest{Versioned: wire.Versioned{V: 1}, Key: stranger.Public(), Name: "eve", Role: wire.RoleAdmin}), signing.ErrRole, ""},
 	}
 	// host-2 may not capture from h-bob (beneficiaries: host-1 only).
 	cases[25].msg = s.signed(t, s.signer(t, wire.RoleAgent, "host-2"), wire.BankCapture,

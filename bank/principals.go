@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -18,7 +19,7 @@ var ErrOlderRecord = fmt.Errorf("%w: principal record older than the registered 
 
 // AddPrincipal registers (or changes) an identity. A bank that knows its
 // admin key (Options.AdminKey) takes only a registration carrying the
-// admin's record of exactly it (wire.CheckPrincipalRequest), sealed no
+// admin's record of exactly it (signing.CheckPrincipalRequest), sealed no
 // earlier than the record it holds; the admin key registers itself as
 // admin without one. The record is kept and given out by Whois.
 func (b *Bank) AddPrincipal(ctx context.Context, req *wire.PrincipalRequest) (wire.Principal, error) {
@@ -26,7 +27,7 @@ func (b *Bank) AddPrincipal(ctx context.Context, req *wire.PrincipalRequest) (wi
 		return wire.Principal{}, err
 	}
 	if b.adminKey != "" {
-		if err := wire.CheckPrincipalRequest(req, b.adminKey); err != nil {
+		if err := signing.CheckPrincipalRequest(req, b.adminKey); err != nil {
 			return wire.Principal{}, err
 		}
 	}
@@ -103,7 +104,7 @@ func (b *Bank) Whois(ctx context.Context, key string) (wire.Principal, error) {
 				p = wire.Principal{Key: key, Name: "admin", Role: wire.RoleAdmin}
 				return nil
 			}
-			return fmt.Errorf("%w %s", wire.ErrUnknownKey, key)
+			return fmt.Errorf("%w %s", signing.ErrUnknownKey, key)
 		}
 		p.Cert = decodeCert(cert)
 		return err
@@ -123,8 +124,8 @@ func (b *Bank) Whois(ctx context.Context, key string) (wire.Principal, error) {
 // every bank replica; Tick forgets those older than the signature window.
 type storeNonces struct{ b *Bank }
 
-// Use records c's nonce; wire.ErrReplay if it was recorded before.
-func (n storeNonces) Use(ctx context.Context, c wire.Caller, _ time.Time) error {
+// Use records c's nonce; signing.ErrReplay if it was recorded before.
+func (n storeNonces) Use(ctx context.Context, c signing.Caller, _ time.Time) error {
 	return n.b.st.run(ctx, func(t tx) error {
 		res, err := t.exec(ctx, `INSERT INTO nonces (key, nonce, at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`, c.Key, c.Nonce, c.Time.UnixNano())
 		if err != nil {
@@ -134,7 +135,7 @@ func (n storeNonces) Use(ctx context.Context, c wire.Caller, _ time.Time) error 
 			if err != nil {
 				return err
 			}
-			return fmt.Errorf("%w (signed %s)", wire.ErrReplay, c.Time.UTC().Format(time.RFC3339Nano))
+			return fmt.Errorf("%w (signed %s)", signing.ErrReplay, c.Time.UTC().Format(time.RFC3339Nano))
 		}
 		return nil
 	})

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/mrmarket/mrmarket/bank"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -26,7 +27,7 @@ func TestPrincipalsListedAndHeard(t *testing.T) {
 	}
 	defer b.Close()
 	for _, name := range []string{"alice", "bob"} {
-		s, err := wire.NewUserSigner()
+		s, err := signing.NewUserSigner()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mrmarket/mrmarket/internal/money"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -46,7 +47,7 @@ func (b *Bank) Tick(ctx context.Context, now time.Time) (int, error) {
 	if err := b.st.run(ctx, func(t tx) error { return b.payIncome(ctx, t, now) }); err != nil {
 		return released, err
 	}
-	_, err = b.st.db.ExecContext(ctx, b.st.rebind(`DELETE FROM nonces WHERE at < ?`), now.Add(-2*wire.MaxSkew).UnixNano())
+	_, err = b.st.db.ExecContext(ctx, b.st.rebind(`DELETE FROM nonces WHERE at < ?`), now.Add(-2*signing.MaxSkew).UnixNano())
 	if err != nil {
 		return released, storeErr("purging nonces", err)
 	}

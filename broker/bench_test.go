@@ -12,6 +12,7 @@ import (
 
 	"github.com/mrmarket/mrmarket/broker"
 	"github.com/mrmarket/mrmarket/internal/natstest"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -47,7 +48,7 @@ func BenchmarkRound(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	signer, err := wire.NewUserSigner() // bids are signed, as in production
+	signer, err := signing.NewUserSigner() // bids are signed, as in production
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -13,9 +13,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mrmarket/mrmarket/internal/mandate"
 	"github.com/mrmarket/mrmarket/internal/obs"
 	"github.com/mrmarket/mrmarket/internal/rpc"
 	"github.com/mrmarket/mrmarket/internal/service"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 	"github.com/mrmarket/mrmarket/strategies"
 )
@@ -60,9 +62,9 @@ type Agents interface {
 // natsAgents sends bid requests on the agents' NATS subjects.
 type natsAgents struct {
 	nc     *nats.Conn
-	signer *wire.Signer
+	signer *signing.Signer
 	// adminKey, when set, makes a bid's answer count only signed by the
-	// host's own agent (wire.TrustPrincipal): a forged "done" or refusal
+	// host's own agent (signing.TrustPrincipal): a forged "done" or refusal
 	// is ignored.
 	adminKey  string
 	onRefused func(error)
@@ -84,7 +86,7 @@ const bidAttempt = 2 * rpc.DaemonAttempt
 func (a natsAgents) Bid(ctx context.Context, host string, req *wire.BidRequest) error {
 	opts := []rpc.Option{rpc.SignedBy(a.signer), rpc.Header(wire.HeaderOrder, req.Plan), rpc.Retried(bidAttempt, rpc.TimedOut)}
 	if a.adminKey != "" {
-		opts = append(opts, rpc.Trusted(wire.TrustPrincipal(a.adminKey, wire.RoleAgent, host), a.onRefused))
+		opts = append(opts, rpc.Trusted(signing.TrustPrincipal(a.adminKey, wire.RoleAgent, host), a.onRefused))
 	}
 	_, err := rpc.Request[struct{}](ctx, a.nc, wire.AgentBidSubject(host), req, opts...)
 	return err
@@ -132,7 +134,7 @@ type Config struct {
 	// Metrics, when set, counts requests and running plans.
 	Metrics *obs.Metrics
 	// Signer signs the broker's bid requests to agents.
-	Signer *wire.Signer
+	Signer *signing.Signer
 	// DeadlineShare is the share of its hosts an admitted job holds while
 	// it runs (EDF); default 0.8, at most 0.95.
 	DeadlineShare float64
@@ -167,7 +169,7 @@ type Broker struct {
 	store planStore
 	admit sync.Mutex // one admission at a time: quotes and submits see a stable queue
 	// mandates caches the mandates read (mandate.go).
-	mandates wire.MandateCache
+	mandates mandate.Cache
 	// recovered: the plans the store lost were recovered from the bank (recover.go).
 	recovered recovery
 	// inStart counts the tries of start running here, by plan (plans.go).

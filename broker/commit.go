@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mrmarket/mrmarket/internal/rpc"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 	"github.com/mrmarket/mrmarket/strategies"
 )
@@ -287,7 +288,7 @@ func (s *kvStore) commitments(ctx context.Context, host string) (*commitRec, uin
 		err = json.Unmarshal(body, rec)
 	}
 	if err == nil && rec.Host != host {
-		err = fmt.Errorf("%w: commitments of host %q under the key of %q", wire.ErrWrongPlace, rec.Host, host)
+		err = fmt.Errorf("%w: commitments of host %q under the key of %q", signing.ErrWrongPlace, rec.Host, host)
 	}
 	if err != nil {
 		// Counted as empty: the plan records still hold every job but those

@@ -148,9 +148,9 @@
 //
 // A plan started by a signed spend or submit keeps it (the mandate) and
 // sends it with its hold and its bids; its hold id is derived from it
-// (wire.HoldIDFor), so agents and the bank check the plan against what the
+// (mandate.HoldIDFor), so agents and the bank check the plan against what the
 // user signed and a broker, a forged record or a replay cannot widen it
-// (mandate.go, wire/mandate.go). Plan records are sealed by the broker
+// (mandate.go, package mandate). Plan records are sealed by the broker
 // that wrote them and verified on read; a record no broker sealed is
 // refused, a deleted key or bucket is detected, and both are reported and
 // restored from the replica's mirror (seal.go). The hosts' commitment

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mrmarket/mrmarket/internal/mandate"
 	"github.com/mrmarket/mrmarket/internal/natsutil"
 	"github.com/mrmarket/mrmarket/internal/service"
 	"github.com/mrmarket/mrmarket/internal/wire"
@@ -15,9 +16,9 @@ import (
 
 // Mandates: a plan started by a signed spend or submit keeps that signed
 // request (planRecord.Mandate) and passes it on with its hold and every
-// bid; its hold is the one the mandate funds (wire.HoldIDFor), so agents
+// bid; its hold is the one the mandate funds (mandate.HoldIDFor), so agents
 // and the bank can check the plan against what the user signed (see
-// wire/mandate.go). A plan started by an unsigned request (a broker
+// package mandate). A plan started by an unsigned request (a broker
 // without identities: the simulator, tests) carries none, and its hold id
 // is random as before.
 
@@ -44,7 +45,7 @@ func (b *Broker) mandateOf(ctx context.Context, user string) (*wire.SignedReques
 		return nil, "", err
 	}
 	if m.User != user {
-		return nil, "", fmt.Errorf("%w: signed for user %q, not %q", wire.ErrBadMandate, m.User, user)
+		return nil, "", fmt.Errorf("%w: signed for user %q, not %q", mandate.ErrNotAllowed, m.User, user)
 	}
 	return s, m.Hold, nil
 }

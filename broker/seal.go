@@ -15,6 +15,7 @@ import (
 	"github.com/mrmarket/mrmarket/internal/natsutil"
 	"github.com/mrmarket/mrmarket/internal/obs"
 	"github.com/mrmarket/mrmarket/internal/service"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -34,7 +35,7 @@ func PlanPurpose(id string) string { return "plan/" + id }
 
 // sealing is how a kvStore seals and opens records, and what it reports.
 type sealing struct {
-	signer  *wire.Signer       // nil: records are stored unsealed
+	signer  *signing.Signer    // nil: records are stored unsealed
 	ids     service.Identities // nil: records are not verified
 	whois   *service.WhoisCache
 	now     func() time.Time
@@ -72,10 +73,10 @@ func (s *sealing) open(id string, value []byte) (*planRecord, error) {
 	}
 	var rec planRecord
 	if err := json.Unmarshal(body, &rec); err != nil {
-		return nil, fmt.Errorf("%w: plan record: %v", wire.ErrBadSeal, err)
+		return nil, fmt.Errorf("%w: plan record: %v", signing.ErrBadSeal, err)
 	}
 	if rec.Plan.ID != id {
-		return nil, fmt.Errorf("%w: record of plan %q under the key of %q", wire.ErrWrongPlace, rec.Plan.ID, id)
+		return nil, fmt.Errorf("%w: record of plan %q under the key of %q", signing.ErrWrongPlace, rec.Plan.ID, id)
 	}
 	return &rec, nil
 }
@@ -86,7 +87,7 @@ func (s *sealing) open(id string, value []byte) (*planRecord, error) {
 func (s *sealing) unseal(purpose string, value []byte) ([]byte, error) {
 	var sealed wire.Sealed
 	if json.Unmarshal(value, &sealed) == nil && sealed.Sig != "" {
-		key, err := sealed.Open(purpose)
+		key, err := signing.Open(sealed, purpose)
 		if err != nil {
 			return nil, err
 		}
@@ -97,7 +98,7 @@ func (s *sealing) unseal(purpose string, value []byte) ([]byte, error) {
 		}
 		return sealed.Body, nil
 	} else if s.ids != nil {
-		return nil, fmt.Errorf("%w: unsealed record (%s)", wire.ErrBadSeal, purpose)
+		return nil, fmt.Errorf("%w: unsealed record (%s)", signing.ErrBadSeal, purpose)
 	}
 	return value, nil
 }
@@ -114,12 +115,12 @@ func (s *sealing) broker(key string) error {
 		defer cancel()
 		var err error
 		if p, err = s.ids.Whois(ctx, key); err != nil {
-			return fmt.Errorf("%w: sealed by %s: %v", wire.ErrBadSeal, key, err)
+			return fmt.Errorf("%w: sealed by %s: %v", signing.ErrBadSeal, key, err)
 		}
 		s.whois.Put(key, p, now())
 	}
 	if p.Role != wire.RoleBroker {
-		return fmt.Errorf("%w: sealed by %s (%s), not a broker", wire.ErrBadSeal, p.Name, p.Role)
+		return fmt.Errorf("%w: sealed by %s (%s), not a broker", signing.ErrBadSeal, p.Name, p.Role)
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mrmarket/mrmarket/internal/rpc"
 	"github.com/mrmarket/mrmarket/internal/service"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -172,8 +173,8 @@ func catchUp(nc *nats.Conn, intake *stateIntake) error {
 // reply ignored.
 type Client struct {
 	NC        *nats.Conn
-	Signer    *wire.Signer
-	Keys      wire.Keyring
+	Signer    *signing.Signer
+	Keys      signing.Keyring
 	AdminKey  string
 	OnRefused func(error)
 	// Reader signs the reads that act for no user; zero is the admin.
@@ -210,7 +211,7 @@ func asUser(user string) rpc.As {
 func call[Rep any](ctx context.Context, c Client, who rpc.As, subject string, req wire.Message) (Rep, error) {
 	opts := []rpc.Option{rpc.SignedAs(who, c.Signer, c.Keys)}
 	if c.AdminKey != "" {
-		opts = append(opts, rpc.Trusted(wire.TrustRole(c.AdminKey, wire.RoleBroker), c.OnRefused))
+		opts = append(opts, rpc.Trusted(signing.TrustRole(c.AdminKey, wire.RoleBroker), c.OnRefused))
 	}
 	return rpc.Request[Rep](ctx, c.NC, subject, req, opts...)
 }

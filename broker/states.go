@@ -13,6 +13,7 @@ import (
 
 	"github.com/mrmarket/mrmarket/internal/rpc"
 	"github.com/mrmarket/mrmarket/internal/service"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -20,7 +21,7 @@ import (
 // and at what price; whoever could publish one for another host could
 // claim its VMs or poison its price. So, when the broker knows identities
 // (Config.Identities and Config.AdminKey), a state counts only if it is
-// sealed for its host (wire.SealHostState) by a key the admin registered as
+// sealed for its host (signing.SealHostState) by a key the admin registered as
 // that host's agent (checked through the registry, service.Certified),
 // sealed no later than MaxSkew ahead of the broker's signing clock and —
 // live, not from the bucket — no earlier than maxStateAge behind it. Any
@@ -33,7 +34,7 @@ import (
 
 // maxStateAge is how old a live state's seal may be: older ones are
 // replays.
-const maxStateAge = wire.MaxSkew
+const maxStateAge = signing.MaxSkew
 
 // stateWhoisSize is how many agents' identities the intake remembers.
 const stateWhoisSize = 16384
@@ -137,14 +138,14 @@ func (in *stateIntake) subscribe(nc *nats.Conn) (unsubscribe func(), err error) 
 // take checks a published state (live: from the subject, else from the
 // bucket) and observes it if it counts; the error says why not.
 func (in *stateIntake) take(ctx context.Context, data []byte, live bool) error {
-	m, err := wire.DecodeHostState(data)
+	m, err := signing.DecodeHostState(data)
 	if err != nil {
 		in.b.cfg.Metrics.Error("broker", "bad_state")
 		return err
 	}
 	if err := in.check(ctx, m, live); err != nil {
 		switch {
-		case errors.Is(err, wire.ErrStateTime):
+		case errors.Is(err, signing.ErrStateTime):
 			in.b.cfg.Metrics.Error("broker", "state_time")
 		case errors.Is(err, errStateUnverified):
 			in.b.cfg.Metrics.Error("broker", "state_unverified")
@@ -157,10 +158,10 @@ func (in *stateIntake) take(ctx context.Context, data []byte, live bool) error {
 	return nil
 }
 
-func (in *stateIntake) check(ctx context.Context, m wire.HostStateMsg, live bool) error {
+func (in *stateIntake) check(ctx context.Context, m signing.HostStateMsg, live bool) error {
 	if in.ids == nil {
 		if m.Sealed != nil {
-			_, err := m.Sealed.Open(wire.HostStatePurpose(m.State.Host))
+			_, err := signing.Open(*m.Sealed, signing.HostStatePurpose(m.State.Host))
 			return err
 		}
 		return nil
@@ -170,7 +171,7 @@ func (in *stateIntake) check(ctx context.Context, m wire.HostStateMsg, live bool
 		maxAge = maxStateAge
 	}
 	now := in.b.signingNow()
-	key, err := wire.OpenHostState(m, now, maxAge)
+	key, err := signing.OpenHostState(m, now, maxAge)
 	if err != nil {
 		return err
 	}
@@ -178,14 +179,14 @@ func (in *stateIntake) check(ctx context.Context, m wire.HostStateMsg, live bool
 	if !ok {
 		if p, err = in.ids.Whois(ctx, key); err != nil {
 			if errors.Is(err, wire.ErrForbidden) || errors.Is(err, wire.ErrNotFound) {
-				return fmt.Errorf("%w: %v", wire.ErrStateSigner, err)
+				return fmt.Errorf("%w: %v", signing.ErrStateSigner, err)
 			}
 			return fmt.Errorf("%w: %v", errStateUnverified, err)
 		}
 		in.cache.Put(key, p, now)
 	}
 	if p.Role != wire.RoleAgent || p.Name != m.State.Host {
-		return fmt.Errorf("%w: %s sealed by %s %s", wire.ErrStateSigner, m.State.Host, p.Role, p.Name)
+		return fmt.Errorf("%w: %s sealed by %s %s", signing.ErrStateSigner, m.State.Host, p.Role, p.Name)
 	}
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/mrmarket/mrmarket/internal/natstest"
 	"github.com/mrmarket/mrmarket/internal/natsutil"
 	"github.com/mrmarket/mrmarket/internal/obs"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/testpoll"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
@@ -45,9 +46,9 @@ func errorsCounted(t testing.TB, reg *prometheus.Registry, component, kind strin
 	return 0
 }
 
-func newSigner(t testing.TB) *wire.Signer {
+func newSigner(t testing.TB) *signing.Signer {
 	t.Helper()
-	s, err := wire.NewUserSigner()
+	s, err := signing.NewUserSigner()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,14 +62,14 @@ func newSigner(t testing.TB) *wire.Signer {
 func TestForgedWhoisAnswerRefusedByTheBroker(t *testing.T) {
 	_, nc := natstest.Start(t)
 	admin, mallory, alice := newSigner(t), newSigner(t), newSigner(t)
-	aliceCert := wire.SealPrincipal(admin, alice.Public(), "alice", wire.RoleUser)
+	aliceCert := signing.SealPrincipal(admin, alice.Public(), "alice", wire.RoleUser)
 	sub, err := nc.QueueSubscribe(wire.BankWhois, wire.QueueBank, func(m *nats.Msg) {
 		var req wire.WhoisRequest
 		_ = json.Unmarshal(m.Data, &req)
 		p := wire.Principal{Key: req.Key, Name: "alice", Role: wire.RoleAdmin}
 		switch {
 		case req.Key == mallory.Public():
-			p.Cert = wire.SealPrincipal(mallory, req.Key, "alice", wire.RoleAdmin) // not the admin's seal
+			p.Cert = signing.SealPrincipal(mallory, req.Key, "alice", wire.RoleAdmin) // not the admin's seal
 		case req.Key == alice.Public():
 			p.Cert = aliceCert // alice's real record, but the answer says admin
 		}
@@ -89,7 +90,7 @@ func TestForgedWhoisAnswerRefusedByTheBroker(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop()
-	for i, s := range []*wire.Signer{mallory, newSigner(t), alice} {
+	for i, s := range []*signing.Signer{mallory, newSigner(t), alice} {
 		// bob's plan: only an admin may spend for him.
 		_, err := broker.Client{NC: nc, Signer: s}.Spend(context.Background(), &wire.SpendRequest{ID: "s", User: "bob", Budget: 1000,
 			Duration: wire.Duration(time.Hour), VMs: []string{"vm1"}, Strategy: wire.StrategyFair})
@@ -107,8 +108,8 @@ func TestForgedWhoisAnswerRefusedByTheBroker(t *testing.T) {
 type stateWorld struct {
 	nc      *nats.Conn
 	assets  *natsutil.Assets
-	admin   *wire.Signer
-	agents  map[string]*wire.Signer
+	admin   *signing.Signer
+	agents  map[string]*signing.Signer
 	reg     *prometheus.Registry
 	b       *broker.Broker
 	stopped func()
@@ -117,7 +118,7 @@ type stateWorld struct {
 func newStateWorld(t *testing.T) *stateWorld {
 	t.Helper()
 	_, nc := natstest.Start(t)
-	w := &stateWorld{nc: nc, assets: natstest.Assets(t, nc), admin: newSigner(t), agents: map[string]*wire.Signer{}}
+	w := &stateWorld{nc: nc, assets: natstest.Assets(t, nc), admin: newSigner(t), agents: map[string]*signing.Signer{}}
 	bk, err := bank.Open(filepath.Join(t.TempDir(), "bank.db"), bank.Options{AdminKey: w.admin.Public()})
 	if err != nil {
 		t.Fatal(err)
@@ -127,7 +128,7 @@ func newStateWorld(t *testing.T) *stateWorld {
 		s := newSigner(t)
 		w.agents[h] = s
 		if _, err := bk.AddPrincipal(context.Background(), &wire.PrincipalRequest{Key: s.Public(), Name: h, Role: wire.RoleAgent,
-			Cert: wire.SealPrincipal(w.admin, s.Public(), h, wire.RoleAgent)}); err != nil {
+			Cert: signing.SealPrincipal(w.admin, s.Public(), h, wire.RoleAgent)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -167,7 +168,7 @@ func (w *stateWorld) start(t *testing.T) {
 }
 
 // publish publishes st as an agent with signer s would (nil: unsealed).
-func (w *stateWorld) publish(t *testing.T, s *wire.Signer, st wire.HostState) {
+func (w *stateWorld) publish(t *testing.T, s *signing.Signer, st wire.HostState) {
 	t.Helper()
 	if err := (agent.NATSPublisher{NC: w.nc, KV: w.assets.Hosts, Signer: s}).Publish(context.Background(), st); err != nil {
 		t.Fatal(err)
@@ -299,7 +300,7 @@ func TestForgedBrokerRepliesIgnored(t *testing.T) {
 	defer bk.Close()
 	// The broker's key is registered where the broker looks it up.
 	if _, err := bk.AddPrincipal(context.Background(), &wire.PrincipalRequest{Key: key.Public(), Name: "broker", Role: wire.RoleBroker,
-		Cert: wire.SealPrincipal(w.admin, key.Public(), "broker", wire.RoleBroker)}); err != nil {
+		Cert: signing.SealPrincipal(w.admin, key.Public(), "broker", wire.RoleBroker)}); err != nil {
 		t.Fatal(err)
 	}
 	w.stopped()
@@ -355,7 +356,7 @@ func TestForgedBidRepliesIgnored(t *testing.T) {
 	defer bk.Close()
 	for _, p := range []wire.Principal{{Key: hostKey.Public(), Name: "host-1", Role: wire.RoleAgent}, {Key: brokerKey.Public(), Name: "broker", Role: wire.RoleBroker}} {
 		if _, err := bk.AddPrincipal(ctx, &wire.PrincipalRequest{Key: p.Key, Name: p.Name, Role: p.Role,
-			Cert: wire.SealPrincipal(admin, p.Key, p.Name, p.Role)}); err != nil {
+			Cert: signing.SealPrincipal(admin, p.Key, p.Name, p.Role)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -388,7 +389,7 @@ func TestForgedBidRepliesIgnored(t *testing.T) {
 	// (the agent charges no bid without one).
 	alice := newSigner(t)
 	if _, err := bk.AddPrincipal(ctx, &wire.PrincipalRequest{Key: alice.Public(), Name: "alice", Role: wire.RoleUser,
-		Cert: wire.SealPrincipal(admin, alice.Public(), "alice", wire.RoleUser)}); err != nil {
+		Cert: signing.SealPrincipal(admin, alice.Public(), "alice", wire.RoleUser)}); err != nil {
 		t.Fatal(err)
 	}
 	stopBroker, err := broker.Serve(nc, b)

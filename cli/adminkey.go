@@ -5,6 +5,7 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -23,13 +24,13 @@ func adminKey(c *ucli.Context) (string, error) {
 		if wire.CheckPublicKey(v) == nil {
 			return v, nil
 		}
-		k, err := wire.AdminKeyFile(v)
+		k, err := signing.AdminKeyFile(v)
 		if err != nil {
 			return "", usageError{fmt.Errorf("--admin-key: %w", err)}
 		}
 		return k, nil
 	}
-	k, err := wire.CredsDir(c.String("creds")).AdminKey()
+	k, err := signing.CredsDir(c.String("creds")).AdminKey()
 	if err != nil {
 		return "", err
 	}
@@ -48,7 +49,7 @@ func clientAdminKey(c *ucli.Context) string {
 		if wire.CheckPublicKey(v) == nil {
 			return v
 		}
-		if k, err := wire.AdminKeyFile(v); err == nil {
+		if k, err := signing.AdminKeyFile(v); err == nil {
 			return k
 		}
 		return v // not a key: every answer is refused, and the error says so

@@ -17,6 +17,7 @@ import (
 	"github.com/mrmarket/mrmarket/broker"
 	"github.com/mrmarket/mrmarket/internal/natsutil"
 	"github.com/mrmarket/mrmarket/internal/obs"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -94,7 +95,7 @@ func runAgent(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
-	signer, err := wire.CredsDir(c.String("creds")).Signer(wire.RoleAgent, host)
+	signer, err := signing.CredsDir(c.String("creds")).Signer(wire.RoleAgent, host)
 	if err != nil {
 		return err
 	}
@@ -281,7 +282,7 @@ func brokerCommand() *ucli.Command {
 			if err != nil {
 				return err
 			}
-			signer, err := wire.CredsDir(c.String("creds")).Signer(wire.RoleBroker, "broker")
+			signer, err := signing.CredsDir(c.String("creds")).Signer(wire.RoleBroker, "broker")
 			if err != nil {
 				return err
 			}

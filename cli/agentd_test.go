@@ -18,6 +18,7 @@ import (
 	"github.com/mrmarket/mrmarket/cli"
 	"github.com/mrmarket/mrmarket/internal/market"
 	"github.com/mrmarket/mrmarket/internal/money"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/testpoll"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
@@ -279,7 +280,7 @@ func TestAgentSimDaemon(t *testing.T) {
 // stderr and exit 2, before it opens or connects to anything: the same
 // lines with good flags exit 4 (nothing answers at --nats).
 func TestAgentFlags(t *testing.T) {
-	creds := wire.CredsDir(filepath.Join(t.TempDir(), "creds"))
+	creds := signing.CredsDir(filepath.Join(t.TempDir(), "creds"))
 	if _, err := creds.Ensure(wire.RoleAgent, "host-1"); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/mrmarket/mrmarket/internal/money"
 	"github.com/mrmarket/mrmarket/internal/natsutil"
 	"github.com/mrmarket/mrmarket/internal/obs"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -41,7 +42,7 @@ func bankServeCommand() *ucli.Command {
 			}
 			reg := prometheus.NewRegistry()
 			metrics := obs.NewMetrics(reg)
-			keys := wire.CredsDir(c.String("creds"))
+			keys := signing.CredsDir(c.String("creds"))
 			anchor, admin, err := bankAnchor(c, keys)
 			if err != nil {
 				return err
@@ -104,7 +105,7 @@ func bankServeCommand() *ucli.Command {
 // (the admin's seed may then live elsewhere), else the admin credentials in
 // keys, created on first start with their admin.pub. admin is the admin's
 // signer when keys hold it (nil otherwise).
-func bankAnchor(c *ucli.Context, keys wire.CredsDir) (string, *wire.Signer, error) {
+func bankAnchor(c *ucli.Context, keys signing.CredsDir) (string, *signing.Signer, error) {
 	if c.String("admin-key") != "" {
 		anchor, err := adminKey(c)
 		if err != nil {
@@ -129,7 +130,7 @@ func bankAnchor(c *ucli.Context, keys wire.CredsDir) (string, *wire.Signer, erro
 // registerBank registers the anchor as the admin and, when the admin's
 // seed is at hand, the bank's own key with a fresh record, so its signed
 // replies are believed; else it says how to register it.
-func registerBank(c *ucli.Context, b *bank.Bank, anchor string, admin, self *wire.Signer) error {
+func registerBank(c *ucli.Context, b *bank.Bank, anchor string, admin, self *signing.Signer) error {
 	if _, err := b.AddPrincipal(c.Context, &wire.PrincipalRequest{Key: anchor, Name: "admin", Role: wire.RoleAdmin}); err != nil {
 		return err
 	}
@@ -140,7 +141,7 @@ func registerBank(c *ucli.Context, b *bank.Bank, anchor string, admin, self *wir
 		return nil
 	}
 	_, err := b.AddPrincipal(c.Context, &wire.PrincipalRequest{Key: self.Public(), Name: "bank", Role: wire.RoleBank,
-		Cert: wire.SealPrincipal(admin, self.Public(), "bank", wire.RoleBank)})
+		Cert: signing.SealPrincipal(admin, self.Public(), "bank", wire.RoleBank)})
 	return err
 }
 
@@ -256,7 +257,7 @@ func addPrincipal(c *ucli.Context) error {
 	s, err := keys.Signer(req.Role, req.Name)
 	fresh := errors.Is(err, wire.ErrForbidden) // no credentials yet
 	if fresh {
-		s, err = wire.NewUserSigner()
+		s, err = signing.NewUserSigner()
 	}
 	if err != nil {
 		return err
@@ -271,11 +272,11 @@ func addPrincipal(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
-	req.Cert = wire.SealPrincipal(admin, req.Key, req.Name, req.Role)
+	req.Cert = signing.SealPrincipal(admin, req.Key, req.Name, req.Role)
 	register := func(ctx context.Context, cl clients, req *wire.PrincipalRequest) (wire.Principal, error) {
 		p, err := cl.bank.AddPrincipal(ctx, req)
 		if err == nil && fresh {
-			if err = wire.SaveSigner(keys.Path(req.Role, req.Name), s); err != nil {
+			if err = signing.SaveSigner(keys.Path(req.Role, req.Name), s); err != nil {
 				err = fmt.Errorf("%s %s is registered with key %s, but its credentials could not be written: %w", req.Role, req.Name, req.Key, err)
 			}
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/mrmarket/mrmarket/cli"
 	"github.com/mrmarket/mrmarket/internal/market"
 	"github.com/mrmarket/mrmarket/internal/natstest"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/testpoll"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
@@ -314,7 +315,7 @@ func TestBankServe(t *testing.T) {
 	// A second command line would race with this one on urfave/cli's global
 	// help flag, so the client side is the bank client the CLI uses.
 	nc := natstest.Connect(t, ns)
-	bc := bank.Client{NC: nc, Keys: wire.CredsDir(filepath.Join(dir, "creds"))}
+	bc := bank.Client{NC: nc, Keys: signing.CredsDir(filepath.Join(dir, "creds"))}
 	var rep wire.GrantReply
 	err := testpoll.Wait(10*time.Second, 20*time.Millisecond, func() (err error) {
 		rep, err = bc.Grant(ctx, &wire.GrantRequest{ID: "g", User: "dora", Amount: 3_000_000})

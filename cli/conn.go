@@ -15,6 +15,7 @@ import (
 	"github.com/mrmarket/mrmarket/bank"
 	"github.com/mrmarket/mrmarket/internal/natsutil"
 	"github.com/mrmarket/mrmarket/internal/rpc"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -54,11 +55,11 @@ func commandPath(c *ucli.Context) string {
 
 // credsDir is the credentials directory: --creds, or MRM_CREDS, or the
 // config file's, or the default, for commands with or without the flag.
-func credsDir(c *ucli.Context) wire.CredsDir { return wire.CredsDir(setting(c, "creds")) }
+func credsDir(c *ucli.Context) signing.CredsDir { return signing.CredsDir(setting(c, "creds")) }
 
 // tlsCA is --tls-ca (MRM_TLS_CA, the config file's), or the CA next to the
 // credentials directory when it exists, or none (a server without TLS).
-func tlsCA(c *ucli.Context, creds wire.CredsDir) string {
+func tlsCA(c *ucli.Context, creds signing.CredsDir) string {
 	if ca := setting(c, "tls-ca"); ca != "" {
 		return ca
 	}
@@ -70,14 +71,14 @@ func tlsCA(c *ucli.Context, creds wire.CredsDir) string {
 }
 
 // connIdentity is the principal a command connects as (see above).
-func connIdentity(c *ucli.Context, keys wire.CredsDir) (*wire.Signer, error) {
+func connIdentity(c *ucli.Context, keys signing.CredsDir) (*signing.Signer, error) {
 	s, _, err := connPrincipal(c, keys)
 	return s, err
 }
 
 // connPrincipal is the principal a command connects as, with who it is
 // (role and name) — the same principal signs the command's reads.
-func connPrincipal(c *ucli.Context, keys wire.CredsDir) (*wire.Signer, rpc.As, error) {
+func connPrincipal(c *ucli.Context, keys signing.CredsDir) (*signing.Signer, rpc.As, error) {
 	admin := rpc.As{Role: wire.RoleAdmin, Name: "admin"}
 	if adminCommands[commandPath(c)] {
 		s, err := keys.Signer(wire.RoleAdmin, "admin")
@@ -136,7 +137,7 @@ func connect(c *ucli.Context) (*nats.Conn, error) {
 
 // connectDaemon connects a daemon as signer, retrying forever once
 // connected (natsutil's policy).
-func connectDaemon(c *ucli.Context, name string, signer *wire.Signer) (*nats.Conn, error) {
+func connectDaemon(c *ucli.Context, name string, signer *signing.Signer) (*nats.Conn, error) {
 	url := setting(c, "nats")
 	nc, err := natsutil.ConnectWith(url, natsutil.ConnectOptions{Name: name, Signer: signer, CAFile: tlsCA(c, credsDir(c))})
 	if err != nil {
@@ -159,8 +160,8 @@ func connectError(url string, err error) error {
 
 // bankConnSigner is the key `mrmarket bank serve` connects with: the
 // bank's own (creds/bank.nk) when it is registered with role bank.
-func bankConnSigner(ctx context.Context, b *bank.Bank, keys wire.CredsDir, admin *wire.Signer) *wire.Signer {
-	if s, err := wire.LoadSigner(filepath.Join(string(keys), "bank.nk")); err == nil {
+func bankConnSigner(ctx context.Context, b *bank.Bank, keys signing.CredsDir, admin *signing.Signer) *signing.Signer {
+	if s, err := signing.LoadSigner(filepath.Join(string(keys), "bank.nk")); err == nil {
 		if p, err := b.Whois(ctx, s.Public()); err == nil && p.Role == wire.RoleBank {
 			return s
 		}

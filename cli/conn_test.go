@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/mrmarket/mrmarket/cli"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -21,7 +22,7 @@ func TestCommandsConnectAsTheirPrincipal(t *testing.T) {
 		t.Fatalf("admin grants: %+v", r)
 	}
 	home := t.TempDir()
-	mine := wire.CredsDir(filepath.Join(home, "creds"))
+	mine := signing.CredsDir(filepath.Join(home, "creds"))
 	seed, err := os.ReadFile(m.Keys().Path(wire.RoleUser, "alice"))
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"github.com/mrmarket/mrmarket/broker"
 	"github.com/mrmarket/mrmarket/cli"
 	"github.com/mrmarket/mrmarket/internal/natstest"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/testpoll"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
@@ -24,7 +25,7 @@ import (
 type daemonWorld struct {
 	url  string
 	nc   *nats.Conn
-	keys wire.CredsDir
+	keys signing.CredsDir
 	dir  string
 }
 
@@ -43,7 +44,7 @@ func newDaemonWorld(t *testing.T) *daemonWorld {
 		t.Fatal(err)
 	}
 	t.Cleanup(stop)
-	w := &daemonWorld{url: ns.ClientURL(), nc: nc, keys: wire.CredsDir(filepath.Join(dir, "creds")), dir: dir}
+	w := &daemonWorld{url: ns.ClientURL(), nc: nc, keys: signing.CredsDir(filepath.Join(dir, "creds")), dir: dir}
 	for _, p := range []struct{ role, name string }{{wire.RoleAdmin, "admin"}, {wire.RoleBroker, "broker"}, {wire.RoleAgent, "host-9"}} {
 		k, err := w.keys.Ensure(p.role, p.name)
 		if err != nil {

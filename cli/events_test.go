@@ -17,6 +17,7 @@ import (
 	"github.com/mrmarket/mrmarket/bank"
 	"github.com/mrmarket/mrmarket/broker"
 	"github.com/mrmarket/mrmarket/cli"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/testpoll"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
@@ -68,7 +69,7 @@ func TestEventsAreTheSignedRequests(t *testing.T) {
 		if !ok {
 			continue
 		}
-		c, err := ev.Request.Check()
+		c, err := signing.CheckRequest(ev.Request)
 		if err != nil {
 			t.Fatalf("%s.%s: the signed request does not verify: %v", ev.Component, ev.Op, err)
 		}

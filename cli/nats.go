@@ -18,6 +18,7 @@ import (
 	"github.com/mrmarket/mrmarket/internal/market"
 	"github.com/mrmarket/mrmarket/internal/natsauth"
 	"github.com/mrmarket/mrmarket/internal/natsutil"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -163,7 +164,7 @@ func natsRenderer(c *ucli.Context) (func(context.Context) ([]byte, error), natsa
 	if abs, err := filepath.Abs(opts.StoreDir); err == nil {
 		opts.StoreDir = abs
 	}
-	keys := wire.CredsDir(orDefault(c.String("creds"), filepath.Join(data, "creds")))
+	keys := signing.CredsDir(orDefault(c.String("creds"), filepath.Join(data, "creds")))
 	render := func(ctx context.Context) ([]byte, error) {
 		store := c.String("store")
 		if store == "" { // looked for each time: a node may start before the bank
@@ -238,7 +239,7 @@ func natsConfig(c *ucli.Context) error {
 // configPrincipals are the principals of the bank's store (when given)
 // and of the credentials in keys; the registry's role wins for a key in
 // both.
-func configPrincipals(ctx context.Context, store string, keys wire.CredsDir) ([]wire.Principal, error) {
+func configPrincipals(ctx context.Context, store string, keys signing.CredsDir) ([]wire.Principal, error) {
 	byKey := map[string]wire.Principal{}
 	if store != "" {
 		b, err := bank.Open(store, bank.Options{})
@@ -255,7 +256,7 @@ func configPrincipals(ctx context.Context, store string, keys wire.CredsDir) ([]
 		}
 	}
 	add := func(path, role, name string) {
-		s, err := wire.LoadSigner(path)
+		s, err := signing.LoadSigner(path)
 		if err != nil {
 			return
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/mrmarket/mrmarket/bank"
 	"github.com/mrmarket/mrmarket/internal/natsutil"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -20,13 +21,13 @@ import (
 // once it is regenerated, and the server started from it admits it.
 func TestNATSConfig(t *testing.T) {
 	data := t.TempDir()
-	keys := wire.CredsDir(filepath.Join(data, "creds"))
+	keys := signing.CredsDir(filepath.Join(data, "creds"))
 	b, err := bank.Open(filepath.Join(data, "bank.db"), bank.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	register := func(role, name string) *wire.Signer {
+	register := func(role, name string) *signing.Signer {
 		s, err := keys.Ensure(role, name)
 		if err != nil {
 			t.Fatal(err)
@@ -107,7 +108,7 @@ func TestNATSConfig(t *testing.T) {
 		t.Fatalf("carol connects: %v", err)
 	}
 	nc.Close()
-	stranger, _ := wire.NewUserSigner()
+	stranger, _ := signing.NewUserSigner()
 	if nc, err := natsutil.ConnectWith(ns.ClientURL(), natsutil.ConnectOptions{Signer: stranger, CAFile: ca}); err == nil {
 		nc.Close()
 		t.Fatal("an unknown key connected")

@@ -14,6 +14,7 @@ import (
 	"github.com/mrmarket/mrmarket/cli"
 	"github.com/mrmarket/mrmarket/internal/natstest"
 	"github.com/mrmarket/mrmarket/internal/natsutil"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/testpoll"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
@@ -90,7 +91,7 @@ func TestNATSServeCluster(t *testing.T) {
 		t.Fatalf("up did not report R3 assets:\n%s", up.out)
 	}
 
-	keys := wire.CredsDir(filepath.Join(data, "creds"))
+	keys := signing.CredsDir(filepath.Join(data, "creds"))
 	admin, err := keys.Signer(wire.RoleAdmin, "admin")
 	if err != nil {
 		t.Fatal(err)

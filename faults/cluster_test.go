@@ -20,6 +20,7 @@ import (
 	"github.com/mrmarket/mrmarket/internal/natstest"
 	"github.com/mrmarket/mrmarket/internal/natsutil"
 	"github.com/mrmarket/mrmarket/internal/pgtest"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/testpoll"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
@@ -47,8 +48,8 @@ const grantEach = 1000 * money.PerCredit
 // cluster is the distributed market, each daemon its own process.
 type cluster struct {
 	dir, creds, ca, url string
-	keys                wire.CredsDir
-	admin               *wire.Signer
+	keys                signing.CredsDir
+	admin               *signing.Signer
 	pg                  *pgtest.Pair
 	layout              []market.HostSpec
 	replicas            int // of every JetStream asset
@@ -66,7 +67,7 @@ func startCluster(t testing.TB, natsNodes int) *cluster {
 	c := &cluster{dir: t.TempDir(), pg: pgtest.StartPair(t)}
 	store := c.pg.DSN(t, "bank")
 	c.creds = filepath.Join(c.dir, "creds")
-	c.keys = wire.CredsDir(c.creds)
+	c.keys = signing.CredsDir(c.creds)
 	c.ca = filepath.Join(c.dir, "tls", "ca.pem")
 	var err error
 	if c.layout, err = market.Layout(hosts, len(spenders), spenders); err != nil {
@@ -159,7 +160,7 @@ func (c *cluster) bootstrap(t testing.TB, store string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		req := &wire.PrincipalRequest{Key: s.Public(), Name: name, Role: role, Cert: wire.SealPrincipal(c.admin, s.Public(), name, role)}
+		req := &wire.PrincipalRequest{Key: s.Public(), Name: name, Role: role, Cert: signing.SealPrincipal(c.admin, s.Public(), name, role)}
 		if _, err := b.AddPrincipal(ctx, req); err != nil {
 			t.Fatalf("registering %s %s: %v", role, name, err)
 		}

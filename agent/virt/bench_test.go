@@ -12,9 +12,11 @@ import (
 	"github.com/mrmarket/mrmarket/agent"
 	"github.com/mrmarket/mrmarket/agent/virt"
 	"github.com/mrmarket/mrmarket/bank"
+	"github.com/mrmarket/mrmarket/internal/mandate"
 	"github.com/mrmarket/mrmarket/internal/money"
 	"github.com/mrmarket/mrmarket/internal/natstest"
 	"github.com/mrmarket/mrmarket/internal/rpc"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -43,14 +45,14 @@ func BenchmarkBidToLibvirt(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer stopBank()
-			brokerKey, err := wire.NewUserSigner()
+			brokerKey, err := signing.NewUserSigner()
 			if err != nil {
 				b.Fatal(err)
 			}
 			if _, err := bk.AddPrincipal(context.Background(), &wire.PrincipalRequest{Key: brokerKey.Public(), Name: "broker", Role: wire.RoleBroker}); err != nil {
 				b.Fatal(err)
 			}
-			alice, err := wire.NewUserSigner()
+			alice, err := signing.NewUserSigner()
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -61,7 +63,7 @@ func BenchmarkBidToLibvirt(b *testing.B) {
 			for k := range n {
 				vms = append(vms, fmt.Sprintf("%sg%d", prefix, k))
 			}
-			mandate, err := wire.SignMandate(alice, wire.BrokerSpend, &wire.SpendRequest{ID: "p", User: "alice", Budget: money.Max,
+			signed, err := mandate.Sign(alice, wire.BrokerSpend, &wire.SpendRequest{ID: "p", User: "alice", Budget: money.Max,
 				Duration: wire.Duration(24 * time.Hour), VMs: vms, Strategy: wire.StrategyFair})
 			if err != nil {
 				b.Fatal(err)
@@ -88,10 +90,10 @@ func BenchmarkBidToLibvirt(b *testing.B) {
 				i++
 				req := &wire.BidRequest{Versioned: wire.Versioned{V: 1}}
 				for k := range n {
-					req.Set = append(req.Set, wire.Bid{VM: fmt.Sprintf("%sg%d", prefix, k), Owner: "alice", Plan: "p", Hold: wire.HoldIDFor("alice", "p"),
+					req.Set = append(req.Set, wire.Bid{VM: fmt.Sprintf("%sg%d", prefix, k), Owner: "alice", Plan: "p", Hold: mandate.HoldIDFor("alice", "p"),
 						Budget: money.Micro(1000 * (1 + (i+k)%7)), Duration: wire.Duration(time.Hour)})
 				}
-				req.Set[0].Mandate = mandate
+				req.Set[0].Mandate = signed
 				t0 := time.Now()
 				if _, err := rpc.Request[struct{}](context.Background(), nc, wire.AgentBidSubject("host-1"), req, rpc.SignedBy(brokerKey)); err != nil {
 					b.Fatal(err)

@@ -21,9 +21,11 @@ import (
 	"github.com/mrmarket/mrmarket/agent"
 	"github.com/mrmarket/mrmarket/agent/virt"
 	"github.com/mrmarket/mrmarket/bank"
+	"github.com/mrmarket/mrmarket/internal/mandate"
 	"github.com/mrmarket/mrmarket/internal/money"
 	"github.com/mrmarket/mrmarket/internal/natstest"
 	"github.com/mrmarket/mrmarket/internal/rpc"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/testpoll"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
@@ -204,7 +206,7 @@ type e2e struct {
 	t      *testing.T
 	conn   *libvirt.Connect
 	nc     *nats.Conn
-	keys   wire.CredsDir
+	keys   signing.CredsDir
 	bank   *bank.Bank
 	state  string
 	a      *agent.Agent
@@ -299,7 +301,7 @@ func TestSharesOnRealGuests(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stopBank()
-	w.keys = wire.CredsDir(filepath.Join(t.TempDir(), "creds"))
+	w.keys = signing.CredsDir(filepath.Join(t.TempDir(), "creds"))
 	ctx := context.Background()
 	for _, p := range []struct{ role, name string }{{wire.RoleBroker, "broker"}, {wire.RoleAgent, "host-1"}} {
 		k, err := w.keys.Ensure(p.role, p.name)
@@ -320,8 +322,8 @@ func TestSharesOnRealGuests(t *testing.T) {
 	if _, err := w.bank.AddPrincipal(ctx, &wire.PrincipalRequest{Key: alice.Public(), Name: "alice", Role: wire.RoleUser}); err != nil {
 		t.Fatal(err)
 	}
-	w.hold = wire.HoldIDFor("alice", "p")
-	if w.mandate, err = wire.SignMandate(alice, wire.BrokerSpend, &wire.SpendRequest{ID: "p", User: "alice", Budget: 1_000_000_000,
+	w.hold = mandate.HoldIDFor("alice", "p")
+	if w.mandate, err = mandate.Sign(alice, wire.BrokerSpend, &wire.SpendRequest{ID: "p", User: "alice", Budget: 1_000_000_000,
 		Duration: wire.Duration(3 * time.Hour), VMs: []string{w.prefix + "g1", w.prefix + "g2", w.prefix + "g3"}, Strategy: wire.StrategyFair}); err != nil {
 		t.Fatal(err)
 	}

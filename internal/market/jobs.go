@@ -17,6 +17,7 @@ import (
 	"github.com/mrmarket/mrmarket/agent"
 	"github.com/mrmarket/mrmarket/broker"
 	"github.com/mrmarket/mrmarket/hadoopvm/yarn"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -210,11 +211,11 @@ func (r *jobRunner) hear(data []byte) {
 // userOrAdmin signs as a user with its key in the data directory, else
 // (a user registered elsewhere) as the admin, who may report for anyone.
 type userOrAdmin struct {
-	keys  wire.CredsDir
-	admin *wire.Signer
+	keys  signing.CredsDir
+	admin *signing.Signer
 }
 
-func (k userOrAdmin) Signer(role, name string) (*wire.Signer, error) {
+func (k userOrAdmin) Signer(role, name string) (*signing.Signer, error) {
 	if s, err := k.keys.Signer(role, name); err == nil {
 		return s, nil
 	}

@@ -13,14 +13,16 @@ import (
 
 	"github.com/mrmarket/mrmarket/bank"
 	"github.com/mrmarket/mrmarket/broker"
+	"github.com/mrmarket/mrmarket/internal/mandate"
 	"github.com/mrmarket/mrmarket/internal/market"
 	"github.com/mrmarket/mrmarket/internal/rpc"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/testpoll"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
 // signer is the market's key of a principal.
-func signer(t *testing.T, m *market.Market, role, name string) *wire.Signer {
+func signer(t *testing.T, m *market.Market, role, name string) *signing.Signer {
 	t.Helper()
 	s, err := m.Keys().Signer(role, name)
 	if err != nil {
@@ -29,8 +31,8 @@ func signer(t *testing.T, m *market.Market, role, name string) *wire.Signer {
 	return s
 }
 
-// mandate signs req as user would send it, and returns it as a mandate.
-func mandate(t *testing.T, s *wire.Signer, subject string, req any) *wire.SignedRequest {
+// signMandate signs req as user would send it, and returns it as a mandate.
+func signMandate(t *testing.T, s *signing.Signer, subject string, req any) *wire.SignedRequest {
 	t.Helper()
 	body, err := json.Marshal(req)
 	if err != nil {
@@ -40,7 +42,7 @@ func mandate(t *testing.T, s *wire.Signer, subject string, req any) *wire.Signed
 	if err != nil {
 		t.Fatal(err)
 	}
-	sr, ok := wire.SignedRequestOf(subject, msg.Header, msg.Data)
+	sr, ok := signing.SignedRequestOf(subject, msg.Header, msg.Data)
 	if !ok {
 		t.Fatal("unsigned")
 	}
@@ -71,10 +73,10 @@ func TestBidsNeedTheirMandate(t *testing.T) {
 	spend := func(user, id string, vms ...string) *wire.SpendRequest {
 		return &wire.SpendRequest{Versioned: wire.Versioned{V: wire.Version}, ID: id, User: user, Budget: credits(t, "1"), Duration: wire.Duration(time.Hour), VMs: vms, Strategy: wire.StrategyFair}
 	}
-	aliceA1 := mandate(t, alice, wire.BrokerSpend, spend("alice", "pa", "a1"))
-	aliceA2 := mandate(t, alice, wire.BrokerSpend, spend("alice", "pa2", "a2"))
-	bobB1 := mandate(t, bob, wire.BrokerSpend, spend("bob", "pb", "b1"))
-	aliceForBob := mandate(t, alice, wire.BrokerSpend, spend("bob", "px", "a1"))
+	aliceA1 := signMandate(t, alice, wire.BrokerSpend, spend("alice", "pa", "a1"))
+	aliceA2 := signMandate(t, alice, wire.BrokerSpend, spend("alice", "pa2", "a2"))
+	bobB1 := signMandate(t, bob, wire.BrokerSpend, spend("bob", "pb", "b1"))
+	aliceForBob := signMandate(t, alice, wire.BrokerSpend, spend("bob", "px", "a1"))
 	bid := func(b wire.Bid) error {
 		_, err := rpc.Request[struct{}](ctx, nc, wire.AgentBidSubject("host-1"), &wire.BidRequest{Versioned: wire.Versioned{V: wire.Version}, Set: []wire.Bid{b}},
 			rpc.SignedBy(brokerKey))
@@ -86,13 +88,13 @@ func TestBidsNeedTheirMandate(t *testing.T) {
 		name string
 		b    wire.Bid
 	}{
-		{"no mandate", wire.Bid{VM: "a1", Owner: "alice", Plan: "p", Hold: wire.HoldIDFor("alice", "pa"), Budget: 5, Duration: hour}},
-		{"alice's VM at bob's hold, with bob's mandate", wire.Bid{VM: "a1", Owner: "alice", Plan: "p", Hold: wire.HoldIDFor("bob", "pb"), Budget: 5, Duration: hour, Mandate: bobB1}},
-		{"a mandate of another user", wire.Bid{VM: "a1", Owner: "alice", Plan: "p", Hold: wire.HoldIDFor("bob", "pb"), Budget: 5, Duration: hour, Mandate: bobB1}},
-		{"signed by a user for another", wire.Bid{VM: "a1", Owner: "alice", Plan: "p", Hold: wire.HoldIDFor("bob", "px"), Budget: 5, Duration: hour, Mandate: aliceForBob}},
-		{"a VM not named", wire.Bid{VM: "a1", Owner: "alice", Plan: "p", Hold: wire.HoldIDFor("alice", "pa2"), Budget: 5, Duration: hour, Mandate: aliceA2}},
-		{"a hold not derived", wire.Bid{VM: "a1", Owner: "alice", Plan: "p", Hold: wire.HoldIDFor("bob", "pb"), Budget: 5, Duration: hour, Mandate: aliceA1}},
-		{"past the period", wire.Bid{VM: "a1", Owner: "alice", Plan: "p", Hold: wire.HoldIDFor("alice", "pa"), Budget: 5, Duration: wire.Duration(2 * time.Hour), Mandate: aliceA1}},
+		{"no mandate", wire.Bid{VM: "a1", Owner: "alice", Plan: "p", Hold: mandate.HoldIDFor("alice", "pa"), Budget: 5, Duration: hour}},
+		{"alice's VM at bob's hold, with bob's mandate", wire.Bid{VM: "a1", Owner: "alice", Plan: "p", Hold: mandate.HoldIDFor("bob", "pb"), Budget: 5, Duration: hour, Mandate: bobB1}},
+		{"a mandate of another user", wire.Bid{VM: "a1", Owner: "alice", Plan: "p", Hold: mandate.HoldIDFor("bob", "pb"), Budget: 5, Duration: hour, Mandate: bobB1}},
+		{"signed by a user for another", wire.Bid{VM: "a1", Owner: "alice", Plan: "p", Hold: mandate.HoldIDFor("bob", "px"), Budget: 5, Duration: hour, Mandate: aliceForBob}},
+		{"a VM not named", wire.Bid{VM: "a1", Owner: "alice", Plan: "p", Hold: mandate.HoldIDFor("alice", "pa2"), Budget: 5, Duration: hour, Mandate: aliceA2}},
+		{"a hold not derived", wire.Bid{VM: "a1", Owner: "alice", Plan: "p", Hold: mandate.HoldIDFor("bob", "pb"), Budget: 5, Duration: hour, Mandate: aliceA1}},
+		{"past the period", wire.Bid{VM: "a1", Owner: "alice", Plan: "p", Hold: mandate.HoldIDFor("alice", "pa"), Budget: 5, Duration: wire.Duration(2 * time.Hour), Mandate: aliceA1}},
 	}
 	for _, c := range cases {
 		if err := bid(c.b); !errors.Is(err, wire.ErrForbidden) {
@@ -106,7 +108,7 @@ func TestBidsNeedTheirMandate(t *testing.T) {
 		t.Fatalf("refused bids changed the ledger: %+v → %+v", l0, l1)
 	}
 	// The bid its mandate allows is taken.
-	if err := bid(wire.Bid{VM: "a1", Owner: "alice", Plan: "p", Hold: wire.HoldIDFor("alice", "pa"), Budget: 5, Duration: hour, Mandate: aliceA1}); err != nil {
+	if err := bid(wire.Bid{VM: "a1", Owner: "alice", Plan: "p", Hold: mandate.HoldIDFor("alice", "pa"), Budget: 5, Duration: hour, Mandate: aliceA1}); err != nil {
 		t.Fatalf("a bid its mandate allows: %v", err)
 	}
 }
@@ -126,8 +128,8 @@ func TestBankChecksBrokersMandates(t *testing.T) {
 	asBroker := bank.Client{NC: nc, Signer: signer(t, m, wire.RoleBroker, "broker")}
 	alice, bob := signer(t, m, wire.RoleUser, "alice"), signer(t, m, wire.RoleUser, "bob")
 	spend := &wire.SpendRequest{ID: "pa", User: "alice", Budget: credits(t, "2"), Duration: wire.Duration(time.Hour), VMs: []string{"a1"}, Strategy: wire.StrategyFair}
-	good := mandate(t, alice, wire.BrokerSpend, spend)
-	bobs := mandate(t, bob, wire.BrokerSpend, &wire.SpendRequest{ID: "pa", User: "bob", Budget: credits(t, "2"), Duration: wire.Duration(time.Hour), VMs: []string{"b1"}, Strategy: wire.StrategyFair})
+	good := signMandate(t, alice, wire.BrokerSpend, spend)
+	bobs := signMandate(t, bob, wire.BrokerSpend, &wire.SpendRequest{ID: "pa", User: "bob", Budget: credits(t, "2"), Duration: wire.Duration(time.Hour), VMs: []string{"b1"}, Strategy: wire.StrategyFair})
 	exp := clock.Add(2 * time.Hour)
 	hold := func(id, amount string, md *wire.SignedRequest) error {
 		_, err := asBroker.Hold(ctx, &wire.HoldRequest{ID: id, User: "alice", Amount: credits(t, amount), Expires: exp, Mandate: md})
@@ -138,10 +140,10 @@ func TestBankChecksBrokersMandates(t *testing.T) {
 		name string
 		err  error
 	}{
-		{"no mandate", hold(wire.HoldIDFor("alice", "pa"), "1", nil)},
-		{"bob's mandate for alice's money", hold(wire.HoldIDFor("alice", "pa"), "1", bobs)},
+		{"no mandate", hold(mandate.HoldIDFor("alice", "pa"), "1", nil)},
+		{"bob's mandate for alice's money", hold(mandate.HoldIDFor("alice", "pa"), "1", bobs)},
 		{"a hold not derived", hold("hold-mine", "1", good)},
-		{"more than signed", hold(wire.HoldIDFor("alice", "pa"), "3", good)},
+		{"more than signed", hold(mandate.HoldIDFor("alice", "pa"), "3", good)},
 	}
 	for _, c := range cases {
 		if !errors.Is(c.err, wire.ErrForbidden) {
@@ -151,13 +153,13 @@ func TestBankChecksBrokersMandates(t *testing.T) {
 	if l1 := checkLedger(t, bc); !equalJSON(t, l0, l1) {
 		t.Fatalf("refused holds changed the ledger: %+v → %+v", l0, l1)
 	}
-	if err := hold(wire.HoldIDFor("alice", "pa"), "2", good); err != nil {
+	if err := hold(mandate.HoldIDFor("alice", "pa"), "2", good); err != nil {
 		t.Fatalf("the hold the mandate allows: %v", err)
 	}
 	// Extensions: only by a signed spend --more of that plan, as much as it adds.
-	more := mandate(t, alice, wire.BrokerAdjust, &wire.AdjustRequest{Plan: "pa", User: "alice", ID: "m1", More: credits(t, "1")})
+	more := signMandate(t, alice, wire.BrokerAdjust, &wire.AdjustRequest{Plan: "pa", User: "alice", ID: "m1", More: credits(t, "1")})
 	extend := func(id, amount string, md *wire.SignedRequest) error {
-		_, err := asBroker.Extend(ctx, &wire.ExtendRequest{ID: id, Hold: wire.HoldIDFor("alice", "pa"), User: "alice", Amount: credits(t, amount), Mandate: md})
+		_, err := asBroker.Extend(ctx, &wire.ExtendRequest{ID: id, Hold: mandate.HoldIDFor("alice", "pa"), User: "alice", Amount: credits(t, amount), Mandate: md})
 		return err
 	}
 	if err := extend(wire.AdjustPlanID("pa", "m1"), "1", nil); !errors.Is(err, wire.ErrForbidden) {
@@ -175,7 +177,7 @@ func TestBankChecksBrokersMandates(t *testing.T) {
 	// Host-1's agent captures from alice's hold for bob's VM: refused.
 	asAgent := bank.Client{NC: nc, Signer: signer(t, m, wire.RoleAgent, "host-1")}
 	rep, err := asAgent.Capture(ctx, &wire.CaptureBatch{Host: "host-1", Tick: 1, Legs: []wire.CaptureLeg{
-		{ID: "x/host-1/b1/1", Hold: wire.HoldIDFor("alice", "pa"), VM: "b1", Owner: "bob", Cumulative: 1000}}})
+		{ID: "x/host-1/b1/1", Hold: mandate.HoldIDFor("alice", "pa"), VM: "b1", Owner: "bob", Cumulative: 1000}}})
 	if err != nil || rep.Applied != 0 || rep.Legs[0].Error == nil || !errors.Is(rep.Legs[0].Error, wire.ErrForbidden) {
 		t.Fatalf("capture into another user's hold: %+v %v", rep, err)
 	}

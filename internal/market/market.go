@@ -35,6 +35,7 @@ import (
 	"github.com/mrmarket/mrmarket/internal/natsauth"
 	"github.com/mrmarket/mrmarket/internal/natsutil"
 	"github.com/mrmarket/mrmarket/internal/obs"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -138,21 +139,21 @@ type Market struct {
 	Replicas map[string]int
 	conns    []*nats.Conn
 	stops    []func()
-	keys     wire.CredsDir
-	agentKey map[string]*wire.Signer // by host, registered before NATS starts
+	keys     signing.CredsDir
+	agentKey map[string]*signing.Signer // by host, registered before NATS starts
 
 	// natsMu guards the embedded server's options across reloads (a
 	// principal added at the bank) and Close.
 	natsMu   sync.Mutex
 	natsOpts natsutil.ServerOptions
-	admin    *wire.Signer // the trust anchor: seals every principal record
-	unlock   func()       // releases the data directory (lock.go)
-	jobs     *jobRunner   // the simulated Hadoop that runs admitted jobs (jobs.go)
+	admin    *signing.Signer // the trust anchor: seals every principal record
+	unlock   func()          // releases the data directory (lock.go)
+	jobs     *jobRunner      // the simulated Hadoop that runs admitted jobs (jobs.go)
 }
 
 // Keys are the market's credentials (admin, broker, agents, the VM owners),
 // in the data directory's creds/.
-func (m *Market) Keys() wire.CredsDir { return m.keys }
+func (m *Market) Keys() signing.CredsDir { return m.keys }
 
 // Start starts the market. On error everything started so far is stopped.
 func Start(ctx context.Context, cfg Config) (m *Market, err error) {
@@ -347,7 +348,7 @@ func (m *Market) serveBank(ctx context.Context) error {
 
 // bankSigner is the key the bank connects with: its own (role bank) when
 // it is registered.
-func (m *Market) bankSigner(ctx context.Context) (*wire.Signer, error) {
+func (m *Market) bankSigner(ctx context.Context) (*signing.Signer, error) {
 	if s, err := m.keys.Signer(wire.RoleBank, "bank"); err == nil {
 		if p, err := m.Bank.Whois(ctx, s.Public()); err == nil && p.Role == wire.RoleBank {
 			return s, nil
@@ -359,8 +360,8 @@ func (m *Market) bankSigner(ctx context.Context) (*wire.Signer, error) {
 // anchor loads (creating them if missing) the admin's credentials, the
 // trust anchor, writing its public key to creds/admin.pub, and the bank's
 // own; it returns the bank's signer.
-func (m *Market) anchor() (*wire.Signer, error) {
-	m.keys = wire.CredsDir(filepath.Join(m.cfg.Dir, "creds"))
+func (m *Market) anchor() (*signing.Signer, error) {
+	m.keys = signing.CredsDir(filepath.Join(m.cfg.Dir, "creds"))
 	admin, err := m.keys.Ensure(wire.RoleAdmin, "admin")
 	if err != nil {
 		return nil, err
@@ -377,20 +378,20 @@ func (m *Market) AdminKey() string { return m.admin.Public() }
 
 // register makes sure (role, name) has credentials in the data directory
 // and is a principal of the bank, with the admin's record of it.
-func (m *Market) register(ctx context.Context, role, name string) (*wire.Signer, error) {
+func (m *Market) register(ctx context.Context, role, name string) (*signing.Signer, error) {
 	s, err := m.keys.Ensure(role, name)
 	if err != nil {
 		return nil, err
 	}
 	_, err = m.Bank.AddPrincipal(ctx, &wire.PrincipalRequest{Key: s.Public(), Name: name, Role: role,
-		Cert: wire.SealPrincipal(m.admin, s.Public(), name, role)})
+		Cert: signing.SealPrincipal(m.admin, s.Public(), name, role)})
 	return s, err
 }
 
 // registerIdentities registers the admin, the bank, the broker and every
 // VM owner; it returns the broker's signer. (Agents register as they
 // start.)
-func (m *Market) registerIdentities(ctx context.Context) (*wire.Signer, error) {
+func (m *Market) registerIdentities(ctx context.Context) (*signing.Signer, error) {
 	for _, p := range [][2]string{{wire.RoleAdmin, "admin"}, {wire.RoleBank, "bank"}} {
 		if _, err := m.register(ctx, p[0], p[1]); err != nil {
 			return nil, err
@@ -418,7 +419,7 @@ func (m *Market) registerIdentities(ctx context.Context) (*wire.Signer, error) {
 // registerAgents registers every host's agent before NATS starts, so the
 // server admits them from the start.
 func (m *Market) registerAgents(ctx context.Context) error {
-	m.agentKey = map[string]*wire.Signer{}
+	m.agentKey = map[string]*signing.Signer{}
 	for _, h := range m.cfg.Hosts {
 		s, err := m.register(ctx, wire.RoleAgent, h.ID)
 		if err != nil {
@@ -483,7 +484,7 @@ func (m *Market) startAgents(ctx context.Context, now func() time.Time) error {
 
 // startBroker starts the broker on its own connection, signing its holds
 // and bids as the broker and checking users' signatures through the bank.
-func (m *Market) startBroker(ctx context.Context, now func() time.Time, signer *wire.Signer) error {
+func (m *Market) startBroker(ctx context.Context, now func() time.Time, signer *signing.Signer) error {
 	nc, err := m.connect("mrmarket-broker", signer)
 	if err != nil {
 		return err
@@ -559,7 +560,7 @@ func (m *Market) setReplicas(nc *nats.Conn) error {
 // connect connects as signer, verifying the server with CAFile. An
 // external server that refuses the key (it has not reloaded the principal
 // the market just registered) is asked again for NATSWait.
-func (m *Market) connect(name string, signer *wire.Signer) (*nats.Conn, error) {
+func (m *Market) connect(name string, signer *signing.Signer) (*nats.Conn, error) {
 	wait := m.cfg.NATSWait
 	if wait <= 0 {
 		wait = 30 * time.Second

@@ -17,6 +17,7 @@ import (
 	"github.com/mrmarket/mrmarket/internal/market"
 	"github.com/mrmarket/mrmarket/internal/money"
 	"github.com/mrmarket/mrmarket/internal/rpc"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -246,7 +247,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bid := func(signer *wire.Signer, b wire.Bid) error {
+	bid := func(signer *signing.Signer, b wire.Bid) error {
 		_, err := rpc.Request[struct{}](ctx, nc, wire.AgentBidSubject("host-1"), &wire.BidRequest{Versioned: wire.Versioned{V: 1}, Set: []wire.Bid{b}}, rpc.SignedBy(signer))
 		return err
 	}

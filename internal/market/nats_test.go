@@ -13,6 +13,7 @@ import (
 	"github.com/mrmarket/mrmarket/bank"
 	"github.com/mrmarket/mrmarket/broker"
 	"github.com/mrmarket/mrmarket/internal/market"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/testpoll"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
@@ -70,7 +71,7 @@ func TestMarketNATSIsSecured(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := (bank.Client{NC: admin, Keys: m.Keys()}).AddPrincipal(ctx, &wire.PrincipalRequest{Key: carol.Public(), Name: "carol", Role: wire.RoleUser,
-		Cert: wire.SealPrincipal(adminKey, carol.Public(), "carol", wire.RoleUser)}); err != nil {
+		Cert: signing.SealPrincipal(adminKey, carol.Public(), "carol", wire.RoleUser)}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m.NCAs(wire.RoleUser, "carol"); err != nil {
@@ -89,7 +90,7 @@ func (e errString) Error() string { return string(e) }
 func TestMarketRunsWithTheBanksOwnKey(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	keys := wire.CredsDir(dir + "/creds")
+	keys := signing.CredsDir(dir + "/creds")
 	b, err := bank.Open(dir+"/bank.db", bank.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -56,7 +57,7 @@ func TestMarketRunsOnTrustedAnswersOnly(t *testing.T) {
 			}
 		}
 	}
-	pub, err := os.ReadFile(filepath.Join(string(m.Keys()), wire.AdminPubFile))
+	pub, err := os.ReadFile(filepath.Join(string(m.Keys()), signing.AdminPubFile))
 	if err != nil || strings.TrimSpace(string(pub)) != m.AdminKey() {
 		t.Fatalf("admin.pub: %q %v", pub, err)
 	}
@@ -64,12 +65,12 @@ func TestMarketRunsOnTrustedAnswersOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := wire.OpenPrincipal(p.Cert, m.AdminKey(), p.Key); err != nil || got.Name != "host-1" || got.Role != wire.RoleAgent {
+	if got, err := signing.OpenPrincipal(p.Cert, m.AdminKey(), p.Key); err != nil || got.Name != "host-1" || got.Role != wire.RoleAgent {
 		t.Fatalf("the agent's record: %+v %v", got, err)
 	}
 }
 
-func mustKey(t *testing.T, keys wire.CredsDir, role, name string) string {
+func mustKey(t *testing.T, keys signing.CredsDir, role, name string) string {
 	t.Helper()
 	s, err := keys.Signer(role, name)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/mrmarket/mrmarket/internal/natsauth"
 	"github.com/mrmarket/mrmarket/internal/natstest"
 	"github.com/mrmarket/mrmarket/internal/natsutil"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/testpoll"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
@@ -119,7 +120,7 @@ func TestNobodyConnectsAnonymously(t *testing.T) {
 	} else if !strings.Contains(strings.ToLower(err.Error()), "authorization") {
 		t.Fatalf("anonymous connection: want an authorization violation, got %v", err)
 	}
-	stranger, err := wire.NewUserSigner()
+	stranger, err := signing.NewUserSigner()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +142,7 @@ func TestPrincipalAddedAtRunTimeConnects(t *testing.T) {
 	s := world(t)
 	before := s.Server.NumClients()
 	held := s.Connect(t, wire.RoleUser, "alice") // a connection across the reload
-	carol, err := wire.NewUserSigner()
+	carol, err := signing.NewUserSigner()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mrmarket/mrmarket/internal/natsauth"
 	"github.com/mrmarket/mrmarket/internal/natsutil"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -22,7 +23,7 @@ type Secured struct {
 	// CAFile verifies the server (natsutil.ConnectOptions.CAFile).
 	CAFile string
 	// Keys holds the credentials of every principal Add made.
-	Keys wire.CredsDir
+	Keys signing.CredsDir
 
 	tables natsauth.Tables
 	opts   natsutil.ServerOptions
@@ -45,7 +46,7 @@ func SecureServer(t testing.TB, tables natsauth.Tables) *Secured {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Secured{CAFile: files.CA, Keys: wire.CredsDir(filepath.Join(dir, "creds")), tables: tables,
+	s := &Secured{CAFile: files.CA, Keys: signing.CredsDir(filepath.Join(dir, "creds")), tables: tables,
 		opts: natsutil.ServerOptions{Dir: filepath.Join(dir, "nats"), Port: -1, TLS: tlsConf}}
 	admin, err := s.Keys.Ensure(wire.RoleAdmin, "admin")
 	if err != nil {
@@ -64,15 +65,15 @@ func SecureServer(t testing.TB, tables natsauth.Tables) *Secured {
 
 // Add makes credentials for (role, name) in Keys, adds the principal to
 // the server's users (a reload, no restart) and returns its signer.
-func (s *Secured) Add(t testing.TB, role, name string) *wire.Signer {
+func (s *Secured) Add(t testing.TB, role, name string) *signing.Signer {
 	t.Helper()
 	return s.AddMany(t, role, name)[0]
 }
 
 // AddMany is Add for several principals of one role, with one reload.
-func (s *Secured) AddMany(t testing.TB, role string, names ...string) []*wire.Signer {
+func (s *Secured) AddMany(t testing.TB, role string, names ...string) []*signing.Signer {
 	t.Helper()
-	signers := make([]*wire.Signer, len(names))
+	signers := make([]*signing.Signer, len(names))
 	ps := make([]wire.Principal, len(names))
 	for i, name := range names {
 		signer, err := s.Keys.Ensure(role, name)
@@ -99,7 +100,7 @@ func (s *Secured) AddPrincipal(t testing.TB, ps ...wire.Principal) {
 }
 
 // Signer is the signer of a principal Add made.
-func (s *Secured) Signer(t testing.TB, role, name string) *wire.Signer {
+func (s *Secured) Signer(t testing.TB, role, name string) *signing.Signer {
 	t.Helper()
 	signer, err := s.Keys.Signer(role, name)
 	if err != nil {
@@ -110,7 +111,7 @@ func (s *Secured) Signer(t testing.TB, role, name string) *wire.Signer {
 
 // ConnectAs connects as signer over TLS (closed when t ends); an error
 // (a refused connection) is returned, not fatal.
-func (s *Secured) ConnectAs(t testing.TB, signer *wire.Signer) (*nats.Conn, error) {
+func (s *Secured) ConnectAs(t testing.TB, signer *signing.Signer) (*nats.Conn, error) {
 	t.Helper()
 	nc, err := natsutil.ConnectWith(s.URL, natsutil.ConnectOptions{Name: "test", Signer: signer, CAFile: s.CAFile})
 	if err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -169,7 +170,7 @@ type ConnectOptions struct {
 	// with its NKey, and its replies come to its own inbox prefix
 	// (wire.InboxPrefix), which only it may subscribe to. Nil connects
 	// anonymously (an open server only).
-	Signer *wire.Signer
+	Signer *signing.Signer
 	// CAFile is the PEM CA that signed the server's certificate; set, the
 	// connection requires TLS and verifies the server with it.
 	CAFile string

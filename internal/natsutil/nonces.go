@@ -5,12 +5,13 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
 // NonceTTL is how long MRM_NONCES keeps a nonce: past twice the signature
 // skew, so a request is stale before its nonce is forgotten.
-const NonceTTL = 2*wire.MaxSkew + wire.MaxSkew/2
+const NonceTTL = 2*signing.MaxSkew + signing.MaxSkew/2
 
 // EnsureNonces creates (or opens) the MRM_NONCES bucket, whose keys expire
 // after NonceTTL (service.KVNonces keeps the broker replicas' nonces

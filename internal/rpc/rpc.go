@@ -27,6 +27,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -39,11 +40,11 @@ type Option func(*call)
 
 // call is a request's options.
 type call struct {
-	signer    *wire.Signer
+	signer    *signing.Signer
 	as        *signedAs
 	headers   nats.Header
 	verbatim  *nats.Msg
-	trust     wire.ReplyTrust
+	trust     signing.ReplyTrust
 	onRefused func(error)
 	attempt   time.Duration
 	again     func(error) bool
@@ -51,8 +52,8 @@ type call struct {
 
 type signedAs struct {
 	who   As
-	fixed *wire.Signer
-	keys  wire.Keyring
+	fixed *signing.Signer
+	keys  signing.Keyring
 }
 
 // As is whom a request is signed as: a principal's role and name, whose
@@ -60,14 +61,14 @@ type signedAs struct {
 type As struct{ Role, Name string }
 
 // SignedBy signs the request with s; nil sends it unsigned.
-func SignedBy(s *wire.Signer) Option { return func(c *call) { c.signer, c.as = s, nil } }
+func SignedBy(s *signing.Signer) Option { return func(c *call) { c.signer, c.as = s, nil } }
 
 // SignedAs signs the request as who: with fixed when set (a daemon signs
 // as itself whoever it acts for), else with the credentials keys holds
-// for who (wire.SignerFor). The zero As sends it unsigned. It is the
+// for who (signing.SignerFor). The zero As sends it unsigned. It is the
 // option of the clients that act for several principals (bank.Client,
 // broker.Client).
-func SignedAs(who As, fixed *wire.Signer, keys wire.Keyring) Option {
+func SignedAs(who As, fixed *signing.Signer, keys signing.Keyring) Option {
 	return func(c *call) { c.signer, c.as = nil, &signedAs{who: who, fixed: fixed, keys: keys} }
 }
 
@@ -86,7 +87,7 @@ func Header(key, value string) Option {
 // believes its signer: any other reply is ignored (onRefused, when set,
 // hears why) and, if no trusted one comes in time, the call fails as
 // unavailable. A nil trust believes any answer.
-func Trusted(trust wire.ReplyTrust, onRefused func(error)) Option {
+func Trusted(trust signing.ReplyTrust, onRefused func(error)) Option {
 	return func(c *call) { c.trust, c.onRefused = trust, onRefused }
 }
 
@@ -138,7 +139,7 @@ func (c *call) message(subject string, req wire.Message) (func() (*nats.Msg, err
 	signer := c.signer
 	if c.as != nil && c.as.who != (As{}) {
 		var err error
-		if signer, err = wire.SignerFor(c.as.fixed, c.as.keys, c.as.who.Role, c.as.who.Name); err != nil {
+		if signer, err = signing.SignerFor(c.as.fixed, c.as.keys, c.as.who.Role, c.as.who.Name); err != nil {
 			return nil, err
 		}
 	}

@@ -8,15 +8,16 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
 // trusted sends m (signed or not) and waits for a reply that trust
-// believes (see wire.VerifyReply), ignoring any other reply until ctx's
+// believes (see signing.VerifyReply), ignoring any other reply until ctx's
 // deadline (DefaultTimeout if none); then it decodes the reply like plain.
 // A time-out after refused replies says why they were refused
 // (wire.ErrUnavailable). onRefused, when set, hears each reply ignored.
-func trusted(ctx context.Context, nc *nats.Conn, m *nats.Msg, trust wire.ReplyTrust, onRefused func(error), res any) error {
+func trusted(ctx context.Context, nc *nats.Conn, m *nats.Msg, trust signing.ReplyTrust, onRefused func(error), res any) error {
 	subject := m.Subject
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -31,7 +32,7 @@ func trusted(ctx context.Context, nc *nats.Conn, m *nats.Msg, trust wire.ReplyTr
 	m.Reply = inbox
 	nonce := ""
 	if m.Header != nil {
-		nonce = m.Header.Get(wire.HeaderNonce)
+		nonce = m.Header.Get(signing.HeaderNonce)
 	}
 	if err := nc.PublishMsg(m); err != nil {
 		return wire.Errorf(wire.ErrUnavailable, "request on %s: %v", subject, err)
@@ -50,7 +51,7 @@ func trusted(ctx context.Context, nc *nats.Conn, m *nats.Msg, trust wire.ReplyTr
 		if len(r.Data) == 0 && r.Header.Get("Status") == "503" {
 			return wire.Errorf(wire.ErrUnavailable, "nothing answers on %s (is the market running? try `mrmarket up`)", subject)
 		}
-		key, cert, err := wire.VerifyReply(r, inbox, nonce)
+		key, cert, err := signing.VerifyReply(r, inbox, nonce)
 		if err == nil {
 			err = trust(key, cert)
 		}

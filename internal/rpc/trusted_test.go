@@ -10,12 +10,13 @@ import (
 
 	"github.com/mrmarket/mrmarket/internal/natstest"
 	"github.com/mrmarket/mrmarket/internal/rpc"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
-func signer(t *testing.T) *wire.Signer {
+func signer(t *testing.T) *signing.Signer {
 	t.Helper()
-	s, err := wire.NewUserSigner()
+	s, err := signing.NewUserSigner()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,21 +30,21 @@ func signer(t *testing.T) *wire.Signer {
 func TestCallTrustedIgnoresForgedReplies(t *testing.T) {
 	_, nc := natstest.Start(t)
 	admin, bank, mallory := signer(t), signer(t), signer(t)
-	bankCert := wire.SealPrincipal(admin, bank.Public(), "bank", wire.RoleBank)
-	malloryCert := wire.SealPrincipal(admin, mallory.Public(), "mallory", wire.RoleUser)
+	bankCert := signing.SealPrincipal(admin, bank.Public(), "bank", wire.RoleBank)
+	malloryCert := signing.SealPrincipal(admin, mallory.Public(), "mallory", wire.RoleUser)
 	forged := wire.EncodeReply(nil, wire.Errorf(wire.ErrNotFound, "no such hold"))
 	real := wire.EncodeReply(map[string]int{"n": 1}, nil)
 	// The forgers answer first; the bank a moment later.
 	sub, err := nc.Subscribe("svc", func(m *nats.Msg) {
 		_ = m.Respond(forged)
 		r := nats.NewMsg(m.Reply)
-		r.Data, r.Header = forged, mallory.SignReply(m.Reply, m.Header.Get(wire.HeaderNonce), forged, malloryCert)
+		r.Data, r.Header = forged, mallory.SignReply(m.Reply, m.Header.Get(signing.HeaderNonce), forged, malloryCert)
 		_ = nc.PublishMsg(r)
 		r = nats.NewMsg(m.Reply)
-		r.Data, r.Header = forged, bank.SignReply("_INBOX.other", m.Header.Get(wire.HeaderNonce), forged, bankCert)
+		r.Data, r.Header = forged, bank.SignReply("_INBOX.other", m.Header.Get(signing.HeaderNonce), forged, bankCert)
 		_ = nc.PublishMsg(r)
 		r = nats.NewMsg(m.Reply)
-		r.Data, r.Header = real, bank.SignReply(m.Reply, m.Header.Get(wire.HeaderNonce), real, bankCert)
+		r.Data, r.Header = real, bank.SignReply(m.Reply, m.Header.Get(signing.HeaderNonce), real, bankCert)
 		_ = nc.PublishMsg(r)
 	})
 	if err != nil {
@@ -57,7 +58,7 @@ func TestCallTrustedIgnoresForgedReplies(t *testing.T) {
 	}
 	var refused []error
 	res, err := rpc.Request[map[string]int](context.Background(), nc, "svc", nil, rpc.Verbatim(req),
-		rpc.Trusted(wire.TrustRole(admin.Public(), wire.RoleBank), func(err error) { refused = append(refused, err) }))
+		rpc.Trusted(signing.TrustRole(admin.Public(), wire.RoleBank), func(err error) { refused = append(refused, err) }))
 	if err != nil || res["n"] != 1 {
 		t.Fatalf("the bank's answer: %v %v", res, err)
 	}
@@ -65,7 +66,7 @@ func TestCallTrustedIgnoresForgedReplies(t *testing.T) {
 		t.Fatalf("ignored %d forged replies, want 3: %v", len(refused), refused)
 	}
 	for _, e := range refused {
-		if !errors.Is(e, wire.ErrReplyTrust) {
+		if !errors.Is(e, signing.ErrReplyTrust) {
 			t.Errorf("refusal %v", e)
 		}
 	}
@@ -77,7 +78,7 @@ func TestCallTrustedWithNobodyAnswering(t *testing.T) {
 	admin := signer(t)
 	start := time.Now()
 	_, err := rpc.Request[struct{}](context.Background(), nc, "nobody", nil, rpc.Verbatim(nats.NewMsg("nobody")),
-		rpc.Trusted(wire.TrustRole(admin.Public(), wire.RoleBank), nil))
+		rpc.Trusted(signing.TrustRole(admin.Public(), wire.RoleBank), nil))
 	if !errors.Is(err, wire.ErrUnavailable) || time.Since(start) > 2*time.Second {
 		t.Fatalf("nobody answering: %v after %s", err, time.Since(start))
 	}

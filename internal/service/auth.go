@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -17,19 +18,19 @@ type Identities interface {
 }
 
 // Nonces remembers the nonces of signed requests: Use refuses one seen
-// before with wire.ErrReplay. now is the Authorizer's clock, for stores that
+// before with signing.ErrReplay. now is the Authorizer's clock, for stores that
 // expire nonces themselves.
 type Nonces interface {
-	Use(ctx context.Context, c wire.Caller, now time.Time) error
+	Use(ctx context.Context, c signing.Caller, now time.Time) error
 }
 
-// MemoryNonces keeps nonces in the process's memory (wire.NonceCache, which
+// MemoryNonces keeps nonces in the process's memory (signing.NonceCache, which
 // forgets them once their signature could no longer be fresh): replays are
 // refused by this process only, and not across its restarts.
-type MemoryNonces struct{ cache wire.NonceCache }
+type MemoryNonces struct{ cache signing.NonceCache }
 
-// Use records c's nonce; wire.ErrReplay if it was seen.
-func (m *MemoryNonces) Use(_ context.Context, c wire.Caller, now time.Time) error {
+// Use records c's nonce; signing.ErrReplay if it was seen.
+func (m *MemoryNonces) Use(_ context.Context, c signing.Caller, now time.Time) error {
 	return m.cache.Use(c, now)
 }
 
@@ -73,8 +74,8 @@ func (a *Authorizer) now() time.Time {
 }
 
 // verify checks a request's signature, if it has one, and its freshness.
-func (a *Authorizer) verify(subject string, h nats.Header, body []byte) (wire.Caller, error) {
-	return wire.Verify(subject, h, body, a.now())
+func (a *Authorizer) verify(subject string, h nats.Header, body []byte) (signing.Caller, error) {
+	return signing.Verify(subject, h, body, a.now())
 }
 
 // Authorize decides whether caller may send req on e: an open endpoint, or
@@ -82,12 +83,12 @@ func (a *Authorizer) verify(subject string, h nats.Header, body []byte) (wire.Ca
 // key, a role e allows (for the principal req acts for, where e says so)
 // and a nonce not used before — checked last, so a refused request does not
 // spend its nonce; a Replayable endpoint (a read) records no nonce.
-func (a *Authorizer) Authorize(ctx context.Context, e *Endpoint, caller wire.Caller, req any) error {
+func (a *Authorizer) Authorize(ctx context.Context, e *Endpoint, caller signing.Caller, req any) error {
 	if !e.Signed || a.Identities == nil {
 		return nil
 	}
 	if !caller.Signed() {
-		return wire.ErrUnsigned
+		return signing.ErrUnsigned
 	}
 	p, err := a.whois(ctx, caller.Key)
 	if err != nil {
@@ -102,7 +103,7 @@ func (a *Authorizer) Authorize(ctx context.Context, e *Endpoint, caller wire.Cal
 		if actsFor != "" {
 			what += " " + actsFor
 		}
-		return fmt.Errorf("%w: %s (%s) may not %s", wire.ErrRole, p.Name, p.Role, what)
+		return fmt.Errorf("%w: %s (%s) may not %s", signing.ErrRole, p.Name, p.Role, what)
 	}
 	if e.Replayable {
 		return nil // a read: nothing to protect from a replay, no nonce to store

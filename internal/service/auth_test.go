@@ -13,12 +13,13 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mrmarket/mrmarket/internal/service"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
 // signers are the principals of the authorization tests.
 type signers struct {
-	admin, alice, broker, agent1, stranger *wire.Signer
+	admin, alice, broker, agent1, stranger *signing.Signer
 	ids                                    *counting
 }
 
@@ -26,11 +27,11 @@ func newSigners(t *testing.T) *signers {
 	t.Helper()
 	s := &signers{ids: &counting{ps: map[string]wire.Principal{}}}
 	for _, p := range []struct {
-		to         **wire.Signer
+		to         **signing.Signer
 		role, name string
 	}{{&s.admin, wire.RoleAdmin, "admin"}, {&s.alice, wire.RoleUser, "alice"}, {&s.broker, wire.RoleBroker, "broker"},
 		{&s.agent1, wire.RoleAgent, "host-1"}, {&s.stranger, "", ""}} {
-		k, err := wire.NewUserSigner()
+		k, err := signing.NewUserSigner()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -42,7 +43,7 @@ func newSigners(t *testing.T) *signers {
 	return s
 }
 
-func signed(t *testing.T, s *wire.Signer, subject string, req any) *nats.Msg {
+func signed(t *testing.T, s *signing.Signer, subject string, req any) *nats.Msg {
 	t.Helper()
 	body, err := json.Marshal(req)
 	if err != nil {
@@ -102,14 +103,14 @@ func TestAuthorize(t *testing.T) {
 		want error
 		msg2 string // the refusal's message, when it matters
 	}{
-		{"unsigned", signed(t, nil, "t.grant", hold("alice")), wire.ErrUnsigned, ""},
-		{"unknown key", signed(t, s.stranger, "t.grant", hold("alice")), wire.ErrUnknownKey, ""},
-		{"user grants", signed(t, s.alice, "t.grant", hold("alice")), wire.ErrRole, "alice (user) may not grant"},
-		{"hold another's money", signed(t, s.alice, "t.hold", hold("bob")), wire.ErrRole, "alice (user) may not hold money of bob"},
-		{"agent holds", signed(t, s.agent1, "t.hold", hold("alice")), wire.ErrRole, "host-1 (agent) may not hold money of alice"},
-		{"agent for another host", signed(t, s.agent1, "t.capture", hold("host-2")), wire.ErrRole, "host-1 (agent) may not capture for host host-2"},
-		{"admin captures", signed(t, s.admin, "t.capture", hold("host-1")), wire.ErrRole, "admin (admin) may not capture for host host-1"},
-		{"replayed", replayed, wire.ErrReplay, ""},
+		{"unsigned", signed(t, nil, "t.grant", hold("alice")), signing.ErrUnsigned, ""},
+		{"unknown key", signed(t, s.stranger, "t.grant", hold("alice")), signing.ErrUnknownKey, ""},
+		{"user grants", signed(t, s.alice, "t.grant", hold("alice")), signing.ErrRole, "alice (user) may not grant"},
+		{"hold another's money", signed(t, s.alice, "t.hold", hold("bob")), signing.ErrRole, "alice (user) may not hold money of bob"},
+		{"agent holds", signed(t, s.agent1, "t.hold", hold("alice")), signing.ErrRole, "host-1 (agent) may not hold money of alice"},
+		{"agent for another host", signed(t, s.agent1, "t.capture", hold("host-2")), signing.ErrRole, "host-1 (agent) may not capture for host host-2"},
+		{"admin captures", signed(t, s.admin, "t.capture", hold("host-1")), signing.ErrRole, "admin (admin) may not capture for host host-1"},
+		{"replayed", replayed, signing.ErrReplay, ""},
 		{"own money", signed(t, s.alice, "t.hold", hold("alice")), nil, ""},
 		{"broker for a user", signed(t, s.broker, "t.hold", hold("alice")), nil, ""},
 		{"admin for a user", signed(t, s.admin, "t.hold", hold("alice")), nil, ""},
@@ -131,7 +132,7 @@ func TestAuthorize(t *testing.T) {
 	// The injected clock decides freshness: 3 minutes on, a message signed
 	// now is stale.
 	clock = clock.Add(3 * time.Minute)
-	if err := send(context.Background(), nc, stale); err == nil || !strings.Contains(err.Error(), wire.ErrStale.Error()) {
+	if err := send(context.Background(), nc, stale); err == nil || !strings.Contains(err.Error(), signing.ErrStale.Error()) {
 		t.Fatalf("stale on the injected clock: %v", err)
 	}
 }
@@ -154,8 +155,8 @@ func TestNoIdentitiesAllowsAnything(t *testing.T) {
 	}
 	// A bad signature is refused all the same.
 	bad := signed(t, s.alice, "t.grant", &wire.HoldRequest{Versioned: wire.Versioned{V: 1}, ID: "h", User: "alice", Amount: 5, Expires: time.Now().Add(time.Hour)})
-	bad.Header.Set(wire.HeaderKey, s.admin.Public())
-	if err := send(context.Background(), nc, bad); err == nil || !strings.Contains(err.Error(), wire.ErrBadSignature.Error()) {
+	bad.Header.Set(signing.HeaderKey, s.admin.Public())
+	if err := send(context.Background(), nc, bad); err == nil || !strings.Contains(err.Error(), signing.ErrBadSignature.Error()) {
 		t.Fatalf("forged: %v", err)
 	}
 	if handled.Load() != 2 {
@@ -171,8 +172,8 @@ func TestWhoisCacheOnTheInjectedClock(t *testing.T) {
 	a := &service.Authorizer{Identities: s.ids, Whois: service.NewWhoisCache(time.Minute, 10), Now: func() time.Time { return clock }}
 	e := authTable(new(atomic.Int64))[0]
 	ctx := context.Background()
-	caller := func(k *wire.Signer) wire.Caller {
-		return wire.Caller{Key: k.Public(), Time: clock, Nonce: fmt.Sprint(clock.UnixNano())}
+	caller := func(k *signing.Signer) signing.Caller {
+		return signing.Caller{Key: k.Public(), Time: clock, Nonce: fmt.Sprint(clock.UnixNano())}
 	}
 	for range 3 {
 		clock = clock.Add(time.Second)
@@ -191,7 +192,7 @@ func TestWhoisCacheOnTheInjectedClock(t *testing.T) {
 		t.Fatalf("%d lookups after the TTL, want 2", n)
 	}
 	for range 2 {
-		if err := a.Authorize(ctx, &e, caller(s.stranger), nil); !errors.Is(err, wire.ErrUnknownKey) {
+		if err := a.Authorize(ctx, &e, caller(s.stranger), nil); !errors.Is(err, signing.ErrUnknownKey) {
 			t.Fatalf("stranger: %v", err)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mrmarket/mrmarket/internal/service"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -16,14 +17,14 @@ type answers map[string]wire.Principal
 func (a answers) Whois(_ context.Context, key string) (wire.Principal, error) {
 	p, ok := a[key]
 	if !ok {
-		return p, wire.ErrUnknownKey
+		return p, signing.ErrUnknownKey
 	}
 	return p, nil
 }
 
-func newKey(t *testing.T) *wire.Signer {
+func newKey(t *testing.T) *signing.Signer {
 	t.Helper()
-	s, err := wire.NewUserSigner()
+	s, err := signing.NewUserSigner()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,9 +39,9 @@ func TestCertifiedBelievesOnlyTheAdminsRecords(t *testing.T) {
 	admin, alice, mallory := newKey(t), newKey(t), newKey(t)
 	clock := time.Now()
 	admin.Now = func() time.Time { return clock }
-	oldAdmin := wire.SealPrincipal(admin, alice.Public(), "alice", wire.RoleAdmin)
+	oldAdmin := signing.SealPrincipal(admin, alice.Public(), "alice", wire.RoleAdmin)
 	clock = clock.Add(time.Second)
-	user := wire.SealPrincipal(admin, alice.Public(), "alice", wire.RoleUser)
+	user := signing.SealPrincipal(admin, alice.Public(), "alice", wire.RoleUser)
 	reg := answers{}
 	var refused []string
 	ids := service.Certified(reg, admin.Public(), func(key string, _ error) { refused = append(refused, key) })
@@ -50,12 +51,12 @@ func TestCertifiedBelievesOnlyTheAdminsRecords(t *testing.T) {
 	}
 	for name, p := range map[string]wire.Principal{
 		"no record":                   {Key: mallory.Public(), Name: "mallory", Role: wire.RoleAdmin},
-		"self-sealed":                 {Key: mallory.Public(), Name: "mallory", Role: wire.RoleAdmin, Cert: wire.SealPrincipal(mallory, mallory.Public(), "mallory", wire.RoleAdmin)},
+		"self-sealed":                 {Key: mallory.Public(), Name: "mallory", Role: wire.RoleAdmin, Cert: signing.SealPrincipal(mallory, mallory.Public(), "mallory", wire.RoleAdmin)},
 		"another key's record":        {Key: mallory.Public(), Name: "alice", Role: wire.RoleUser, Cert: user},
 		"a user's record, said admin": {Key: alice.Public(), Name: "alice", Role: wire.RoleAdmin, Cert: user},
 	} {
 		reg[p.Key] = p
-		if _, err := ids.Whois(ctx, p.Key); !errors.Is(err, wire.ErrUnknownKey) {
+		if _, err := ids.Whois(ctx, p.Key); !errors.Is(err, signing.ErrUnknownKey) {
 			t.Errorf("%s: %v, want an unknown key", name, err)
 		}
 	}
@@ -68,7 +69,7 @@ func TestCertifiedBelievesOnlyTheAdminsRecords(t *testing.T) {
 	}
 	// alice was an admin once: that record, replayed, no longer counts.
 	reg[alice.Public()] = wire.Principal{Key: alice.Public(), Name: "alice", Role: wire.RoleAdmin, Cert: oldAdmin}
-	if _, err := ids.Whois(ctx, alice.Public()); !errors.Is(err, wire.ErrUnknownKey) {
+	if _, err := ids.Whois(ctx, alice.Public()); !errors.Is(err, signing.ErrUnknownKey) {
 		t.Fatalf("an older record replayed: %v", err)
 	}
 	// Without an anchor the registry is taken as it is.

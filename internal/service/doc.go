@@ -41,14 +41,14 @@
 //
 // One function, Authorizer.Authorize, decides for every endpoint: an
 // unsigned endpoint is open to any client of the NATS account; a signed one
-// needs a signature (wire.ErrUnsigned), a known key (Identities, through a
+// needs a signature (signing.ErrUnsigned), a known key (Identities, through a
 // bounded WhoisCache when the component wants one), a role the endpoint
-// allows (wire.ErrRole, "<name> (<role>) may not <what>") and a nonce not
+// allows (signing.ErrRole, "<name> (<role>) may not <what>") and a nonce not
 // seen before (Nonces: the bank's durable store, or MemoryNonces). Without
 // Identities every request passes, signed or not: what tests and the
 // simulator rely on. Signatures are still verified when present. Over the
 // network, Identities are wrapped by Certified: an answer counts only with
-// the admin-sealed record of the asked key (wire.OpenPrincipal), so whoever
+// the admin-sealed record of the asked key (signing.OpenPrincipal), so whoever
 // answers whois in the bank's place makes nobody a principal.
 //
 // Roles: Role admits every principal of a role; Own only for requests
@@ -114,5 +114,5 @@
 // freshness, nonce expiry and whois-cache expiry all read it. It defaults to
 // the wall clock, which is what components use: a signing time is a
 // transport property, compared with the receiver's wall clock whatever
-// virtual clock the market runs on (see wire.Signer). Tests inject their own.
+// virtual clock the market runs on (see signing.Signer). Tests inject their own.
 package service

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -13,7 +14,7 @@ import (
 type Incoming struct {
 	Subject   string
 	Reply     string
-	Caller    wire.Caller
+	Caller    signing.Caller
 	Signed    wire.SignedRequest // zero for an unsigned request
 	Principal wire.Principal     // zero when not resolved
 }

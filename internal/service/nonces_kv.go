@@ -13,6 +13,7 @@ import (
 
 	"github.com/mrmarket/mrmarket/internal/natsutil"
 	"github.com/mrmarket/mrmarket/internal/rpc"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -29,19 +30,19 @@ type KVNonces struct {
 
 // NonceKey is the bucket key of c's nonce: a hash of signer and nonce
 // (nonces may hold characters keys may not).
-func NonceKey(c wire.Caller) string {
+func NonceKey(c signing.Caller) string {
 	sum := sha256.Sum256([]byte(c.Key + "\x00" + c.Nonce))
 	return "n." + hex.EncodeToString(sum[:20])
 }
 
-// Use records c's nonce; wire.ErrReplay if any replica recorded it before.
-func (n KVNonces) Use(ctx context.Context, c wire.Caller, _ time.Time) error {
+// Use records c's nonce; signing.ErrReplay if any replica recorded it before.
+func (n KVNonces) Use(ctx context.Context, c signing.Caller, _ time.Time) error {
 	// One attempt: a create lost with the bucket's leader would otherwise
 	// hold the request until its deadline (natsutil.Bounded).
 	_, err := natsutil.Bounded(n.KV, rpc.DaemonAttempt).Create(ctx, NonceKey(c), []byte(strconv.FormatInt(c.Time.UnixNano(), 10)))
 	switch {
 	case errors.Is(err, jetstream.ErrKeyExists):
-		return fmt.Errorf("%w (signed %s)", wire.ErrReplay, c.Time.UTC().Format(time.RFC3339Nano))
+		return fmt.Errorf("%w (signed %s)", signing.ErrReplay, c.Time.UTC().Format(time.RFC3339Nano))
 	case err != nil:
 		return fmt.Errorf("%w: nonce store: %v", wire.ErrUnavailable, err)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/mrmarket/mrmarket/internal/natstest"
 	"github.com/mrmarket/mrmarket/internal/natsutil"
 	"github.com/mrmarket/mrmarket/internal/service"
-	"github.com/mrmarket/mrmarket/internal/wire"
+	"github.com/mrmarket/mrmarket/internal/signing"
 )
 
 // TestKVNoncesAreShared: two stores over one MRM_NONCES bucket (two
@@ -32,17 +32,17 @@ func TestKVNoncesAreShared(t *testing.T) {
 	}
 	a, b := open(), open()
 	now := time.Now()
-	c := wire.Caller{Key: "UKEY", Time: now, Nonce: "n1"}
+	c := signing.Caller{Key: "UKEY", Time: now, Nonce: "n1"}
 	if err := a.Use(ctx, c, now); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Use(ctx, c, now); !errors.Is(err, wire.ErrReplay) {
+	if err := b.Use(ctx, c, now); !errors.Is(err, signing.ErrReplay) {
 		t.Fatalf("replay to the other store: %v", err)
 	}
-	if err := open().Use(ctx, c, now); !errors.Is(err, wire.ErrReplay) {
+	if err := open().Use(ctx, c, now); !errors.Is(err, signing.ErrReplay) {
 		t.Fatalf("replay after a restart: %v", err)
 	}
-	if err := b.Use(ctx, wire.Caller{Key: "UKEY", Time: now, Nonce: "n2"}, now); err != nil {
+	if err := b.Use(ctx, signing.Caller{Key: "UKEY", Time: now, Nonce: "n2"}, now); err != nil {
 		t.Fatalf("a new nonce: %v", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -16,7 +17,7 @@ import (
 // second, and replies go out without the record meanwhile rather than
 // wait. nil when there is nothing to look up with: no ids, no anchor or no
 // signer.
-func OwnRecord(ids Identities, adminKey string, signer *wire.Signer, role, name string) func() *wire.Sealed {
+func OwnRecord(ids Identities, adminKey string, signer *signing.Signer, role, name string) func() *wire.Sealed {
 	if ids == nil || adminKey == "" || signer == nil {
 		return nil
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mrmarket/mrmarket/internal/service"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/testpoll"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
@@ -24,7 +25,7 @@ import (
 func TestReadsMineOwnAsAndReplayable(t *testing.T) {
 	nc := connect(t)
 	s := newSigners(t)
-	hostNamed, err := wire.NewUserSigner() // a user named like a host
+	hostNamed, err := signing.NewUserSigner() // a user named like a host
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,10 +60,10 @@ func TestReadsMineOwnAsAndReplayable(t *testing.T) {
 	if err := call(signed(t, s.admin, "t.plans", plans(""))); err != nil || <-asked != "" {
 		t.Fatalf("admin reads everyone's: %v", err)
 	}
-	if err := call(signed(t, s.alice, "t.plans", plans("bob"))); !refusedAs(err, wire.ErrRole) {
+	if err := call(signed(t, s.alice, "t.plans", plans("bob"))); !refusedAs(err, signing.ErrRole) {
 		t.Fatalf("alice reads bob's: %v", err)
 	}
-	if err := call(signed(t, nil, "t.plans", plans(""))); !refusedAs(err, wire.ErrUnsigned) {
+	if err := call(signed(t, nil, "t.plans", plans(""))); !refusedAs(err, signing.ErrUnsigned) {
 		t.Fatalf("unsigned read: %v", err)
 	}
 	again := signed(t, s.alice, "t.plans", plans("alice"))
@@ -79,13 +80,13 @@ func TestReadsMineOwnAsAndReplayable(t *testing.T) {
 	if err := call(signed(t, s.agent1, "t.statement", st("provider:host-1"))); err != nil {
 		t.Fatalf("agent reads its provider account: %v", err)
 	}
-	if err := call(signed(t, s.agent1, "t.statement", st("provider:host-2"))); !refusedAs(err, wire.ErrRole) {
+	if err := call(signed(t, s.agent1, "t.statement", st("provider:host-2"))); !refusedAs(err, signing.ErrRole) {
 		t.Fatalf("agent reads another's: %v", err)
 	}
-	if err := call(signed(t, hostNamed, "t.statement", st("provider:host-1"))); !refusedAs(err, wire.ErrRole) {
+	if err := call(signed(t, hostNamed, "t.statement", st("provider:host-1"))); !refusedAs(err, signing.ErrRole) {
 		t.Fatalf("a user named like the host reads its provider account: %v", err)
 	}
-	if err := call(signed(t, s.agent1, "t.statement", st("host-1"))); !refusedAs(err, wire.ErrRole) {
+	if err := call(signed(t, s.agent1, "t.statement", st("host-1"))); !refusedAs(err, signing.ErrRole) {
 		t.Fatalf("agent reads the account named like itself: %v", err)
 	}
 }
@@ -132,7 +133,7 @@ func TestAuditHearsSuccessesOnly(t *testing.T) {
 	if err := send(context.Background(), nc, ok); err != nil {
 		t.Fatal(err)
 	}
-	if err := send(context.Background(), nc, signed(t, s.alice, "t.grant", hold)); !refusedAs(err, wire.ErrRole) {
+	if err := send(context.Background(), nc, signed(t, s.alice, "t.grant", hold)); !refusedAs(err, signing.ErrRole) {
 		t.Fatalf("refused grant: %v", err)
 	}
 	if err := send(context.Background(), nc, signed(t, s.alice, "t.hold", hold)); err != nil {
@@ -149,7 +150,7 @@ func TestAuditHearsSuccessesOnly(t *testing.T) {
 		t.Fatalf("events %+v", evs)
 	}
 	ev := evs[0]
-	c, err := ev.Request.Check()
+	c, err := signing.CheckRequest(ev.Request)
 	if err != nil || c.Key != s.admin.Public() || ev.Principal.Name != "admin" || ev.Component != "test" || ev.Op != "grant" ||
 		ev.ID != wire.EventID(c.Key, c.Nonce) || string(ev.Request.Body) != string(ok.Data) || len(ev.Result) == 0 {
 		t.Fatalf("event %+v (check %v)", ev, err)

@@ -4,6 +4,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -24,7 +25,7 @@ func replyOpts(opts Options, r request, body []byte) []micro.RespondOpt {
 	if opts.Cert != nil {
 		cert = opts.Cert()
 	}
-	nonce := nats.Header(r.Headers()).Get(wire.HeaderNonce)
+	nonce := nats.Header(r.Headers()).Get(signing.HeaderNonce)
 	h := opts.Signer.SignReply(r.Reply(), nonce, body, cert)
 	return []micro.RespondOpt{micro.WithHeaders(micro.Headers(h))}
 }

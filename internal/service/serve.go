@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/mrmarket/mrmarket/internal/rpc"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -42,7 +43,7 @@ type Options struct {
 	Audit Auditor
 	// Signer, when set, signs every reply (see reply.go); Cert, when set,
 	// gives the signer's principal record to attach (nil: none yet).
-	Signer *wire.Signer
+	Signer *signing.Signer
 	Cert   func() *wire.Sealed
 	// Slow, when set, hears every request answered SlowRequest or more
 	// after it arrived: the endpoint, whose queue it waited in (see
@@ -129,7 +130,7 @@ func handler(nc *nats.Conn, service string, e *Endpoint, opts Options, sched *sc
 		// it needs.
 		in := requestCopy{subject: r.Subject(), reply: r.Reply(), header: nats.Header(r.Headers()), data: r.Data()}
 		reply := queuedReply{nc: nc, reply: in.reply, stats: sched.stats[e.Name]}
-		key := fairKey(in.header.Get(wire.HeaderKey), in.reply)
+		key := fairKey(in.header.Get(signing.HeaderKey), in.reply)
 		if !sched.submit(key, e, in.header.Get(wire.HeaderOrder), func() { serveAndReply(service, e, opts, in, reply, nil, key, arrived) }) {
 			// Refused at once, as cheaply as can be: the flood is what
 			// arrives here.
@@ -227,7 +228,7 @@ func serveOne(e *Endpoint, auth *Authorizer, r request) (res any, in *Incoming, 
 		return nil, nil, err
 	}
 	in = &Incoming{Subject: r.Subject(), Reply: r.Reply(), Caller: caller}
-	in.Signed, _ = wire.SignedRequestOf(r.Subject(), nats.Header(r.Headers()), r.Data())
+	in.Signed, _ = signing.SignedRequestOf(r.Subject(), nats.Header(r.Headers()), r.Data())
 	ctx, cancel := context.WithTimeout(context.Background(), rpc.DefaultTimeout)
 	defer cancel()
 	ctx = withIncoming(ctx, in)

@@ -16,6 +16,7 @@ import (
 	"github.com/mrmarket/mrmarket/internal/natstest"
 	"github.com/mrmarket/mrmarket/internal/rpc"
 	"github.com/mrmarket/mrmarket/internal/service"
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/testpoll"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
@@ -245,7 +246,7 @@ func (c *counting) Whois(_ context.Context, key string) (wire.Principal, error) 
 	c.calls.Add(1)
 	p, ok := c.ps[key]
 	if !ok {
-		return p, fmt.Errorf("%w %s", wire.ErrUnknownKey, key)
+		return p, fmt.Errorf("%w %s", signing.ErrUnknownKey, key)
 	}
 	return p, nil
 }

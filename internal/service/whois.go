@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -115,11 +116,11 @@ func (n *newestRecords) see(key string, cert *wire.Sealed) bool {
 // Certified makes ids trustworthy over an untrusted network: an answer is
 // believed only when its Cert opens as the asked key's principal record
 // sealed by the anchor adminKey, and the principal is the one the record
-// names (wire.OpenPrincipal); any other answer — a forged whois reply from
+// names (signing.OpenPrincipal); any other answer — a forged whois reply from
 // whoever joined the bank's queue group, a record of another key or sealed
 // by another key, a record older than one this process saw before (a
 // replay: the bank keeps the newest only) — is refused as
-// wire.ErrUnknownKey and heard by onRefused (nil: nobody). Only a replayed
+// signing.ErrUnknownKey and heard by onRefused (nil: nobody). Only a replayed
 // old record that this process never saw superseded gets through this
 // check; ids that verify the bank's signature on the answer
 // (bank.Client with AdminKey) and NATS permissions (only the bank answers
@@ -136,24 +137,24 @@ func Certified(ids Identities, adminKey string, onRefused func(key string, err e
 // Whois asks ids and checks the answer's record.
 func (c certified) Whois(ctx context.Context, key string) (wire.Principal, error) {
 	if key == c.admin {
-		return wire.OpenPrincipal(nil, c.admin, key)
+		return signing.OpenPrincipal(nil, c.admin, key)
 	}
 	p, err := c.ids.Whois(ctx, key)
 	if err != nil {
 		return wire.Principal{}, err
 	}
-	got, err := wire.OpenPrincipal(p.Cert, c.admin, key)
+	got, err := signing.OpenPrincipal(p.Cert, c.admin, key)
 	if err == nil && (got.Name != p.Name || got.Role != p.Role || p.Key != key) {
-		err = fmt.Errorf("%w: the answer says %s %s, its record %s %s", wire.ErrCertBody, p.Role, p.Name, got.Role, got.Name)
+		err = fmt.Errorf("%w: the answer says %s %s, its record %s %s", signing.ErrCertBody, p.Role, p.Name, got.Role, got.Name)
 	}
 	if err == nil && !c.newest.see(key, p.Cert) {
-		err = fmt.Errorf("%w: a record older than one seen before (replayed)", wire.ErrCertBody)
+		err = fmt.Errorf("%w: a record older than one seen before (replayed)", signing.ErrCertBody)
 	}
 	if err != nil {
 		if c.onRefused != nil {
 			c.onRefused(key, err)
 		}
-		return wire.Principal{}, fmt.Errorf("%w %s (%v)", wire.ErrUnknownKey, key, err)
+		return wire.Principal{}, fmt.Errorf("%w %s (%v)", signing.ErrUnknownKey, key, err)
 	}
 	return got, nil
 }

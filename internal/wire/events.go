@@ -8,7 +8,7 @@ import (
 // Event is one entry of the audit stream (MRM_EVENTS, on
 // EventSubject(Component, Op)): a request that moved money, as it was
 // signed, who signed it, and what it did. Request is the signed request
-// exactly as received, so anyone can check it later (Request.Check) without
+// exactly as received, so anyone can check it later (signing.CheckRequest) without
 // trusting the component that published the event; for an unsigned request
 // (a market without identities) it has the subject and body only.
 type Event struct {

@@ -72,8 +72,8 @@ type HoldRequest struct {
 	Hosts []string `json:"hosts,omitempty"`
 	Memo  string   `json:"memo,omitempty"`
 	// Mandate is the user's signed spend or submit the hold funds, when a
-	// broker places it: the bank holds only HoldIDFor(user, its request id),
-	// no more than it allows (see mandate.go).
+	// broker places it: the bank holds only mandate.HoldIDFor(user, its request id),
+	// no more than it allows (see package mandate).
 	Mandate *SignedRequest `json:"mandate,omitempty"`
 }
 
@@ -451,7 +451,7 @@ const (
 
 // PrincipalRequest registers (or re-registers) the NKey public key Key as
 // principal Name with Role. For an agent, Name is its host id. Cert is the
-// principal record sealed by the admin key (SealPrincipal): a bank that
+// principal record sealed by the admin key (signing.SealPrincipal): a bank that
 // knows its admin key refuses a registration without one that matches.
 type PrincipalRequest struct {
 	Versioned
@@ -476,8 +476,8 @@ func (r *PrincipalRequest) Validate() error {
 }
 
 // Principal is a registered identity. Cert is its admin-sealed record
-// (SealPrincipal): whoever learns a principal over the network trusts it
-// only when Cert opens with the admin key (OpenPrincipal).
+// (signing.SealPrincipal): whoever learns a principal over the network trusts it
+// only when Cert opens with the admin key (signing.OpenPrincipal).
 type Principal struct {
 	Key  string  `json:"key"`
 	Name string  `json:"name"`
@@ -505,7 +505,7 @@ type Bid struct {
 	Budget   money.Micro `json:"budget_micro"`
 	Duration Duration    `json:"duration"`
 	// Mandate is the owner's signed spend or submit the bid acts for (see
-	// mandate.go); an agent that knows identities charges nothing without
+	// package mandate); an agent that knows identities charges nothing without
 	// it. In a BidRequest one bid of each plan carries it and the plan's
 	// other bids take it from that one (a mandate naming thousands of VMs
 	// travels once per request).

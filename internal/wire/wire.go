@@ -10,13 +10,13 @@
 // micro-credits; rates are floats in micro-credits per second; durations are
 // Go duration strings ("10m", "1h30m").
 //
-// Mutating requests are signed (sign.go: NKeys over subject, body, time and
-// nonce, in headers, the body untouched). Clients call with rpc.Request;
+// Mutating requests are signed (package signing: NKeys over subject, body,
+// time and nonce, in headers, the body untouched). Clients call with rpc.Request;
 // components serve their subjects through package
 // internal/service, which verifies, decodes, authorizes and replies with this
 // package's envelope. docs/SUBJECTS.md lists every subject and who may send
 // it. A user's signed spend travels on with what is done for it, as a
-// mandate agents and the bank check (mandate.go).
+// mandate agents and the bank check (package mandate).
 package wire
 
 import (

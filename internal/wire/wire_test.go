@@ -80,26 +80,6 @@ func TestToErrorKeepsCategory(t *testing.T) {
 	}
 }
 
-// TestSignaturesAreNKeys: what Signer signs verifies with plain nkeys, and
-// a tampered message does not.
-func TestSignaturesAreNKeys(t *testing.T) {
-	s, err := wire.NewUserSigner()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := s.Sign("mrm.v1.bank.grant", []byte(`{"v":1}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c, err := wire.VerifyMsg(m, time.Now()); err != nil || c.Key != s.Public() {
-		t.Fatalf("verify: %+v %v", c, err)
-	}
-	m.Data = []byte(`{"v":2}`)
-	if _, err := wire.VerifyMsg(m, time.Now()); !errors.Is(err, wire.ErrBadSignature) {
-		t.Fatalf("tampered: %v", err)
-	}
-}
-
 // TestWeightsAllZeroAreRefused: a plan whose workflows, a workflow's
 // stages, or hosts all weigh 0 could never spend what it holds: refused
 // before anything is held.

@@ -1,25 +1,19 @@
-package wire
-
-import (
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
-	"fmt"
-	"sync"
-	"time"
-
-	"github.com/mrmarket/mrmarket/internal/money"
-)
-
-// Mandates: end-to-end user authorization.
+// Package mandate is end-to-end user authorization: a user's own signed
+// request, carried with everything done for it, that every component
+// spending the user's money checks for itself.
 //
 // A user's spend (or submit, or spend --more) is signed by the user. The
 // broker keeps that signed request — the mandate — with the plan and
 // passes it on with everything it does for the plan: every bid it sends an
-// agent (Bid.Mandate) and the hold and extensions it asks of the bank
-// (HoldRequest.Mandate, ExtendRequest.Mandate). An agent and the bank then
-// check for themselves what the user asked for, so a broker, a forged plan
-// record or a replayed message cannot widen it:
+// agent (wire.Bid.Mandate) and the hold and extensions it asks of the bank
+// (wire.HoldRequest.Mandate, wire.ExtendRequest.Mandate). Read checks the
+// user's signature (signing.CheckRequest, not its freshness: a mandate is
+// checked long after it was sent) and reads what it allows; it does not
+// know who signed, so its checkers resolve the signer's key (whois) and
+// ask Mandate.SignedBy. The checkers live with what they guard — the bank
+// (bank/mandate.go), the broker (broker/mandate.go) and every agent
+// (agent/mandate.go) — so a broker, a forged plan record or a replayed
+// message cannot widen what the user signed:
 //
 //   - the hold a mandate funds is HoldIDFor(user, the mandate's request
 //     id): one hold per signed request, of that user;
@@ -30,15 +24,34 @@ import (
 //     therefore bounded by the bank: bids may name any budget, but what the
 //     agents capture never goes past what the user's signed requests put in
 //     the hold.
+//
+// A Mandate is therefore the terms read from the signed body, not the body:
+// what the checkers compare is a field of it, so binding more of the
+// request (its rates, its period, its hosts, its plan) is a new field read
+// here and a new comparison in the checkers, with no change on the wire.
+package mandate
 
-// MandateGrace is how long past a mandate's period its plan may still be
-// charged (the broker's settle time and the agents' last captures).
-const MandateGrace = 10 * time.Minute
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/mrmarket/mrmarket/internal/money"
+	"github.com/mrmarket/mrmarket/internal/signing"
+	"github.com/mrmarket/mrmarket/internal/wire"
+)
+
+// Grace is how long past a mandate's period its plan may still be charged
+// (the broker's settle time and the agents' last captures).
+const Grace = 10 * time.Minute
 
 // Errors of mandates; all are forbidden.
 var (
-	ErrNoMandate  = fmt.Errorf("%w: no mandate (the user's signed request)", ErrForbidden)
-	ErrBadMandate = fmt.Errorf("%w: mandate does not allow this", ErrForbidden)
+	ErrMissing    = fmt.Errorf("%w: no mandate (the user's signed request)", wire.ErrForbidden)
+	ErrNotAllowed = fmt.Errorf("%w: mandate does not allow this", wire.ErrForbidden)
 )
 
 // HoldIDFor is the hold that funds user's signed request requestID (its
@@ -56,9 +69,9 @@ func HoldIDFor(user, requestID string) string {
 // Mandate is what a user's signed request allows, as read from it.
 type Mandate struct {
 	// Signer is who signed it (its key, time and nonce).
-	Signer Caller
-	// Subject is the subject it was signed for (BrokerSpend, BrokerSubmit,
-	// BrokerAdjust).
+	Signer signing.Caller
+	// Subject is the subject it was signed for (wire.BrokerSpend,
+	// wire.BrokerSubmit, wire.BrokerAdjust).
 	Subject string
 	// User is the user whose money it spends.
 	User string
@@ -84,35 +97,35 @@ type Mandate struct {
 
 // SignedBy checks that p, the principal who signed m (whois of
 // m.Signer.Key), may sign it: the user whose money it spends, or an admin.
-func (m Mandate) SignedBy(p Principal) error {
-	if !(p.Role == RoleUser && p.Name == m.User) && p.Role != RoleAdmin {
-		return fmt.Errorf("%w: signed by %s (%s), not by %s", ErrBadMandate, p.Name, p.Role, m.User)
+func (m Mandate) SignedBy(p wire.Principal) error {
+	if !(p.Role == wire.RoleUser && p.Name == m.User) && p.Role != wire.RoleAdmin {
+		return fmt.Errorf("%w: signed by %s (%s), not by %s", ErrNotAllowed, p.Name, p.Role, m.User)
 	}
 	return nil
 }
 
-// Mandate checks r's signature and reads what it allows. It does not know
+// Read checks r's signature and reads what it allows. It does not know
 // who signed: the caller resolves Signer.Key (whois) and checks the
-// principal is User (or an admin).
-func (r SignedRequest) Mandate() (Mandate, error) {
-	c, err := r.Check()
+// principal is User (or an admin: Mandate.SignedBy).
+func Read(r wire.SignedRequest) (Mandate, error) {
+	c, err := signing.CheckRequest(r)
 	if err != nil {
 		return Mandate{}, err
 	}
 	m := Mandate{Signer: c, Subject: r.Subject}
 	switch r.Subject {
-	case BrokerSpend:
-		var req SpendRequest
+	case wire.BrokerSpend:
+		var req wire.SpendRequest
 		if err := json.Unmarshal(r.Body, &req); err != nil {
-			return Mandate{}, fmt.Errorf("%w: spend body: %v", ErrBadMandate, err)
+			return Mandate{}, fmt.Errorf("%w: spend body: %v", ErrNotAllowed, err)
 		}
 		m.User, m.RequestID, m.Budget = req.User, req.ID, req.Budget
 		m.VMs = setOf(req.AllVMs())
-		m.Until = c.Time.Add(req.Duration.D() + MandateGrace)
-	case BrokerSubmit:
-		var req SubmitRequest
+		m.Until = c.Time.Add(req.Duration.D() + Grace)
+	case wire.BrokerSubmit:
+		var req wire.SubmitRequest
 		if err := json.Unmarshal(r.Body, &req); err != nil {
-			return Mandate{}, fmt.Errorf("%w: submit body: %v", ErrBadMandate, err)
+			return Mandate{}, fmt.Errorf("%w: submit body: %v", ErrNotAllowed, err)
 		}
 		m.User, m.RequestID, m.VMs = req.User, req.ID, setOf(req.Job.VMs)
 		m.Budget = req.Budget
@@ -121,15 +134,15 @@ func (r SignedRequest) Mandate() (Mandate, error) {
 		}
 		m.Until = submitUntil(&req, c.Time)
 		m.MarketClock = !req.Deadline.IsZero()
-	case BrokerAdjust:
-		var req AdjustRequest
+	case wire.BrokerAdjust:
+		var req wire.AdjustRequest
 		if err := json.Unmarshal(r.Body, &req); err != nil {
-			return Mandate{}, fmt.Errorf("%w: adjust body: %v", ErrBadMandate, err)
+			return Mandate{}, fmt.Errorf("%w: adjust body: %v", ErrNotAllowed, err)
 		}
 		m.User, m.RequestID, m.Budget, m.Plan = req.User, req.ID, req.More, req.Plan
 		return m, nil
 	default:
-		return Mandate{}, fmt.Errorf("%w: signed for %s, not a spend or a submit", ErrBadMandate, r.Subject)
+		return Mandate{}, fmt.Errorf("%w: signed for %s, not a spend or a submit", ErrNotAllowed, r.Subject)
 	}
 	if m.RequestID == "" {
 		m.RequestID = c.Nonce
@@ -140,12 +153,12 @@ func (r SignedRequest) Mandate() (Mandate, error) {
 
 // submitUntil is how long a submit lets its job be charged: a job with a
 // deadline runs at most a quarter of its window past it (the broker's
-// rule), a best-effort one at most MaxDuration from its signing.
-func submitUntil(req *SubmitRequest, signed time.Time) time.Time {
+// rule), a best-effort one at most wire.MaxDuration from its signing.
+func submitUntil(req *wire.SubmitRequest, signed time.Time) time.Time {
 	if req.Deadline.IsZero() {
-		return signed.Add(MaxDuration)
+		return signed.Add(wire.MaxDuration)
 	}
-	return req.Deadline.Add(max(req.Deadline.Sub(signed)/4, 0) + MandateGrace)
+	return req.Deadline.Add(max(req.Deadline.Sub(signed)/4, 0) + Grace)
 }
 
 func setOf(vms []string) map[string]bool {
@@ -156,19 +169,19 @@ func setOf(vms []string) map[string]bool {
 	return out
 }
 
-// MandateCache remembers mandates already read, by signature, so a round
+// Cache remembers mandates already read, by signature, so a round
 // of many bids on one plan costs one verification. At most Size entries
 // (default 4096); when full it starts over. Safe for concurrent use.
-type MandateCache struct {
+type Cache struct {
 	Size int
 
 	mu sync.Mutex
 	m  map[string]Mandate
 }
 
-// Read is r.Mandate(), from the cache when r's signature was read before.
+// Read is Read(*r), from the cache when r's signature was read before.
 // A refused mandate is not cached.
-func (c *MandateCache) Read(r *SignedRequest) (Mandate, error) {
+func (c *Cache) Read(r *wire.SignedRequest) (Mandate, error) {
 	key := r.Sig + "\x00" + r.Key
 	c.mu.Lock()
 	m, ok := c.m[key]
@@ -176,7 +189,7 @@ func (c *MandateCache) Read(r *SignedRequest) (Mandate, error) {
 	if ok {
 		return m, nil
 	}
-	m, err := r.Mandate()
+	m, err := Read(*r)
 	if err != nil {
 		return m, err
 	}
@@ -193,11 +206,11 @@ func (c *MandateCache) Read(r *SignedRequest) (Mandate, error) {
 	return m, nil
 }
 
-// SignMandate signs req (stamped with this version) for subject as s and
-// returns it as the mandate a broker would carry: what a user's client
-// sends, for tests and tools that act as one.
-func SignMandate(s *Signer, subject string, req Message) (*SignedRequest, error) {
-	req.stamp()
+// Sign signs req (stamped with this version) for subject as s and returns
+// it as the mandate a broker would carry: what a user's client sends, for
+// tests and tools that act as one.
+func Sign(s *signing.Signer, subject string, req wire.Message) (*wire.SignedRequest, error) {
+	wire.Stamp(req)
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, err
@@ -206,6 +219,6 @@ func SignMandate(s *Signer, subject string, req Message) (*SignedRequest, error)
 	if err != nil {
 		return nil, err
 	}
-	r, _ := SignedRequestOf(subject, msg.Header, msg.Data)
+	r, _ := signing.SignedRequestOf(subject, msg.Header, msg.Data)
 	return &r, nil
 }

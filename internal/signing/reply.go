@@ -1,4 +1,4 @@
-package wire
+package signing
 
 import (
 	"bytes"
@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
 // Signed replies. A service with a key (service.Options.Signer) signs every
@@ -36,7 +38,7 @@ func replyPayload(reply, nonce string, body []byte) []byte {
 
 // SignReply returns the headers signing body as the reply on subject reply
 // to a request with nonce; cert, when set, is the signer's record.
-func (s *Signer) SignReply(reply, nonce string, body []byte, cert *Sealed) nats.Header {
+func (s *Signer) SignReply(reply, nonce string, body []byte, cert *wire.Sealed) nats.Header {
 	sig := ed25519.Sign(s.priv, replyPayload(reply, nonce, body))
 	h := nats.Header{}
 	h.Set(HeaderKey, s.pub)
@@ -52,7 +54,7 @@ func (s *Signer) SignReply(reply, nonce string, body []byte, cert *Sealed) nats.
 // VerifyReply checks m as the signed reply on subject reply to a request
 // with nonce; it returns the signer's key and the record it attached (nil
 // if none).
-func VerifyReply(m *nats.Msg, reply, nonce string) (string, *Sealed, error) {
+func VerifyReply(m *nats.Msg, reply, nonce string) (string, *wire.Sealed, error) {
 	if m.Header == nil || m.Header.Get(HeaderKey) == "" {
 		return "", nil, fmt.Errorf("%w: unsigned reply", ErrReplyTrust)
 	}
@@ -63,9 +65,9 @@ func VerifyReply(m *nats.Msg, reply, nonce string) (string, *Sealed, error) {
 	if err := verifyEd25519(key, m.Header.Get(HeaderSig), replyPayload(reply, nonce, m.Data)); err != nil {
 		return "", nil, fmt.Errorf("%w: %v", ErrReplyTrust, err)
 	}
-	var cert *Sealed
+	var cert *wire.Sealed
 	if c := m.Header.Get(HeaderCert); c != "" {
-		cert = new(Sealed)
+		cert = new(wire.Sealed)
 		if err := json.Unmarshal([]byte(c), cert); err != nil {
 			return "", nil, fmt.Errorf("%w: bad signer record: %v", ErrReplyTrust, err)
 		}
@@ -75,12 +77,12 @@ func VerifyReply(m *nats.Msg, reply, nonce string) (string, *Sealed, error) {
 
 // ReplyTrust decides whether a reply signed by key (with the signer's
 // record cert, maybe nil) is to be believed.
-type ReplyTrust func(key string, cert *Sealed) error
+type ReplyTrust func(key string, cert *wire.Sealed) error
 
 // TrustRole believes replies signed by a principal of role whose record,
 // attached to the reply, is sealed by the anchor adminKey.
 func TrustRole(adminKey, role string) ReplyTrust {
-	return func(key string, cert *Sealed) error {
+	return func(key string, cert *wire.Sealed) error {
 		p, err := openedRecords.open(cert, adminKey, key)
 		if err != nil {
 			return fmt.Errorf("%w: %v", ErrReplyTrust, err)
@@ -95,7 +97,7 @@ func TrustRole(adminKey, role string) ReplyTrust {
 // TrustPrincipal believes replies signed by the principal name of role
 // (an agent of its host, say), its record sealed by the anchor adminKey.
 func TrustPrincipal(adminKey, role, name string) ReplyTrust {
-	return func(key string, cert *Sealed) error {
+	return func(key string, cert *wire.Sealed) error {
 		p, err := openedRecords.open(cert, adminKey, key)
 		if err != nil {
 			return fmt.Errorf("%w: %v", ErrReplyTrust, err)
@@ -113,7 +115,7 @@ func TrustPrincipal(adminKey, role, name string) ReplyTrust {
 // when full.
 type recordCache struct {
 	mu sync.Mutex
-	m  map[string]Principal
+	m  map[string]wire.Principal
 }
 
 const maxOpenedRecords = 1024
@@ -121,7 +123,7 @@ const maxOpenedRecords = 1024
 var openedRecords recordCache
 
 // open is OpenPrincipal, remembered by (anchor, key, record signature).
-func (c *recordCache) open(cert *Sealed, adminKey, key string) (Principal, error) {
+func (c *recordCache) open(cert *wire.Sealed, adminKey, key string) (wire.Principal, error) {
 	if cert == nil {
 		return OpenPrincipal(cert, adminKey, key)
 	}
@@ -138,7 +140,7 @@ func (c *recordCache) open(cert *Sealed, adminKey, key string) (Principal, error
 	}
 	c.mu.Lock()
 	if c.m == nil || len(c.m) >= maxOpenedRecords {
-		c.m = map[string]Principal{}
+		c.m = map[string]wire.Principal{}
 	}
 	c.m[k] = p
 	c.mu.Unlock()

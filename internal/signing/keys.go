@@ -1,10 +1,14 @@
-package wire
+package signing
 
 import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
+	"strings"
+
+	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
 // Keyring finds the signer of a principal by role and name.
@@ -20,9 +24,9 @@ type CredsDir string
 // Path is where the credentials of (role, name) live.
 func (d CredsDir) Path(role, name string) string {
 	switch role {
-	case RoleAdmin, RoleBroker, RoleBank:
+	case wire.RoleAdmin, wire.RoleBroker, wire.RoleBank:
 		return filepath.Join(string(d), role+".nk")
-	case RoleAgent:
+	case wire.RoleAgent:
 		return filepath.Join(string(d), "agents", name+".nk")
 	default:
 		return filepath.Join(string(d), "users", name+".nk")
@@ -34,7 +38,7 @@ func (d CredsDir) Signer(role, name string) (*Signer, error) {
 	p := d.Path(role, name)
 	s, err := LoadSigner(p)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%w: no credentials for %s %s (%s); `mrmarket up` writes them, `mrmarket bank principal add` adds one", ErrForbidden, role, name, p)
+		return nil, fmt.Errorf("%w: no credentials for %s %s (%s); `mrmarket up` writes them, `mrmarket bank principal add` adds one", wire.ErrForbidden, role, name, p)
 	}
 	return s, err
 }
@@ -45,7 +49,7 @@ func (d CredsDir) Ensure(role, name string) (*Signer, error) {
 	if err == nil {
 		return s, nil
 	}
-	if !errors.Is(err, ErrForbidden) {
+	if !errors.Is(err, wire.ErrForbidden) {
 		return nil, err
 	}
 	if s, err = NewUserSigner(); err != nil {
@@ -67,4 +71,46 @@ func SignerFor(fixed *Signer, keys Keyring, role, name string) (*Signer, error) 
 		return nil, nil
 	}
 	return keys.Signer(role, name)
+}
+
+// AdminPubFile is the name of the anchor's public key file in a
+// credentials directory.
+const AdminPubFile = "admin.pub"
+
+// AdminKeyFile reads an anchor public key file (creds/admin.pub).
+func AdminKeyFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("reading the admin key: %w", err)
+	}
+	k := strings.TrimSpace(string(b))
+	if err := wire.CheckPublicKey(k); err != nil {
+		return "", fmt.Errorf("admin key %s: %w", path, err)
+	}
+	return k, nil
+}
+
+// AdminKey is the anchor of a credentials directory: its admin.pub, else
+// the public key of its admin.nk; "" if it has neither.
+func (d CredsDir) AdminKey() (string, error) {
+	k, err := AdminKeyFile(filepath.Join(string(d), AdminPubFile))
+	if err == nil || !errors.Is(err, os.ErrNotExist) {
+		return k, err
+	}
+	s, err := d.Signer(wire.RoleAdmin, "admin")
+	if err != nil {
+		if errors.Is(err, wire.ErrForbidden) {
+			return "", nil
+		}
+		return "", err
+	}
+	return s.Public(), nil
+}
+
+// WriteAdminKey writes admin's public key to the directory's admin.pub.
+func (d CredsDir) WriteAdminKey(admin *Signer) error {
+	if err := os.MkdirAll(string(d), 0o700); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(string(d), AdminPubFile), []byte(admin.Public()+"\n"), 0o644)
 }
