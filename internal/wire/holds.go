@@ -1,6 +1,239 @@
 package wire
 
-import "time"
+import (
+	"time"
+
+	"github.com/mrmarket/mrmarket/internal/money"
+)
+
+// Subjects of the bank's holds: money in escrow for a plan, captured by the
+// hosts' agents, released or extended.
+const (
+	BankHold    = "mrm.v1.bank.hold"
+	BankCapture = "mrm.v1.bank.capture"
+	BankRelease = "mrm.v1.bank.release"
+	BankExtend  = "mrm.v1.bank.extend"
+)
+
+// HoldRequest moves Amount of User's money into escrow under hold ID until
+// Expires. ID makes it idempotent.
+type HoldRequest struct {
+	Versioned
+	ID      string      `json:"id"`
+	User    string      `json:"user"`
+	Amount  money.Micro `json:"amount_micro"`
+	Expires time.Time   `json:"expires"`
+	// Hosts are the hosts whose providers may capture from the hold; empty
+	// means any host.
+	Hosts []string `json:"hosts,omitempty"`
+	Memo  string   `json:"memo,omitempty"`
+	// Mandate is the user's signed spend or submit the hold funds, when a
+	// broker places it: the bank holds only mandate.HoldIDFor(user, its
+	// request id), no more than it allows (see package mandate).
+	Mandate *SignedRequest `json:"mandate,omitempty"`
+}
+
+func (r *HoldRequest) Validate() error {
+	if len(r.Hosts) > MaxHoldHosts {
+		return Errorf(ErrBadRequest, "a hold names at most %d hosts, got %d", MaxHoldHosts, len(r.Hosts))
+	}
+	for _, h := range r.Hosts {
+		if err := CheckName("host", h); err != nil {
+			return err
+		}
+	}
+	if err := checkMemo(r.Memo); err != nil {
+		return err
+	}
+	if err := CheckID("hold id", r.ID); err != nil {
+		return err
+	}
+	if err := CheckName("user", r.User); err != nil {
+		return err
+	}
+	if r.Expires.IsZero() {
+		return Errorf(ErrBadRequest, "hold needs an expiry time")
+	}
+	return checkAmount("hold amount", r.Amount)
+}
+
+// MaxHoldHosts bounds a hold's beneficiaries.
+const MaxHoldHosts = 10_000
+
+// Hold states.
+const (
+	HoldOpen   = "open"
+	HoldClosed = "closed"
+)
+
+// HoldInfo describes a hold. Remaining = Amount − Captured − Released.
+type HoldInfo struct {
+	ID       string      `json:"id"`
+	User     string      `json:"user"`
+	Amount   money.Micro `json:"amount_micro"`
+	Captured money.Micro `json:"captured_micro"`
+	Released money.Micro `json:"released_micro"`
+	Expires  time.Time   `json:"expires"`
+	Status   string      `json:"status"`
+	Hosts    []string    `json:"hosts,omitempty"`
+}
+
+// Remaining is what the hold can still capture or release.
+func (h HoldInfo) Remaining() money.Micro { return h.Amount - h.Captured - h.Released }
+
+// HoldReply answers a HoldRequest.
+type HoldReply struct {
+	Hold     HoldInfo    `json:"hold"`
+	Balance  money.Micro `json:"balance_micro"`
+	Replayed bool        `json:"replayed,omitempty"`
+}
+
+// CaptureLeg asks to bring the total captured from Hold for VM on the batch's
+// host up to Cumulative. Cumulative, not a delta: a replayed or re-issued leg
+// can only ever move money once, and a leg whose Cumulative is at or below
+// what was already captured moves nothing. ID is the leg's idempotency id,
+// "hold/host/vm/tick".
+type CaptureLeg struct {
+	ID         string      `json:"id"`
+	Hold       string      `json:"hold"`
+	VM         string      `json:"vm"`
+	Cumulative money.Micro `json:"cumulative_micro"`
+	// Owner is the VM's owner on the host, when the agent knows it: the
+	// bank captures only from a hold of that user.
+	Owner string `json:"owner,omitempty"`
+}
+
+// CaptureBatch is one agent tick's captures: every bid the host charged.
+type CaptureBatch struct {
+	Versioned
+	Host string       `json:"host"`
+	Tick int64        `json:"tick"`
+	Legs []CaptureLeg `json:"legs"`
+}
+
+func (b *CaptureBatch) Validate() error {
+	if err := CheckName("host", b.Host); err != nil {
+		return err
+	}
+	if b.Tick < 0 {
+		return Errorf(ErrBadRequest, "negative tick %d", b.Tick)
+	}
+	if len(b.Legs) == 0 || len(b.Legs) > MaxLegs {
+		return Errorf(ErrBadRequest, "a capture batch needs 1 to %d legs, got %d", MaxLegs, len(b.Legs))
+	}
+	seen := make(map[string]bool, len(b.Legs))
+	for _, l := range b.Legs {
+		if err := CheckID("leg id", l.ID); err != nil {
+			return err
+		}
+		if err := CheckID("hold id", l.Hold); err != nil {
+			return err
+		}
+		if err := CheckName("vm", l.VM); err != nil {
+			return err
+		}
+		if err := checkAmount("cumulative capture", l.Cumulative); err != nil {
+			return err
+		}
+		if l.Owner != "" {
+			if err := CheckName("owner", l.Owner); err != nil {
+				return err
+			}
+		}
+		key := l.Hold + "\x00" + l.VM
+		if seen[l.ID] || seen[key] {
+			return Errorf(ErrBadRequest, "duplicate leg %q (one leg per hold and VM per batch)", l.ID)
+		}
+		seen[l.ID], seen[key] = true, true
+	}
+	return nil
+}
+
+// MaxLegs bounds a capture batch.
+const MaxLegs = 100_000
+
+// LegResult is the outcome of one leg. Applied is what this leg moved now;
+// Captured is the total captured for (hold, host, vm) after it. Exhausted
+// says the hold has nothing left: the agent must zero its bids on it. Error
+// is set when the leg was refused (unknown, closed or expired hold); the other
+// legs of the batch still apply.
+type LegResult struct {
+	ID        string      `json:"id"`
+	Hold      string      `json:"hold"`
+	VM        string      `json:"vm"`
+	Applied   money.Micro `json:"applied_micro"`
+	Captured  money.Micro `json:"captured_micro"`
+	Exhausted bool        `json:"exhausted,omitempty"`
+	Error     *Error      `json:"error,omitempty"`
+}
+
+// CaptureReply answers a CaptureBatch, one result per leg in order.
+type CaptureReply struct {
+	Legs    []LegResult `json:"legs"`
+	Applied money.Micro `json:"applied_micro"`
+}
+
+// ReleaseRequest closes hold Hold of User and returns its remainder.
+// Releasing a closed hold is a no-op that replies with the hold.
+//
+// With Amount, only that much of what the hold has left goes back and the
+// hold stays open (spend --less): ID then makes it idempotent (required),
+// and an Amount above what is left is refused.
+type ReleaseRequest struct {
+	Versioned
+	Hold   string      `json:"hold"`
+	User   string      `json:"user"`
+	ID     string      `json:"id,omitempty"`
+	Amount money.Micro `json:"amount_micro,omitempty"`
+}
+
+func (r *ReleaseRequest) Validate() error {
+	if err := CheckID("hold id", r.Hold); err != nil {
+		return err
+	}
+	if r.Amount != 0 {
+		if err := checkAmount("release amount", r.Amount); err != nil {
+			return err
+		}
+		if err := CheckID("release id", r.ID); err != nil {
+			return err
+		}
+	}
+	return CheckName("user", r.User)
+}
+
+// ReleaseReply answers a ReleaseRequest.
+type ReleaseReply struct {
+	Hold     HoldInfo    `json:"hold"`
+	Released money.Micro `json:"released_micro"`
+	Balance  money.Micro `json:"balance_micro"`
+}
+
+// ExtendRequest adds Amount of User's money to open hold Hold. ID makes it
+// idempotent.
+type ExtendRequest struct {
+	Versioned
+	ID     string      `json:"id"`
+	Hold   string      `json:"hold"`
+	User   string      `json:"user"`
+	Amount money.Micro `json:"amount_micro"`
+	// Mandate is the user's signed spend --more, when a broker extends:
+	// the bank adds no more than it signed (see mandate.go).
+	Mandate *SignedRequest `json:"mandate,omitempty"`
+}
+
+func (r *ExtendRequest) Validate() error {
+	if err := CheckID("extend id", r.ID); err != nil {
+		return err
+	}
+	if err := CheckID("hold id", r.Hold); err != nil {
+		return err
+	}
+	if err := CheckName("user", r.User); err != nil {
+		return err
+	}
+	return checkAmount("extend amount", r.Amount)
+}
 
 // BankOpenHolds lists open holds (for a broker recovering plans it lost).
 const BankOpenHolds = "mrm.v1.bank.holds"
@@ -41,9 +274,6 @@ type OpenHoldsReply struct {
 // answers about: what the bank captured, released and still holds).
 const BankHolds = "mrm.v1.bank.holds.get"
 
-// MaxHoldsRead bounds a HoldsRequest.
-const MaxHoldsRead = 10_000
-
 // HoldsRequest asks for the holds IDs.
 type HoldsRequest struct {
 	Versioned
@@ -61,6 +291,9 @@ func (r *HoldsRequest) Validate() error {
 	}
 	return nil
 }
+
+// MaxHoldsRead bounds a HoldsRequest.
+const MaxHoldsRead = 10_000
 
 // HoldsReply has the holds of a HoldsRequest the bank knows, in its order;
 // unknown ids are left out.

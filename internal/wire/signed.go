@@ -2,6 +2,10 @@ package wire
 
 import "time"
 
+// The shapes of what travels signed. Package signing makes and checks
+// their signatures; here they are plain data, so that any message can
+// carry them and decoding needs no keys.
+
 // Sealed is a body signed by Key for Purpose at Time (Unix nanoseconds).
 // Body is kept as the exact bytes signed (base64 in JSON).
 type Sealed struct {
@@ -17,7 +21,7 @@ func (s Sealed) At() time.Time { return time.Unix(0, s.Time) }
 
 // SignedRequest is a signed request as it was sent: its subject, signing
 // headers and exact body. It can travel inside other messages and be
-// verified by anyone, any time later (Check): a mandate.
+// verified by anyone, any time later (signing.CheckRequest): a mandate.
 type SignedRequest struct {
 	Subject string `json:"subject"`
 	Key     string `json:"key"`
