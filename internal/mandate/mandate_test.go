@@ -2,6 +2,7 @@ package mandate_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -59,5 +60,84 @@ func TestMandates(t *testing.T) {
 		Job: wire.JobSpec{Name: "etl", VMs: []string{"a1"}}})
 	if ms, err := mandate.Read(*sub); err != nil || ms.Budget != 70 || !ms.MarketClock || ms.Until.Before(dl) || ms.Until.After(dl.Add(16*time.Minute+mandate.Grace)) {
 		t.Fatalf("submit mandate: %+v %v", ms, err)
+	}
+}
+
+// TestAdjustmentMandate: a signed spend --more allows adding More to its
+// plan, and funds no hold of its own.
+func TestAdjustmentMandate(t *testing.T) {
+	alice, err := signing.NewUserSigner()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := mandate.Sign(alice, wire.BrokerAdjust, &wire.AdjustRequest{Plan: "p1", User: "alice", ID: "m1", More: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := mandate.Read(*s)
+	if err != nil || m.Plan != "p1" || m.Budget != 300 || m.RequestID != "m1" || m.Hold != "" || m.VMs != nil || !m.Until.IsZero() {
+		t.Fatalf("adjustment: %+v %v", m, err)
+	}
+	// A best-effort submit may be charged for at most a year.
+	sub, err := mandate.Sign(alice, wire.BrokerSubmit, &wire.SubmitRequest{ID: "j", User: "alice", BestEffort: true, Budget: 50,
+		Job: wire.JobSpec{Name: "etl", VMs: []string{"a1"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := mandate.Read(*sub); err != nil || m.Budget != 50 || m.MarketClock || m.Until.Sub(m.Signer.Time) != wire.MaxDuration {
+		t.Fatalf("best-effort submit: %+v %v", m, err)
+	}
+	// A body that does not decode allows nothing.
+	bad := *s
+	bad.Body = []byte(`{"more_micro":"lots"}`)
+	if _, err := mandate.Read(bad); !errors.Is(err, wire.ErrForbidden) {
+		t.Fatalf("undecodable body: %v", err)
+	}
+}
+
+// TestSignedBy: the user whose money a mandate spends may sign it, and an
+// admin; another user may not.
+func TestSignedBy(t *testing.T) {
+	m := mandate.Mandate{User: "alice"}
+	for _, c := range []struct {
+		p  wire.Principal
+		ok bool
+	}{
+		{wire.Principal{Name: "alice", Role: wire.RoleUser}, true},
+		{wire.Principal{Name: "root", Role: wire.RoleAdmin}, true},
+		{wire.Principal{Name: "bob", Role: wire.RoleUser}, false},
+		{wire.Principal{Name: "alice", Role: wire.RoleBroker}, false},
+		{wire.Principal{Name: "alice", Role: wire.RoleAgent}, false},
+	} {
+		err := m.SignedBy(c.p)
+		if c.ok != (err == nil) || err != nil && !errors.Is(err, mandate.ErrNotAllowed) {
+			t.Errorf("%s (%s): %v", c.p.Name, c.p.Role, err)
+		}
+	}
+}
+
+// TestCacheStartsOverWhenFull: the cache holds at most Size mandates and
+// still reads every one, and remembers nothing it refused.
+func TestCacheStartsOverWhenFull(t *testing.T) {
+	alice, err := signing.NewUserSigner()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := mandate.Cache{Size: 2}
+	for i := range 5 {
+		s, err := mandate.Sign(alice, wire.BrokerSpend, &wire.SpendRequest{ID: fmt.Sprintf("p%d", i), User: "alice", Budget: 10,
+			Duration: wire.Duration(time.Hour), VMs: []string{"a1"}, Strategy: wire.StrategyFair})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m, err := cache.Read(s); err != nil || m.RequestID != fmt.Sprintf("p%d", i) {
+			t.Fatalf("mandate %d: %+v %v", i, m, err)
+		}
+	}
+	unsigned := &wire.SignedRequest{Subject: wire.BrokerSpend, Body: []byte(`{}`)}
+	for range 2 {
+		if _, err := cache.Read(unsigned); !errors.Is(err, signing.ErrUnsigned) {
+			t.Fatalf("unsigned: %v", err)
+		}
 	}
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
-func signer(t *testing.T) *signing.Signer {
+func signer(t testing.TB) *signing.Signer {
 	t.Helper()
 	s, err := signing.NewUserSigner()
 	if err != nil {
