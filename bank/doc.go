@@ -57,7 +57,7 @@
 // key, its record attached (service.Options.Signer), and bank.Client with
 // AdminKey believes the answers it acts on (capture, hold, release, extend)
 // only when so signed. On NATS every
-// mutating request must be signed (package wire: subject, body, time, nonce);
+// mutating request must be signed (package signing: subject, body, time, nonce);
 // a bad signature, a time more than signing.MaxSkew from the bank's signing
 // clock (Options.SigningClock, the wall clock by default), a nonce seen
 // before (nonces are stored, so this holds across restarts and
