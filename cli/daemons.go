@@ -12,10 +12,10 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
-	"github.com/mrmarket/mrmarket/internal/market"
 	"github.com/mrmarket/mrmarket/internal/natsutil"
 	"github.com/mrmarket/mrmarket/internal/obs"
 	"github.com/mrmarket/mrmarket/internal/wire"
+	"github.com/mrmarket/mrmarket/market"
 )
 
 func demoCommand() *ucli.Command {

@@ -15,10 +15,10 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/mrmarket/mrmarket/bank"
-	"github.com/mrmarket/mrmarket/internal/market"
 	"github.com/mrmarket/mrmarket/internal/natsauth"
 	"github.com/mrmarket/mrmarket/internal/natsutil"
 	"github.com/mrmarket/mrmarket/internal/wire"
+	"github.com/mrmarket/mrmarket/market"
 )
 
 // natsCommand is `mrmarket nats`: the configuration of a standalone
