@@ -125,7 +125,7 @@ func upCommand() *ucli.Command {
 			}
 			cfg := market.Config{
 				Dir: c.String("data"), Hosts: hosts, Users: users, TickPeriod: c.Duration("tick"), AgentState: true,
-				IdleBelow: c.Float64("idle-below"), JSReplicas: replicas,
+				IdleBelow: c.Float64("idle-below"), JSReplicas: replicas, Logger: daemonLogger(c),
 			}
 			if url := c.String("nats"); url != "" {
 				if c.IsSet("listen") {
