@@ -94,12 +94,13 @@ func Serve(nc *nats.Conn, b *Bank) (stop func(), err error) {
 		return nil, err
 	}
 	audit.OnError = func(error) { b.metrics.Error("bank", "audit") }
+	audit.Logger = b.logger
 	svc, err := service.Serve(nc, "mrm-bank", service.Version, Endpoints(b), service.Options{
 		Auth:        &service.Authorizer{Identities: b, Nonces: storeNonces{b}, Now: b.signingClock},
 		Observe:     func(op, code string) { b.metrics.Request("bank", op, code) },
 		Description: "mrmarket's ledger",
 		Fair:        &service.Fair{Unordered: true},
-		Slow:        service.LogSlow(nil, "bank"),
+		Logger:      b.logger,
 		Audit:       audit,
 		Signer:      b.signer,
 		Cert:        b.ownCert,

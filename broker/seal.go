@@ -40,6 +40,7 @@ type sealing struct {
 	whois   *service.WhoisCache
 	now     func() time.Time
 	metrics *obs.Metrics
+	logger  *slog.Logger
 
 	refused, deleted, bucketLost atomic.Int64
 
@@ -148,10 +149,10 @@ func (s *sealing) lost(id, what string, known bool) {
 
 func (s *sealing) report(msg, id string, err error) {
 	if err != nil {
-		slog.Warn("broker: "+msg, "plan", id, "err", err)
+		s.logger.Warn("broker: "+msg, "plan", id, "err", err)
 		return
 	}
-	slog.Warn("broker: "+msg, "plan", id)
+	s.logger.Warn("broker: "+msg, "plan", id)
 }
 
 func (s *sealing) markDamaged(id, what string) {

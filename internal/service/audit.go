@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,7 +25,7 @@ type Auditor interface {
 
 // audit tells a the event of a success of e.
 func audit(a Auditor, service string, e *Endpoint, r request, in *Incoming, res any) {
-	ev := wire.Event{Component: strings.TrimPrefix(service, "mrm-"), Op: e.Name, At: time.Now().UTC()}
+	ev := wire.Event{Component: component(service), Op: e.Name, At: time.Now().UTC()}
 	ev.V = wire.Version
 	if in != nil {
 		ev.Principal, ev.Request = in.Principal, in.Signed
@@ -65,7 +64,7 @@ const (
 type JetStreamAudit struct {
 	js jetstream.JetStream
 	// OnError, when set, hears each event that could not be stored (the
-	// component's error metric); Logger logs it (nil: slog.Default()).
+	// component's error metric); Logger logs it (nil: not logged).
 	OnError func(err error)
 	Logger  *slog.Logger
 
@@ -141,11 +140,10 @@ func (a *JetStreamAudit) fail(ev wire.Event, err error) {
 	if now-last < int64(auditLogEvery) || !a.lastLog.CompareAndSwap(last, now) {
 		return
 	}
-	log := a.Logger
-	if log == nil {
-		log = slog.Default()
+	if a.Logger == nil {
+		return
 	}
-	log.Warn("audit: event not stored", "component", ev.Component, "op", ev.Op, "id", ev.ID, "err", err, "failed_total", a.failed.Load())
+	a.Logger.Warn("audit: event not stored", "component", ev.Component, "op", ev.Op, "id", ev.ID, "err", err, "failed_total", a.failed.Load())
 }
 
 // Published is how many events were stored.
