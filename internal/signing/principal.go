@@ -25,11 +25,10 @@ import (
 
 // Errors of the registry; all are forbidden.
 var (
-	ErrNoCert     = fmt.Errorf("%w: principal record not sealed by the admin key", wire.ErrForbidden)
-	ErrCertKey    = fmt.Errorf("%w: principal record names another key", wire.ErrForbidden)
-	ErrNotAnchor  = fmt.Errorf("%w: principal record sealed by a key other than the admin's", wire.ErrForbidden)
-	ErrCertBody   = fmt.Errorf("%w: principal record does not match", wire.ErrForbidden)
-	ErrReplyTrust = fmt.Errorf("%w: reply not signed by a trusted principal", wire.ErrForbidden)
+	ErrNoCert    = fmt.Errorf("%w: principal record not sealed by the admin key", wire.ErrForbidden)
+	ErrCertKey   = fmt.Errorf("%w: principal record names another key", wire.ErrForbidden)
+	ErrNotAnchor = fmt.Errorf("%w: principal record sealed by a key other than the admin's", wire.ErrForbidden)
+	ErrCertBody  = fmt.Errorf("%w: principal record does not match", wire.ErrForbidden)
 )
 
 // PrincipalPurpose is the seal purpose of key's principal record.

@@ -26,6 +26,10 @@ import (
 // HeaderCert carries the signer's principal record on a signed reply.
 const HeaderCert = "Mrm-Cert"
 
+// ErrReplyTrust refuses a reply: unsigned, signed for another request, or
+// by a principal the requester does not trust. It is forbidden.
+var ErrReplyTrust = fmt.Errorf("%w: reply not signed by a trusted principal", wire.ErrForbidden)
+
 func replyPayload(reply, nonce string, body []byte) []byte {
 	p := make([]byte, 0, len(reply)+len(nonce)+len(body)+16)
 	p = append(p, "mrm-reply-v1\n"...)
