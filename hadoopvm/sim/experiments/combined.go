@@ -64,8 +64,7 @@ func init() {
 					row(c.scenario+": efficiency gain, ours", paperGain, "", "%", ogain).At(c.where+"(b)"),
 					row(c.scenario+": ours − paper's best, efficiency gain", math.NaN(), "", "%", diff(ogain, pgain)))
 			}
-			res.Notes = append(res.Notes, "the paper column is the paper's best strategy's reported figure; both strategies run in the same seeds against the same fair-share baseline, with the same budget",
-				"ours builds on stage-carry (an early stage's unspent money carried forward to the later stages), the paper's stage priority is Eq. 9's fixed split: on Digg part of ours' lead is the carry alone (compare s003-stage's stage-carry rows)")
+			res.Notes = notes("combined", nil)
 			return res, nil
 		}})
 }

@@ -133,10 +133,7 @@ func init() {
 					}
 				}
 			}
-			res.Notes = append(res.Notes,
-				fmt.Sprintf("%d jobs per trace (the paper: 5·10^7); sizes and arrivals as §5.3's synthetic workload: map sizes lognormal with mean 1 and sd 3.65, shuffle = map × a lognormal ratio with mean 1 and sd 3.28, Poisson arrivals at rate = load [recon: load = arrival rate × mean map size]", par.Jobs),
-				"the paper's stations are work-conserving: SplitSRPT gives a class's unused part of a station to the other class (Algorithm 2 as written leaves it idle, and its queue grows without bound at load 0.9: 121–184 over 20,000 jobs, three seeds)",
-				"rows 'over N jobs' are the start of the same traces: the heavy-tailed sizes make a short trace's mean low and noisy")
+			res.Notes = notes("lin", map[string]any{"Jobs": par.Jobs})
 			return res, nil
 		}})
 }
