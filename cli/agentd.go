@@ -150,9 +150,11 @@ func libvirtFlags() []ucli.Flag {
 	return []ucli.Flag{
 		&ucli.StringFlag{Name: "libvirt", Usage: "libvirt URI", Value: "qemu:///system", EnvVars: []string{"MRM_LIBVIRT_URI"}},
 		&ucli.BoolFlag{Name: "hard-cap", Usage: "also cap each VM at its share with vcpu_quota (off: caps a former run left are removed)"},
-		&ucli.StringFlag{Name: "disk-mode", Usage: "how disk shares are delivered: auto (throttle), throttle (per-VM caps of the measured bandwidth, re-spread each tick), weights (blkio weights: only under BFQ), none", Value: "auto"},
+		&ucli.StringFlag{Name: "disk-mode", Usage: "how disk shares are delivered: auto (throttle), throttle (per-VM caps of the measured bandwidth, " +
+			"re-spread each tick), weights (blkio weights: only under BFQ), none", Value: "auto"},
 		&ucli.StringFlag{Name: "disk-scheduler", Usage: "switch the block devices behind the managed domains' disks to this I/O scheduler at start (bfq, for --disk-mode weights; empty: leave them)"},
-		&ucli.StringFlag{Name: "net-mode", Usage: "how network shares are delivered, both directions: auto (throttle), throttle (per-VM tap caps by tc of the measured bandwidth, re-spread each tick; none when the host cannot shape taps), none", Value: "auto"},
+		&ucli.StringFlag{Name: "net-mode", Usage: "how network shares are delivered, both directions: auto (throttle), throttle (per-VM tap caps by tc " +
+			"of the measured bandwidth, re-spread each tick; none when the host cannot shape taps), none", Value: "auto"},
 		&ucli.UintFlag{Name: "link-kibps", Usage: "the link's speed per direction (KiB/s): network throttles never divide more (0: measured only)"},
 	}
 }
