@@ -12,8 +12,8 @@ import (
 
 // The combined experiment: our stage-bottleneck strategy (stage priority
 // across stages, bottleneck elimination within the active stage) against
-// the paper's best strategy for each seed-003 scenario, each against the
-// same fair-share baseline and with the same budget.
+// the paper's best strategy for each of Sandholm and Lai's scenarios, each
+// against the same fair-share baseline and with the same budget.
 func init() {
 	register(Experiment{Name: "combined", Title: "Ours (stage priority + bottleneck elimination within stages) against the paper's best, Digg and VideoToon",
 		Source: "seed 003 §7.3–7.4 scenarios", Engine: EngineMarket, DefaultRuns: 25, Steps: func(n int) int { return 4 * (1 + 2*n) },

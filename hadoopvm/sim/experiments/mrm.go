@@ -10,7 +10,7 @@ import (
 	"github.com/mrmarket/mrmarket/strategies"
 )
 
-// Seed 000 §6.3: MRM's trace simulation on a single server. Reconstructions
+// MRM §6.3: its trace simulation on a single server. Reconstructions
 // where the paper is silent are marked [recon] and repeated in the Notes.
 
 const (

@@ -13,7 +13,7 @@ import (
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
-// Seed 003's spending: every plan runs four hours; the fair-share rate is
+// Sandholm and Lai's spending: every plan runs four hours; the fair-share rate is
 // budget/4h.
 const (
 	planBudget   = money.Micro(1_000) * money.PerCredit
@@ -68,7 +68,7 @@ func Bottleneck(f float64) func(string, []string, []sim.JobSpec) *wire.SpendRequ
 	}
 }
 
-// scored is a run's workflows as seed 003 scores them.
+// scored is a run's workflows as Sandholm and Lai score them.
 type scored struct {
 	t    []float64 // completion times, s
 	cost []float64 // dollars
