@@ -216,9 +216,9 @@ func libvirtHost(c *ucli.Context, capacity float64) (func() (agentHost, error), 
 // chooseDiskMode decides how disk shares are delivered, and says why, from
 // the devices behind the managed domains' disks: weights only where every
 // such device runs BFQ (the one scheduler that reads blkio weights), and
-// only when asked, since even under BFQ they were measured to take 20 s to
-// act after a guest starts and to invert for a minute after a
-// pause/resume; throttles otherwise. An operator is never shown disk shares
+// only when asked, since even under BFQ they act only a while after a
+// guest starts and invert for a while after a pause/resume
+// (docs/PLATFORM.md); throttles otherwise. An operator is never shown disk shares
 // nothing delivers: asking for weights where they cannot act is an error.
 func chooseDiskMode(mode string, devs []virt.DiskDevice, devErr error) (string, string, error) {
 	var schedulers []string

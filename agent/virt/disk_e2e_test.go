@@ -27,8 +27,8 @@ func modes(enf *virt.Enforcer) string {
 const settle = 2 * time.Second
 
 // sharedDiskMiBps is the shared disk's speed: under what the guests
-// read from it together (over NBD, one 1 MiB read at a time, each reads
-// about 80 MiB/s alone from a faster one).
+// read from it together (over NBD, one 1 MiB read at a time; the test logs
+// what a guest reads alone, docs/PLATFORM.md has a run).
 const sharedDiskMiBps = 64
 
 // diskShareTol is how far a guest's part of the disk throughput may be from
