@@ -137,8 +137,8 @@ func tableRun(job JobSpec, slots int, cores, a float64, progress []float64, seed
 	// The agents tick once a minute, as in a Jockey experiment's runs (its
 	// control period). The share is bid once for the whole run, so the tick
 	// only paces charging: the table is the same to the nanosecond's
-	// rounding as with the default 10 s tick, which spent more than half of
-	// a table's time in agent ticks.
+	// rounding as with the default 10 s tick, whose agent ticks were most of
+	// a table's cost.
 	s, err := New(Config{Seed: seed, Start: start, Tick: tableTick}, hosts, vms)
 	if err != nil {
 		return nil, err

@@ -10,12 +10,13 @@ import (
 	"github.com/mrmarket/mrmarket/strategies"
 )
 
-// Seed 004 §7.2 (its simulation; the registry cites it as "§5"): ARIA's SLO scheduler in a slot-level
-// discrete-event simulation, 100 jobs per run, Table 3. Decisions where the
-// paper is silent or ambiguous, all marked [recon]:
+// ARIA §7.2 (its simulation; the registry cites it as "§5"): ARIA's SLO
+// scheduler in a slot-level discrete-event simulation, 100 jobs per run,
+// Table 3. Decisions where the paper is silent or ambiguous, all marked
+// [recon]; the runs that chose among them are in notes/aria.md:
 //   - The cluster is the testbed's: 64 workers × 4 map and 4 reduce slots
 //     (§4.1), 256 map and 256 reduce slots [recon: §7.2 gives no size;
-//     measured, 2 or 3 slots a worker put W2 misses at 95 %].
+//     with 2 or 3 slots a worker W2 jobs miss even at 95 %].
 //   - A job's reduce tasks start when its map stage is over (§7.2: "the
 //     reduce tasks do not start till the map tasks are completed"); a reduce
 //     task's duration covers its shuffle, sort and reduce, so the profile has
@@ -39,9 +40,9 @@ import (
 //     + running reduces / reduce slots, and the pair adds m / map slots +
 //     r / reduce slots [recon: read as a sum of two shares, so that a 100 %
 //     threshold keeps each kind's demand within its slots — the paper's
-//     "until the job demands exceed the cluster resources". Measured: read
-//     as one share of all 512 slots, a job's map demand can exceed the map
-//     slots and 7–41 jobs a run miss at 95–105 %; that reading is the
+//     "until the job demands exceed the cluster resources". Read as one
+//     share of all 512 slots, a job's map demand can exceed the map slots
+//     and many jobs a run miss at every threshold; that reading is the
 //     labelled variant]. The check follows every event, after the
 //     scheduler has filled the freed slots; a job is always spawned on an
 //     idle cluster, or a job whose pair alone exceeds the threshold would
@@ -51,19 +52,18 @@ import (
 //     left (Algorithm 1, lines 22–24). ARIASlots solves the lower bound; the
 //     default solves the upper bound (§5.2, Fig. 5: the allocations with
 //     which every run met its deadline), so it is given the deadline less
-//     C_up − C_low (see ariaAlloc) [recon, measured: on the average of the
-//     bounds, ARIA's §5.2 choice, a job alone on an idle cluster under
-//     Algorithm 1 misses its deadline 22–34 times in 100 — a single-wave
-//     stage takes its longest task, longer than the average bound counts —
-//     so no threshold gives Table 3's none at 95 %]. The average and the
+//     C_up − C_low (see ariaAlloc) [recon: on the average of the bounds,
+//     ARIA's §5.2 choice, a job alone on an idle cluster under Algorithm 1
+//     misses its deadline often — a single-wave stage takes its longest
+//     task, longer than the average bound counts — so no threshold gives
+//     Table 3's none at 95 %]. The average and the
 //     lower bound are labelled variants. A job past its deadline, or whose
 //     pair exceeds the capacity, gets (up to) the whole capacity [recon].
 //   - Scheduler: EDF; each job launches tasks while it runs fewer than its
 //     (m, r) and no more (Algorithm 1; §6 gives spare slots to jobs without
-//     deadlines, of which the simulation has none) [recon, measured: with
-//     the spare slots given to the EDF jobs too, ALGORITHMS.md §3's "spare
-//     capacity to others", the average load is 40–48 % against Table 3's
-//     25–34 %; that is the "spare slots" variant].
+//     deadlines, of which the simulation has none) [recon: with the spare
+//     slots given to the EDF jobs too, the average load is far above Table
+//     3's; that is the "spare slots" variant].
 //   - Relative deadline exceeded is §7.2's utility Σ (T_J − D_J)/D_J over
 //     the jobs that missed, per run, in %. Average load is the time average
 //     of running map and reduce tasks over all 512 slots until the last job
@@ -494,9 +494,9 @@ var ariaBounds = map[string]float64{"lower": 0, "average": 0.5, "upper": 1}
 
 // ariaVariants are the simulations run for p: first the default (p's
 // settings), then labelled variants of it: the other reading of the load,
-// the average of the bounds (ARIA's, §5.2) under Algorithm 1, ARIA as
-// ALGORITHMS.md §3 describes it (the average bound, spare slots to the
-// jobs in EDF order), the lower bound (the product's ARIASlots as is), and
+// the average of the bounds (ARIA's, §5.2) under Algorithm 1, the former
+// default (the average bound, spare slots to the jobs in EDF order), the
+// lower bound (the product's ARIASlots as is), and
 // the other cluster size measured closest to Table 3 (1 + 1 slots a worker,
 // §5.2's configuration; 4 + 4 when that is the default).
 func ariaVariants(p *ariaParams) []ariaVariant {
@@ -598,9 +598,10 @@ func (p *ariaParams) check() error {
 }
 
 // ariaDefaultRuns: the paper repeats each experiment 100 times; one run
-// (both workloads, each 6 variants × 3 thresholds + 2 alone: 40
-// simulations) takes about 0.4 s of CPU, so fewer by default (--runs 100
-// takes about 40 s; --set variants=false about a fifth of that).
+// is both workloads, each 6 variants × 3 thresholds + 2 alone: 40
+// simulations, so fewer by default (the notes say what a run costs; --runs
+// 100 repeats the paper's count, --set variants=false runs the default's
+// rows alone).
 const ariaDefaultRuns = 25
 
 type ariaKey struct {

@@ -17,7 +17,7 @@ import (
 	"github.com/mrmarket/mrmarket/strategies"
 )
 
-// Seed 002 §5 (Jockey) in the simulator. Every SLO job runs alone on its
+// Jockey's evaluation (§5) in the simulator. Every SLO job runs alone on its
 // own VMs, one 2-slot VM on each of jockeyHosts 2-core hosts; on every host
 // a CPU-hungry background VM wants all the cores and spends at
 // jockeyBgRate. A policy gives the job an allocation a — a share of each of
@@ -51,13 +51,11 @@ const (
 	// allocation (the paper simulates a job "many times" from the
 	// statistics of one production run) [recon]. The table keeps the
 	// slowest, so with N runs it stands for about the N/(N+1) quantile of
-	// the job's time. With 4, C(0, a) was below the time of 8–23 % of the
-	// simulator's own runs of the unperturbed job (etl, join, aggregate at
-	// a = 0.3–0.7, 48 runs each; 0–10 % with 16): Jockey ran on that
-	// optimistic edge and, on seeds 11 and 22, met no more SLOs than
-	// Jockey w/o simulator, whose Amdahl model over-predicts these
-	// two-stage jobs (aggregate: 44 min at a = 0.6 for 35 measured) and so
-	// starts with more.
+	// the job's time. With 4, C(0, a) was below the time of a good part of
+	// the simulator's own runs of the unperturbed job: Jockey ran on that
+	// optimistic edge and on some seeds met no more SLOs than Jockey w/o
+	// simulator, whose Amdahl model over-predicts these two-stage jobs and
+	// so starts with more (notes/conclusions.md, jockey, has the figures).
 	jockeyTableRuns   = 16
 	jockeyTablePoints = 21
 	// jockeyPerShape is how many instances of each job shape a run has,
