@@ -110,7 +110,7 @@ func retryByID(ctx context.Context, op func(ctx context.Context) error) (retries
 	}
 }
 
-// TestFailover is issue 16.4: the bank survives losing its database
+// TestFailover: the bank survives losing its database
 // machine. The bank runs on a PostgreSQL primary with a synchronous standby
 // through a URL listing both (target_session_attrs=read-write). Concurrent
 // clients transfer, hold, capture and release, each with its id; mid-stream
