@@ -718,7 +718,8 @@ func init() {
 		Source: "seed 000 §6.3", Engine: EngineMarket, DefaultRuns: 3, Steps: func(n int) int { return n }, run: runMRMMarket,
 		params: func() any { return &mrmMarketParams{Gaps: []float64{50, 100}, Alpha: 2, Jobs: 100, Hosts: 4} },
 		quick:  map[string]string{"jobs": "40", "gap": "100"}})
-	register(Experiment{Name: "aria-market", Title: "ARIA's deadline jobs through the market: admitted by MRM, run by EDF and ARIA's control loop on simulated hosts",
+	register(Experiment{Name: "aria-market",
+		Title:  "ARIA's deadline jobs through the market: admitted by MRM, run by EDF and ARIA's control loop on simulated hosts",
 		Source: "seed 004 §7.2", Engine: EngineMarket, DefaultRuns: 5, Steps: func(n int) int { return n }, run: runARIAMarket,
 		params: func() any { return &ariaMarketParams{Gaps: []float64{150, 300, 600}, Jobs: 100, Hosts: 4} },
 		quick:  map[string]string{"jobs": "30", "gap": "300"}})
