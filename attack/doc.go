@@ -1,5 +1,5 @@
 // Package attack is every way an attacker with a NATS connection on the
-// same network tried to move or read money in the [trust] issue, as a test.
+// same network tried to move or read money, as a test.
 //
 // The tests start a real market in-process (market.Start: the
 // embedded NATS server, the bank on SQLite, the broker and one agent per
@@ -27,8 +27,8 @@
 // `go test -tags libvirt_dlopen ./attack -v -run TestAttack` prints the
 // table: one "--- PASS" or "--- FAIL" line per attack, the reason on
 // failure ("NATS: …" for the transport's refusal, "broker: …" and the like
-// for a component's), and the refusal it got ("refused: …"). The classes, in the
-// issue's order:
+// for a component's), and the refusal it got ("refused: …"). The classes, in
+// the order of docs/SECURITY.md's attack table:
 //
 //	01-unauthenticated   connect with no credentials, an unregistered key, no TLS
 //	02-eavesdrop         subscribe to ">", to every inbox, to bob's inbox, to bank requests

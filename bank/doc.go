@@ -123,8 +123,8 @@
 // the primary is killed with SIGKILL (every server process), the standby
 // promoted 1 s later; every acknowledged operation is in the ledger exactly
 // once, the invariant holds throughout, nothing is acknowledged while the
-// standby is paused, and the bank acknowledges again within milliseconds of
-// the promotion. TestFailoverPassesSilentHost: a first host that accepts
+// standby is paused, and the bank acknowledges again as soon as the standby
+// is promoted (the test logs the outage). TestFailoverPassesSilentHost: a first host that accepts
 // TCP and never answers is passed over. Not tested here: CockroachDB (it
 // shares this code path — multi-host URLs and retries by id — but not the
 // logical message, which it lacks and does not need: its commits are

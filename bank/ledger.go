@@ -87,9 +87,9 @@ func transfer(ctx context.Context, t tx, id, kind, debit, credit string, amount 
 // its transfers: the escrow. Every hold, capture and release moves money
 // in or out of it; kept in one row, that row is written by all of them,
 // and under SERIALIZABLE concurrent writers of one row abort each other
-// ("could not serialize access due to concurrent update": about 9,000
-// aborted attempts in three minutes of the fault test, a second's latency
-// for a capture). What the escrow holds is already in the holds — each
+// ("could not serialize access due to concurrent update": thousands of
+// aborted attempts in a fault run, and slow captures; docs/HA.md has the
+// count). What the escrow holds is already in the holds — each
 // open hold's amount less its captures and releases — so nothing is lost:
 // Ledger checks that the escrow summed from the transfers is Σ open holds.
 // Its row stays (transfers reference it); its stored balance is unused.

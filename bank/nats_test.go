@@ -147,7 +147,8 @@ func testBadRequestsOverNATS(t *testing.T, target string) {
 		t.Fatal(err)
 	}
 	host1 := bank.Client{NC: s.nc, Signer: s.signer(t, wire.RoleAgent, "host-1")}
-	if rep, err := host1.Capture(ctx, &wire.CaptureBatch{Host: "host-1", Tick: 1, Legs: []wire.CaptureLeg{{ID: "h-small/host-1/v/1", Hold: "h-small", VM: "v", Cumulative: 10}}}); err != nil || rep.Applied != 10 {
+	if rep, err := host1.Capture(ctx, &wire.CaptureBatch{Host: "host-1", Tick: 1,
+		Legs: []wire.CaptureLeg{{ID: "h-small/host-1/v/1", Hold: "h-small", VM: "v", Cumulative: 10}}}); err != nil || rep.Applied != 10 {
 		t.Fatalf("capture: %+v %v", rep, err)
 	}
 	*s.clock = t0.Add(2 * time.Minute) // h-old has expired (no tick has released it)
@@ -200,12 +201,14 @@ func testBadRequestsOverNATS(t *testing.T, target string) {
 		{"overflowing grant", s.signed(t, adminKey, wire.BankGrant, grant(money.Max+1)), wire.ErrBadRequest, ""},
 		{"garbage", garbage, wire.ErrBadRequest, ""},
 		{"hold another's money", s.signed(t, alice, wire.BankHold, &wire.HoldRequest{Versioned: wire.Versioned{V: 1}, ID: "x", User: "bob", Amount: 5, Expires: t0.Add(time.Hour)}), wire.ErrRole, ""},
-		{"hold beyond balance", s.signed(t, alice, wire.BankHold, &wire.HoldRequest{Versioned: wire.Versioned{V: 1}, ID: "x", User: "alice", Amount: 10_000, Expires: t0.Add(time.Hour)}), wire.ErrInsufficient, ""},
+		{"hold beyond balance", s.signed(t, alice, wire.BankHold,
+			&wire.HoldRequest{Versioned: wire.Versioned{V: 1}, ID: "x", User: "alice", Amount: 10_000, Expires: t0.Add(time.Hour)}), wire.ErrInsufficient, ""},
 		{"release another's hold", s.signed(t, alice, wire.BankRelease, &wire.ReleaseRequest{Versioned: wire.Versioned{V: 1}, Hold: "h-bob", User: "bob"}), wire.ErrRole, ""},
 		{"release naming oneself", s.signed(t, alice, wire.BankRelease, &wire.ReleaseRequest{Versioned: wire.Versioned{V: 1}, Hold: "h-bob", User: "alice"}), wire.ErrForbidden, ""},
 		{"transfer from another", s.signed(t, alice, wire.BankTransfer, &wire.TransferRequest{Versioned: wire.Versioned{V: 1}, ID: "x", From: "bob", To: "alice", Amount: 5}), wire.ErrRole, ""},
 		{"transfer to unknown", s.signed(t, alice, wire.BankTransfer, &wire.TransferRequest{Versioned: wire.Versioned{V: 1}, ID: "x", From: "alice", To: "nobody", Amount: 5}), wire.ErrNotFound, ""},
-		{"transfer beyond balance", s.signed(t, alice, wire.BankTransfer, &wire.TransferRequest{Versioned: wire.Versioned{V: 1}, ID: "x", From: "alice", To: "bob", Amount: 10_000}), wire.ErrInsufficient, ""},
+		{"transfer beyond balance", s.signed(t, alice, wire.BankTransfer,
+			&wire.TransferRequest{Versioned: wire.Versioned{V: 1}, ID: "x", From: "alice", To: "bob", Amount: 10_000}), wire.ErrInsufficient, ""},
 		{"user captures", s.signed(t, alice, wire.BankCapture, leg("h-bob", 5)), wire.ErrRole, ""},
 		{"agent captures for another host", s.signed(t, s.signer(t, wire.RoleAgent, "host-2"), wire.BankCapture, leg("h-bob", 5)), wire.ErrRole, ""},
 		{"capture unknown hold", s.signed(t, s.signer(t, wire.RoleAgent, "host-1"), wire.BankCapture, leg("h-none", 5)), nil, wire.CodeNotFound},

@@ -75,9 +75,9 @@ func openStore(target string) (*store, error) {
 // withCustomPlans asks PostgreSQL to plan every execution of a prepared
 // statement with its real parameters, unless the URL says otherwise: by
 // default it switches to a generic plan after five executions, and a generic
-// plan for "id IN ($1 … $100)" scans whole tables (measured: a 100-leg
-// capture batch took 42 ms instead of 5 ms). pgx still caches the parsed
-// statements.
+// plan for "id IN ($1 … $100)" scans whole tables, several times slower for
+// a capture batch of 100 legs (docs/MEASUREMENTS.md). pgx still caches the
+// parsed statements.
 func withCustomPlans(url string) string {
 	if strings.Contains(url, "plan_cache_mode=") {
 		return url
@@ -203,7 +203,7 @@ func eachRow(ctx context.Context, t tx, scan func(*sql.Rows) error, q string, ar
 // nil. A serialization failure or deadlock, whether raised by a statement or
 // by COMMIT itself, retries the whole transaction from BEGIN: on PostgreSQL
 // a failed transaction cannot be resumed, and a COMMIT error must never be
-// mistaken for success (the crdb.ExecuteTx pitfall, ENVIRONMENT.md). fn must
+// mistaken for success (the crdb.ExecuteTx pitfall, docs/PLATFORM.md). fn must
 // therefore have no effects outside the transaction.
 func (s *store) run(ctx context.Context, fn func(tx) error) error {
 	var err error
@@ -263,10 +263,9 @@ func (s *store) runOnce(ctx context.Context, fn func(tx) error) error {
 // transaction, committed on the primary alone, and shows it to everyone.
 // The client saw an error and retries by id; the retry finds the transfer
 // and answers it as done (Replayed) in a transaction that wrote nothing,
-// which PostgreSQL commits without waiting for the standby. Measured
-// (TestFailover, standby paused): such answers came within milliseconds
-// while nothing could reach the standby — acknowledged operations that die
-// with the primary. Now the retry's COMMIT waits for the standby to reach
+// which PostgreSQL commits without waiting for the standby. TestFailover,
+// with the standby paused, saw such answers while nothing could reach the
+// standby — acknowledged operations that die with the primary. Now the retry's COMMIT waits for the standby to reach
 // its own commit record, which comes after the one it read, so the answer
 // is given only once the standby has what it reports. (An xid alone is not
 // enough: PostgreSQL skips the flush and the wait for a transaction that

@@ -123,7 +123,7 @@ type Config struct {
 	// the bank frees the money if no broker is left; default 10m.
 	HoldGrace time.Duration
 	// MaxBoost caps the sum of the boosts of all bottleneck-elimination
-	// plans (seed 003 §7.4: 0.9).
+	// plans (Sandholm and Lai §7.4: 0.9).
 	MaxBoost float64
 	// Plans is the MRM_PLANS bucket shared by the replicas; nil keeps plans
 	// in this process's memory (Memory's, or the replica's own).
@@ -395,8 +395,8 @@ func (b *Broker) Price(req *wire.PriceRequest) (wire.PriceReply, error) {
 	return rep, nil
 }
 
-// Predict answers a what-if question from a host's price history (seed 003
-// §5.4, the prediction strategy).
+// Predict answers a what-if question from a host's price history (Sandholm
+// and Lai §5.4, the prediction strategy).
 func (b *Broker) Predict(req *wire.PredictRequest) (wire.PredictReply, error) {
 	b.mu.Lock()
 	s, ok := b.stats[req.Host]

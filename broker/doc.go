@@ -3,6 +3,13 @@
 // turn users' budgets into bids, the strategies run for every plan every
 // tick, and the price predictions users ask what-if questions of.
 //
+// It implements five papers, cited by short forms (docs/PAPERS.md has them
+// in full): Sandholm and Lai, "MapReduce Optimization Using Regulated
+// Dynamic Prioritization" (the strategies and predictions); MRM (Moshref et
+// al.), ARIA (Verma, Cherkasova and Campbell) and Jockey (Ferguson et al.),
+// the deadline service's; and Lin et al.'s "Joint Optimization of
+// Overlapping Phases in MapReduce" (the order of best-effort jobs).
+//
 // # Host states
 //
 // With Config.Identities and Config.AdminKey, Serve takes a host's state

@@ -98,7 +98,8 @@
 // replicas, where a principal's requests were never in order, and their
 // requests are idempotent by id — there a retry must not wait behind the
 // attempt it retries, stuck on a dead NATS server until its handler's 5 s
-// run out (what the fault test measured: 5 s gaps for one client). Slow
+// run out (the fault test saw one client's whole deadline lost so; see
+// docs/HA.md). Slow
 // requests (Options.Slow, SlowRequest) are logged with the time they
 // waited in the queue and the time they ran. A principal with Fair.PerPrincipal requests
 // waiting is answered "unavailable: busy, retry" at once. So a flood delays
