@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"path"
 	"sort"
 	"strings"
 	"sync"
@@ -118,7 +119,11 @@ func Open(target string, opts Options) (*Bank, error) {
 // migrate applies the embedded migrations not yet applied, in name order.
 // Concurrent bank processes may race here: the migration table's primary
 // key lets one win and the others see it applied.
-func (b *Bank) migrate(ctx context.Context) error {
+func (b *Bank) migrate(ctx context.Context) error { return b.migrateTo(ctx, "") }
+
+// migrateTo is migrate up to migration number last ("0002"; "" for all):
+// what a bank of that schema left (tests of opening an older store).
+func (b *Bank) migrateTo(ctx context.Context, last string) error {
 	if _, err := b.st.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, at BIGINT NOT NULL)`); err != nil {
 		return fmt.Errorf("bank: migrations table on %s: %w", b.st.name, err)
 	}
@@ -128,6 +133,9 @@ func (b *Bank) migrate(ctx context.Context) error {
 	}
 	sort.Strings(names)
 	for _, name := range names {
+		if number, _, _ := strings.Cut(path.Base(name), "_"); last != "" && number > last {
+			break
+		}
 		err := b.st.run(ctx, func(t tx) error {
 			var n int
 			if err := t.queryRow(ctx, `SELECT count(*) FROM schema_migrations WHERE name = ?`, name).Scan(&n); err != nil || n > 0 {

@@ -29,7 +29,7 @@ func (b *Bank) Tick(ctx context.Context, now time.Time) (int, error) {
 				expired = append(expired, h)
 			}
 			return err
-		}, `SELECT `+holdColumns+` FROM holds WHERE status = 'open' AND expires <= ? ORDER BY id`, now.UnixNano()); err != nil {
+		}, `SELECT `+holdColumns+` FROM holds WHERE status = 'open' AND expires <= ? ORDER BY id, user_id`, now.UnixNano()); err != nil {
 			return err
 		}
 		for _, h := range expired {

@@ -73,12 +73,12 @@ func (b *Broker) recoverHolds(ctx context.Context, now time.Time) (int, error) {
 	}
 	b.recovered.listed(now)
 	known := map[string]bool{}
-	b.store.each(func(rec *planRecord, _ uint64) { known[rec.Plan.Hold] = true })
+	b.store.each(func(rec *planRecord, _ uint64) { known[holdOf(rec.Plan.User, rec.Plan.Hold)] = true })
 	n := 0
 	var errs []error
 	for _, h := range rep.Holds {
 		id := strings.TrimPrefix(h.Memo, planMemo)
-		if known[h.ID] || wire.CheckID("plan id", id) != nil {
+		if known[holdOf(h.User, h.ID)] || wire.CheckID("plan id", id) != nil {
 			continue
 		}
 		if _, ok := b.store.get(id); ok {
