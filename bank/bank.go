@@ -31,6 +31,7 @@ var (
 	ErrHoldExhausted  = fmt.Errorf("%w: capture beyond the hold", wire.ErrInsufficient)
 	ErrPastExpiry     = fmt.Errorf("%w: hold expiry is not in the future", wire.ErrBadRequest)
 	ErrOverflow       = fmt.Errorf("%w: amount would overflow the account", wire.ErrBadRequest)
+	ErrUnknownUser    = fmt.Errorf("%w: no registered principal of role user has that name", wire.ErrNotFound)
 )
 
 var errUnavailable = wire.ErrUnavailable

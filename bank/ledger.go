@@ -181,13 +181,36 @@ func balance(ctx context.Context, t tx, account string) (money.Micro, error) {
 	return money.Micro(b), err
 }
 
-// Grant mints req.Amount into req.User's account, creating it.
+// checkUser refuses money for a user that is not a registered principal of
+// role user (ErrUnknownUser), when the bank knows its principals (it has
+// an admin key): a grant, an income or a transfer to a name nobody holds
+// would create an account no key can ever spend from or be refunded from.
+// A bank without an admin key (tests, the simulator) takes any name.
+func (b *Bank) checkUser(ctx context.Context, t tx, user string) error {
+	if b.adminKey == "" {
+		return nil
+	}
+	var n int
+	if err := t.queryRow(ctx, `SELECT count(*) FROM principals WHERE name = ? AND role = ?`, user, wire.RoleUser).Scan(&n); err != nil {
+		return err
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: %q", ErrUnknownUser, user)
+	}
+	return nil
+}
+
+// Grant mints req.Amount into req.User's account, creating it. A user
+// the bank does not know is refused (checkUser).
 func (b *Bank) Grant(ctx context.Context, req *wire.GrantRequest) (wire.GrantReply, error) {
 	if err := req.Validate(); err != nil {
 		return wire.GrantReply{}, err
 	}
 	rep := wire.GrantReply{Transfer: "grant:" + req.ID, User: req.User, Amount: req.Amount}
 	err := b.st.run(ctx, func(t tx) error {
+		if err := b.checkUser(ctx, t, req.User); err != nil {
+			return err
+		}
 		var err error
 		rep.Replayed, err = grant(ctx, t, rep.Transfer, "grant", req.User, req.Amount, req.Memo, b.now())
 		if err != nil {
@@ -212,7 +235,8 @@ func grant(ctx context.Context, t tx, id, kind, user string, amount money.Micro,
 	return false, transfer(ctx, t, id, "grant", MintAccount, acct, amount, fp, memo, now)
 }
 
-// Transfer moves money between two users.
+// Transfer moves money between two users; one to a user the bank does not
+// know is refused (checkUser).
 func (b *Bank) Transfer(ctx context.Context, req *wire.TransferRequest) (wire.TransferReply, error) {
 	if err := req.Validate(); err != nil {
 		return wire.TransferReply{}, err
@@ -225,6 +249,9 @@ func (b *Bank) Transfer(ctx context.Context, req *wire.TransferRequest) (wire.Tr
 			return err
 		}
 		if !rep.Replayed {
+			if err := b.checkUser(ctx, t, req.To); err != nil {
+				return err
+			}
 			if err := transfer(ctx, t, rep.Transfer, "transfer", UserAccount(req.From), UserAccount(req.To), req.Amount, fp, req.Memo, b.now()); err != nil {
 				return err
 			}

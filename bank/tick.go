@@ -125,6 +125,7 @@ func schedules(ctx context.Context, t tx) ([]wire.IncomeSchedule, error) {
 
 // SetIncome sets, changes or (Amount 0) removes an income schedule. A new
 // or changed schedule starts its first period now; the next Tick grants it.
+// A schedule for a user the bank does not know is refused (checkUser).
 func (b *Bank) SetIncome(ctx context.Context, req *wire.IncomeSetRequest) (wire.IncomeSetReply, error) {
 	if err := req.Validate(); err != nil {
 		return wire.IncomeSetReply{}, err
@@ -136,6 +137,11 @@ func (b *Bank) SetIncome(ctx context.Context, req *wire.IncomeSetRequest) (wire.
 				return err
 			}
 		} else {
+			if req.User != wire.FairShareUser {
+				if err := b.checkUser(ctx, t, req.User); err != nil {
+					return err
+				}
+			}
 			// A changed schedule restarts its periods at a new anchor; the
 			// period index keeps growing so income ids never repeat.
 			var last int64 = -1
