@@ -93,6 +93,10 @@ type Bank struct {
 
 	// mandates caches the brokers' mandates read (mandate.go).
 	mandates wire.MandateCache
+
+	// outboxKick wakes the audit publisher when an event was committed
+	// (outbox.go).
+	outboxKick chan struct{}
 }
 
 // Open opens (creating and migrating) the ledger at target: a SQLite path
@@ -104,7 +108,7 @@ func Open(target string, opts Options) (*Bank, error) {
 		return nil, err
 	}
 	b := &Bank{st: st, now: opts.Now, metrics: opts.Metrics, signingClock: opts.SigningClock, principals: map[string]wire.Principal{},
-		onPrincipal: opts.OnPrincipal, adminKey: opts.AdminKey, signer: opts.Signer}
+		onPrincipal: opts.OnPrincipal, adminKey: opts.AdminKey, signer: opts.Signer, outboxKick: make(chan struct{}, 1)}
 	if b.now == nil {
 		b.now = time.Now
 	}
@@ -146,7 +150,7 @@ func (b *Bank) migrateTo(ctx context.Context, last string) error {
 			if err != nil {
 				return err
 			}
-			for _, stmt := range strings.Split(stripComments(string(body)), ";") {
+			for _, stmt := range strings.Split(b.st.dialectSQL(stripComments(string(body))), ";") {
 				if strings.TrimSpace(stmt) == "" {
 					continue
 				}

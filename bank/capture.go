@@ -46,7 +46,7 @@ func (b *Bank) Capture(ctx context.Context, batch *wire.CaptureBatch) (wire.Capt
 		return wire.CaptureReply{}, err
 	}
 	var rep wire.CaptureReply
-	err := b.st.run(ctx, func(t tx) error {
+	err := b.audited(ctx, func() any { return rep }, func(t tx) error {
 		var err error
 		rep, err = b.capture(ctx, t, batch)
 		return err

@@ -74,11 +74,25 @@
 // agent; the ledger by an admin; open holds by the broker or an admin.
 // whois stays open to every (authenticated) connection: its answer is the
 // registry record the asker verifies (a whois answer is only as good as
-// the admin-sealed record it carries). Every successful mutating request is
-// published to the MRM_EVENTS audit stream with its signed request, and
-// requests are queued per signer and served in turn, so one principal's
-// flood does not starve the others (see package service). The in-process
-// methods trust their caller.
+// the admin-sealed record it carries). Requests are queued per signer and
+// served in turn, so one principal's flood does not starve the others (see
+// package service). The in-process methods trust their caller.
+//
+// # Audit
+//
+// Every successful mutating request over NATS (grant, income, principal,
+// hold, release, extend, transfer, capture) writes its audit event — the
+// signed request as received, its principal and the reply's result, as
+// package service shapes it — into the outbox table in the transaction
+// that moves the money (migration 0004): the money moves only with its
+// event, whatever JetStream is doing. A publisher in each serving replica
+// sends the outbox to the MRM_EVENTS stream in order and deletes each event
+// once the stream acknowledged it; with the stream gone the events wait.
+// Several replicas on one database publish one at a time (a lease in the
+// database), each publish fenced in the stream behind the last bank event
+// the publisher knows (so a publisher that stalled past its lease appends
+// nothing behind newer events), duplicates stored once by their id
+// (Nats-Msg-Id) — outbox.go has the details.
 //
 // # Stores
 //

@@ -207,7 +207,7 @@ func (b *Bank) Grant(ctx context.Context, req *wire.GrantRequest) (wire.GrantRep
 		return wire.GrantReply{}, err
 	}
 	rep := wire.GrantReply{Transfer: "grant:" + req.ID, User: req.User, Amount: req.Amount}
-	err := b.st.run(ctx, func(t tx) error {
+	err := b.audited(ctx, func() any { return rep }, func(t tx) error {
 		if err := b.checkUser(ctx, t, req.User); err != nil {
 			return err
 		}
@@ -243,7 +243,7 @@ func (b *Bank) Transfer(ctx context.Context, req *wire.TransferRequest) (wire.Tr
 	}
 	rep := wire.TransferReply{Transfer: "transfer:" + req.ID}
 	fp := fingerprint("transfer", req.From, req.To, int64(req.Amount), req.Memo)
-	err := b.st.run(ctx, func(t tx) error {
+	err := b.audited(ctx, func() any { return rep }, func(t tx) error {
 		var err error
 		if rep.Replayed, err = replayedTransfer(ctx, t, UserAccount(req.From), rep.Transfer, fp); err != nil {
 			return err
@@ -276,7 +276,7 @@ func (b *Bank) Hold(ctx context.Context, req *wire.HoldRequest) (wire.HoldReply,
 	benef := strings.Join(hosts, ",")
 	fp := fingerprint("hold", req.User, int64(req.Amount), req.Expires.UnixNano(), benef, req.Memo)
 	var rep wire.HoldReply
-	err := b.st.run(ctx, func(t tx) error {
+	err := b.audited(ctx, func() any { return rep }, func(t tx) error {
 		replayed, err := checkReplay(ctx, t, `SELECT fingerprint FROM holds WHERE user_id = ? AND id = ?`, fp, req.User, req.ID)
 		if err != nil {
 			return err
@@ -362,7 +362,7 @@ func (b *Bank) Release(ctx context.Context, req *wire.ReleaseRequest) (wire.Rele
 		return wire.ReleaseReply{}, err
 	}
 	var rep wire.ReleaseReply
-	err := b.st.run(ctx, func(t tx) error {
+	err := b.audited(ctx, func() any { return rep }, func(t tx) error {
 		h, err := ownHold(ctx, t, req.User, req.Hold)
 		if err != nil {
 			return err
@@ -585,7 +585,7 @@ func (b *Bank) Extend(ctx context.Context, req *wire.ExtendRequest) (wire.HoldRe
 	id := "extend:" + req.ID
 	fp := fingerprint("extend", req.Hold, req.User, int64(req.Amount))
 	var rep wire.HoldReply
-	err := b.st.run(ctx, func(t tx) error {
+	err := b.audited(ctx, func() any { return rep }, func(t tx) error {
 		h, err := ownHold(ctx, t, req.User, req.Hold)
 		if err != nil {
 			return err

@@ -25,6 +25,7 @@ type served struct {
 	keys   wire.CredsDir
 	target string
 	clock  *time.Time
+	stop   func() // stops serving (also at the test's end)
 }
 
 func serveBank(t testing.TB, target string) *served {
@@ -36,7 +37,7 @@ func serveBank(t testing.TB, target string) *served {
 		t.Fatal(err)
 	}
 	t.Cleanup(stop)
-	s := &served{b: b, nc: nc, keys: wire.CredsDir(filepath.Join(t.TempDir(), "creds")), target: target, clock: clock}
+	s := &served{b: b, nc: nc, keys: wire.CredsDir(filepath.Join(t.TempDir(), "creds")), target: target, clock: clock, stop: stop}
 	for _, p := range []struct{ role, name string }{
 		{wire.RoleAdmin, "admin"}, {wire.RoleBroker, "broker"}, {wire.RoleAgent, "host-1"}, {wire.RoleAgent, "host-2"},
 		{wire.RoleUser, "alice"}, {wire.RoleUser, "bob"}, {wire.RoleUser, "carol"},

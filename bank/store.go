@@ -196,6 +196,16 @@ func (s *store) rebind(q string) string {
 	return b.String()
 }
 
+// dialectSQL is a migration's text for the store's dialect: an
+// auto-numbered key is SQLite's INTEGER PRIMARY KEY AUTOINCREMENT and
+// PostgreSQL's BIGSERIAL PRIMARY KEY.
+func (s *store) dialectSQL(q string) string {
+	if s.dialect != postgresDialect {
+		return q
+	}
+	return strings.ReplaceAll(q, "INTEGER PRIMARY KEY AUTOINCREMENT", "BIGSERIAL PRIMARY KEY")
+}
+
 // tx is a transaction with placeholder rebinding.
 type tx struct {
 	*sql.Tx

@@ -131,7 +131,7 @@ func (b *Bank) SetIncome(ctx context.Context, req *wire.IncomeSetRequest) (wire.
 		return wire.IncomeSetReply{}, err
 	}
 	var rep wire.IncomeSetReply
-	err := b.st.run(ctx, func(t tx) error {
+	err := b.audited(ctx, func() any { return rep }, func(t tx) error {
 		if req.Amount == 0 {
 			if _, err := t.exec(ctx, `DELETE FROM income WHERE user_id = ?`, req.User); err != nil {
 				return err

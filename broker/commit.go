@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mrmarket/mrmarket/internal/natsutil"
 	"github.com/mrmarket/mrmarket/internal/wire"
 	"github.com/mrmarket/mrmarket/strategies"
 )
@@ -315,18 +316,10 @@ func (s *kvStore) commit(ctx context.Context, rec *commitRec, rev uint64) (uint6
 		nrev, err = s.bucket().Update(ctx, commitKey(rec.Host), data, rev)
 	}
 	switch {
-	case errors.Is(err, jetstream.ErrKeyExists) || wrongLastSequence(err):
+	case errors.Is(err, jetstream.ErrKeyExists) || natsutil.WrongLastSequence(err):
 		return 0, errStale
 	case err != nil:
 		return 0, fmt.Errorf("%w: plan store: %v", wire.ErrUnavailable, err)
 	}
 	return nrev, nil
-}
-
-// wrongLastSequence reports whether err is JetStream refusing a
-// compare-and-set because the key changed.
-func wrongLastSequence(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }

@@ -433,7 +433,7 @@ func (s *kvStore) update(ctx context.Context, rec *planRecord, rev uint64) (uint
 	}
 	nrev, err := s.bucket().Update(ctx, planKey(rec.Plan.ID), data, rev)
 	if err != nil {
-		if wrongLastSequence(err) {
+		if natsutil.WrongLastSequence(err) {
 			return 0, errStale
 		}
 		return 0, fmt.Errorf("%w: plan store: %v", wire.ErrUnavailable, err)
