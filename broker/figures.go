@@ -95,7 +95,7 @@ func (b *Broker) planWithFigures(ctx context.Context, p wire.Plan) wire.Plan {
 func (b *Broker) jobsWithFigures(ctx context.Context, rep wire.JobsReply) wire.JobsReply {
 	plans := make([]wire.Plan, len(rep.Jobs))
 	for i, j := range rep.Jobs {
-		if v, ok := b.store.get(j.ID); ok {
+		if v, ok := b.store.get(planRef{j.User, j.ID}); ok {
 			plans[i] = wire.Plan{ID: j.ID, User: v.rec.Plan.User, Hold: v.rec.Plan.Hold}
 		}
 	}

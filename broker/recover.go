@@ -81,7 +81,7 @@ func (b *Broker) recoverHolds(ctx context.Context, now time.Time) (int, error) {
 		if known[holdOf(h.User, h.ID)] || wire.CheckID("plan id", id) != nil {
 			continue
 		}
-		if _, ok := b.store.get(id); ok {
+		if _, ok := b.store.get(planRef{h.User, id}); ok {
 			continue // a plan of that id runs with another hold: not ours to touch
 		}
 		if err := b.recoverHold(ctx, id, h, now); err != nil {
