@@ -250,3 +250,49 @@ func testAuditOutboxReplicas(t *testing.T, target string) {
 		}
 	}
 }
+
+// auditedOnce fails t unless every transfer, hold and release m records
+// has exactly one event in MRM_EVENTS of the request that made it (its
+// replays have their own events, marked replayed or releasing nothing),
+// and no event is there twice, once b's outbox is empty.
+func auditedOnce(t *testing.T, nc *nats.Conn, b *bank.Bank, m *model) {
+	t.Helper()
+	testpoll.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
+		if n, err := b.OutboxLen(context.Background()); err != nil || n > 0 {
+			return fmt.Errorf("%d events still in the outbox (%v)", n, err)
+		}
+		return nil
+	})
+	made := map[string]int{}
+	seen := map[string]bool{}
+	for _, ev := range auditStream(t, nc) {
+		if seen[ev.ID] {
+			t.Errorf("event %s twice in the stream", ev.ID)
+		}
+		seen[ev.ID] = true
+		switch ev.Op {
+		case "transfer":
+			var r wire.TransferReply
+			if json.Unmarshal(ev.Result, &r) == nil && !r.Replayed {
+				made[r.Transfer]++
+			}
+		case "hold":
+			var r wire.HoldReply
+			if json.Unmarshal(ev.Result, &r) == nil && !r.Replayed {
+				made["hold:"+r.Hold.ID]++
+			}
+		case "release":
+			var r wire.ReleaseReply
+			if json.Unmarshal(ev.Result, &r) == nil && r.Released > 0 {
+				made["release:"+r.Hold.ID]++
+			}
+		}
+	}
+	for _, ids := range m.ids {
+		for _, id := range ids {
+			if made[id] != 1 {
+				t.Errorf("%s: %d audit events of the request that made it, want 1", id, made[id])
+			}
+		}
+	}
+}
