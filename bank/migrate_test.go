@@ -2,7 +2,6 @@ package bank_test
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"strings"
 	"testing"
@@ -107,14 +106,7 @@ func testStoreOfTheOldSchemaOpens(t *testing.T, target string) {
 // execOn runs stmts on target's database, as an older bank would have.
 func execOn(t *testing.T, target string, stmts ...string) {
 	t.Helper()
-	driver, dsn := "pgx", target
-	if strings.HasPrefix(target, "sqlite:") {
-		driver, dsn = "sqlite", "file:"+strings.TrimPrefix(target, "sqlite:")
-	}
-	db, err := sql.Open(driver, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := openSQL(t, target)
 	defer db.Close()
 	for _, q := range stmts {
 		if _, err := db.Exec(q); err != nil {

@@ -66,14 +66,7 @@ func (s *served) signer(t *testing.T, role, name string) *wire.Signer {
 // compares two dumps. Nonces are not the ledger and are left out.
 func dump(t *testing.T, target string) string {
 	t.Helper()
-	driver, dsn := "pgx", target
-	if strings.HasPrefix(target, "sqlite:") {
-		driver, dsn = "sqlite", "file:"+strings.TrimPrefix(target, "sqlite:")
-	}
-	db, err := sql.Open(driver, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := openSQL(t, target)
 	defer db.Close()
 	var out strings.Builder
 	for _, table := range []string{"accounts", "transfers", "holds", "captures", "capture_legs", "principals", "income"} {
@@ -97,6 +90,20 @@ func dump(t *testing.T, target string) string {
 		rows.Close()
 	}
 	return out.String()
+}
+
+// openSQL opens target's database directly, past the bank.
+func openSQL(t *testing.T, target string) *sql.DB {
+	t.Helper()
+	driver, dsn := "pgx", target
+	if strings.HasPrefix(target, "sqlite:") {
+		driver, dsn = "sqlite", "file:"+strings.TrimPrefix(target, "sqlite:")
+	}
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db
 }
 
 // send sends a prepared message and decodes the reply.
