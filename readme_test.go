@@ -27,8 +27,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mrmarket/mrmarket/internal/market"
 	"github.com/mrmarket/mrmarket/internal/wire"
+	"github.com/mrmarket/mrmarket/market"
 )
 
 // readmeBlocks are the ```sh blocks of path marked <!-- readme-test -->.

@@ -41,9 +41,9 @@ type Config struct {
 	// against; nil means the wall clock (a signature's time is the signer's
 	// wall clock, whatever virtual clock the market runs on).
 	SigningClock func() time.Time
-	// Logger receives the failures no caller sees: Run's failed ticks and
-	// the bank, state-file and enforcer failures SetBids only counts. nil
-	// means slog.Default(), so a failure is never silent.
+	// Logger receives the failures no caller sees: Run's failed ticks, the
+	// requests Serve refuses and the bank, state-file and enforcer failures
+	// SetBids only counts. nil discards them (the daemon passes its own).
 	Logger *slog.Logger
 	// Capacity is the host's CPUs, to turn CPU time into utilisation; default 1.
 	Capacity float64
@@ -173,7 +173,7 @@ func New(cfg Config) (*Agent, error) {
 		cfg.Now = time.Now
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Capacity <= 0 {
 		cfg.Capacity = 1

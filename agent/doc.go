@@ -104,9 +104,10 @@
 //
 // The agent has one clock, Config.Now: bids start, captures are numbered
 // and Run ticks on it (its wall ticker only paces). It logs on Config.Logger
-// (slog.Default() when nil), one line each: a restart (bids taken back,
-// downtime excused), every failed tick or bid-change phase, shares repaired
-// after drift, and every request refused (with why).
+// (nothing when nil), one line each: a restart (bids taken back, downtime
+// excused), a failed tick (as the daemons' loop backs off: stop.Ticker),
+// every failed bid-change phase, shares repaired after drift, and every
+// request refused (with why).
 //
 // # Who may bid
 //

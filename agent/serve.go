@@ -50,15 +50,13 @@ func Serve(nc *nats.Conn, a *Agent) (stop func(), err error) {
 		_ = cert() // now, while nothing is busy: replies carry it from the first
 	}
 	svc, err := service.Serve(nc, "mrm-agent", service.Version, Endpoints(a), service.Options{
-		Auth:    service.Remote(a.identities(), a.cfg.SigningClock, whoisTTL, whoisSize),
-		Observe: func(op, code string) { a.cfg.Metrics.Request("agent", op, code) },
-		Refused: func(op string, err error) {
-			a.cfg.Logger.Warn("agent: request refused", "host", a.cfg.Host, "op", op, "err", err)
-		},
+		Auth:        service.Remote(a.identities(), a.cfg.SigningClock, whoisTTL, whoisSize),
+		Observe:     func(op, code string) { a.cfg.Metrics.Request("agent", op, code) },
+		Logger:      a.cfg.Logger,
+		LogAttrs:    []any{"host", a.cfg.Host},
 		Description: "mrmarket's agent of host " + a.Host(),
 		Metadata:    map[string]string{"host": a.Host()},
 		Fair:        &service.Fair{},
-		Slow:        service.LogSlow(a.cfg.Logger, "agent", "host", a.cfg.Host),
 		Signer:      a.cfg.Signer,
 		Cert:        cert,
 	})

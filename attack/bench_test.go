@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/mrmarket/mrmarket/agent"
-	"github.com/mrmarket/mrmarket/internal/market"
 	"github.com/mrmarket/mrmarket/internal/wire"
+	"github.com/mrmarket/mrmarket/market"
 )
 
 // BenchmarkSignedSpend is one signed spend's round trip through a running

@@ -1,7 +1,7 @@
 // Package attack is every way an attacker with a NATS connection on the
 // same network tried to move or read money in the [trust] issue, as a test.
 //
-// The tests start a real market in-process (internal/market.Start: the
+// The tests start a real market in-process (market.Start: the
 // embedded NATS server, the bank on SQLite, the broker and one agent per
 // host, each on its own connection) with two hosts, each running one VM of
 // alice and one of bob, both users funded and spending. The attacker uses

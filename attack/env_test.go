@@ -16,10 +16,10 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/mrmarket/mrmarket/agent"
-	"github.com/mrmarket/mrmarket/internal/market"
 	"github.com/mrmarket/mrmarket/internal/money"
 	"github.com/mrmarket/mrmarket/internal/testpoll"
 	"github.com/mrmarket/mrmarket/internal/wire"
+	"github.com/mrmarket/mrmarket/market"
 )
 
 // The market every attack runs against: two hosts, each with one VM of

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"path"
 	"sort"
 	"strings"
@@ -63,6 +64,10 @@ type Options struct {
 	SigningClock func() time.Time
 	// Metrics, when set, counts the bank's requests and errors.
 	Metrics *obs.Metrics
+	// Logger hears the requests Serve refuses, slow requests, audit events
+	// waiting in the outbox (the stream not taking them) and failed ticks
+	// (Run). nil: a discard logger.
+	Logger *slog.Logger
 	// OnPrincipal, when set, hears every principal added or changed, after
 	// it is stored (the embedded NATS server reloads its users with it).
 	OnPrincipal func(wire.Principal)
@@ -80,6 +85,7 @@ type Bank struct {
 	st      *store
 	now     func() time.Time
 	metrics *obs.Metrics
+	logger  *slog.Logger
 	// signingClock checks signing times (Options.SigningClock); nil: wall clock.
 	signingClock func() time.Time
 	onPrincipal  func(wire.Principal)
@@ -111,6 +117,9 @@ func Open(target string, opts Options) (*Bank, error) {
 		onPrincipal: opts.OnPrincipal, adminKey: opts.AdminKey, signer: opts.Signer, outboxKick: make(chan struct{}, 1)}
 	if b.now == nil {
 		b.now = time.Now
+	}
+	if b.logger = opts.Logger; b.logger == nil {
+		b.logger = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -2,6 +2,7 @@ package bank
 
 import (
 	"context"
+	"log/slog"
 	"time"
 )
 
@@ -12,7 +13,7 @@ func OpenAtMigration(target, last string) (*Bank, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Bank{st: st, now: time.Now, outboxKick: make(chan struct{}, 1)}
+	b := &Bank{st: st, now: time.Now, logger: slog.New(slog.DiscardHandler), outboxKick: make(chan struct{}, 1)}
 	if err := b.migrateTo(context.Background(), last); err != nil {
 		st.db.Close()
 		return nil, err

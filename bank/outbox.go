@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -355,6 +354,6 @@ func (p *publisher) fail(err error) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		waiting, _ := p.b.OutboxLen(ctx)
-		slog.Warn("bank: audit events wait in the outbox", "err", err, "waiting", waiting, "failed_rounds", p.failed)
+		p.b.logger.Warn("bank: audit events wait in the outbox", "err", err, "waiting", waiting, "failed_rounds", p.failed)
 	}
 }

@@ -99,7 +99,7 @@ func Serve(nc *nats.Conn, b *Bank) (stop func(), err error) {
 		Observe:     func(op, code string) { b.metrics.Request("bank", op, code) },
 		Description: "mrmarket's ledger",
 		Fair:        &service.Fair{Unordered: true},
-		Slow:        service.LogSlow(nil, "bank"),
+		Logger:      b.logger,
 		Signer:      b.signer,
 		Cert:        b.ownCert,
 	})

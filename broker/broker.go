@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"sync"
 	"time"
@@ -135,6 +136,10 @@ type Config struct {
 	Replica string
 	// Metrics, when set, counts requests and running plans.
 	Metrics *obs.Metrics
+	// Logger hears what an operator should know of: plans started, ended,
+	// cancelled or failed, records refused or recovered, requests refused,
+	// failed ticks. nil: a discard logger.
+	Logger *slog.Logger
 	// Signer signs the broker's bid requests to agents.
 	Signer *wire.Signer
 	// DeadlineShare is the share of its hosts an admitted job holds while
@@ -208,6 +213,9 @@ func New(cfg Config) (*Broker, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
 	if cfg.Tick <= 0 {
 		cfg.Tick = time.Second
 	}
@@ -248,7 +256,7 @@ func New(cfg Config) (*Broker, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		s, err := newKVStore(ctx, cfg.Plans, &sealing{signer: cfg.Signer, ids: b.identities(),
-			whois: service.NewWhoisCache(whoisTTL, whoisSize), now: cfg.SigningClock, metrics: cfg.Metrics})
+			whois: service.NewWhoisCache(whoisTTL, whoisSize), now: cfg.SigningClock, metrics: cfg.Metrics, logger: cfg.Logger})
 		if err != nil {
 			return nil, err
 		}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"time"
 
@@ -314,7 +313,7 @@ func (s *kvStore) commitments(ctx context.Context, host string) (*commitRec, uin
 		// being admitted now; the next admission overwrites it.
 		s.refused.Add(1)
 		s.metrics.Error("broker", "forged_commitments")
-		slog.Warn("broker: commitment record refused", "host", host, "err", err)
+		s.logger.Warn("broker: commitment record refused", "host", host, "err", err)
 		return &commitRec{Host: host}, e.Revision(), nil
 	}
 	return rec, e.Revision(), nil

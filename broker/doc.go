@@ -109,7 +109,7 @@
 //
 // Progress comes on mrm.v1.broker.progress, signed by the job's user: from
 // the YARN monitor (`mrmarket jobs watch`), from up's simulated Hadoop
-// (internal/market/jobs.go) or from the simulator's ProgressFeed. Once a
+// (market/jobs.go) or from the simulator's ProgressFeed. Once a
 // minute it drives the control loop: Jockey's (slack 1.2, hysteresis 0.2, dead zone min(3 min, a tenth
 // of the time left)) over the job's table, else ARIA's minimum slots for
 // the tasks left at the pace measured so far, as a share of the job's

@@ -156,6 +156,7 @@ func (b *Broker) start(ctx context.Context, rec *planRecord, rev uint64, now tim
 		return wire.SpendReply{}, fmt.Errorf("%w: plan %q vanished while starting", wire.ErrInternal, rec.Plan.ID)
 	}
 	b.countRunning()
+	b.logPlan("started", rec.Plan, "end", rec.Plan.End.Format(time.RFC3339))
 	return wire.SpendReply{Plan: rec.Plan}, nil
 }
 
@@ -323,6 +324,11 @@ func (b *Broker) fail(ctx context.Context, rec *planRecord, rev uint64, now time
 	return releaseErr, storeErr
 }
 
+// logPlan is the one line of a plan's start or end, for the operator.
+func (b *Broker) logPlan(what string, p wire.Plan, attrs ...any) {
+	b.cfg.Logger.Info("broker: plan "+what, append([]any{"plan", p.ID, "user", p.User, "budget", p.Budget.String(), "replica", b.cfg.Replica}, attrs...)...)
+}
+
 // planStarting marks a plan being set up; it is not a wire status, and a
 // plan left in it by a dead replica is failed by a survivor.
 const planStarting = "starting"
@@ -432,6 +438,7 @@ func (b *Broker) Cancel(ctx context.Context, req *wire.CancelRequest) (wire.Plan
 		return wire.Plan{}, err
 	default:
 		b.stopBids(ctx, stop)
+		b.logPlan("cancelled", rec.Plan)
 	}
 	rel, err := b.cfg.Bank.Release(ctx, &wire.ReleaseRequest{Hold: rec.Plan.Hold, User: rec.Plan.User})
 	if err != nil {

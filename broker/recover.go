@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -106,7 +105,7 @@ func (b *Broker) recoverHold(ctx context.Context, id string, h wire.OpenHold, no
 		return err
 	}
 	b.cfg.Metrics.Error("broker", "plan_recovered")
-	slog.Warn("broker: a plan the store lost was recovered from the bank: its hold released", "plan", id, "user", h.User,
+	b.cfg.Logger.Warn("broker: a plan the store lost was recovered from the bank: its hold released", "plan", id, "user", h.User,
 		"hold", h.ID, "released", rel.Released.String())
 	return nil
 }

@@ -248,8 +248,12 @@ func (b *Broker) settle(ctx context.Context, rec *planRecord, rev uint64, now ti
 	}
 	payBids(rec, now)
 	rec.Plan.Status, rec.Plan.Released = wire.PlanDone, rel.Hold.Released
-	if _, err := b.store.update(ctx, rec, rev); err != nil && !errors.Is(err, errStale) {
+	switch _, err := b.store.update(ctx, rec, rev); {
+	case errors.Is(err, errStale): // another replica ended it, and says so
+	case err != nil:
 		return []error{err}
+	default:
+		b.logPlan("ended", rec.Plan, "spent", rel.Hold.Captured.String(), "released", rel.Hold.Released.String())
 	}
 	return nil
 }

@@ -39,6 +39,7 @@ type sealing struct {
 	whois   *service.WhoisCache
 	now     func() time.Time
 	metrics *obs.Metrics
+	logger  *slog.Logger
 
 	refused, deleted, bucketLost atomic.Int64
 
@@ -151,10 +152,10 @@ func (s *sealing) lost(ref planRef, what string, known bool) {
 // report logs msg about plan (a planRef, or "*" for the whole bucket).
 func (s *sealing) report(msg string, plan fmt.Stringer, err error) {
 	if err != nil {
-		slog.Warn("broker: "+msg, "plan", plan.String(), "err", err)
+		s.logger.Warn("broker: "+msg, "plan", plan.String(), "err", err)
 		return
 	}
-	slog.Warn("broker: "+msg, "plan", plan.String())
+	s.logger.Warn("broker: "+msg, "plan", plan.String())
 }
 
 // allPlans stands for every plan in a report.

@@ -100,6 +100,7 @@ func Serve(nc *nats.Conn, b *Broker) (stop func(), err error) {
 		return nil, err
 	}
 	audit.OnError = func(error) { b.cfg.Metrics.Error("broker", "audit") }
+	audit.Logger = b.cfg.Logger
 	auth := service.Remote(b.identities(), b.cfg.SigningClock, whoisTTL, whoisSize)
 	if auth.Nonces, err = b.nonces(nc); err != nil {
 		unsubscribe()
@@ -115,7 +116,8 @@ func Serve(nc *nats.Conn, b *Broker) (stop func(), err error) {
 		Description: "mrmarket's broker: prices, spend plans, deadlines",
 		Metadata:    map[string]string{"replica": b.cfg.Replica},
 		Fair:        &service.Fair{Unordered: true},
-		Slow:        service.LogSlow(nil, "broker", "replica", b.cfg.Replica),
+		Logger:      b.cfg.Logger,
+		LogAttrs:    []any{"replica", b.cfg.Replica},
 		Audit:       audit,
 		Signer:      b.cfg.Signer,
 		Cert:        cert,

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -13,17 +12,16 @@ import (
 
 	"github.com/mrmarket/mrmarket/agent"
 	"github.com/mrmarket/mrmarket/agent/virt"
-	"github.com/mrmarket/mrmarket/bank"
-	"github.com/mrmarket/mrmarket/broker"
-	"github.com/mrmarket/mrmarket/internal/natsutil"
+	"github.com/mrmarket/mrmarket/daemon"
 	"github.com/mrmarket/mrmarket/internal/obs"
+	"github.com/mrmarket/mrmarket/internal/stop"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
 // agentCommand is `mrmarket agent`: one host's agent daemon, on libvirt or
 // (--sim) on a simulated host. Both are one code path: only the Enforcer
 // (and its flags) differ — the identity, the bank and NATS wiring, the state
-// file, metrics and the tick loop are shared (runAgent).
+// file, metrics and the tick loop are package daemon's, as up's agents are.
 func agentCommand() *ucli.Command {
 	flags := []ucli.Flag{flagNATS(), flagCreds(), flagTLSCA(), flagAdminKey(),
 		&ucli.StringFlag{Name: "host", Usage: "this host's id (its agent credentials: <creds>/agents/<host>.nk)", EnvVars: []string{"MRM_HOST"}},
@@ -106,42 +104,25 @@ func runAgent(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
-	defer h.close()
-	nc, err := connectDaemon(c, "mrmarket-agent-"+host, signer)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	assets, err := natsutil.OpenHosts(c.Context, nc, time.Minute) // the bank creates it
-	if err != nil {
-		return wire.Errorf(wire.ErrUnavailable, "%v", err)
-	}
-	if err := os.MkdirAll(filepath.Dir(state), 0o750); err != nil {
-		return err
-	}
+	s := stop.New()
+	defer s.Stop()
+	s.AddCloser(h.close)
 	reg := prometheus.NewRegistry()
-	metrics := obs.NewMetrics(reg)
-	a, err := agent.New(agent.Config{Host: host, Enforcer: h.enforcer, IdleBelow: c.Float64("idle-below"),
-		Capturer:  bank.Client{NC: nc, Signer: signer, AdminKey: anchor, OnRefused: func(error) { metrics.Error("agent", "untrusted_reply") }, Attempt: bank.DaemonAttempt},
-		Publisher: agent.NATSPublisher{NC: nc, KV: assets.Hosts, Signer: signer}, Metrics: metrics, Capacity: h.capacity,
-		StateFile: state, Identities: bank.Client{NC: nc, AdminKey: anchor, Attempt: bank.DaemonAttempt}, AdminKey: anchor, Signer: signer})
+	a, err := daemon.StartAgent(c.Context, daemon.AgentConfig{Env: daemonEnv(c, s, anchor, reg), Host: host, Signer: signer, Enforcer: h.enforcer,
+		Capacity: h.capacity, IdleBelow: c.Float64("idle-below"), StateFile: state, HostsWait: time.Minute, Tick: c.Duration("tick")})
 	if err != nil {
 		return err
 	}
-	stop, err := agent.Serve(nc, a)
-	if err != nil {
-		return err
-	}
-	defer stop()
 	if httpAddr != "" {
-		srv, err := obs.Serve(httpAddr, reg, map[string]obs.HealthFunc{"nats": natsHealth(nc)})
-		if err != nil {
+		if _, err := serveHTTP(s, httpAddr, reg, map[string]obs.HealthFunc{"nats": natsHealth(a.NC)}); err != nil {
 			return err
 		}
-		defer srv.Close()
 	}
 	fmt.Fprintf(c.App.Writer, "mrmarket agent %s: %s, CPUs %g, NATS %s, state %s\n", host, h.about, h.capacity, c.String("nats"), state)
-	agent.Run(c.Context, a, c.Duration("tick"))
+	if err := a.Run(c.Context); err != nil {
+		return err
+	}
+	<-c.Context.Done()
 	return nil
 }
 
@@ -289,53 +270,27 @@ func brokerCommand() *ucli.Command {
 			if err != nil {
 				return err
 			}
-			nc, err := connectDaemon(c, "mrmarket-broker", signer)
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			if err := natsutil.SetReplicas(nc, replicas); err != nil {
-				return err
-			}
-			assets, err := natsutil.EnsureBrokerAssets(c.Context, nc)
-			if err != nil {
-				return wire.Errorf(wire.ErrUnavailable, "%v", err)
-			}
+			s := stop.New()
+			defer s.Stop()
 			reg := prometheus.NewRegistry()
-			metrics := obs.NewMetrics(reg)
-			b, err := broker.New(broker.Config{NC: nc, Signer: signer, AdminKey: anchor,
-				Bank:       bank.Client{NC: nc, Signer: signer, AdminKey: anchor, OnRefused: func(error) { metrics.Error("broker", "untrusted_reply") }, Attempt: bank.DaemonAttempt},
-				Identities: bank.Client{NC: nc, AdminKey: anchor, Attempt: bank.DaemonAttempt}, Settle: c.Duration("settle"), Metrics: metrics,
-				Tick: c.Duration("tick"), Plans: assets.Plans, DeadlineShare: c.Float64("deadline-share"), JobOrder: c.String("job-order")})
+			env := daemonEnv(c, s, anchor, reg)
+			env.Replicas = replicas
+			b, err := daemon.StartBroker(c.Context, daemon.BrokerConfig{Env: env, Signer: signer, Tick: c.Duration("tick"), Settle: c.Duration("settle"),
+				DeadlineShare: c.Float64("deadline-share"), JobOrder: c.String("job-order")})
 			if err != nil {
 				return err
 			}
-			defer b.Close()
-			stop, err := broker.Serve(nc, b)
-			if err != nil {
-				return err
-			}
-			defer stop()
 			if addr := c.String("http"); addr != "" {
-				srv, err := obs.Serve(addr, reg, map[string]obs.HealthFunc{"broker": b.Healthy})
-				if err != nil {
+				if _, err := serveHTTP(s, addr, reg, map[string]obs.HealthFunc{"broker": b.Healthy}); err != nil {
 					return err
 				}
-				defer srv.Close()
 			}
 			fmt.Fprintf(c.App.Writer, "mrmarket broker on %s\n", c.String("nats"))
-			t := time.NewTicker(c.Duration("tick"))
-			defer t.Stop()
-			for {
-				select {
-				case <-c.Context.Done():
-					return nil
-				case now := <-t.C:
-					if err := b.Tick(c.Context, now); err != nil {
-						metrics.Error("broker", "tick")
-					}
-				}
+			if err := b.Run(c.Context); err != nil {
+				return err
 			}
+			<-c.Context.Done()
+			return nil
 		},
 	}
 }

@@ -31,7 +31,7 @@ import (
 //     /var/lib/mrmarket/agent.json, and it serves no /metrics unless --http
 //     is given: several simulated hosts share one machine.
 //   - The simulated VMs do not run submitted jobs (up's simulated Hadoop,
-//     internal/market/jobs.go). That runner learns jobs from the MRM_EVENTS
+//     market/jobs.go). That runner learns jobs from the MRM_EVENTS
 //     audit stream and reports progress signed by each job's user (or the
 //     admin); an agent holds only its own host's key and its NATS
 //     permissions give it neither the stream nor the users' progress

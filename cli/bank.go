@@ -10,9 +10,10 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/mrmarket/mrmarket/bank"
+	"github.com/mrmarket/mrmarket/daemon"
 	"github.com/mrmarket/mrmarket/internal/money"
-	"github.com/mrmarket/mrmarket/internal/natsutil"
 	"github.com/mrmarket/mrmarket/internal/obs"
+	"github.com/mrmarket/mrmarket/internal/stop"
 	"github.com/mrmarket/mrmarket/internal/wire"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,8 +40,6 @@ func bankServeCommand() *ucli.Command {
 			if err != nil {
 				return err
 			}
-			reg := prometheus.NewRegistry()
-			metrics := obs.NewMetrics(reg)
 			keys := wire.CredsDir(c.String("creds"))
 			anchor, admin, err := bankAnchor(c, keys)
 			if err != nil {
@@ -50,52 +49,35 @@ func bankServeCommand() *ucli.Command {
 			if err != nil {
 				return err
 			}
-			b, err := bank.Open(c.String("store"), bank.Options{Metrics: metrics, AdminKey: anchor, Signer: self})
+			s := stop.New()
+			defer s.Stop()
+			reg := prometheus.NewRegistry()
+			env := daemonEnv(c, s, anchor, reg)
+			env.Replicas = replicas
+			b, err := daemon.OpenBank(daemon.BankConfig{Env: env, Store: c.String("store"), Signer: self, Tick: c.Duration("tick")})
 			if err != nil {
 				return wire.Errorf(wire.ErrUnavailable, "%v", err)
 			}
-			defer b.Close()
-			if err := registerBank(c, b, anchor, admin, self); err != nil {
+			if err := registerBank(c, b.Bank, anchor, admin, self); err != nil {
 				return err
 			}
-			nc, err := connectDaemon(c, "mrmarket-bank", bankConnSigner(c.Context, b, keys, admin))
-			if err != nil {
+			if err := b.Serve(c.Context, bankConnSigner(c.Context, b.Bank, keys, admin)); err != nil {
 				return err
 			}
-			defer nc.Close()
-			if err := natsutil.SetReplicas(nc, replicas); err != nil {
-				return err
-			}
-			if _, err := natsutil.EnsureBankAssets(c.Context, nc); err != nil {
-				return wire.Errorf(wire.ErrUnavailable, "%v", err)
-			}
-			stop, err := bank.Serve(nc, b)
-			if err != nil {
-				return err
-			}
-			defer stop()
 			if addr := c.String("http"); addr != "" {
-				srv, err := obs.Serve(addr, reg, map[string]obs.HealthFunc{"store": b.Healthy})
+				srv, err := serveHTTP(s, addr, reg, map[string]obs.HealthFunc{"store": b.Healthy})
 				if err != nil {
 					return err
 				}
-				defer srv.Close()
 				fmt.Fprintf(c.App.Writer, "  metrics  http://%s/metrics   health  http://%s/healthz\n", srv.Addr(), srv.Addr())
 			}
 			fmt.Fprintf(c.App.Writer, "mrmarket bank serving %s on %s (admin key %s)\n", b.Store(), c.String("nats"), anchor)
-			t := time.NewTicker(c.Duration("tick"))
-			defer t.Stop()
-			for {
-				select {
-				case <-c.Context.Done():
-					fmt.Fprintln(c.App.Writer, "mrmarket bank: stopping")
-					return nil
-				case now := <-t.C:
-					if _, err := b.Tick(c.Context, now); err != nil {
-						metrics.Error("bank", "tick")
-					}
-				}
+			if err := b.Run(c.Context); err != nil {
+				return err
 			}
+			<-c.Context.Done()
+			fmt.Fprintln(c.App.Writer, "mrmarket bank: stopping")
+			return nil
 		},
 	}
 }

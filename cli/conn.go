@@ -10,10 +10,14 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/mrmarket/mrmarket/bank"
+	"github.com/mrmarket/mrmarket/daemon"
 	"github.com/mrmarket/mrmarket/internal/natsutil"
+	"github.com/mrmarket/mrmarket/internal/obs"
+	"github.com/mrmarket/mrmarket/internal/stop"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -167,4 +171,23 @@ func bankConnSigner(ctx context.Context, b *bank.Bank, keys wire.CredsDir, admin
 	// TODO(trust-B): the bank connects with its own key once [trust] B
 	// registers it; until then as the admin.
 	return admin
+}
+
+// daemonEnv is what a daemon command builds its daemon with: connections
+// from the command's flags (connectDaemon), the anchor, metrics on reg and
+// the process's logger, everything owned by s.
+func daemonEnv(c *ucli.Context, s *stop.Stopper, anchor string, reg *prometheus.Registry) daemon.Env {
+	return daemon.Env{Stopper: s, AdminKey: anchor, Metrics: obs.NewMetrics(reg), Logger: daemonLogger(c),
+		Connect: func(name string, signer *wire.Signer) (*nats.Conn, error) { return connectDaemon(c, name, signer) }}
+}
+
+// serveHTTP serves /metrics of reg and /healthz of checks on addr until s
+// stops.
+func serveHTTP(s *stop.Stopper, addr string, reg *prometheus.Registry, checks map[string]obs.HealthFunc) (*obs.Server, error) {
+	srv, err := obs.Serve(addr, reg, checks)
+	if err != nil {
+		return nil, err
+	}
+	s.AddCloser(func() { _ = srv.Close() })
+	return srv, nil
 }

@@ -12,10 +12,10 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
-	"github.com/mrmarket/mrmarket/internal/market"
 	"github.com/mrmarket/mrmarket/internal/natsutil"
 	"github.com/mrmarket/mrmarket/internal/obs"
 	"github.com/mrmarket/mrmarket/internal/wire"
+	"github.com/mrmarket/mrmarket/market"
 )
 
 func demoCommand() *ucli.Command {
@@ -125,7 +125,7 @@ func upCommand() *ucli.Command {
 			}
 			cfg := market.Config{
 				Dir: c.String("data"), Hosts: hosts, Users: users, TickPeriod: c.Duration("tick"), AgentState: true,
-				IdleBelow: c.Float64("idle-below"), JSReplicas: replicas,
+				IdleBelow: c.Float64("idle-below"), JSReplicas: replicas, Logger: daemonLogger(c),
 			}
 			if url := c.String("nats"); url != "" {
 				if c.IsSet("listen") {

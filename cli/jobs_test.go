@@ -12,8 +12,8 @@ import (
 	"github.com/mrmarket/mrmarket/cli"
 	"github.com/mrmarket/mrmarket/hadoopvm/yarn"
 	"github.com/mrmarket/mrmarket/hadoopvm/yarn/yarntest"
-	"github.com/mrmarket/mrmarket/internal/market"
 	"github.com/mrmarket/mrmarket/internal/wire"
+	"github.com/mrmarket/mrmarket/market"
 )
 
 // TestDeadlineCommands: quote, submit and jobs against a running market

@@ -15,10 +15,11 @@ import (
 	ucli "github.com/urfave/cli/v2"
 
 	"github.com/mrmarket/mrmarket/bank"
-	"github.com/mrmarket/mrmarket/internal/market"
 	"github.com/mrmarket/mrmarket/internal/natsauth"
 	"github.com/mrmarket/mrmarket/internal/natsutil"
+	"github.com/mrmarket/mrmarket/internal/stop"
 	"github.com/mrmarket/mrmarket/internal/wire"
+	"github.com/mrmarket/mrmarket/market"
 )
 
 // natsCommand is `mrmarket nats`: the configuration of a standalone
@@ -112,16 +113,27 @@ func natsServe(c *ucli.Context) error {
 	if err != nil {
 		return wire.Errorf(wire.ErrUnavailable, "%v", err)
 	}
-	defer node.Shutdown()
+	s := stop.New()
+	defer s.Stop()
+	s.AddCloser(node.Shutdown)
 	w := c.App.Writer
 	fmt.Fprintf(w, "mrmarket nats serve: node %s, clients %s, config %s\n", opts.Name, node.Server.ClientURL(), conf)
 	if addr := node.Server.ClusterAddr(); addr != nil {
 		fmt.Fprintf(w, "  routes %s (cluster %s), JetStream in %s\n", addr, opts.ClusterName, opts.StoreDir)
 	}
 	if every := c.Duration("follow"); every > 0 {
-		go node.Follow(c.Context, every, func(err error) {
-			fmt.Fprintf(c.App.ErrWriter, "mrmarket nats serve: keeping the last configuration: %v\n", err)
+		// A failed refresh keeps the node on its last good configuration;
+		// the next one tries again.
+		follow := stop.Ticker{Component: "nats serve", Period: every, Logger: daemonLogger(c)}
+		err := s.RunTicker(c.Context, "nats serve follow", follow, func(ctx context.Context, _ time.Time) error {
+			if _, err := node.Refresh(ctx); err != nil {
+				return fmt.Errorf("keeping the last configuration: %w", err)
+			}
+			return nil
 		})
+		if err != nil {
+			return err
+		}
 	}
 	<-c.Context.Done()
 	fmt.Fprintln(w, "mrmarket nats serve: stopping")

@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"os"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 )
@@ -103,23 +102,6 @@ func (n *Node) Refresh(ctx context.Context) (bool, error) {
 	}
 	n.last = conf
 	return true, nil
-}
-
-// Follow calls Refresh every period until ctx ends; errors go to onErr
-// (the node keeps running on its last good configuration).
-func (n *Node) Follow(ctx context.Context, period time.Duration, onErr func(error)) {
-	t := time.NewTicker(period)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if _, err := n.Refresh(ctx); err != nil && onErr != nil {
-				onErr(err)
-			}
-		}
-	}
 }
 
 // Shutdown stops the node and waits until it has.

@@ -67,7 +67,7 @@ const (
 type JetStreamAudit struct {
 	js jetstream.JetStream
 	// OnError, when set, hears each event that could not be stored (the
-	// component's error metric); Logger logs it (nil: slog.Default()).
+	// component's error metric); Logger logs it (nil: not logged).
 	OnError func(err error)
 	Logger  *slog.Logger
 
@@ -143,11 +143,10 @@ func (a *JetStreamAudit) fail(ev wire.Event, err error) {
 	if now-last < int64(auditLogEvery) || !a.lastLog.CompareAndSwap(last, now) {
 		return
 	}
-	log := a.Logger
-	if log == nil {
-		log = slog.Default()
+	if a.Logger == nil {
+		return
 	}
-	log.Warn("audit: event not stored", "component", ev.Component, "op", ev.Op, "id", ev.ID, "err", err, "failed_total", a.failed.Load())
+	a.Logger.Warn("audit: event not stored", "component", ev.Component, "op", ev.Op, "id", ev.ID, "err", err, "failed_total", a.failed.Load())
 }
 
 // Published is how many events were stored.

@@ -25,9 +25,12 @@ type Options struct {
 	// included: the endpoint's name and the reply code ("ok" or a wire
 	// error code).
 	Observe func(op, code string)
-	// Refused, when set, hears every request refused or failed, with why
-	// (a daemon logs them: one line each).
-	Refused func(op string, err error)
+	// Logger hears every request refused or failed, one line each (who,
+	// what, the code and why), and, unless Slow is set, every slow one;
+	// LogAttrs are added to each line (an agent's host). nil: nothing is
+	// logged.
+	Logger   *slog.Logger
+	LogAttrs []any
 	// Description and Metadata are the service's, in $SRV.INFO.
 	Description string
 	Metadata    map[string]string
@@ -47,7 +50,7 @@ type Options struct {
 	// after it arrived: the endpoint, whose queue it waited in (see
 	// fairKey), how long it waited there and how long its handler ran. A
 	// daemon logs them: where a request's time goes is what an operator
-	// needs when clients time out.
+	// needs when clients time out. nil: they are logged on Logger.
 	Slow func(op, from string, waited, ran time.Duration)
 }
 
@@ -64,6 +67,9 @@ func Serve(nc *nats.Conn, name, version string, t Table, opts Options) (micro.Se
 	}
 	if opts.Auth == nil {
 		opts.Auth = &Authorizer{}
+	}
+	if opts.Slow == nil && opts.Logger != nil {
+		opts.Slow = LogSlow(opts.Logger, component(name), opts.LogAttrs...)
 	}
 	cfg := micro.Config{Name: name, Version: version, Description: opts.Description, Metadata: opts.Metadata}
 	var sched *scheduler
@@ -194,8 +200,8 @@ func serveAndReply(service string, e *Endpoint, opts Options, r request, w respo
 	if opts.Observe != nil {
 		opts.Observe(e.Name, code)
 	}
-	if err != nil && opts.Refused != nil {
-		opts.Refused(e.Name, err)
+	if err != nil {
+		logRefused(opts, service, e, r, in, code, err)
 	}
 	if r.Reply() != "" { // else a publish, not a request: nobody to answer
 		body := wire.EncodeReply(res, err)
@@ -207,7 +213,7 @@ func serveAndReply(service string, e *Endpoint, opts Options, r request, w respo
 		}
 	}
 	if err == nil && e.Audit && opts.Audit != nil && in != nil {
-		opts.Audit.Audit(EventOf(strings.TrimPrefix(service, "mrm-"), *in, res))
+		opts.Audit.Audit(EventOf(component(service), *in, res))
 	}
 }
 
@@ -280,15 +286,49 @@ func describe(err error) string {
 	return d
 }
 
+// component is the name a service logs and audits under: "mrm-bank" is
+// the bank.
+func component(service string) string { return strings.TrimPrefix(service, "mrm-") }
+
+// logRefused is the one line of a request refused or failed: who sent it
+// (the principal when resolved, else the signing key, else unsigned),
+// where, the reply code and why. A refusal the request earned (forbidden,
+// not found, …) is information; one the service could not help (internal,
+// unavailable) is a warning.
+func logRefused(opts Options, service string, e *Endpoint, r request, in *Incoming, code string, err error) {
+	if opts.Logger == nil {
+		return
+	}
+	level := slog.LevelInfo
+	if code == wire.CodeInternal || code == wire.CodeUnavailable {
+		level = slog.LevelWarn
+	}
+	opts.Logger.Log(context.Background(), level, component(service)+": request refused", append([]any{"op", e.Name, "subject", r.Subject(),
+		"principal", principalOf(in, r), "code", code, "err", err}, opts.LogAttrs...)...)
+}
+
+// principalOf names who sent r, as far as serving it got.
+func principalOf(in *Incoming, r request) string {
+	switch {
+	case in != nil && in.Principal.Name != "":
+		return in.Principal.Name + " (" + in.Principal.Role + ")"
+	case in != nil && in.Caller.Key != "":
+		return in.Caller.Key
+	}
+	if key := nats.Header(r.Headers()).Get(wire.HeaderKey); key != "" {
+		return key
+	}
+	return "unsigned"
+}
+
 // LogSlow is an Options.Slow that logs each slow request as one warning
-// line of l (nil: slog.Default()), prefixed by component and with attrs.
+// line of l (nil: nothing is logged), prefixed by component and with attrs.
 func LogSlow(l *slog.Logger, component string, attrs ...any) func(op, from string, waited, ran time.Duration) {
 	return func(op, from string, waited, ran time.Duration) {
-		log := l // not l itself: workers call this side by side
-		if log == nil {
-			log = slog.Default()
+		if l == nil {
+			return
 		}
-		log.Warn(component+": slow request", append([]any{"op", op, "from", from,
+		l.Warn(component+": slow request", append([]any{"op", op, "from", from,
 			"waited", waited.Round(time.Millisecond), "ran", ran.Round(time.Millisecond)}, attrs...)...)
 	}
 }

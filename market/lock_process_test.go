@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/mrmarket/mrmarket/agent"
-	"github.com/mrmarket/mrmarket/internal/market"
+	"github.com/mrmarket/mrmarket/market"
 )
 
 func lockedConfig(dir string) market.Config {

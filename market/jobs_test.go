@@ -13,9 +13,9 @@ import (
 
 	"github.com/mrmarket/mrmarket/bank"
 	"github.com/mrmarket/mrmarket/broker"
-	"github.com/mrmarket/mrmarket/internal/market"
 	"github.com/mrmarket/mrmarket/internal/testpoll"
 	"github.com/mrmarket/mrmarket/internal/wire"
+	"github.com/mrmarket/mrmarket/market"
 )
 
 // upMarket is `mrmarket up --hosts 3 --vms-per-host 2 --users alice,bob`
@@ -33,7 +33,7 @@ func upMarket(t *testing.T, tick time.Duration) (*market.Market, *time.Time, ban
 // exampleJob reads a job file of examples/ as the CLI does.
 func exampleJob(t *testing.T, name string) wire.JobSpec {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "..", "examples", name))
+	data, err := os.ReadFile(filepath.Join("..", "examples", name))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,13 @@
 // Package market wires a whole mrmarket into one process: an embedded NATS
 // server (or an external one), the bank on SQLite, the broker, and one agent
-// per simulated host, each component on its own NATS connection exactly as
-// separate daemons would be. It is plumbing only: every decision is made by
-// the agent, bank and broker packages it starts.
+// per simulated host, each built by package daemon exactly as the separate
+// daemons are, on its own NATS connection. It is assembly only: every
+// decision is made by the agent, bank and broker packages, and every
+// daemon's wiring by package daemon. What is the market's own: the data
+// directory (its lock, credentials and TLS), registering every principal
+// before the embedded NATS server starts (it admits exactly them), and
+// driving time. Everything it starts belongs to one stop.Stopper, which
+// Close stops.
 //
 // The simulated VMs run the jobs users submit to the deadline service, as
 // the users' Hadoop clusters would, and report their progress (jobs.go).
@@ -18,6 +23,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
@@ -32,9 +38,11 @@ import (
 	"github.com/mrmarket/mrmarket/agent"
 	"github.com/mrmarket/mrmarket/bank"
 	"github.com/mrmarket/mrmarket/broker"
+	"github.com/mrmarket/mrmarket/daemon"
 	"github.com/mrmarket/mrmarket/internal/natsauth"
 	"github.com/mrmarket/mrmarket/internal/natsutil"
 	"github.com/mrmarket/mrmarket/internal/obs"
+	"github.com/mrmarket/mrmarket/internal/stop"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -87,6 +95,10 @@ type Config struct {
 	// IdleBelow is the agents' idle threshold, a fraction of a VM's
 	// entitlement (agent.Config.IdleBelow); 0 means the agents' default.
 	IdleBelow float64
+	// Logger hears every component: plans started and ended, requests
+	// refused, restarts, failed ticks (`mrmarket up` logs to stderr). nil
+	// discards them: the demo prints only its report.
+	Logger *slog.Logger
 }
 
 // Layout makes hosts host-1…host-n, each with perHost VMs named
@@ -137,6 +149,13 @@ type Market struct {
 	// and broker created or opened, by name (MRM_HOSTS, …).
 	Replicas map[string]int
 	conns    []*nats.Conn
+	stopper  *stop.Stopper
+	env      daemon.Env // what every component is built with
+	bankd    *daemon.Bank
+	brokerd  *daemon.Broker
+	agentsd  []*daemon.Agent
+	// stops are closed with the market, last added first, before the
+	// connections they use: the job runner's consumer adds its own.
 	stops    []func()
 	keys     wire.CredsDir
 	agentKey map[string]*wire.Signer // by host, registered before NATS starts
@@ -146,7 +165,6 @@ type Market struct {
 	natsMu   sync.Mutex
 	natsOpts natsutil.ServerOptions
 	admin    *wire.Signer // the trust anchor: seals every principal record
-	unlock   func()       // releases the data directory (lock.go)
 	jobs     *jobRunner   // the simulated Hadoop that runs admitted jobs (jobs.go)
 }
 
@@ -177,7 +195,9 @@ func Start(ctx context.Context, cfg Config) (m *Market, err error) {
 		return nil, err
 	}
 	reg := prometheus.NewRegistry()
-	m = &Market{cfg: cfg, Sims: map[string]*agent.SimEnforcer{}, Registry: reg, Metrics: obs.NewMetrics(reg), unlock: unlock}
+	m = &Market{cfg: cfg, Sims: map[string]*agent.SimEnforcer{}, Registry: reg, Metrics: obs.NewMetrics(reg), stopper: stop.New()}
+	m.stopper.AddCloser(unlock) // last: everything on the directory is closed
+	m.env = daemon.Env{Stopper: m.stopper, Connect: m.connect, Metrics: m.Metrics, Logger: cfg.Logger, Now: now, Replicas: cfg.JSReplicas}
 	started := m // every `return nil, err` below clears m before this runs
 	defer func() {
 		if err != nil {
@@ -186,7 +206,7 @@ func Start(ctx context.Context, cfg Config) (m *Market, err error) {
 	}()
 	// Identities first: the NATS server admits exactly the registered
 	// principals, each with its role's permissions (package natsauth).
-	if err := m.openBank(now); err != nil {
+	if err := m.openBank(); err != nil {
 		return nil, err
 	}
 	brokerSigner, err := m.registerIdentities(ctx)
@@ -205,7 +225,7 @@ func Start(ctx context.Context, cfg Config) (m *Market, err error) {
 	if err := m.startAgents(ctx, now); err != nil {
 		return nil, err
 	}
-	if err := m.startBroker(ctx, now, brokerSigner); err != nil {
+	if err := m.startBroker(ctx, brokerSigner); err != nil {
 		return nil, err
 	}
 	// Every agent publishes its first state so the broker knows the VMs.
@@ -219,6 +239,11 @@ func Start(ctx context.Context, cfg Config) (m *Market, err error) {
 	if err := m.startJobs(ctx); err != nil {
 		return nil, err
 	}
+	m.stopper.AddCloser(func() {
+		for i := len(m.stops) - 1; i >= 0; i-- {
+			m.stops[i]()
+		}
+	})
 	return m, nil
 }
 
@@ -260,6 +285,7 @@ func (m *Market) startNATS(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	m.stopper.AddCloser(m.stopNATS)
 	m.Server = ns
 	m.URL = ns.ClientURL()
 	m.CAFile = files.CA
@@ -303,18 +329,18 @@ func (m *Market) principalAdded(wire.Principal) {
 
 // openBank opens the bank in the data directory; its principals become
 // the NATS server's users.
-func (m *Market) openBank(now func() time.Time) error {
+func (m *Market) openBank() error {
 	bankSigner, err := m.anchor()
 	if err != nil {
 		return err
 	}
-	m.Bank, err = bank.Open(filepath.Join(m.cfg.Dir, "bank.db"), bank.Options{Now: now, Metrics: m.Metrics, OnPrincipal: m.principalAdded,
-		AdminKey: m.admin.Public(), Signer: bankSigner})
+	m.env.AdminKey = m.admin.Public()
+	m.bankd, err = daemon.OpenBank(daemon.BankConfig{Env: m.env, Store: filepath.Join(m.cfg.Dir, "bank.db"), Signer: bankSigner,
+		OnPrincipal: m.principalAdded, Tick: m.cfg.TickPeriod})
 	if err != nil {
 		return err
 	}
-	bk := m.Bank
-	m.stops = append(m.stops, func() { _ = bk.Close() })
+	m.Bank = m.bankd.Bank
 	return nil
 }
 
@@ -325,23 +351,11 @@ func (m *Market) serveBank(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	nc, err := m.connect("mrmarket-bank", signer)
-	if err != nil {
+	if err := m.bankd.Serve(ctx, signer); err != nil {
 		return err
 	}
-	if err := m.setReplicas(nc); err != nil {
-		return err
-	}
-	assets, err := natsutil.EnsureBankAssets(ctx, nc)
-	if err != nil {
-		return err
-	}
-	m.noteReplicas(assets)
-	stop, err := bank.Serve(nc, m.Bank)
-	if err != nil {
-		return err
-	}
-	m.stops = append(m.stops, stop)
+	m.noteReplicas(m.bankd.Assets)
+	m.conns = append(m.conns, m.bankd.NC)
 	return nil
 }
 
@@ -430,52 +444,22 @@ func (m *Market) registerAgents(ctx context.Context) error {
 }
 
 // startAgents starts one agent per host, each on its own connection,
-// capturing through the bank over NATS and keeping its bid book in the
-// data directory if asked to.
+// keeping its bid book in the data directory if asked to.
 func (m *Market) startAgents(ctx context.Context, now func() time.Time) error {
 	stateFile := func(string) string { return "" }
 	if m.cfg.AgentState {
-		agentDir := filepath.Join(m.cfg.Dir, "agents")
-		if err := os.MkdirAll(agentDir, 0o750); err != nil {
-			return fmt.Errorf("market: %w", err)
-		}
-		stateFile = func(host string) string { return filepath.Join(agentDir, host+".json") }
+		stateFile = func(host string) string { return filepath.Join(m.cfg.Dir, "agents", host+".json") }
 	}
 	for _, h := range m.cfg.Hosts {
-		agentSigner := m.agentKey[h.ID]
-		nc, err := m.connect("mrmarket-agent-"+h.ID, agentSigner)
-		if err != nil {
-			return err
-		}
-		// Its own handle: the agent writes its key over its own connection.
-		hosts, err := natsutil.OpenHosts(ctx, nc, 10*time.Second)
-		if err != nil {
-			return err
-		}
 		sim := agent.NewSimEnforcer(now, h.CPUs, h.VMs...)
-		a, err := agent.New(agent.Config{
-			Host:       h.ID,
-			Enforcer:   sim,
-			Capturer:   bank.Client{NC: nc, Signer: agentSigner, AdminKey: m.AdminKey(), OnRefused: m.refused("agent"), Attempt: bank.DaemonAttempt},
-			Publisher:  agent.NATSPublisher{NC: nc, KV: hosts.Hosts, Signer: agentSigner},
-			AdminKey:   m.AdminKey(),
-			Signer:     agentSigner,
-			Metrics:    m.Metrics,
-			Now:        now,
-			Capacity:   h.CPUs,
-			IdleBelow:  m.cfg.IdleBelow,
-			Identities: bank.Client{NC: nc, AdminKey: m.AdminKey(), Attempt: bank.DaemonAttempt},
-			StateFile:  stateFile(h.ID),
-		})
+		a, err := daemon.StartAgent(ctx, daemon.AgentConfig{Env: m.env, Host: h.ID, Signer: m.agentKey[h.ID], Enforcer: sim,
+			Capacity: h.CPUs, IdleBelow: m.cfg.IdleBelow, StateFile: stateFile(h.ID), HostsWait: 10 * time.Second, Tick: m.cfg.TickPeriod})
 		if err != nil {
 			return err
 		}
-		stop, err := agent.Serve(nc, a)
-		if err != nil {
-			return err
-		}
-		m.stops = append(m.stops, stop)
-		m.Agents = append(m.Agents, a)
+		m.agentsd = append(m.agentsd, a)
+		m.Agents = append(m.Agents, a.Agent)
+		m.conns = append(m.conns, a.NC)
 		m.Sims[h.ID] = sim
 	}
 	return nil
@@ -483,40 +467,15 @@ func (m *Market) startAgents(ctx context.Context, now func() time.Time) error {
 
 // startBroker starts the broker on its own connection, signing its holds
 // and bids as the broker and checking users' signatures through the bank.
-func (m *Market) startBroker(ctx context.Context, now func() time.Time, signer *wire.Signer) error {
-	nc, err := m.connect("mrmarket-broker", signer)
+func (m *Market) startBroker(ctx context.Context, signer *wire.Signer) error {
+	b, err := daemon.StartBroker(ctx, daemon.BrokerConfig{Env: m.env, Signer: signer, Tick: m.cfg.TickPeriod, Settle: m.cfg.Settle, Replica: "broker-1"})
 	if err != nil {
 		return err
 	}
-	if err := m.setReplicas(nc); err != nil {
-		return err
-	}
-	assets, err := natsutil.EnsureBrokerAssets(ctx, nc)
-	if err != nil {
-		return err
-	}
-	m.noteReplicas(assets)
-	m.Broker, err = broker.New(broker.Config{
-		NC: nc, Bank: bank.Client{NC: nc, Signer: signer, AdminKey: m.AdminKey(), OnRefused: m.refused("broker"), Attempt: bank.DaemonAttempt}, Now: now,
-		Settle: m.cfg.Settle, Metrics: m.Metrics, Signer: signer, Identities: bank.Client{NC: nc, AdminKey: m.AdminKey(), Attempt: bank.DaemonAttempt}, AdminKey: m.AdminKey(),
-		Tick: m.cfg.TickPeriod, Plans: assets.Plans, Replica: "broker-1",
-	})
-	if err != nil {
-		return err
-	}
-	m.stops = append(m.stops, m.Broker.Close)
-	stop, err := broker.Serve(nc, m.Broker)
-	if err != nil {
-		return err
-	}
-	m.stops = append(m.stops, stop)
+	m.brokerd, m.Broker = b, b.Broker
+	m.noteReplicas(b.Assets)
+	m.conns = append(m.conns, b.NC)
 	return nil
-}
-
-// refused counts a bank reply component ignored (unsigned, or not by the
-// bank).
-func (m *Market) refused(component string) func(error) {
-	return func(error) { m.Metrics.Error(component, "untrusted_reply") }
 }
 
 // NC returns a new client connection to the market's NATS as the admin,
@@ -534,7 +493,13 @@ func (m *Market) NCAs(role, name string) (*nats.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return m.connect("mrmarket-"+role+"-"+name, s)
+	nc, err := m.connect("mrmarket-"+role+"-"+name, s)
+	if err != nil {
+		return nil, err
+	}
+	m.conns = append(m.conns, nc)
+	m.stopper.AddCloser(nc.Close)
+	return nc, nil
 }
 
 // noteReplicas records the replicas of the assets a component created.
@@ -545,18 +510,8 @@ func (m *Market) noteReplicas(a *natsutil.Assets) {
 	maps.Copy(m.Replicas, a.Replicas)
 }
 
-// setReplicas applies Config.JSReplicas to the assets created over nc.
-func (m *Market) setReplicas(nc *nats.Conn) error {
-	if m.cfg.JSReplicas == 0 {
-		return nil // from the cluster (or MRM_JS_REPLICAS)
-	}
-	if err := natsutil.SetReplicas(nc, m.cfg.JSReplicas); err != nil {
-		return fmt.Errorf("market: %w", err)
-	}
-	return nil
-}
-
-// connect connects as signer, verifying the server with CAFile. An
+// connect connects as signer, verifying the server with CAFile (the
+// daemons' daemon.Connect; whoever asked closes the connection). An
 // external server that refuses the key (it has not reloaded the principal
 // the market just registered) is asked again for NATSWait.
 func (m *Market) connect(name string, signer *wire.Signer) (*nats.Conn, error) {
@@ -568,7 +523,6 @@ func (m *Market) connect(name string, signer *wire.Signer) (*nats.Conn, error) {
 	for {
 		nc, err := natsutil.ConnectWith(m.URL, natsutil.ConnectOptions{Name: name, Signer: signer, CAFile: m.CAFile})
 		if err == nil {
-			m.conns = append(m.conns, nc)
 			return nc, nil
 		}
 		if m.Server != nil || !errors.Is(err, nats.ErrAuthorization) || time.Now().After(deadline) {
@@ -644,30 +598,25 @@ func (m *Market) Tick(ctx context.Context, now time.Time) error {
 	return nil
 }
 
-// Run ticks every component on the wall clock until ctx ends: the agents
-// each on its own, the bank, the broker and the simulated jobs in turn.
+// Run ticks every component on the wall clock, each in its own loop as
+// separate daemons do (the agents, the bank, the broker, and the simulated
+// jobs), until ctx ends. The loops end then, or when the market closes;
+// Close waits for them.
 func (m *Market) Run(ctx context.Context) {
-	for _, a := range m.Agents {
-		go agent.Run(ctx, a, m.cfg.TickPeriod)
+	runs := []func(context.Context) error{m.bankd.Run, m.brokerd.Run}
+	for _, a := range m.agentsd {
+		runs = append(runs, a.Run)
 	}
-	t := time.NewTicker(m.cfg.TickPeriod)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			if _, err := m.Bank.Tick(ctx, now); err != nil {
-				m.Metrics.Error("bank", "tick")
-			}
-			if err := m.Broker.Tick(ctx, now); err != nil {
-				m.Metrics.Error("broker", "tick")
-			}
-			if err := m.jobs.step(ctx, m.now(), false); err != nil && ctx.Err() == nil {
-				m.Metrics.Error("jobs", "step")
-			}
+	for _, run := range runs {
+		if run(ctx) != nil {
+			return // closing
 		}
 	}
+	jobs := stop.Ticker{Component: "jobs", Period: m.cfg.TickPeriod, Now: m.now, Metrics: m.Metrics, Logger: m.cfg.Logger}
+	if m.stopper.RunTicker(ctx, "jobs", jobs, func(ctx context.Context, now time.Time) error { return m.jobs.step(ctx, now, false) }) != nil {
+		return
+	}
+	<-ctx.Done()
 }
 
 // now is the market's clock.
@@ -705,24 +654,14 @@ func (m *Market) HostIDs() []string {
 	return ids
 }
 
-// Close stops everything in reverse order of start.
-func (m *Market) Close() {
-	for i := len(m.stops) - 1; i >= 0; i-- {
-		m.stops[i]()
-	}
-	m.stops = nil
-	for _, nc := range m.conns {
-		nc.Close()
-	}
-	m.conns = nil
+// Close stops the market: its loops first, then everything it started,
+// in reverse order of start (stop.Stopper).
+func (m *Market) Close() { m.stopper.Stop() }
+
+// stopNATS shuts the embedded server down.
+func (m *Market) stopNATS() {
 	m.natsMu.Lock()
 	defer m.natsMu.Unlock()
-	defer func() {
-		if m.unlock != nil { // last: everything on the directory is closed
-			m.unlock()
-			m.unlock = nil
-		}
-	}()
 	if m.Server != nil {
 		m.Server.Shutdown()
 		m.Server.WaitForShutdown()
