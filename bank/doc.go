@@ -120,7 +120,10 @@
 // report such a transaction as done: see TestWriteSkewAtCommit). Statements
 // are planned with their real parameters (plan_cache_mode=force_custom_plan).
 // Migrations are embedded and run on Open; a store of an older schema opens
-// and keeps its rows, ids and retries (TestStoreOfTheOldSchemaOpens). The
+// and keeps its rows, ids and retries (TestStoreOfTheOldSchemaOpens). A
+// bank from before migration 0003 cannot write the tables it recreates
+// (their keys changed): stop every older bank replica before the first new
+// one opens the store, rather than upgrading them one at a time. The
 // SQLite files (the database, -wal, -shm) are created 0600, and a looser
 // one is tightened at Open rather than refused: the ledger and the principal
 // registry are the bank's alone, and a bank that can repair the mode should
