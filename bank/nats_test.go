@@ -25,6 +25,7 @@ type served struct {
 	keys   wire.CredsDir
 	target string
 	clock  *time.Time
+	stop   func() // stops serving (also at the test's end)
 }
 
 func serveBank(t testing.TB, target string) *served {
@@ -36,7 +37,7 @@ func serveBank(t testing.TB, target string) *served {
 		t.Fatal(err)
 	}
 	t.Cleanup(stop)
-	s := &served{b: b, nc: nc, keys: wire.CredsDir(filepath.Join(t.TempDir(), "creds")), target: target, clock: clock}
+	s := &served{b: b, nc: nc, keys: wire.CredsDir(filepath.Join(t.TempDir(), "creds")), target: target, clock: clock, stop: stop}
 	for _, p := range []struct{ role, name string }{
 		{wire.RoleAdmin, "admin"}, {wire.RoleBroker, "broker"}, {wire.RoleAgent, "host-1"}, {wire.RoleAgent, "host-2"},
 		{wire.RoleUser, "alice"}, {wire.RoleUser, "bob"}, {wire.RoleUser, "carol"},
@@ -65,14 +66,7 @@ func (s *served) signer(t *testing.T, role, name string) *wire.Signer {
 // compares two dumps. Nonces are not the ledger and are left out.
 func dump(t *testing.T, target string) string {
 	t.Helper()
-	driver, dsn := "pgx", target
-	if strings.HasPrefix(target, "sqlite:") {
-		driver, dsn = "sqlite", "file:"+strings.TrimPrefix(target, "sqlite:")
-	}
-	db, err := sql.Open(driver, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := openSQL(t, target)
 	defer db.Close()
 	var out strings.Builder
 	for _, table := range []string{"accounts", "transfers", "holds", "captures", "capture_legs", "principals", "income"} {
@@ -96,6 +90,20 @@ func dump(t *testing.T, target string) string {
 		rows.Close()
 	}
 	return out.String()
+}
+
+// openSQL opens target's database directly, past the bank.
+func openSQL(t *testing.T, target string) *sql.DB {
+	t.Helper()
+	driver, dsn := "pgx", target
+	if strings.HasPrefix(target, "sqlite:") {
+		driver, dsn = "sqlite", "file:"+strings.TrimPrefix(target, "sqlite:")
+	}
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db
 }
 
 // send sends a prepared message and decodes the reply.

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -59,6 +61,9 @@ func openStore(target string) (*store, error) {
 		if path == "" {
 			return nil, errors.New("bank: empty SQLite path")
 		}
+		if err := privateFiles(path); err != nil {
+			return nil, err
+		}
 		dsn := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)" +
 			"&_pragma=foreign_keys(1)&_pragma=synchronous(FULL)&_txlock=immediate"
 		db, err := sql.Open("sqlite", dsn)
@@ -70,6 +75,42 @@ func openStore(target string) (*store, error) {
 		db.SetMaxOpenConns(1)
 		return &store{db: db, dialect: sqliteDialect, name: "sqlite:" + path}, nil
 	}
+}
+
+// storeFileMode is the mode of the SQLite store's files: the ledger and
+// the principal registry are the bank's alone.
+const storeFileMode os.FileMode = 0o600
+
+// privateFiles makes the SQLite store at path private to its owner before
+// SQLite opens it: the database file is created with storeFileMode (SQLite
+// gives its -wal and -shm files the database file's mode), and a database,
+// -wal or -shm file left with a looser mode (by a bank from before, or by
+// hand) is tightened to it rather than refused — refusing would stop a bank
+// on a restart for what it can repair itself. A file the bank may not chmod
+// (another owner's) is refused.
+func privateFiles(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, storeFileMode)
+	if err != nil {
+		return fmt.Errorf("bank: opening %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("bank: opening %s: %w", path, err)
+	}
+	for _, name := range []string{path, path + "-wal", path + "-shm"} {
+		st, err := os.Stat(name)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("bank: store file %s: %w", name, err)
+		}
+		if st.Mode().Perm()&^storeFileMode != 0 {
+			if err := os.Chmod(name, storeFileMode); err != nil {
+				return fmt.Errorf("bank: store file %s is readable by others (mode %s) and could not be made private: %w", name, st.Mode().Perm(), err)
+			}
+		}
+	}
+	return nil
 }
 
 // withCustomPlans asks PostgreSQL to plan every execution of a prepared
@@ -153,6 +194,16 @@ func (s *store) rebind(q string) string {
 		b.WriteRune(c)
 	}
 	return b.String()
+}
+
+// dialectSQL is a migration's text for the store's dialect: an
+// auto-numbered key is SQLite's INTEGER PRIMARY KEY AUTOINCREMENT and
+// PostgreSQL's BIGSERIAL PRIMARY KEY.
+func (s *store) dialectSQL(q string) string {
+	if s.dialect != postgresDialect {
+		return q
+	}
+	return strings.ReplaceAll(q, "INTEGER PRIMARY KEY AUTOINCREMENT", "BIGSERIAL PRIMARY KEY")
 }
 
 // tx is a transaction with placeholder rebinding.

@@ -181,7 +181,7 @@ type Broker struct {
 	recovered recovery
 	// inStart counts the tries of start running here, by plan (plans.go).
 	startMu sync.Mutex
-	inStart map[string]int
+	inStart map[planRef]int
 
 	mu    sync.Mutex
 	hosts map[string]wire.HostState
@@ -250,7 +250,7 @@ func New(cfg Config) (*Broker, error) {
 	if err := wire.CheckName("replica", cfg.Replica); err != nil {
 		return nil, err
 	}
-	b := &Broker{cfg: cfg, hosts: map[string]wire.HostState{}, vmAt: map[string]vmPlace{}, inStart: map[string]int{},
+	b := &Broker{cfg: cfg, hosts: map[string]wire.HostState{}, vmAt: map[string]vmPlace{}, inStart: map[planRef]int{},
 		stats: map[string]*strategies.PriceStats{}, beStats: map[string]*strategies.PriceStats{}}
 	if cfg.Plans != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -350,7 +350,7 @@ func (b *Broker) bestEffortPrice(st wire.HostState) float64 {
 	y := st.Price
 	for _, v := range st.VMs {
 		for _, bid := range v.Bids {
-			if p, ok := b.store.get(bid.Plan); ok && p.rec.Job != nil {
+			if p, ok := b.store.get(planRef{v.Owner, bid.Plan}); ok && p.rec.Job != nil {
 				y -= bid.Rate
 			}
 		}

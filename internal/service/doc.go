@@ -74,12 +74,16 @@
 // handed to Options.Audit as a wire.Event: component ("bank" for the
 // service "mrm-bank"), operation, time, principal, the signed request
 // exactly as received (wire.SignedRequest: anyone can verify it later) and
-// the reply's result. JetStreamAudit publishes them to the MRM_EVENTS
-// stream on wire.EventSubject(component, op), with Nats-Msg-Id set to the
-// event id (signer key and nonce) so that a retried publish is stored once;
-// it publishes in the background and counts, reports and logs a failure,
-// which never fails the request. Refusals are not audited (they moved
-// nothing; the metrics count them).
+// the reply's result (EventOf). JetStreamAudit publishes them to the
+// MRM_EVENTS stream on wire.EventSubject(component, op), with Nats-Msg-Id
+// set to the event id (signer key and nonce) so that a retried publish is
+// stored once; it publishes in the background and counts, reports and logs
+// a failure, which never fails the request. That is after the fact: an
+// event JetStream does not take is lost. The bank, whose requests move
+// money, passes no Auditor: its handlers write EventOf's event in the
+// transaction that moves the money and publish it from that outbox
+// (bank/outbox.go). Refusals are not audited (they moved nothing; the
+// metrics count them).
 //
 // # Fair queuing
 //
