@@ -26,7 +26,8 @@
 //     call (the table entries listing its role, and open ones), and
 //     subscribes only to its own inbox prefix wire.InboxPrefix(key);
 //   - the bank alone subscribes to the bank's subjects, in queue group
-//     mrm-bank, and creates MRM_HOSTS and MRM_EVENTS;
+//     mrm-bank, creates MRM_HOSTS and MRM_EVENTS and reads the last bank
+//     event of MRM_EVENTS (its audit publisher's fence);
 //   - brokers alone subscribe to the broker's subjects, in queue group
 //     mrm-broker, read the host states, and touch the MRM_PLANS and
 //     MRM_NONCES buckets (never delete or purge them);
@@ -136,6 +137,8 @@ func Permissions(t Tables, p wire.Principal) *server.Permissions {
 		pub = append(requests(t, p.Role), events(p.Role), "_INBOX.>")
 		pub = append(pub, jsCreate("KV_"+wire.BucketHosts)...)
 		pub = append(pub, jsCreate(wire.StreamEvents)...)
+		// Its audit publisher reads the last bank event it fences behind.
+		pub = append(pub, "$JS.API.STREAM.MSG.GET."+wire.StreamEvents)
 		sub = append(serves(t.Bank, ""), inbox, "$SRV.>")
 	default:
 		return nil

@@ -108,7 +108,8 @@ type StateRequest struct {
 func (r *StateRequest) Validate() error { return nil }
 
 // HostState is a host's published state: Price is the sum of the rates of
-// its funded bids (micro-credits per second), the y of seed 003 Eq. 1.
+// its funded bids (micro-credits per second), the y of Eq. 1 of Sandholm
+// and Lai (Regulated Dynamic Prioritization).
 type HostState struct {
 	Versioned
 	Host  string    `json:"host"`

@@ -35,7 +35,7 @@ const (
 // Strategy names.
 const (
 	StrategyFair     = "fair"     // constant rate, the baseline
-	StrategyWorkflow = "workflow" // workflow priority (seed 003 Eq. 8)
+	StrategyWorkflow = "workflow" // workflow priority (Sandholm and Lai, Regulated Dynamic Prioritization, Eq. 8)
 	StrategyStage    = "stage"    // stage priority (Eq. 9): each stage a fixed part of the budget
 	// StrategyStageCarry is ours: stage priority that re-splits what is
 	// left over the stages left, so an early stage's unspent money carries
