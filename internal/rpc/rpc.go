@@ -5,12 +5,13 @@
 // try that got no answer is made again (Retried), and, for tests and the
 // attack suite, a request sent verbatim (Verbatim).
 //
-// A request is always stamped with this build's version, encoded as JSON
-// and, when a signer is named, signed (package signing: NKeys over subject,
-// time, nonce and body, in headers; the body untouched). A refusal comes
-// back as a *wire.Error, to match with errors.Is against the wire
-// sentinels; no responder, or no answer in time, is wire.ErrUnavailable,
-// worded so that NoAnswer and TimedOut can tell the two apart.
+// A request is stamped with this build's version, encoded as JSON and, when
+// a signer is named, signed (package signing: NKeys over subject, time,
+// nonce and body, in headers; the body untouched); a verbatim one goes as
+// it is. A refusal comes back as a *wire.Error, to match with errors.Is
+// against the wire sentinels; no responder, or no answer in time, is
+// wire.ErrUnavailable, worded so that NoAnswer and TimedOut can tell the
+// two apart.
 //
 // A trusted call waits for a reply signed by a principal its ReplyTrust
 // believes and ignores any other, so whoever can publish on its inbox
