@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/mrmarket/mrmarket/internal/wire"
+	"github.com/mrmarket/mrmarket/strategies"
 )
 
 // runnerOn is a job runner over VMs of one-CPU hosts, without a market:
@@ -42,7 +43,7 @@ func near(a, b float64) bool { return math.Abs(a-b) < 1e-6 }
 func TestTasksChainInTheirSlotsWithinAStep(t *testing.T) {
 	r := runnerOn("v1", "v2")
 	j := r.add(wire.JobSpec{Name: "etl", VMs: []string{"v1", "v2"}, Maps: 4, Reduces: 1, MapSlots: 2, ReduceSlots: 1,
-		Profile: wire.JobProfile{MapAvg: 10, MapMax: 10, Sh1Avg: 2, Sh1Max: 2, ShTypAvg: 3, ShTypMax: 3, ReduceAvg: 4, ReduceMax: 4}})
+		Profile: strategies.JobProfile{MapAvg: 10, MapMax: 10, Sh1Avg: 2, Sh1Max: 2, ShTypAvg: 3, ShTypMax: 3, ReduceAvg: 4, ReduceMax: 4}})
 	r.schedule()
 	if len(r.vms["v1"].running) != 1 || len(r.vms["v2"].running) != 1 {
 		t.Fatalf("one map per VM's slot: %d, %d", len(r.vms["v1"].running), len(r.vms["v2"].running))
@@ -73,7 +74,7 @@ func TestTasksChainInTheirSlotsWithinAStep(t *testing.T) {
 func TestSlotsShareTheirVMsCPU(t *testing.T) {
 	r := runnerOn("v1")
 	j := r.add(wire.JobSpec{Name: "sort", VMs: []string{"v1"}, Maps: 4, MapSlots: 2,
-		Profile: wire.JobProfile{MapAvg: 10, MapMax: 10}})
+		Profile: strategies.JobProfile{MapAvg: 10, MapMax: 10}})
 	r.schedule()
 	if len(r.vms["v1"].running) != 2 {
 		t.Fatalf("%d tasks on 2 slots", len(r.vms["v1"].running))
@@ -96,7 +97,7 @@ func TestSlotsShareTheirVMsCPU(t *testing.T) {
 // TestTaskTimesStayWithinTheProfile: drawn times average the profile's and
 // never pass its maximum; the same job id draws the same times.
 func TestTaskTimesStayWithinTheProfile(t *testing.T) {
-	spec := wire.JobSpec{Name: "big", VMs: []string{"v1"}, Maps: 2000, MapSlots: 1, Profile: wire.JobProfile{MapAvg: 20, MapMax: 27}}
+	spec := wire.JobSpec{Name: "big", VMs: []string{"v1"}, Maps: 2000, MapSlots: 1, Profile: strategies.JobProfile{MapAvg: 20, MapMax: 27}}
 	a, b := runnerOn("v1").add(spec), runnerOn("v1").add(spec)
 	var sum float64
 	for i, k := range a.maps {
