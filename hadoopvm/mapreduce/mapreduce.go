@@ -4,7 +4,7 @@
 // what it has done. It has no clock and no resources: a driver advances it.
 // The cluster simulator (hadoopvm/sim) advances it by events at the CPU,
 // disk and network its hosts' agents give each VM; `mrmarket up`'s job
-// runner (internal/market) advances it by the CPU time its simulated hosts
+// runner (market) advances it by the CPU time its simulated hosts
 // delivered. Both set each running task's Rate, move it on (Task.Advance)
 // and hand its phase's end back to the model (Task.End, Cluster.Release,
 // Cluster.Done).
@@ -16,24 +16,24 @@
 // reduce's shuffle can only get as far as the map output that exists (the
 // fraction of maps done): one that has caught up waits (Task.Blocked),
 // holding its slot. The reduces are scheduled once SlowStart of the maps
-// are done. An attempt's work is drawn from a Dist when the task is
-// scheduled, and an attempt that fails part way is run again, first in
-// its job's line.
+// are done. An attempt's work is drawn from a Dist when it joins its
+// job's line, and an attempt that fails part way is run again, first in
+// that line.
 //
 // Where the simulator and up's runner model a cluster differently, the
 // difference is a named parameter, not a second model:
 //
 //   - Slots: the VM's slots, taken by any job's maps and reduces alike (the
 //     simulator's TaskTrackers), or each job's own map and reduce slots,
-//     spread evenly over its VMs (up: a job file states its cluster's
-//     slots, and a user's Hadoop runs only that job there).
+//     spread evenly over its VMs (up: a job file states the slots it runs
+//     on).
 //   - Placement: a job's next task goes to its VM with the most free slots
 //     (the simulator: a wave spreads over the VMs), or to the first VM in
 //     the cluster's order with one (up: a VM's slots fill before the
 //     next's).
-//   - Order: jobs take free slots in the order they arrived, or in the
-//     order they last came to have tasks waiting — a job whose tasks all
-//     started rejoins the back when its reduces or a rerun come (the
+//   - Order: jobs take free slots in the order they arrived (up), or in
+//     the order they last came to have tasks waiting — a job whose tasks
+//     all started rejoins the back when its reduces or a rerun come (the
 //     simulator's queue).
 //   - Task times: lognormal around a mean (the simulator's workloads) or
 //     uniform around a profile's average, never above its maximum (up: a
