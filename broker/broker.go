@@ -287,10 +287,17 @@ func randomHex() string {
 func (b *Broker) Observe(st wire.HostState) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if old, ok := b.hosts[st.Host]; ok && !st.Time.After(old.Time) && !(st.Time.Equal(old.Time) && st.Tick > old.Tick) {
+		return
+	}
+	b.setHost(st)
+}
+
+// setHost makes st its host's state, whatever the state known (the caller
+// ordered them: Observe by their times, the state intake by their seals).
+// b.mu must be held.
+func (b *Broker) setHost(st wire.HostState) {
 	if old, ok := b.hosts[st.Host]; ok {
-		if !st.Time.After(old.Time) && !(st.Time.Equal(old.Time) && st.Tick > old.Tick) {
-			return
-		}
 		for _, v := range old.VMs {
 			if b.vmAt[v.VM].host == st.Host {
 				delete(b.vmAt, v.VM)
