@@ -45,8 +45,51 @@ func natsCommand() *ucli.Command {
 				&ucli.StringFlag{Name: "pid-file", Usage: "with --follow: the nats-server's pid file (nats-server -P); it is sent SIGHUP after each rewrite"},
 			),
 			Action: natsConfig,
-		}, natsServeCommand()},
+		}, natsServeCommand(), natsAssetsCommand()},
 	}
+}
+
+// natsAssetsCommand is `mrmarket nats assets`: the admin creates the
+// market's streams and buckets, which the daemons may only open.
+func natsAssetsCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "assets",
+		Usage: "create (or raise the replicas of) the market's JetStream streams and buckets, as the admin",
+		UsageText: "mrmarket nats assets --nats tls://nats-1:4222,tls://nats-2:4222,tls://nats-3:4222 --creds ./creds --tls-ca ./tls/ca.pem\n" +
+			"   once the NATS nodes are up, before the banks, brokers and agents (they wait for these, up to a minute)",
+		Description: "Connects with the admin's key (admin.nk in --creds): the only principal NATS lets create,\n" +
+			"update, delete or purge a stream. Creates MRM_HOSTS, MRM_PLANS, MRM_NONCES and MRM_EVENTS, or\n" +
+			"opens them and raises their replicas (3 on a cluster, 1 on one server, or --js-replicas).\n" +
+			"Run it again after adding NATS nodes, or to make again a bucket that was deleted.",
+		Flags:  []ucli.Flag{flagNATS(), flagCreds(), flagTLSCA(), flagJSReplicas()},
+		Action: natsAssets,
+	}
+}
+
+func natsAssets(c *ucli.Context) error {
+	replicas, err := jsReplicas(c)
+	if err != nil {
+		return err
+	}
+	url, keys := setting(c, "nats"), credsDir(c)
+	admin, err := keys.Signer(wire.RoleAdmin, "admin")
+	if err != nil {
+		return fmt.Errorf("%w (the admin's key creates the assets)", err)
+	}
+	nc, err := natsutil.ConnectWith(url, natsutil.ConnectOptions{Name: "mrmarket-nats-assets", Signer: admin, CAFile: tlsCA(c, keys), Timeout: 3 * time.Second})
+	if err != nil {
+		return connectError(url, err)
+	}
+	defer nc.Close()
+	if err := natsutil.SetReplicas(nc, replicas); err != nil {
+		return badInput("--js-replicas: %v", err)
+	}
+	assets, err := natsutil.EnsureAssets(c.Context, nc)
+	if err != nil {
+		return wire.Errorf(wire.ErrUnavailable, "%v", err)
+	}
+	fmt.Fprintf(c.App.Writer, "mrmarket nats assets: %s\n", replicasText(assets.Replicas))
+	return nil
 }
 
 // natsConfigFlags are the flags of the configuration, shared by `nats
@@ -81,7 +124,8 @@ func natsServeCommand() *ucli.Command {
 		Description: "Writes the configuration `mrmarket nats config` prints to --conf and runs the embedded\n" +
 			"nats-server from that file: what it runs is what a real nats-server given the file runs.\n" +
 			"Every --follow it reads the principals again; when they changed it rewrites the file and\n" +
-			"reloads (new principals connect, removed ones are disconnected). JetStream clustering needs\n" +
+			"reloads (new principals connect, removed ones are disconnected).\n" +
+			"The streams and buckets are the admin's to create: mrmarket nats assets. JetStream clustering needs\n" +
 			"--route on every node (listing every node, itself included, is the simplest). Nodes share\n" +
 			"one TLS directory (copy <data>/tls to every node; --tls-name every node's name when it is\n" +
 			"first created): routes use the same certificate, verified both ways.",

@@ -26,10 +26,11 @@
 //     call (the table entries listing its role, and open ones), and
 //     subscribes only to its own inbox prefix wire.InboxPrefix(key);
 //   - the bank alone subscribes to the bank's subjects, in queue group
-//     mrm-bank, and creates MRM_HOSTS and MRM_EVENTS;
+//     mrm-bank, and publishes its audit events (into MRM_EVENTS, which it
+//     may look up but not configure);
 //   - brokers alone subscribe to the broker's subjects, in queue group
-//     mrm-broker, read the host states, and touch the MRM_PLANS and
-//     MRM_NONCES buckets (never delete or purge them);
+//     mrm-broker, read the host states, and get, put and watch the keys of
+//     the MRM_PLANS and MRM_NONCES buckets;
 //   - the agent of host H subscribes only to its own agent subjects
 //     (mrm.v1.agent.H.…), publishes only its own host state
 //     (mrm.v1.host.H.state) and its own MRM_HOSTS key;
@@ -39,6 +40,23 @@
 //     reload that admits it (a reload forgets pending responses);
 //   - users have no JetStream access at all; admin may do everything
 //     (administration: streams, purges, the audit stream).
+//
+// # Least privilege for JetStream
+//
+// No service creates, updates, deletes or purges a stream: the admin
+// makes them (natsutil.EnsureAssets: at `mrmarket up`, which holds the
+// admin's key, and `mrmarket nats assets` for a standalone deployment) and
+// the services only open what exists, waiting a bounded time for it. A
+// stream's configuration is its authority: whoever may update KV_MRM_PLANS
+// may add _INBOX.> to its subjects and record every principal's replies, or
+// shrink its limits and wipe the plans and nonces. So the services get
+// the read side of the JetStream API (stream info, message and direct
+// gets, consumers to watch and list keys) and the $KV subjects of their
+// keys, never $JS.API.STREAM.CREATE/UPDATE/DELETE/PURGE. The key-level
+// writes a bucket allows (a broker deleting or purging a plan key) are
+// sealed-record business: the broker detects and restores those.
+// TestJetStreamAPIPerRole lists every $JS subject each role may publish and
+// every subscription, so any widening fails a test.
 //
 // # TLS
 //
@@ -68,12 +86,6 @@ import (
 type Tables struct {
 	Bank, Broker, Agent []service.Entry
 }
-
-// Buckets and streams whose JetStream API the roles use.
-const (
-	// BucketNonces is the brokers' shared nonce bucket.
-	BucketNonces = "MRM_NONCES"
-)
 
 // ResponseTTL is how long a service may answer a request it received.
 const ResponseTTL = 2 * time.Minute
@@ -122,9 +134,9 @@ func Permissions(t Tables, p wire.Principal) *server.Permissions {
 		sub = append(serves(t.Agent, p.Name), inbox, "$SRV.>")
 	case wire.RoleBroker:
 		pub = append(requests(t, p.Role), events(p.Role),
-			"$KV."+wire.BucketPlans+".>", "$KV."+BucketNonces+".>")
-		pub = append(pub, jsOwn("KV_"+wire.BucketPlans)...)
-		pub = append(pub, jsOwn("KV_"+BucketNonces)...)
+			"$KV."+wire.BucketPlans+".>", "$KV."+wire.BucketNonces+".>")
+		pub = append(pub, jsRead("KV_"+wire.BucketPlans)...)
+		pub = append(pub, jsRead("KV_"+wire.BucketNonces)...)
 		pub = append(pub, jsRead("KV_"+wire.BucketHosts)...)
 		sub = append(serves(t.Broker, ""), wire.AllHostStates, inbox, "$SRV.>")
 	case wire.RoleBank:
@@ -133,9 +145,8 @@ func Permissions(t Tables, p wire.Principal) *server.Permissions {
 		// forgets the replies allow_responses was expecting. The bank is the
 		// root of the money, and its replies are signed (clients that know
 		// the admin key believe only those).
-		pub = append(requests(t, p.Role), events(p.Role), "_INBOX.>")
-		pub = append(pub, jsCreate("KV_"+wire.BucketHosts)...)
-		pub = append(pub, jsCreate(wire.StreamEvents)...)
+		pub = append(requests(t, p.Role), events(p.Role), "_INBOX.>",
+			"$JS.API.STREAM.INFO."+wire.StreamEvents)
 		sub = append(serves(t.Bank, ""), inbox, "$SRV.>")
 	default:
 		return nil
@@ -196,7 +207,9 @@ func serves(tab []service.Entry, host string) []string {
 // events is where a role's service publishes its audit events.
 func events(role string) string { return "mrm.v1.events." + role + ".>" }
 
-// jsRead is the JetStream API to open, get from and watch stream s.
+// jsRead is the JetStream API to open, get from and watch stream s (a
+// watch and a key listing are ordered consumers): nothing that changes
+// the stream.
 func jsRead(s string) []string {
 	return []string{
 		"$JS.API.STREAM.INFO." + s,
@@ -210,21 +223,6 @@ func jsRead(s string) []string {
 		"$JS.FC." + s + ".>",
 	}
 }
-
-// jsCreate is the JetStream API to create (or update) stream s.
-// (creating a bucket reads the account's JetStream limits: $JS.API.INFO).
-func jsCreate(s string) []string {
-	return []string{
-		"$JS.API.INFO",
-		"$JS.API.STREAM.INFO." + s,
-		"$JS.API.STREAM.CREATE." + s,
-		"$JS.API.STREAM.UPDATE." + s,
-	}
-}
-
-// jsOwn is what an owner of stream s uses: create, read, watch — never
-// delete or purge (admin's).
-func jsOwn(s string) []string { return append(jsCreate(s), jsRead(s)...) }
 
 func dedup(in []string) []string {
 	seen := map[string]bool{}
