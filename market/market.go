@@ -5,8 +5,8 @@
 // decision is made by the agent, bank and broker packages, and every
 // daemon's wiring by package daemon. What is the market's own: the data
 // directory (its lock, credentials and TLS), registering every principal
-// before the embedded NATS server starts (it admits exactly them), the
-// admin's part (it holds the
+// before the embedded NATS server starts (it admits exactly them, each
+// within its role's connection limit), the admin's part (it holds the
 // admin's key: it creates the JetStream assets the daemons only open, and
 // makes the plans bucket again if it is deleted), and driving time. Everything it starts belongs to one stop.Stopper, which
 // Close stops.
@@ -279,13 +279,14 @@ func (m *Market) startNATS(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	users, err := m.natsUsers(ctx)
+	users, limits, err := m.natsUsers(ctx)
 	if err != nil {
 		return err
 	}
 	m.natsMu.Lock()
 	defer m.natsMu.Unlock()
-	m.natsOpts = natsutil.ServerOptions{Dir: filepath.Join(m.cfg.Dir, "nats"), Host: m.cfg.NATSHost, Port: m.cfg.NATSPort, Users: users, TLS: tlsConf}
+	m.natsOpts = natsutil.ServerOptions{Dir: filepath.Join(m.cfg.Dir, "nats"), Host: m.cfg.NATSHost, Port: m.cfg.NATSPort, Users: users, TLS: tlsConf,
+		ConnLimits: limits, Logger: m.cfg.Logger}
 	ns, err := natsutil.StartServer(m.natsOpts)
 	if err != nil {
 		return err
@@ -302,13 +303,14 @@ func fileExists(path string) bool {
 	return err == nil
 }
 
-// natsUsers are the NATS users of every principal the bank knows.
-func (m *Market) natsUsers(ctx context.Context) ([]*server.NkeyUser, error) {
+// natsUsers are the NATS users of every principal the bank knows, and
+// their connection limits.
+func (m *Market) natsUsers(ctx context.Context) ([]*server.NkeyUser, map[string]int, error) {
 	ps, err := m.Bank.Principals(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("market: listing principals for NATS: %w", err)
+		return nil, nil, fmt.Errorf("market: listing principals for NATS: %w", err)
 	}
-	return natsauth.Users(NATSTables(), ps), nil
+	return natsauth.Users(NATSTables(), ps), natsauth.ConnLimits(ps), nil
 }
 
 // principalAdded reloads the embedded server's users when the bank stores
@@ -322,9 +324,9 @@ func (m *Market) principalAdded(wire.Principal) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	users, err := m.natsUsers(ctx)
+	users, limits, err := m.natsUsers(ctx)
 	if err == nil {
-		m.natsOpts.Users = users
+		m.natsOpts.Users, m.natsOpts.ConnLimits = users, limits
 		err = natsutil.Reload(m.Server, m.natsOpts)
 	}
 	if err != nil {

@@ -58,6 +58,18 @@
 // TestJetStreamAPIPerRole lists every $JS subject each role may publish and
 // every subscription, so any widening fails a test.
 //
+// # Connections per principal
+//
+// nats-server has no per-user connection limit (only per account and per
+// server; the per-user one, nats-server issue 1552, was never built), and
+// every principal is a user of one account: separate accounts would need
+// service imports, which rewrite reply subjects and break the signed
+// replies and per-principal inboxes. So ConnLimits states a limit per role
+// (MaxConnections) and the embedded servers enforce it as they admit a
+// connection (natsutil's admission: `up` and `mrmarket nats serve`); a
+// stock nats-server given Config's file bounds only the server's total
+// (max_connections).
+//
 // # TLS
 //
 // The server requires TLS with a certificate from the market's own CA
@@ -234,4 +246,31 @@ func dedup(in []string) []string {
 		}
 	}
 	return out
+}
+
+// MaxConnections is how many connections one principal of each role may
+// hold on one server at once (ConnLimits). A daemon needs one, and a
+// second while a reconnect replaces a connection the server has not yet
+// seen die; banks and brokers run as several replicas on one key; a
+// user's commands are a handful at once; the admin's tools (up's own
+// connections, the CLI, scripts) need more.
+var MaxConnections = map[string]int{
+	wire.RoleAgent:  4,
+	wire.RoleBank:   8,
+	wire.RoleBroker: 8,
+	wire.RoleUser:   8,
+	wire.RoleAdmin:  64,
+}
+
+// ConnLimits are the connection limits of principals by key: their role's
+// MaxConnections. A principal of an unknown role gets none (it has no
+// user either).
+func ConnLimits(ps []wire.Principal) map[string]int {
+	limits := make(map[string]int, len(ps))
+	for _, p := range ps {
+		if n, ok := MaxConnections[p.Role]; ok {
+			limits[p.Key] = n
+		}
+	}
+	return limits
 }

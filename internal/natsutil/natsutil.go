@@ -15,6 +15,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -42,6 +43,12 @@ type ServerOptions struct {
 	// Limits bound what one connection may take from the server; the zero
 	// value means DefaultLimits.
 	Limits Limits
+	// ConnLimits bound the connections of each user's key to this server
+	// (natsauth.ConnLimits; connlimit.go); a key not in it has no limit.
+	ConnLimits map[string]int
+	// Logger hears the connections closed for their key's limit; nil: not
+	// logged.
+	Logger *slog.Logger
 }
 
 // Limits are per-connection limits of the server: no single connection
@@ -111,13 +118,28 @@ func (opts ServerOptions) options() (*server.Options, error) {
 }
 
 // StartServer starts an embedded NATS server with JetStream in opts.Dir and
-// waits until it accepts connections.
+// waits until it accepts connections. With Users, it holds each key to its
+// ConnLimits (connlimit.go).
 func StartServer(opts ServerOptions) (*server.Server, error) {
 	so, err := opts.options()
 	if err != nil {
 		return nil, err
 	}
-	return startWith(so)
+	ns, err := startWith(so)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Users != nil {
+		limitConnections(ns, opts.ConnLimits, opts.logf)
+	}
+	return ns, nil
+}
+
+// logf logs on opts.Logger, when there is one.
+func (opts ServerOptions) logf(_ *server.Server, format string, args ...any) {
+	if opts.Logger != nil {
+		opts.Logger.Warn(fmt.Sprintf(format, args...))
+	}
 }
 
 // startWith starts an embedded server with so and waits until it accepts
@@ -136,14 +158,15 @@ func startWith(so *server.Options) (*server.Server, error) {
 }
 
 // Reload applies opts to a running server started by StartServer with the
-// same options but for Users (the TLS configuration must be the same
-// pointer): a principal added or changed at the bank connects at once,
-// without a restart, and connections whose key is gone are closed.
+// same options but for Users and ConnLimits (the TLS configuration must be
+// the same pointer): a principal added or changed at the bank connects at
+// once, without a restart, and connections whose key is gone are closed.
 func Reload(ns *server.Server, opts ServerOptions) error {
 	so, err := opts.options()
 	if err != nil {
 		return err
 	}
+	setConnLimits(ns, opts.ConnLimits)
 	if err := ns.ReloadOptions(so); err != nil {
 		return fmt.Errorf("natsutil: reloading the embedded NATS's users: %w", err)
 	}
