@@ -1,5 +1,5 @@
 # mrmarket — every target builds with the libvirt_dlopen tag, so no libvirt
-# headers are needed: libvirt.so.0 is loaded at run time (ENVIRONMENT.md).
+# headers are needed: libvirt.so.0 is loaded at run time (docs/PLATFORM.md).
 GO          ?= go
 TAGS        := libvirt_dlopen
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
@@ -43,7 +43,7 @@ ALONE = /agent/virt$$|/attack$$|/hadoopvm/sim/experiments$$
 EXPERIMENTS = ./hadoopvm/sim/experiments/
 # The disk and network share tests measure throughput through the test's own
 # devices (an NBD server, TCP peers), which the race detector slows below the
-# speeds the tests set (a guest alone read 35 MiB/s of a 64 MiB/s disk): they
+# speeds the tests set (a guest alone no longer fills the shared disk): they
 # run without it; the enforcer is raced by the package's other tests.
 IOSHARES := ^(TestDiskSharesOnRealGuests|TestNetShares)$$
 

@@ -3,7 +3,7 @@
 # QEMU (TCG guests; KVM is not usable on these machines), the Debian kernel
 # the guests boot, and systemd-analyze for the unit checks. Idempotent: a
 # second run only (re)starts the daemons. systemd is not PID 1 here, so the
-# daemons are started by hand (ENVIRONMENT.md).
+# daemons are started by hand (docs/PLATFORM.md).
 set -euo pipefail
 
 need=()

@@ -5,7 +5,8 @@
 //
 // The book keeps one bid per (VM, plan): several plans may fund one VM,
 // and their rates add up. Each VM i with a funded bid gets
-// q_i = r_i / Σ_j r_j of the host (seed 003, Eq. 1), r_i being the sum of
+// q_i = r_i / Σ_j r_j of the host (Eq. 1 of Sandholm and Lai, "MapReduce
+// Optimization Using Regulated Dynamic Prioritization"), r_i being the sum of
 // its bids' rates budget/duration. A VM without a funded bid
 // keeps only a floor (FloorShare each, at most 10% of the host for all of
 // them together) so it can still boot and answer, and a host with no funded

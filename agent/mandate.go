@@ -37,17 +37,20 @@ func (a *Agent) checkMandates(ctx context.Context, req *wire.BidRequest) error {
 	if a.cfg.SigningClock != nil {
 		now = a.cfg.SigningClock
 	}
-	byPlan := map[string]*wire.SignedRequest{}
+	// By owner and plan: plan ids are each user's, so two users' plans may
+	// share one.
+	type plan struct{ owner, id string }
+	byPlan := map[plan]*wire.SignedRequest{}
 	for i := range req.Set {
 		if m := req.Set[i].Mandate; m != nil {
-			byPlan[req.Set[i].Plan] = m
+			byPlan[plan{req.Set[i].Owner, req.Set[i].Plan}] = m
 		}
 	}
 	for i := range req.Set {
 		b := &req.Set[i]
 		s := b.Mandate
 		if s == nil {
-			s = byPlan[b.Plan]
+			s = byPlan[plan{b.Owner, b.Plan}]
 		}
 		if s == nil {
 			return fmt.Errorf("%w for the bid on %q", wire.ErrNoMandate, b.VM)

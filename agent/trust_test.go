@@ -152,7 +152,7 @@ func TestForgedCaptureReplyKeepsTheBid(t *testing.T) {
 	for _, p := range []struct {
 		s          *wire.Signer
 		name, role string
-	}{{bankKey, "bank", wire.RoleBank}, {hostKey, "host-1", wire.RoleAgent}, {mallory, "mallory", wire.RoleUser}} {
+	}{{bankKey, "bank", wire.RoleBank}, {hostKey, "host-1", wire.RoleAgent}, {mallory, "mallory", wire.RoleUser}, {newSigner(t), "alice", wire.RoleUser}} {
 		req := &wire.PrincipalRequest{Key: p.s.Public(), Name: p.name, Role: p.role, Cert: wire.SealPrincipal(admin, p.s.Public(), p.name, p.role)}
 		if _, err := bk.AddPrincipal(ctx, req); err != nil {
 			t.Fatal(err)

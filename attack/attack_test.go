@@ -34,6 +34,7 @@ func TestAttack(t *testing.T) {
 	classes := []class{
 		unauthenticated(), eavesdrop(), queueHijack(), forgedRegistryClass(), forgedStateClass(),
 		plansUserClass(), plansBrokerClass(), forgedReplyClass(), replayClass(), foreignHoldClass(), foreignRead(),
+		idSquatClass(), unknownUserClass(), unauditedClass(), storeFilesClass(),
 	}
 	t.Run(floodClass().name, func(t *testing.T) { runClass(t, floodClass()) }) // alone: it measures latency
 	for _, c := range classes {

@@ -1,5 +1,5 @@
 // Package attack is every way an attacker with a NATS connection on the
-// same network tried to move or read money in the [trust] issue, as a test.
+// same network tried to move or read money, as a test.
 //
 // The tests start a real market in-process (market.Start: the
 // embedded NATS server, the bank on SQLite, the broker and one agent per
@@ -27,8 +27,8 @@
 // `go test -tags libvirt_dlopen ./attack -v -run TestAttack` prints the
 // table: one "--- PASS" or "--- FAIL" line per attack, the reason on
 // failure ("NATS: …" for the transport's refusal, "broker: …" and the like
-// for a component's), and the refusal it got ("refused: …"). The classes, in the
-// issue's order:
+// for a component's), and the refusal it got ("refused: …"). The classes, in
+// the order of docs/SECURITY.md's attack table:
 //
 //	01-unauthenticated   connect with no credentials, an unregistered key, no TLS
 //	02-eavesdrop         subscribe to ">", to every inbox, to bob's inbox, to bank requests
@@ -42,6 +42,16 @@
 //	09-foreign-hold      bids (alice's; the broker key's, with her mandate or none), captures, releases
 //	10-foreign-read      bob's balance and statement, a provider's statement, the ledger, as alice
 //	11-flood             20k signed reads from bob; alice's balance and spend answered in 5s, in 1s
+//	12-id-squat          alice takes bob's hold id (HoldIDFor), transfer id, plan id first: his still apply, once
+//	13-unknown-user      grants, income, a transfer to a name no user holds (or an agent's): not_found
+//	14-unaudited-money   a grant while the audit stream is deleted: its event arrives once the stream is back, once
+//	15-store-files       another local user reading bank.db, its WAL and shared memory: all 0600
+//
+// Classes 12 to 14 cannot be "refused" in the usual sense: alice's hold,
+// transfer and plan of her own money are hers to make, and the grant is the
+// admin's. What they assert is that the attack takes nothing from anyone:
+// bob's requests apply and replay as if alice had done nothing, and no
+// money moves without its audit event.
 //
 // BenchmarkSignedSpend measures one signed spend's round trip through a
 // running market (ns/op, p50 and p99), for before/after comparisons.

@@ -245,8 +245,8 @@ func (e *env) connectOpts(s *wire.Signer, name string, c *conn, nkey, tls bool) 
 }
 
 // connect connects as s (nil: anonymously). On a server that does not do
-// NKey authentication at all (before [trust]) the key is left out: there,
-// anyone connects as anyone.
+// NKey authentication at all (as the market once ran) the key is left
+// out: there, anyone connects as anyone.
 func (e *env) connect(s *wire.Signer, name string) (*conn, error) {
 	c := &conn{}
 	nc, err := nats.Connect(e.m.URL, e.connectOpts(s, name, c, s != nil, true)...)

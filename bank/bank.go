@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"path"
 	"sort"
 	"strings"
 	"sync"
@@ -31,6 +32,7 @@ var (
 	ErrHoldExhausted  = fmt.Errorf("%w: capture beyond the hold", wire.ErrInsufficient)
 	ErrPastExpiry     = fmt.Errorf("%w: hold expiry is not in the future", wire.ErrBadRequest)
 	ErrOverflow       = fmt.Errorf("%w: amount would overflow the account", wire.ErrBadRequest)
+	ErrUnknownUser    = fmt.Errorf("%w: no registered principal of role user has that name", wire.ErrNotFound)
 )
 
 var errUnavailable = wire.ErrUnavailable
@@ -63,7 +65,8 @@ type Options struct {
 	// Metrics, when set, counts the bank's requests and errors.
 	Metrics *obs.Metrics
 	// Logger hears the requests Serve refuses, slow requests, audit events
-	// not stored and failed ticks (Run). nil: a discard logger.
+	// waiting in the outbox (the stream not taking them) and failed ticks
+	// (Run). nil: a discard logger.
 	Logger *slog.Logger
 	// OnPrincipal, when set, hears every principal added or changed, after
 	// it is stored (the embedded NATS server reloads its users with it).
@@ -96,6 +99,10 @@ type Bank struct {
 
 	// mandates caches the brokers' mandates read (mandate.go).
 	mandates wire.MandateCache
+
+	// outboxKick wakes the audit publisher when an event was committed
+	// (outbox.go).
+	outboxKick chan struct{}
 }
 
 // Open opens (creating and migrating) the ledger at target: a SQLite path
@@ -107,7 +114,7 @@ func Open(target string, opts Options) (*Bank, error) {
 		return nil, err
 	}
 	b := &Bank{st: st, now: opts.Now, metrics: opts.Metrics, signingClock: opts.SigningClock, principals: map[string]wire.Principal{},
-		onPrincipal: opts.OnPrincipal, adminKey: opts.AdminKey, signer: opts.Signer}
+		onPrincipal: opts.OnPrincipal, adminKey: opts.AdminKey, signer: opts.Signer, outboxKick: make(chan struct{}, 1)}
 	if b.now == nil {
 		b.now = time.Now
 	}
@@ -126,7 +133,11 @@ func Open(target string, opts Options) (*Bank, error) {
 // migrate applies the embedded migrations not yet applied, in name order.
 // Concurrent bank processes may race here: the migration table's primary
 // key lets one win and the others see it applied.
-func (b *Bank) migrate(ctx context.Context) error {
+func (b *Bank) migrate(ctx context.Context) error { return b.migrateTo(ctx, "") }
+
+// migrateTo is migrate up to migration number last ("0002"; "" for all):
+// what a bank of that schema left (tests of opening an older store).
+func (b *Bank) migrateTo(ctx context.Context, last string) error {
 	if _, err := b.st.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, at BIGINT NOT NULL)`); err != nil {
 		return fmt.Errorf("bank: migrations table on %s: %w", b.st.name, err)
 	}
@@ -136,6 +147,9 @@ func (b *Bank) migrate(ctx context.Context) error {
 	}
 	sort.Strings(names)
 	for _, name := range names {
+		if number, _, _ := strings.Cut(path.Base(name), "_"); last != "" && number > last {
+			break
+		}
 		err := b.st.run(ctx, func(t tx) error {
 			var n int
 			if err := t.queryRow(ctx, `SELECT count(*) FROM schema_migrations WHERE name = ?`, name).Scan(&n); err != nil || n > 0 {
@@ -145,7 +159,7 @@ func (b *Bank) migrate(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			for _, stmt := range strings.Split(stripComments(string(body)), ";") {
+			for _, stmt := range strings.Split(b.st.dialectSQL(stripComments(string(body))), ";") {
 				if strings.TrimSpace(stmt) == "" {
 					continue
 				}

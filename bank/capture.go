@@ -1,6 +1,7 @@
 package bank
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
@@ -15,12 +16,23 @@ import (
 // below SQLite's 32,766 and PostgreSQL's 65,535).
 const chunk = 1000
 
-type capKey struct{ hold, vm string }
+// holdRef names a hold: its user and its id in that user's namespace.
+type holdRef struct{ user, id string }
+
+type capKey struct {
+	holdRef
+	vm string
+}
 
 type seenLeg struct {
-	hold, host, vm string
-	cumulative     money.Micro
+	hold       holdRef
+	vm         string
+	cumulative money.Micro
 }
+
+// ErrOwnerNeeded refuses a capture leg naming a hold id several users
+// have, without the VM's owner to say whose.
+var ErrOwnerNeeded = fmt.Errorf("%w: several users have a hold of this id: the leg must name the VM's owner", wire.ErrBadRequest)
 
 // Capture applies one agent tick's batch in one transaction, set-wise: a
 // handful of statements whatever the batch size. Each leg raises the total
@@ -34,7 +46,7 @@ func (b *Bank) Capture(ctx context.Context, batch *wire.CaptureBatch) (wire.Capt
 		return wire.CaptureReply{}, err
 	}
 	var rep wire.CaptureReply
-	err := b.st.run(ctx, func(t tx) error {
+	err := b.audited(ctx, func() any { return rep }, func(t tx) error {
 		var err error
 		rep, err = b.capture(ctx, t, batch)
 		return err
@@ -54,13 +66,33 @@ func (b *Bank) capture(ctx context.Context, t tx, batch *wire.CaptureBatch) (wir
 
 // captureInput is everything a batch touches, read before anything is decided.
 type captureInput struct {
-	holds  map[string]*wire.HoldInfo
-	totals map[capKey]money.Micro // captured so far on the batch's host
-	seen   map[string]seenLeg     // legs of the batch already applied, by id
+	holds  map[string][]*wire.HoldInfo // by id: every user's hold of that id
+	totals map[capKey]money.Micro      // captured so far on the batch's host
+	seen   map[string]seenLeg          // legs of the batch's host already applied, by id
+}
+
+// hold is the hold leg captures from: the VM owner's hold of that id when
+// the leg names the owner, else the one hold of that id.
+func (in *captureInput) hold(leg wire.CaptureLeg) (*wire.HoldInfo, error) {
+	cands := in.holds[leg.Hold]
+	switch {
+	case len(cands) == 0:
+		return nil, fmt.Errorf("%w %q", ErrUnknownHold, leg.Hold)
+	case leg.Owner != "":
+		for _, h := range cands {
+			if h.User == leg.Owner {
+				return h, nil
+			}
+		}
+		return nil, fmt.Errorf("%w: VM %q is %s's, hold %q is another user's", ErrNotOwner, leg.VM, leg.Owner, leg.Hold)
+	case len(cands) > 1:
+		return nil, fmt.Errorf("%w (hold %q, VM %q)", ErrOwnerNeeded, leg.Hold, leg.VM)
+	}
+	return cands[0], nil
 }
 
 func readCapture(ctx context.Context, t tx, batch *wire.CaptureBatch) (*captureInput, error) {
-	in := &captureInput{holds: map[string]*wire.HoldInfo{}, totals: map[capKey]money.Micro{}, seen: map[string]seenLeg{}}
+	in := &captureInput{holds: map[string][]*wire.HoldInfo{}, totals: map[capKey]money.Micro{}, seen: map[string]seenLeg{}}
 	var holdIDs, legIDs []string
 	for _, l := range batch.Legs {
 		holdIDs = append(holdIDs, l.Hold)
@@ -72,22 +104,22 @@ func readCapture(ctx context.Context, t tx, batch *wire.CaptureBatch) (*captureI
 		err := eachRow(ctx, t, func(r *sql.Rows) error {
 			h, err := scanHold(r)
 			if err == nil {
-				in.holds[h.ID] = &h
+				in.holds[h.ID] = append(in.holds[h.ID], &h)
 			}
 			return err
-		}, `SELECT `+holdColumns+` FROM holds WHERE id IN (`+inList(len(part))+`)`, anys(part)...)
+		}, `SELECT `+holdColumns+` FROM holds WHERE id IN (`+inList(len(part))+`) ORDER BY id, user_id`, anys(part)...)
 		if err != nil {
 			return nil, err
 		}
 		err = eachRow(ctx, t, func(r *sql.Rows) error {
 			var k capKey
 			var total int64
-			if err := r.Scan(&k.hold, &k.vm, &total); err != nil {
+			if err := r.Scan(&k.user, &k.id, &k.vm, &total); err != nil {
 				return err
 			}
 			in.totals[k] = money.Micro(total)
 			return nil
-		}, `SELECT hold, vm, total FROM captures WHERE host = ? AND hold IN (`+inList(len(part))+`)`, append([]any{batch.Host}, anys(part)...)...)
+		}, `SELECT hold_user, hold, vm, total FROM captures WHERE host = ? AND hold IN (`+inList(len(part))+`)`, append([]any{batch.Host}, anys(part)...)...)
 		if err != nil {
 			return nil, err
 		}
@@ -97,13 +129,14 @@ func readCapture(ctx context.Context, t tx, batch *wire.CaptureBatch) (*captureI
 			var id string
 			var s seenLeg
 			var cum int64
-			if err := r.Scan(&id, &s.hold, &s.host, &s.vm, &cum); err != nil {
+			if err := r.Scan(&id, &s.hold.user, &s.hold.id, &s.vm, &cum); err != nil {
 				return err
 			}
 			s.cumulative = money.Micro(cum)
 			in.seen[id] = s
 			return nil
-		}, `SELECT id, hold, host, vm, cumulative FROM capture_legs WHERE id IN (`+inList(len(part))+`)`, anys(part)...)
+		}, `SELECT id, hold_user, hold, vm, cumulative FROM capture_legs WHERE host = ? AND id IN (`+inList(len(part))+`)`,
+			append([]any{batch.Host}, anys(part)...)...)
 		if err != nil {
 			return nil, err
 		}
@@ -114,44 +147,42 @@ func readCapture(ctx context.Context, t tx, batch *wire.CaptureBatch) (*captureI
 // captureDecision is a batch decided: the reply, and what to write.
 type captureDecision struct {
 	rep       wire.CaptureReply
-	fresh     []newLeg               // legs to record
-	changed   []capKey               // totals that moved
-	holdDelta map[string]money.Micro // captured per hold
-	firstID   string                 // the first leg that moved money names the transfer
+	fresh     []newLeg                // legs to record
+	changed   []capKey                // totals that moved
+	holdDelta map[holdRef]money.Micro // captured per hold
+	firstID   string                  // the first leg that moved money names the transfer
 }
 
 type newLeg struct {
 	wire.CaptureLeg
-	applied money.Micro
+	holdUser string
+	applied  money.Micro
 }
 
 // decideCapture applies the capture rule to every leg in order, updating
 // in's holds and totals as it goes (later legs of a hold see earlier ones).
 func decideCapture(batch *wire.CaptureBatch, in *captureInput, now time.Time) captureDecision {
-	d := captureDecision{rep: wire.CaptureReply{Legs: make([]wire.LegResult, len(batch.Legs))}, holdDelta: map[string]money.Micro{}}
+	d := captureDecision{rep: wire.CaptureReply{Legs: make([]wire.LegResult, len(batch.Legs))}, holdDelta: map[holdRef]money.Micro{}}
 	for i, leg := range batch.Legs {
 		res := wire.LegResult{ID: leg.ID, Hold: leg.Hold, VM: leg.VM}
-		h := in.holds[leg.Hold]
-		k := capKey{leg.Hold, leg.VM}
-		if h == nil {
-			res.Error = wire.ToError(fmt.Errorf("%w %q", ErrUnknownHold, leg.Hold))
+		h, err := in.hold(leg)
+		if err != nil {
+			res.Error = wire.ToError(err)
 			d.rep.Legs[i] = res
 			continue
 		}
+		ref := holdRef{h.User, h.ID}
+		k := capKey{ref, leg.VM}
 		res.Captured, res.Exhausted = in.totals[k], h.Remaining() == 0
 		if s, ok := in.seen[leg.ID]; ok {
-			if s.hold != leg.Hold || s.host != batch.Host || s.vm != leg.VM || s.cumulative != leg.Cumulative {
+			if s.hold != ref || s.vm != leg.VM || s.cumulative != leg.Cumulative {
 				res.Error = wire.ToError(fmt.Errorf("%w: capture leg %q", ErrIDReused, leg.ID))
 			}
 			d.rep.Legs[i] = res // a replay moves nothing
 			continue
 		}
 		c := CaptureLeg(in.totals[k], leg.Cumulative, h.Remaining())
-		refusal := refuseLeg(h, batch.Host, now, c)
-		if leg.Owner != "" && leg.Owner != h.User {
-			refusal = fmt.Errorf("%w: VM %q is %s's, hold %q is another user's", ErrNotOwner, leg.VM, leg.Owner, h.ID)
-		}
-		if refusal != nil {
+		if refusal := refuseLeg(h, batch.Host, now, c); refusal != nil {
 			res.Error = wire.ToError(refusal)
 			d.rep.Legs[i] = res
 			continue
@@ -159,14 +190,14 @@ func decideCapture(batch *wire.CaptureBatch, in *captureInput, now time.Time) ca
 		if c.Applied > 0 {
 			h.Captured += c.Applied
 			in.totals[k] = c.Total
-			d.holdDelta[leg.Hold] += c.Applied
+			d.holdDelta[ref] += c.Applied
 			d.changed = append(d.changed, k)
 			d.rep.Applied += c.Applied
 			if d.firstID == "" {
 				d.firstID = leg.ID
 			}
 		}
-		d.fresh = append(d.fresh, newLeg{leg, c.Applied})
+		d.fresh = append(d.fresh, newLeg{leg, h.User, c.Applied})
 		res.Applied, res.Captured, res.Exhausted = c.Applied, c.Total, c.Exhausted
 		d.rep.Legs[i] = res
 	}
@@ -202,49 +233,36 @@ func writeCapture(ctx context.Context, t tx, batch *wire.CaptureBatch, totals ma
 			return err
 		}
 	}
-	for id, delta := range d.holdDelta {
-		if _, err := t.exec(ctx, `UPDATE holds SET captured = captured + ? WHERE id = ?`, int64(delta), id); err != nil {
+	for ref, delta := range d.holdDelta {
+		if _, err := t.exec(ctx, `UPDATE holds SET captured = captured + ? WHERE user_id = ? AND id = ?`, int64(delta), ref.user, ref.id); err != nil {
 			return err
 		}
 	}
 	changed := d.changed
 	slices.SortFunc(changed, func(a, b capKey) int {
-		if a.hold != b.hold {
-			return compare(a.hold, b.hold)
-		}
-		return compare(a.vm, b.vm)
+		return cmp.Or(cmp.Compare(a.id, b.id), cmp.Compare(a.user, b.user), cmp.Compare(a.vm, b.vm))
 	})
 	changed = slices.Compact(changed)
 	for part := range slices.Chunk(changed, chunk) {
-		args := make([]any, 0, 4*len(part))
+		args := make([]any, 0, 5*len(part))
 		for _, k := range part {
-			args = append(args, k.hold, batch.Host, k.vm, int64(totals[k]))
+			args = append(args, k.user, k.id, batch.Host, k.vm, int64(totals[k]))
 		}
-		if _, err := t.exec(ctx, `INSERT INTO captures (hold, host, vm, total) VALUES `+rowsOf(len(part), 4)+
-			` ON CONFLICT (hold, host, vm) DO UPDATE SET total = excluded.total`, args...); err != nil {
+		if _, err := t.exec(ctx, `INSERT INTO captures (hold_user, hold, host, vm, total) VALUES `+rowsOf(len(part), 5)+
+			` ON CONFLICT (hold_user, hold, host, vm) DO UPDATE SET total = excluded.total`, args...); err != nil {
 			return err
 		}
 	}
 	for part := range slices.Chunk(d.fresh, chunk) {
-		args := make([]any, 0, 7*len(part))
+		args := make([]any, 0, 8*len(part))
 		for _, l := range part {
-			args = append(args, l.ID, l.Hold, batch.Host, l.VM, int64(l.Cumulative), int64(l.applied), now.UnixNano())
+			args = append(args, batch.Host, l.ID, l.holdUser, l.Hold, l.VM, int64(l.Cumulative), int64(l.applied), now.UnixNano())
 		}
-		if _, err := t.exec(ctx, `INSERT INTO capture_legs (id, hold, host, vm, cumulative, applied, at) VALUES `+rowsOf(len(part), 7), args...); err != nil {
+		if _, err := t.exec(ctx, `INSERT INTO capture_legs (host, id, hold_user, hold, vm, cumulative, applied, at) VALUES `+rowsOf(len(part), 8), args...); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-func compare(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // rowsOf returns "(?, ?), (?, ?)" for n rows of cols values.

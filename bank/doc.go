@@ -4,9 +4,13 @@
 //
 // # Accounts
 //
-// Every user has an account ("user:<name>", created by its first grant or
-// income), every host a provider account ("provider:<host>", created by its
-// first capture). Two system accounts close the books: "mint", whose balance
+// Every user has an account ("user:<name>", created by its first grant,
+// income or transfer to it), every host a provider account
+// ("provider:<host>", created by its first capture). A bank with an admin
+// key creates user accounts only for registered principals of role user: a
+// grant, an income schedule or a transfer to any other name is refused
+// (ErrUnknownUser, not_found), since nobody could ever spend or return what
+// it would hold. Two system accounts close the books: "mint", whose balance
 // is minus everything ever granted, and "escrow", which holds the money of
 // open holds. The escrow's balance is summed from its transfers, not kept
 // in its row: every hold, capture and release moves money through it, and
@@ -42,6 +46,18 @@
 // "income:<user>:<period>", so each period pays once whatever the number of
 // ticks or bank replicas.
 //
+// An id lives in the namespace of whoever chose it (migration 0003): holds
+// are keyed by (user, id), transfers by (scope, id) where the scope is the
+// chooser's account — the payer's for a transfer, the hold owner's for a
+// hold, extension or release, the host's provider account for a capture,
+// the mint for grants and income — and capture legs by (host, id). So the
+// same id from two users never conflicts, and nobody blocks another's
+// request by taking its id first (wire.HoldIDFor is public). Transfer ids
+// read as before ("transfer:t1", "hold:h1"). A capture leg names the VM's
+// owner (agents that know identities do) and charges that user's hold of
+// the id; a leg without an owner, of an id several users have, is refused
+// (ErrOwnerNeeded). Holds (holds.get) answers every user's hold of an id.
+//
 // # Principals and signatures
 //
 // Identities are NKey (ed25519) public keys registered with a name and a
@@ -74,11 +90,25 @@
 // agent; the ledger by an admin; open holds by the broker or an admin.
 // whois stays open to every (authenticated) connection: its answer is the
 // registry record the asker verifies (a whois answer is only as good as
-// the admin-sealed record it carries). Every successful mutating request is
-// published to the MRM_EVENTS audit stream with its signed request, and
-// requests are queued per signer and served in turn, so one principal's
-// flood does not starve the others (see package service). The in-process
-// methods trust their caller.
+// the admin-sealed record it carries). Requests are queued per signer and
+// served in turn, so one principal's flood does not starve the others (see
+// package service). The in-process methods trust their caller.
+//
+// # Audit
+//
+// Every successful mutating request over NATS (grant, income, principal,
+// hold, release, extend, transfer, capture) writes its audit event — the
+// signed request as received, its principal and the reply's result, as
+// package service shapes it — into the outbox table in the transaction
+// that moves the money (migration 0004): the money moves only with its
+// event, whatever JetStream is doing. A publisher in each serving replica
+// sends the outbox to the MRM_EVENTS stream in order and deletes each event
+// once the stream acknowledged it; with the stream gone the events wait.
+// Several replicas on one database publish one at a time (a lease in the
+// database), each publish fenced in the stream behind the last bank event
+// the publisher knows (so a publisher that stalled past its lease appends
+// nothing behind newer events), duplicates stored once by their id
+// (Nats-Msg-Id) — outbox.go has the details.
 //
 // # Stores
 //
@@ -89,7 +119,15 @@
 // 23505, including a failure raised by COMMIT itself (crdb.ExecuteTx would
 // report such a transaction as done: see TestWriteSkewAtCommit). Statements
 // are planned with their real parameters (plan_cache_mode=force_custom_plan).
-// Migrations are embedded and run on Open.
+// Migrations are embedded and run on Open; a store of an older schema opens
+// and keeps its rows, ids and retries (TestStoreOfTheOldSchemaOpens). A
+// bank from before migration 0003 cannot write the tables it recreates
+// (their keys changed): stop every older bank replica before the first new
+// one opens the store, rather than upgrading them one at a time. The
+// SQLite files (the database, -wal, -shm) are created 0600, and a looser
+// one is tightened at Open rather than refused: the ledger and the principal
+// registry are the bank's alone, and a bank that can repair the mode should
+// not stop on a restart for it.
 //
 // # Losing the database machine
 //
@@ -123,8 +161,8 @@
 // the primary is killed with SIGKILL (every server process), the standby
 // promoted 1 s later; every acknowledged operation is in the ledger exactly
 // once, the invariant holds throughout, nothing is acknowledged while the
-// standby is paused, and the bank acknowledges again within milliseconds of
-// the promotion. TestFailoverPassesSilentHost: a first host that accepts
+// standby is paused, and the bank acknowledges again as soon as the standby
+// is promoted (the test logs the outage). TestFailoverPassesSilentHost: a first host that accepts
 // TCP and never answers is passed over. Not tested here: CockroachDB (it
 // shares this code path — multi-host URLs and retries by id — but not the
 // logical message, which it lacks and does not need: its commits are

@@ -110,7 +110,7 @@ func retryByID(ctx context.Context, op func(ctx context.Context) error) (retries
 	}
 }
 
-// TestFailover is issue 16.4: the bank survives losing its database
+// TestFailover: the bank survives losing its database
 // machine. The bank runs on a PostgreSQL primary with a synchronous standby
 // through a URL listing both (target_session_attrs=read-write). Concurrent
 // clients transfer, hold, capture and release, each with its id; mid-stream
@@ -319,7 +319,8 @@ func TestFailover(t *testing.T) {
 		t.Error("no COMMIT was cut by the kill: the test did not exercise an unknown outcome")
 	}
 	ms := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
-	t.Logf("standby paused at +%v, primary killed %v later, standby resumed and promoted %v after the kill (pg_ctl promote took %v); outage as the clients saw it %v (last acknowledgement at pause%+v, first %v after the promotion began)",
+	t.Logf("standby paused at +%v, primary killed %v later, standby resumed and promoted %v after the kill (pg_ctl promote took %v); "+
+		"outage as the clients saw it %v (last acknowledgement at pause%+v, first %v after the promotion began)",
 		ms(paused.Sub(start)), ms(killed.Sub(paused)), ms(promoting.Sub(killed)), ms(promoted.Sub(promoting)), ms(outage), ms(lastBefore.Sub(paused)), ms(firstAfter))
 	t.Logf("longest gap without an acknowledgement %v (from +%v; %v of it the pause and waiting for the promotion); longest gap before the pause %v; slowest operation %s took %v, retries included",
 		ms(gap), ms(gapAt.Sub(start)), ms(standbyPause+failoverDetect), ms(baseline), slowID, ms(slow))

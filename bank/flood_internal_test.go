@@ -17,7 +17,7 @@ import (
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
-// floodSize is the flood of the measurement: 20k requests; under
+// floodSize is the flood the test sends: 20k requests; under
 // the race detector, which slows serving some tenfold (and runs beside the
 // whole suite), a smaller one asserts the same.
 func floodSize() int {

@@ -3,7 +3,6 @@ package bank
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"strings"
 	"time"
 
@@ -24,7 +23,7 @@ func (b *Bank) OpenHolds(ctx context.Context, req *wire.OpenHoldsRequest) (wire.
 		err := eachRow(ctx, t, func(r *sql.Rows) error {
 			var h wire.OpenHold
 			var created int64
-			if err := r.Scan(&h.ID, &h.Memo, &created); err != nil {
+			if err := r.Scan(&h.ID, &h.User, &h.Memo, &created); err != nil {
 				return err
 			}
 			h.Created = time.Unix(0, created)
@@ -32,13 +31,13 @@ func (b *Bank) OpenHolds(ctx context.Context, req *wire.OpenHoldsRequest) (wire.
 				found = append(found, h)
 			}
 			return nil
-		}, `SELECT h.id, t.memo, h.created FROM holds h JOIN transfers t ON t.id = 'hold:' || h.id
-			WHERE h.status = 'open' AND h.created < ? ORDER BY h.created, h.id`, req.Before.UnixNano())
+		}, `SELECT h.id, h.user_id, t.memo, h.created FROM holds h JOIN transfers t ON t.scope = 'user:' || h.user_id AND t.id = 'hold:' || h.id
+			WHERE h.status = 'open' AND h.created < ? ORDER BY h.created, h.id, h.user_id`, req.Before.UnixNano())
 		if err != nil {
 			return err
 		}
 		for _, h := range found {
-			info, err := getHold(ctx, t, h.ID)
+			info, err := getHold(ctx, t, h.User, h.ID)
 			if err != nil {
 				return err
 			}
@@ -52,6 +51,9 @@ func (b *Bank) OpenHolds(ctx context.Context, req *wire.OpenHoldsRequest) (wire.
 
 // Holds reads the holds req.IDs (those the bank knows), in one
 // transaction: a consistent view of what each has captured and released.
+// Hold ids are each user's own, so an id may name holds of several users:
+// all of them are in the reply, in user order (HoldInfo.User tells them
+// apart).
 func (b *Bank) Holds(ctx context.Context, req *wire.HoldsRequest) (wire.HoldsReply, error) {
 	if err := req.Validate(); err != nil {
 		return wire.HoldsReply{}, err
@@ -60,14 +62,16 @@ func (b *Bank) Holds(ctx context.Context, req *wire.HoldsRequest) (wire.HoldsRep
 	err := b.st.run(ctx, func(t tx) error {
 		rep.Holds = rep.Holds[:0]
 		for _, id := range req.IDs {
-			h, err := getHold(ctx, t, id)
-			if errors.Is(err, ErrUnknownHold) {
-				continue
-			}
+			err := eachRow(ctx, t, func(r *sql.Rows) error {
+				h, err := scanHold(r)
+				if err == nil {
+					rep.Holds = append(rep.Holds, h)
+				}
+				return err
+			}, `SELECT `+holdColumns+` FROM holds WHERE id = ? ORDER BY user_id`, id)
 			if err != nil {
 				return err
 			}
-			rep.Holds = append(rep.Holds, h)
 		}
 		return nil
 	})

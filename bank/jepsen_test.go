@@ -104,6 +104,7 @@ const crashUsers = 5
 func newCrashWorld(t *testing.T, target string) *crashWorld {
 	t.Helper()
 	ns, nc := natstest.Start(t)
+	natstest.Assets(t, nc) // the audit stream the bank publishes to
 	w := &crashWorld{target: target, url: ns.ClientURL(), nc: nc, keys: wire.CredsDir(filepath.Join(t.TempDir(), "creds"))}
 	b, err := bank.Open(target, bank.Options{})
 	if err != nil {
@@ -177,7 +178,8 @@ func (w *crashWorld) client(ctx context.Context, id, minOps int, stop <-chan str
 // TestCrashes is the Jepsen-style bank test: concurrent clients with
 // time-outs and retries that reuse ids, while the bank process is killed
 // with SIGKILL and restarted (and, on PostgreSQL, the database restarted);
-// a checker reads the ledger throughout. Nothing may be lost or doubled.
+// a checker reads the ledger throughout. Nothing may be lost or doubled,
+// and every movement's audit event reaches the stream exactly once.
 func TestCrashes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the crash test runs bank processes; skipped with -short")
@@ -310,6 +312,7 @@ func testCrashes(t *testing.T, target string) {
 	if l.OpenHolds != 0 || got[bank.EscrowAccount] != 0 {
 		t.Errorf("holds left open: %s", l.OpenHolds)
 	}
+	auditedOnce(t, w.nc, b, m)
 	t.Logf("%d clients, %d operations: %d bank kills (SIGKILL), %d PostgreSQL restarts, %d ledger checks during the run, all consistent",
 		clients, ops, kills, pgRestarts, len(checks))
 }

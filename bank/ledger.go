@@ -21,11 +21,12 @@ const maxBalance = 8 * money.Max
 // fingerprint is the canonical content of a request, compared on replay.
 func fingerprint(parts ...any) string { return fmt.Sprint(parts...) }
 
-// checkReplay looks an id up with query: not there → false; there with the
-// same fingerprint → true; there with another → ErrIDReused.
-func checkReplay(ctx context.Context, t tx, query, id, fp string) (bool, error) {
+// checkReplay looks id up with query (its arguments: the id's namespace and
+// the id): not there → false; there with the same fingerprint → true; there
+// with another → ErrIDReused.
+func checkReplay(ctx context.Context, t tx, query, fp string, scope, id string) (bool, error) {
 	var got string
-	switch err := t.queryRow(ctx, query, id).Scan(&got); {
+	switch err := t.queryRow(ctx, query, scope, id).Scan(&got); {
 	case errors.Is(err, sql.ErrNoRows):
 		return false, nil
 	case err != nil:
@@ -41,9 +42,28 @@ func ensureAccount(ctx context.Context, t tx, id, kind string, now time.Time) er
 	return err
 }
 
-// transfer moves amount from debit to credit and records it under id. Both
-// accounts must exist; no account but the mint goes below zero and none
-// beyond maxBalance.
+// replayedTransfer is checkReplay of transfer id in scope (transferScope).
+func replayedTransfer(ctx context.Context, t tx, scope, id, fp string) (bool, error) {
+	return checkReplay(ctx, t, `SELECT fingerprint FROM transfers WHERE scope = ? AND id = ?`, fp, scope, id)
+}
+
+// transferScope is the namespace of a transfer's id: the account of whoever
+// chose it. A release (or expiry) is named after its hold, so it is the
+// hold owner's, credited; a capture after its agent's legs, so it is the
+// host's provider account, credited; everything else is the debited
+// account's (the payer of a transfer, the user of a hold or extension, the
+// mint for grants and income). Migration 0003 gives existing rows the same.
+func transferScope(kind, debit, credit string) string {
+	switch kind {
+	case "release", "expire", "capture":
+		return credit
+	}
+	return debit
+}
+
+// transfer moves amount from debit to credit and records it under id, in
+// the namespace transferScope gives it. Both accounts must exist; no
+// account but the mint goes below zero and none beyond maxBalance.
 func transfer(ctx context.Context, t tx, id, kind, debit, credit string, amount money.Micro, fp, memo string, at time.Time) error {
 	if amount <= 0 || amount > money.Max {
 		return fmt.Errorf("%w: transfer %s of %s", wire.ErrBadRequest, id, amount)
@@ -78,8 +98,8 @@ func transfer(ctx context.Context, t tx, id, kind, debit, credit string, amount 
 	if err := second(); err != nil {
 		return err
 	}
-	_, err := t.exec(ctx, `INSERT INTO transfers (id, kind, debit, credit, amount, fingerprint, memo, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-		id, kind, debit, credit, int64(amount), fp, memo, at.UnixNano())
+	_, err := t.exec(ctx, `INSERT INTO transfers (scope, id, kind, debit, credit, amount, fingerprint, memo, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		transferScope(kind, debit, credit), id, kind, debit, credit, int64(amount), fp, memo, at.UnixNano())
 	return err
 }
 
@@ -87,9 +107,9 @@ func transfer(ctx context.Context, t tx, id, kind, debit, credit string, amount 
 // its transfers: the escrow. Every hold, capture and release moves money
 // in or out of it; kept in one row, that row is written by all of them,
 // and under SERIALIZABLE concurrent writers of one row abort each other
-// ("could not serialize access due to concurrent update": about 9,000
-// aborted attempts in three minutes of the fault test, a second's latency
-// for a capture). What the escrow holds is already in the holds — each
+// ("could not serialize access due to concurrent update": thousands of
+// aborted attempts in a fault run, and slow captures; docs/HA.md has the
+// count). What the escrow holds is already in the holds — each
 // open hold's amount less its captures and releases — so nothing is lost:
 // Ledger checks that the escrow summed from the transfers is Σ open holds.
 // Its row stays (transfers reference it); its stored balance is unused.
@@ -161,13 +181,36 @@ func balance(ctx context.Context, t tx, account string) (money.Micro, error) {
 	return money.Micro(b), err
 }
 
-// Grant mints req.Amount into req.User's account, creating it.
+// checkUser refuses money for a user that is not a registered principal of
+// role user (ErrUnknownUser), when the bank knows its principals (it has
+// an admin key): a grant, an income or a transfer to a name nobody holds
+// would create an account no key can ever spend from or be refunded from.
+// A bank without an admin key (tests, the simulator) takes any name.
+func (b *Bank) checkUser(ctx context.Context, t tx, user string) error {
+	if b.adminKey == "" {
+		return nil
+	}
+	var n int
+	if err := t.queryRow(ctx, `SELECT count(*) FROM principals WHERE name = ? AND role = ?`, user, wire.RoleUser).Scan(&n); err != nil {
+		return err
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: %q", ErrUnknownUser, user)
+	}
+	return nil
+}
+
+// Grant mints req.Amount into req.User's account, creating it. A user
+// the bank does not know is refused (checkUser).
 func (b *Bank) Grant(ctx context.Context, req *wire.GrantRequest) (wire.GrantReply, error) {
 	if err := req.Validate(); err != nil {
 		return wire.GrantReply{}, err
 	}
 	rep := wire.GrantReply{Transfer: "grant:" + req.ID, User: req.User, Amount: req.Amount}
-	err := b.st.run(ctx, func(t tx) error {
+	err := b.audited(ctx, func() any { return rep }, func(t tx) error {
+		if err := b.checkUser(ctx, t, req.User); err != nil {
+			return err
+		}
 		var err error
 		rep.Replayed, err = grant(ctx, t, rep.Transfer, "grant", req.User, req.Amount, req.Memo, b.now())
 		if err != nil {
@@ -182,7 +225,7 @@ func (b *Bank) Grant(ctx context.Context, req *wire.GrantRequest) (wire.GrantRep
 // grant mints amount into user's account under transfer id, once.
 func grant(ctx context.Context, t tx, id, kind, user string, amount money.Micro, memo string, now time.Time) (replayed bool, err error) {
 	fp := fingerprint(kind, user, int64(amount), memo)
-	if replayed, err := checkReplay(ctx, t, `SELECT fingerprint FROM transfers WHERE id = ?`, id, fp); err != nil || replayed {
+	if replayed, err := replayedTransfer(ctx, t, MintAccount, id, fp); err != nil || replayed {
 		return replayed, err
 	}
 	acct := UserAccount(user)
@@ -192,19 +235,23 @@ func grant(ctx context.Context, t tx, id, kind, user string, amount money.Micro,
 	return false, transfer(ctx, t, id, "grant", MintAccount, acct, amount, fp, memo, now)
 }
 
-// Transfer moves money between two users.
+// Transfer moves money between two users; one to a user the bank does not
+// know is refused (checkUser).
 func (b *Bank) Transfer(ctx context.Context, req *wire.TransferRequest) (wire.TransferReply, error) {
 	if err := req.Validate(); err != nil {
 		return wire.TransferReply{}, err
 	}
 	rep := wire.TransferReply{Transfer: "transfer:" + req.ID}
 	fp := fingerprint("transfer", req.From, req.To, int64(req.Amount), req.Memo)
-	err := b.st.run(ctx, func(t tx) error {
+	err := b.audited(ctx, func() any { return rep }, func(t tx) error {
 		var err error
-		if rep.Replayed, err = checkReplay(ctx, t, `SELECT fingerprint FROM transfers WHERE id = ?`, rep.Transfer, fp); err != nil {
+		if rep.Replayed, err = replayedTransfer(ctx, t, UserAccount(req.From), rep.Transfer, fp); err != nil {
 			return err
 		}
 		if !rep.Replayed {
+			if err := b.checkUser(ctx, t, req.To); err != nil {
+				return err
+			}
 			if err := transfer(ctx, t, rep.Transfer, "transfer", UserAccount(req.From), UserAccount(req.To), req.Amount, fp, req.Memo, b.now()); err != nil {
 				return err
 			}
@@ -229,8 +276,8 @@ func (b *Bank) Hold(ctx context.Context, req *wire.HoldRequest) (wire.HoldReply,
 	benef := strings.Join(hosts, ",")
 	fp := fingerprint("hold", req.User, int64(req.Amount), req.Expires.UnixNano(), benef, req.Memo)
 	var rep wire.HoldReply
-	err := b.st.run(ctx, func(t tx) error {
-		replayed, err := checkReplay(ctx, t, `SELECT fingerprint FROM holds WHERE id = ?`, req.ID, fp)
+	err := b.audited(ctx, func() any { return rep }, func(t tx) error {
+		replayed, err := checkReplay(ctx, t, `SELECT fingerprint FROM holds WHERE user_id = ? AND id = ?`, fp, req.User, req.ID)
 		if err != nil {
 			return err
 		}
@@ -243,13 +290,13 @@ func (b *Bank) Hold(ctx context.Context, req *wire.HoldRequest) (wire.HoldReply,
 			if err := transfer(ctx, t, "hold:"+req.ID, "hold", acct, EscrowAccount, req.Amount, fp, req.Memo, now); err != nil {
 				return err
 			}
-			if _, err := t.exec(ctx, `INSERT INTO holds (id, user_id, amount, expires, status, beneficiaries, fingerprint, created) VALUES (?, ?, ?, ?, 'open', ?, ?, ?)`,
-				req.ID, req.User, int64(req.Amount), req.Expires.UnixNano(), benef, fp, now.UnixNano()); err != nil {
+			if _, err := t.exec(ctx, `INSERT INTO holds (user_id, id, amount, expires, status, beneficiaries, fingerprint, created) VALUES (?, ?, ?, ?, 'open', ?, ?, ?)`,
+				req.User, req.ID, int64(req.Amount), req.Expires.UnixNano(), benef, fp, now.UnixNano()); err != nil {
 				return err
 			}
 		}
 		rep.Replayed = replayed
-		if rep.Hold, err = getHold(ctx, t, req.ID); err != nil {
+		if rep.Hold, err = getHold(ctx, t, req.User, req.ID); err != nil {
 			return err
 		}
 		rep.Balance, err = balance(ctx, t, acct)
@@ -278,12 +325,31 @@ func scanHold(row interface{ Scan(...any) error }) (wire.HoldInfo, error) {
 	return h, nil
 }
 
-func getHold(ctx context.Context, t tx, id string) (wire.HoldInfo, error) {
-	h, err := scanHold(t.queryRow(ctx, `SELECT `+holdColumns+` FROM holds WHERE id = ?`, id))
+// getHold is user's hold id.
+func getHold(ctx context.Context, t tx, user, id string) (wire.HoldInfo, error) {
+	h, err := scanHold(t.queryRow(ctx, `SELECT `+holdColumns+` FROM holds WHERE user_id = ? AND id = ?`, user, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return h, fmt.Errorf("%w %q", ErrUnknownHold, id)
 	}
 	return h, err
+}
+
+// ownHold is user's hold id for a request of user's: a hold id only
+// another user has is refused as theirs (ErrNotOwner), as it was when hold
+// ids were global, rather than as unknown.
+func ownHold(ctx context.Context, t tx, user, id string) (wire.HoldInfo, error) {
+	h, err := getHold(ctx, t, user, id)
+	if !errors.Is(err, ErrUnknownHold) {
+		return h, err
+	}
+	var others int
+	if err := t.queryRow(ctx, `SELECT count(*) FROM holds WHERE id = ? AND user_id <> ?`, id, user).Scan(&others); err != nil {
+		return h, err
+	}
+	if others > 0 {
+		return h, fmt.Errorf("%w: hold %q belongs to another user", ErrNotOwner, id)
+	}
+	return h, fmt.Errorf("%w %q", ErrUnknownHold, id)
 }
 
 // Release closes hold req.Hold of req.User and returns what it has left.
@@ -296,13 +362,10 @@ func (b *Bank) Release(ctx context.Context, req *wire.ReleaseRequest) (wire.Rele
 		return wire.ReleaseReply{}, err
 	}
 	var rep wire.ReleaseReply
-	err := b.st.run(ctx, func(t tx) error {
-		h, err := getHold(ctx, t, req.Hold)
+	err := b.audited(ctx, func() any { return rep }, func(t tx) error {
+		h, err := ownHold(ctx, t, req.User, req.Hold)
 		if err != nil {
 			return err
-		}
-		if h.User != req.User {
-			return fmt.Errorf("%w: hold %q belongs to another user", ErrNotOwner, req.Hold)
 		}
 		if req.Amount > 0 {
 			rep.Released, err = b.releasePart(ctx, t, h, req)
@@ -312,7 +375,7 @@ func (b *Bank) Release(ctx context.Context, req *wire.ReleaseRequest) (wire.Rele
 		if err != nil {
 			return err
 		}
-		if rep.Hold, err = getHold(ctx, t, req.Hold); err != nil {
+		if rep.Hold, err = getHold(ctx, t, h.User, h.ID); err != nil {
 			return err
 		}
 		rep.Balance, err = balance(ctx, t, UserAccount(h.User))
@@ -326,7 +389,7 @@ func (b *Bank) Release(ctx context.Context, req *wire.ReleaseRequest) (wire.Rele
 func (b *Bank) releasePart(ctx context.Context, t tx, h wire.HoldInfo, req *wire.ReleaseRequest) (money.Micro, error) {
 	id := "release:" + h.ID + "/" + req.ID
 	fp := fingerprint("release-part", h.ID, req.User, int64(req.Amount))
-	replayed, err := checkReplay(ctx, t, `SELECT fingerprint FROM transfers WHERE id = ?`, id, fp)
+	replayed, err := replayedTransfer(ctx, t, UserAccount(h.User), id, fp)
 	if err != nil || replayed {
 		return 0, err
 	}
@@ -339,7 +402,7 @@ func (b *Bank) releasePart(ctx context.Context, t tx, h wire.HoldInfo, req *wire
 	if err := transfer(ctx, t, id, "release", EscrowAccount, UserAccount(h.User), req.Amount, fp, "", b.now()); err != nil {
 		return 0, err
 	}
-	_, err = t.exec(ctx, `UPDATE holds SET released = released + ? WHERE id = ? AND status = 'open'`, int64(req.Amount), h.ID)
+	_, err = t.exec(ctx, `UPDATE holds SET released = released + ? WHERE user_id = ? AND id = ? AND status = 'open'`, int64(req.Amount), h.User, h.ID)
 	return req.Amount, err
 }
 
@@ -354,7 +417,7 @@ func (b *Bank) release(ctx context.Context, t tx, h wire.HoldInfo, why string) (
 			return 0, err
 		}
 	}
-	_, err := t.exec(ctx, `UPDATE holds SET released = released + ?, status = 'closed' WHERE id = ? AND status = 'open'`, int64(rest), h.ID)
+	_, err := t.exec(ctx, `UPDATE holds SET released = released + ?, status = 'closed' WHERE user_id = ? AND id = ? AND status = 'open'`, int64(rest), h.User, h.ID)
 	return rest, err
 }
 
@@ -497,7 +560,8 @@ func (b *Bank) Ledger(ctx context.Context) (wire.LedgerReply, error) {
 			rep.Violations = append(rep.Violations, fmt.Sprintf("accounts sum to %s, not zero", sum))
 		}
 		var bad int
-		if err := t.queryRow(ctx, `SELECT count(*) FROM holds h WHERE h.captured <> coalesce((SELECT sum(total) FROM captures c WHERE c.hold = h.id), 0)
+		if err := t.queryRow(ctx, `SELECT count(*) FROM holds h
+			WHERE h.captured <> coalesce((SELECT sum(total) FROM captures c WHERE c.hold_user = h.user_id AND c.hold = h.id), 0)
 			OR (h.status = 'closed' AND h.captured + h.released <> h.amount)`).Scan(&bad); err != nil {
 			return err
 		}
@@ -521,15 +585,12 @@ func (b *Bank) Extend(ctx context.Context, req *wire.ExtendRequest) (wire.HoldRe
 	id := "extend:" + req.ID
 	fp := fingerprint("extend", req.Hold, req.User, int64(req.Amount))
 	var rep wire.HoldReply
-	err := b.st.run(ctx, func(t tx) error {
-		h, err := getHold(ctx, t, req.Hold)
+	err := b.audited(ctx, func() any { return rep }, func(t tx) error {
+		h, err := ownHold(ctx, t, req.User, req.Hold)
 		if err != nil {
 			return err
 		}
-		if h.User != req.User {
-			return fmt.Errorf("%w: hold %q belongs to another user", ErrNotOwner, req.Hold)
-		}
-		replayed, err := checkReplay(ctx, t, `SELECT fingerprint FROM transfers WHERE id = ?`, id, fp)
+		replayed, err := replayedTransfer(ctx, t, UserAccount(req.User), id, fp)
 		if err != nil {
 			return err
 		}
@@ -543,12 +604,12 @@ func (b *Bank) Extend(ctx context.Context, req *wire.ExtendRequest) (wire.HoldRe
 			if err := transfer(ctx, t, id, "hold", UserAccount(req.User), EscrowAccount, req.Amount, fp, "", b.now()); err != nil {
 				return err
 			}
-			if _, err := t.exec(ctx, `UPDATE holds SET amount = amount + ? WHERE id = ?`, int64(req.Amount), req.Hold); err != nil {
+			if _, err := t.exec(ctx, `UPDATE holds SET amount = amount + ? WHERE user_id = ? AND id = ?`, int64(req.Amount), req.User, req.Hold); err != nil {
 				return err
 			}
 		}
 		rep.Replayed = replayed
-		if rep.Hold, err = getHold(ctx, t, req.Hold); err != nil {
+		if rep.Hold, err = getHold(ctx, t, req.User, req.Hold); err != nil {
 			return err
 		}
 		rep.Balance, err = balance(ctx, t, UserAccount(req.User))

@@ -25,6 +25,7 @@ type served struct {
 	keys   wire.CredsDir
 	target string
 	clock  *time.Time
+	stop   func() // stops serving (also at the test's end)
 }
 
 func serveBank(t testing.TB, target string) *served {
@@ -36,7 +37,7 @@ func serveBank(t testing.TB, target string) *served {
 		t.Fatal(err)
 	}
 	t.Cleanup(stop)
-	s := &served{b: b, nc: nc, keys: wire.CredsDir(filepath.Join(t.TempDir(), "creds")), target: target, clock: clock}
+	s := &served{b: b, nc: nc, keys: wire.CredsDir(filepath.Join(t.TempDir(), "creds")), target: target, clock: clock, stop: stop}
 	for _, p := range []struct{ role, name string }{
 		{wire.RoleAdmin, "admin"}, {wire.RoleBroker, "broker"}, {wire.RoleAgent, "host-1"}, {wire.RoleAgent, "host-2"},
 		{wire.RoleUser, "alice"}, {wire.RoleUser, "bob"}, {wire.RoleUser, "carol"},
@@ -65,14 +66,7 @@ func (s *served) signer(t *testing.T, role, name string) *wire.Signer {
 // compares two dumps. Nonces are not the ledger and are left out.
 func dump(t *testing.T, target string) string {
 	t.Helper()
-	driver, dsn := "pgx", target
-	if strings.HasPrefix(target, "sqlite:") {
-		driver, dsn = "sqlite", "file:"+strings.TrimPrefix(target, "sqlite:")
-	}
-	db, err := sql.Open(driver, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := openSQL(t, target)
 	defer db.Close()
 	var out strings.Builder
 	for _, table := range []string{"accounts", "transfers", "holds", "captures", "capture_legs", "principals", "income"} {
@@ -96,6 +90,20 @@ func dump(t *testing.T, target string) string {
 		rows.Close()
 	}
 	return out.String()
+}
+
+// openSQL opens target's database directly, past the bank.
+func openSQL(t *testing.T, target string) *sql.DB {
+	t.Helper()
+	driver, dsn := "pgx", target
+	if strings.HasPrefix(target, "sqlite:") {
+		driver, dsn = "sqlite", "file:"+strings.TrimPrefix(target, "sqlite:")
+	}
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db
 }
 
 // send sends a prepared message and decodes the reply.
@@ -147,7 +155,8 @@ func testBadRequestsOverNATS(t *testing.T, target string) {
 		t.Fatal(err)
 	}
 	host1 := bank.Client{NC: s.nc, Signer: s.signer(t, wire.RoleAgent, "host-1")}
-	if rep, err := host1.Capture(ctx, &wire.CaptureBatch{Host: "host-1", Tick: 1, Legs: []wire.CaptureLeg{{ID: "h-small/host-1/v/1", Hold: "h-small", VM: "v", Cumulative: 10}}}); err != nil || rep.Applied != 10 {
+	if rep, err := host1.Capture(ctx, &wire.CaptureBatch{Host: "host-1", Tick: 1,
+		Legs: []wire.CaptureLeg{{ID: "h-small/host-1/v/1", Hold: "h-small", VM: "v", Cumulative: 10}}}); err != nil || rep.Applied != 10 {
 		t.Fatalf("capture: %+v %v", rep, err)
 	}
 	*s.clock = t0.Add(2 * time.Minute) // h-old has expired (no tick has released it)
@@ -200,12 +209,14 @@ func testBadRequestsOverNATS(t *testing.T, target string) {
 		{"overflowing grant", s.signed(t, adminKey, wire.BankGrant, grant(money.Max+1)), wire.ErrBadRequest, ""},
 		{"garbage", garbage, wire.ErrBadRequest, ""},
 		{"hold another's money", s.signed(t, alice, wire.BankHold, &wire.HoldRequest{Versioned: wire.Versioned{V: 1}, ID: "x", User: "bob", Amount: 5, Expires: t0.Add(time.Hour)}), wire.ErrRole, ""},
-		{"hold beyond balance", s.signed(t, alice, wire.BankHold, &wire.HoldRequest{Versioned: wire.Versioned{V: 1}, ID: "x", User: "alice", Amount: 10_000, Expires: t0.Add(time.Hour)}), wire.ErrInsufficient, ""},
+		{"hold beyond balance", s.signed(t, alice, wire.BankHold,
+			&wire.HoldRequest{Versioned: wire.Versioned{V: 1}, ID: "x", User: "alice", Amount: 10_000, Expires: t0.Add(time.Hour)}), wire.ErrInsufficient, ""},
 		{"release another's hold", s.signed(t, alice, wire.BankRelease, &wire.ReleaseRequest{Versioned: wire.Versioned{V: 1}, Hold: "h-bob", User: "bob"}), wire.ErrRole, ""},
 		{"release naming oneself", s.signed(t, alice, wire.BankRelease, &wire.ReleaseRequest{Versioned: wire.Versioned{V: 1}, Hold: "h-bob", User: "alice"}), wire.ErrForbidden, ""},
 		{"transfer from another", s.signed(t, alice, wire.BankTransfer, &wire.TransferRequest{Versioned: wire.Versioned{V: 1}, ID: "x", From: "bob", To: "alice", Amount: 5}), wire.ErrRole, ""},
 		{"transfer to unknown", s.signed(t, alice, wire.BankTransfer, &wire.TransferRequest{Versioned: wire.Versioned{V: 1}, ID: "x", From: "alice", To: "nobody", Amount: 5}), wire.ErrNotFound, ""},
-		{"transfer beyond balance", s.signed(t, alice, wire.BankTransfer, &wire.TransferRequest{Versioned: wire.Versioned{V: 1}, ID: "x", From: "alice", To: "bob", Amount: 10_000}), wire.ErrInsufficient, ""},
+		{"transfer beyond balance", s.signed(t, alice, wire.BankTransfer,
+			&wire.TransferRequest{Versioned: wire.Versioned{V: 1}, ID: "x", From: "alice", To: "bob", Amount: 10_000}), wire.ErrInsufficient, ""},
 		{"user captures", s.signed(t, alice, wire.BankCapture, leg("h-bob", 5)), wire.ErrRole, ""},
 		{"agent captures for another host", s.signed(t, s.signer(t, wire.RoleAgent, "host-2"), wire.BankCapture, leg("h-bob", 5)), wire.ErrRole, ""},
 		{"capture unknown hold", s.signed(t, s.signer(t, wire.RoleAgent, "host-1"), wire.BankCapture, leg("h-none", 5)), nil, wire.CodeNotFound},

@@ -40,7 +40,7 @@ func (b *Bank) AddPrincipal(ctx context.Context, req *wire.PrincipalRequest) (wi
 		cert, certTime = sql.NullString{String: string(j), Valid: true}, req.Cert.Time
 	}
 	p := wire.Principal{Key: req.Key, Name: req.Name, Role: req.Role, Cert: req.Cert}
-	err := b.st.run(ctx, func(t tx) error {
+	err := b.audited(ctx, func() any { return p }, func(t tx) error {
 		var held int64
 		var heldCert sql.NullString
 		err := t.queryRow(ctx, `SELECT cert_time, cert FROM principals WHERE key = ?`, req.Key).Scan(&held, &heldCert)

@@ -84,31 +84,39 @@ func Endpoints(b *Bank) service.Table {
 // registry of identities and keeps nonces in its store, so a replay is
 // refused across restarts and by every replica. Requests are queued per
 // signer and served in turn (service.Fair), so one principal's flood does
-// not starve the others; every money-moving success is published to the
-// MRM_EVENTS stream (service.JetStreamAudit). With Options.Signer every
-// reply is signed by the bank's key, its principal record attached (see
-// service.Options.Signer). stop stops answering.
+// not starve the others; every money-moving success writes its audit event
+// in its own transaction, and a publisher sends them to the MRM_EVENTS
+// stream (outbox.go). With Options.Signer every reply is signed by the
+// bank's key, its principal record attached (see service.Options.Signer).
+// stop stops answering and publishing (what is left waits in the outbox).
 func Serve(nc *nats.Conn, b *Bank) (stop func(), err error) {
-	audit, err := service.NewJetStreamAudit(nc)
+	pub, err := newPublisher(nc, b)
 	if err != nil {
 		return nil, err
 	}
-	audit.OnError = func(error) { b.metrics.Error("bank", "audit") }
-	audit.Logger = b.logger
 	svc, err := service.Serve(nc, "mrm-bank", service.Version, Endpoints(b), service.Options{
 		Auth:        &service.Authorizer{Identities: b, Nonces: storeNonces{b}, Now: b.signingClock},
 		Observe:     func(op, code string) { b.metrics.Request("bank", op, code) },
 		Description: "mrmarket's ledger",
 		Fair:        &service.Fair{Unordered: true},
 		Logger:      b.logger,
-		Audit:       audit,
 		Signer:      b.signer,
 		Cert:        b.ownCert,
 	})
 	if err != nil {
 		return nil, err
 	}
-	return func() { _ = svc.Stop() }, nil
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pub.run(ctx)
+	}()
+	return func() {
+		_ = svc.Stop()
+		cancel()
+		<-done
+	}, nil
 }
 
 // ownCert is the bank's own principal record, once registered (nil before:

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -59,6 +61,9 @@ func openStore(target string) (*store, error) {
 		if path == "" {
 			return nil, errors.New("bank: empty SQLite path")
 		}
+		if err := privateFiles(path); err != nil {
+			return nil, err
+		}
 		dsn := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)" +
 			"&_pragma=foreign_keys(1)&_pragma=synchronous(FULL)&_txlock=immediate"
 		db, err := sql.Open("sqlite", dsn)
@@ -72,12 +77,48 @@ func openStore(target string) (*store, error) {
 	}
 }
 
+// storeFileMode is the mode of the SQLite store's files: the ledger and
+// the principal registry are the bank's alone.
+const storeFileMode os.FileMode = 0o600
+
+// privateFiles makes the SQLite store at path private to its owner before
+// SQLite opens it: the database file is created with storeFileMode (SQLite
+// gives its -wal and -shm files the database file's mode), and a database,
+// -wal or -shm file left with a looser mode (by a bank from before, or by
+// hand) is tightened to it rather than refused — refusing would stop a bank
+// on a restart for what it can repair itself. A file the bank may not chmod
+// (another owner's) is refused.
+func privateFiles(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, storeFileMode)
+	if err != nil {
+		return fmt.Errorf("bank: opening %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("bank: opening %s: %w", path, err)
+	}
+	for _, name := range []string{path, path + "-wal", path + "-shm"} {
+		st, err := os.Stat(name)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("bank: store file %s: %w", name, err)
+		}
+		if st.Mode().Perm()&^storeFileMode != 0 {
+			if err := os.Chmod(name, storeFileMode); err != nil {
+				return fmt.Errorf("bank: store file %s is readable by others (mode %s) and could not be made private: %w", name, st.Mode().Perm(), err)
+			}
+		}
+	}
+	return nil
+}
+
 // withCustomPlans asks PostgreSQL to plan every execution of a prepared
 // statement with its real parameters, unless the URL says otherwise: by
 // default it switches to a generic plan after five executions, and a generic
-// plan for "id IN ($1 … $100)" scans whole tables (measured: a 100-leg
-// capture batch took 42 ms instead of 5 ms). pgx still caches the parsed
-// statements.
+// plan for "id IN ($1 … $100)" scans whole tables, several times slower for
+// a capture batch of 100 legs (docs/MEASUREMENTS.md). pgx still caches the
+// parsed statements.
 func withCustomPlans(url string) string {
 	if strings.Contains(url, "plan_cache_mode=") {
 		return url
@@ -155,6 +196,16 @@ func (s *store) rebind(q string) string {
 	return b.String()
 }
 
+// dialectSQL is a migration's text for the store's dialect: an
+// auto-numbered key is SQLite's INTEGER PRIMARY KEY AUTOINCREMENT and
+// PostgreSQL's BIGSERIAL PRIMARY KEY.
+func (s *store) dialectSQL(q string) string {
+	if s.dialect != postgresDialect {
+		return q
+	}
+	return strings.ReplaceAll(q, "INTEGER PRIMARY KEY AUTOINCREMENT", "BIGSERIAL PRIMARY KEY")
+}
+
 // tx is a transaction with placeholder rebinding.
 type tx struct {
 	*sql.Tx
@@ -203,7 +254,7 @@ func eachRow(ctx context.Context, t tx, scan func(*sql.Rows) error, q string, ar
 // nil. A serialization failure or deadlock, whether raised by a statement or
 // by COMMIT itself, retries the whole transaction from BEGIN: on PostgreSQL
 // a failed transaction cannot be resumed, and a COMMIT error must never be
-// mistaken for success (the crdb.ExecuteTx pitfall, ENVIRONMENT.md). fn must
+// mistaken for success (the crdb.ExecuteTx pitfall, docs/PLATFORM.md). fn must
 // therefore have no effects outside the transaction.
 func (s *store) run(ctx context.Context, fn func(tx) error) error {
 	var err error
@@ -263,10 +314,9 @@ func (s *store) runOnce(ctx context.Context, fn func(tx) error) error {
 // transaction, committed on the primary alone, and shows it to everyone.
 // The client saw an error and retries by id; the retry finds the transfer
 // and answers it as done (Replayed) in a transaction that wrote nothing,
-// which PostgreSQL commits without waiting for the standby. Measured
-// (TestFailover, standby paused): such answers came within milliseconds
-// while nothing could reach the standby — acknowledged operations that die
-// with the primary. Now the retry's COMMIT waits for the standby to reach
+// which PostgreSQL commits without waiting for the standby. TestFailover,
+// with the standby paused, saw such answers while nothing could reach the
+// standby — acknowledged operations that die with the primary. Now the retry's COMMIT waits for the standby to reach
 // its own commit record, which comes after the one it read, so the answer
 // is given only once the standby has what it reports. (An xid alone is not
 // enough: PostgreSQL skips the flush and the wait for a transaction that

@@ -29,7 +29,7 @@ func (b *Bank) Tick(ctx context.Context, now time.Time) (int, error) {
 				expired = append(expired, h)
 			}
 			return err
-		}, `SELECT `+holdColumns+` FROM holds WHERE status = 'open' AND expires <= ? ORDER BY id`, now.UnixNano()); err != nil {
+		}, `SELECT `+holdColumns+` FROM holds WHERE status = 'open' AND expires <= ? ORDER BY id, user_id`, now.UnixNano()); err != nil {
 			return err
 		}
 		for _, h := range expired {
@@ -125,17 +125,23 @@ func schedules(ctx context.Context, t tx) ([]wire.IncomeSchedule, error) {
 
 // SetIncome sets, changes or (Amount 0) removes an income schedule. A new
 // or changed schedule starts its first period now; the next Tick grants it.
+// A schedule for a user the bank does not know is refused (checkUser).
 func (b *Bank) SetIncome(ctx context.Context, req *wire.IncomeSetRequest) (wire.IncomeSetReply, error) {
 	if err := req.Validate(); err != nil {
 		return wire.IncomeSetReply{}, err
 	}
 	var rep wire.IncomeSetReply
-	err := b.st.run(ctx, func(t tx) error {
+	err := b.audited(ctx, func() any { return rep }, func(t tx) error {
 		if req.Amount == 0 {
 			if _, err := t.exec(ctx, `DELETE FROM income WHERE user_id = ?`, req.User); err != nil {
 				return err
 			}
 		} else {
+			if req.User != wire.FairShareUser {
+				if err := b.checkUser(ctx, t, req.User); err != nil {
+					return err
+				}
+			}
 			// A changed schedule restarts its periods at a new anchor; the
 			// period index keeps growing so income ids never repeat.
 			var last int64 = -1

@@ -81,7 +81,7 @@ func skew(t *testing.T, db *sql.DB, exec func(ctx context.Context, name string, 
 }
 
 // TestWriteSkewAtCommit reproduces the crdb.ExecuteTx pitfall on
-// PostgreSQL (ENVIRONMENT.md) and shows the bank's own transaction runner
+// PostgreSQL (docs/PLATFORM.md) and shows the bank's own transaction runner
 // is immune: the serialization failure raised by COMMIT is either retried
 // to success or reported, never turned into a silent loss.
 func TestWriteSkewAtCommit(t *testing.T) {
@@ -103,7 +103,7 @@ func TestWriteSkewAtCommit(t *testing.T) {
 			t.Logf("reproduced: both transactions reported success, yet %d of the 2 increments are in the table", r.a+r.b)
 			return
 		}
-		t.Fatalf("the pitfall did not reproduce (errors %v / %v, a=%d b=%d): re-check ENVIRONMENT.md's claim on this PostgreSQL", r.errA, r.errB, r.a, r.b)
+		t.Fatalf("the pitfall did not reproduce (errors %v / %v, a=%d b=%d): re-check docs/PLATFORM.md's claim on this PostgreSQL", r.errA, r.errB, r.a, r.b)
 	})
 
 	t.Run("the bank's runner retries the whole transaction", func(t *testing.T) {

@@ -79,9 +79,9 @@ type pricing struct {
 	commits        *hostCommits // the hosts' commitment records, as read
 }
 
-// price prices a job now as plan id (none for a quote): MRM's queue on
-// its hosts is the store's jobs and those their commitment records list
-// (commit.go), but plan id's.
+// price prices a job now as user's plan id (none for a quote): MRM's queue
+// on its hosts is the store's jobs and those their commitment records list
+// (commit.go), but that plan's.
 func (b *Broker) price(ctx context.Context, now time.Time, user string, s wire.JobSpec, id string) (*pricing, error) {
 	hosts, err := b.jobHosts(user, s)
 	if err != nil {
@@ -98,7 +98,7 @@ func (b *Broker) price(ctx context.Context, now time.Time, user string, s wire.J
 	}
 	phi := b.cfg.DeadlineShare
 	p.run = p.work / phi
-	p.queue = b.committed(now, hosts, p.commits.pending(id))
+	p.queue = b.committed(now, hosts, p.commits.pending(planRef{user, id}))
 	sum := p.run
 	for _, q := range p.queue {
 		sum += q.Work
@@ -258,7 +258,7 @@ func (b *Broker) Submit(ctx context.Context, req *wire.SubmitRequest) (wire.Subm
 	}
 	rep, err := b.spend(ctx, &wire.SpendRequest{ID: id, User: req.User, Budget: price,
 		Duration: wire.Duration(end.Sub(now)), VMs: req.Job.VMs, Strategy: wire.StrategyDeadline}, job)
-	v, _ := b.store.get(id)
+	v, _ := b.store.get(planRef{req.User, id})
 	if job.Commit != "" && (err != nil && !undecided(err) || v.rec == nil || v.rec.Job == nil || v.rec.Job.Commit != token) {
 		// Not admitted after all, or the id's plan is another admission's
 		// (a retry raced this one): this one commits nothing. A start cut
@@ -276,19 +276,19 @@ func (b *Broker) Submit(ctx context.Context, req *wire.SubmitRequest) (wire.Subm
 	return wire.SubmitReply{Job: b.jobView(v.rec, now), Plan: rep.Plan}, nil
 }
 
-// replaySubmit answers a submit of plan id that was admitted already (done:
-// the answer is rep, err): the job as it is, carried on if its start was
-// cut off; a plan id of another user's or another job's is refused. fresh
+// replaySubmit answers a submit of the user's plan id that was admitted
+// already (done: the answer is rep, err): the job as it is, carried on if
+// its start was cut off; a plan id of another job's is refused. fresh
 // reads the bucket rather than this replica's mirror.
 func (b *Broker) replaySubmit(ctx context.Context, id string, req *wire.SubmitRequest, fresh bool) (rep wire.SubmitReply, done bool, err error) {
-	v, ok, err := b.store.fetch(ctx, id, fresh)
+	v, ok, err := b.store.fetch(ctx, planRef{req.User, id}, fresh)
 	if err != nil {
 		return rep, true, err
 	}
 	if !ok || v.rec.Job == nil || v.rec.Plan.Status == wire.PlanFailed {
 		return rep, false, nil
 	}
-	if v.rec.Plan.User != req.User || v.rec.Job.Spec.Name != req.Job.Name {
+	if v.rec.Job.Spec.Name != req.Job.Name {
 		return rep, true, ErrPlanReused
 	}
 	if v.rec.Plan.Status == planStarting {
@@ -338,7 +338,7 @@ func (b *Broker) admitJob(ctx context.Context, req *wire.SubmitRequest, id, toke
 			return now, p, d, price, nil // no deadline to commit
 		}
 		hosts = p.commits.hosts
-		err = b.commit(ctx, p.commits, commitment{Plan: id, Token: token, Work: p.work, Deadline: at(now, d), Admitted: now}, now)
+		err = b.commit(ctx, p.commits, commitment{Plan: id, User: req.User, Token: token, Work: p.work, Deadline: at(now, d), Admitted: now}, now)
 		if err == nil {
 			return now, p, d, price, nil
 		}

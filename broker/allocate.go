@@ -51,7 +51,7 @@ func (b *Broker) snapshot(rec *planRecord, now time.Time, reads strategies.Reads
 		s.Workflows = b.workflows(rec)
 	}
 	if reads&strategies.ReadsBoost != 0 {
-		s.Boost = v.boosts[rec.Plan.ID]
+		s.Boost = v.boosts[refOf(&rec.Plan)]
 	}
 	if reads&strategies.ReadsPrices != 0 {
 		s.Prices, s.OwnRates = b.prices(rec, s.VMs, now)

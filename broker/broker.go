@@ -123,7 +123,7 @@ type Config struct {
 	// the bank frees the money if no broker is left; default 10m.
 	HoldGrace time.Duration
 	// MaxBoost caps the sum of the boosts of all bottleneck-elimination
-	// plans (seed 003 §7.4: 0.9).
+	// plans (Sandholm and Lai §7.4: 0.9).
 	MaxBoost float64
 	// Plans is the MRM_PLANS bucket shared by the replicas; nil keeps plans
 	// in this process's memory (Memory's, or the replica's own).
@@ -187,7 +187,7 @@ type Broker struct {
 	recovered recovery
 	// inStart counts the tries of start running here, by plan (plans.go).
 	startMu sync.Mutex
-	inStart map[string]int
+	inStart map[planRef]int
 
 	mu    sync.Mutex
 	hosts map[string]wire.HostState
@@ -256,7 +256,7 @@ func New(cfg Config) (*Broker, error) {
 	if err := wire.CheckName("replica", cfg.Replica); err != nil {
 		return nil, err
 	}
-	b := &Broker{cfg: cfg, hosts: map[string]wire.HostState{}, vmAt: map[string]vmPlace{}, inStart: map[string]int{},
+	b := &Broker{cfg: cfg, hosts: map[string]wire.HostState{}, vmAt: map[string]vmPlace{}, inStart: map[planRef]int{},
 		stats: map[string]*strategies.PriceStats{}, beStats: map[string]*strategies.PriceStats{}}
 	if cfg.Plans != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -363,7 +363,7 @@ func (b *Broker) bestEffortPrice(st wire.HostState) float64 {
 	y := st.Price
 	for _, v := range st.VMs {
 		for _, bid := range v.Bids {
-			if p, ok := b.store.get(bid.Plan); ok && p.rec.Job != nil {
+			if p, ok := b.store.get(planRef{v.Owner, bid.Plan}); ok && p.rec.Job != nil {
 				y -= bid.Rate
 			}
 		}
@@ -408,8 +408,8 @@ func (b *Broker) Price(req *wire.PriceRequest) (wire.PriceReply, error) {
 	return rep, nil
 }
 
-// Predict answers a what-if question from a host's price history (seed 003
-// §5.4, the prediction strategy).
+// Predict answers a what-if question from a host's price history (Sandholm
+// and Lai §5.4, the prediction strategy).
 func (b *Broker) Predict(req *wire.PredictRequest) (wire.PredictReply, error) {
 	b.mu.Lock()
 	s, ok := b.stats[req.Host]

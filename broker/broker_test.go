@@ -192,3 +192,49 @@ func TestObserveKeepsTheNewestState(t *testing.T) {
 		t.Fatalf("bob's VMs: %+v", vms)
 	}
 }
+
+// TestPlanIDsAreEachUsersOwn: a plan id alice took first blocks nothing:
+// bob's spend of that id runs as his own plan, his retry replays it, the
+// id with other content is his conflict, and each cancels only his own.
+func TestPlanIDsAreEachUsersOwn(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, []string{"h1"}, nil)
+	if _, err := f.bank.Grant(ctx, &wire.GrantRequest{ID: "g-bob", User: "bob", Amount: 1_000_000}); err != nil {
+		t.Fatal(err)
+	}
+	alices, err := f.spend("p", 1000, "a-h1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &wire.SpendRequest{ID: "p", User: "bob", Budget: 2000, Duration: wire.Duration(time.Hour), VMs: []string{"b-h1"}, Strategy: wire.StrategyFair}
+	bobs, err := f.b.Spend(ctx, req)
+	if err != nil || bobs.Plan.User != "bob" || bobs.Plan.Status != wire.PlanRunning || bobs.Plan.Hold == alices.Plan.Hold {
+		t.Fatalf("bob's spend of alice's plan id: %+v %v", bobs.Plan, err)
+	}
+	if again, err := f.b.Spend(ctx, req); err != nil || again.Plan.Hold != bobs.Plan.Hold || again.Plan.Start != bobs.Plan.Start {
+		t.Fatalf("bob's retry: %+v %v", again.Plan, err)
+	}
+	other := *req
+	other.Budget = 3000
+	if _, err := f.b.Spend(ctx, &other); !errors.Is(err, broker.ErrPlanReused) {
+		t.Fatalf("bob's id with another budget: %v", err)
+	}
+	if ps := f.b.Plans(&wire.PlansRequest{}).Plans; len(ps) != 2 || ps[0].ID != "p" || ps[1].ID != "p" || ps[0].User == ps[1].User {
+		t.Fatalf("plans: %+v", ps)
+	}
+	if _, err := f.spend("q", 1000, "a-h1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.b.Cancel(ctx, &wire.CancelRequest{Plan: "q", User: "bob"}); !errors.Is(err, wire.ErrForbidden) {
+		t.Fatalf("bob cancels alice's q: %v", err)
+	}
+	p, err := f.b.Cancel(ctx, &wire.CancelRequest{Plan: "p", User: "bob"})
+	if err != nil || p.User != "bob" || p.Status != wire.PlanCancelled {
+		t.Fatalf("bob cancels his p: %+v %v", p, err)
+	}
+	for _, p := range f.b.Plans(&wire.PlansRequest{User: "alice"}).Plans {
+		if p.Status != wire.PlanRunning {
+			t.Fatalf("alice's plan %s after bob cancelled his p: %s", p.ID, p.Status)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mrmarket/mrmarket/internal/natsutil"
 	"github.com/mrmarket/mrmarket/internal/wire"
 	"github.com/mrmarket/mrmarket/strategies"
 )
@@ -57,6 +58,9 @@ func CommitPurpose(host string) string { return "commit/" + host }
 // commitment is an admitted job on a host's commitment record.
 type commitment struct {
 	Plan string `json:"plan"`
+	// User is the plan's user (plan ids are each user's); empty in an
+	// entry written before they were.
+	User string `json:"user,omitempty"`
 	// Token names the admission: a plan id used again (after a failed
 	// spend) is another admission.
 	Token    string    `json:"token"`
@@ -102,15 +106,16 @@ func (b *Broker) readCommits(ctx context.Context, hosts map[string]bool) (*hostC
 	return hc, nil
 }
 
-// pending are the jobs the records list, once each, but those of plan id
+// pending are the jobs the records list, once each, but those of plan ref
 // (the admission's own entry, when it prices again after a lost race, or
-// another admission of the same id: only one of them can start the plan).
-func (hc *hostCommits) pending(id string) []commitment {
+// another admission of the same plan: only one of them can start it).
+func (hc *hostCommits) pending(ref planRef) []commitment {
 	var out []commitment
 	seen := map[string]bool{}
 	for _, h := range hc.hosts {
 		for _, c := range hc.recs[h].Jobs {
-			if c.Plan != id && !seen[c.Token] {
+			ours := c.Plan == ref.id && (c.User == ref.user || c.User == "")
+			if !ours && !seen[c.Token] {
 				seen[c.Token] = true
 				out = append(out, c)
 			}
@@ -130,13 +135,13 @@ func (hc *hostCommits) pending(id string) []commitment {
 func (b *Broker) committed(now time.Time, hosts map[string]bool, pending []commitment) []strategies.Queued {
 	var q []strategies.Queued
 	phi := b.cfg.DeadlineShare
-	recorded := map[string]string{} // plan id → its job's admission token
+	recorded := map[string]bool{} // the admission tokens of the jobs the store has
 	b.store.each(func(rec *planRecord, _ uint64) {
 		j := rec.Job
 		if j == nil {
 			return
 		}
-		recorded[rec.Plan.ID] = j.Commit
+		recorded[j.Commit] = j.Commit != ""
 		if j.Done || j.Deadline.IsZero() || rec.Plan.Status != wire.PlanRunning && rec.Plan.Status != planStarting {
 			return
 		}
@@ -146,7 +151,7 @@ func (b *Broker) committed(now time.Time, hosts map[string]bool, pending []commi
 		q = append(q, strategies.Queued{Work: j.Work * (1 - j.Progress) / phi, Deadline: j.Deadline.Sub(now).Seconds()})
 	})
 	for _, c := range pending {
-		if tok, ok := recorded[c.Plan]; ok && tok == c.Token || stalePending(c, now) {
+		if recorded[c.Token] || stalePending(c, now) {
 			continue
 		}
 		q = append(q, strategies.Queued{Work: c.Work / phi, Deadline: c.Deadline.Sub(now).Seconds()})
@@ -182,12 +187,28 @@ func stalePending(c commitment, now time.Time) bool {
 // (of that admission) is running or starting and its job not done, or no
 // plan record of it has appeared yet and it is not stale.
 func (b *Broker) counts(c commitment, now time.Time) bool {
-	v, ok := b.store.get(c.Plan)
+	v, ok := b.admitted(c)
 	if !ok || v.rec.Job == nil || v.rec.Job.Commit != c.Token {
 		return !stalePending(c, now)
 	}
 	j, st := v.rec.Job, v.rec.Plan.Status
 	return !j.Done && (st == wire.PlanRunning || st == planStarting)
+}
+
+// admitted is the plan record of c's plan, found by its user and id, or
+// for an entry from before plan ids were each user's, by its id and
+// admission token.
+func (b *Broker) admitted(c commitment) (versioned, bool) {
+	if c.User != "" {
+		return b.store.get(planRef{c.User, c.Plan})
+	}
+	var found versioned
+	b.store.each(func(rec *planRecord, rev uint64) {
+		if rec.Plan.ID == c.Plan && rec.Job != nil && rec.Job.Commit == c.Token {
+			found = versioned{rec.clone(), rev}
+		}
+	})
+	return found, found.rec != nil
 }
 
 // commit writes c into the commitment record of every host hc read, in
@@ -314,18 +335,10 @@ func (s *kvStore) commit(ctx context.Context, rec *commitRec, rev uint64) (uint6
 		nrev, err = s.bucket().Update(ctx, commitKey(rec.Host), data, rev)
 	}
 	switch {
-	case errors.Is(err, jetstream.ErrKeyExists) || wrongLastSequence(err):
+	case errors.Is(err, jetstream.ErrKeyExists) || natsutil.WrongLastSequence(err):
 		return 0, errStale
 	case err != nil:
 		return 0, fmt.Errorf("%w: plan store: %v", wire.ErrUnavailable, err)
 	}
 	return nrev, nil
-}
-
-// wrongLastSequence reports whether err is JetStream refusing a
-// compare-and-set because the key changed.
-func wrongLastSequence(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }

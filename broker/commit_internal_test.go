@@ -55,10 +55,10 @@ func TestCommitRecords(t *testing.T) {
 		if err != nil || hc.revs["host-1"] != r1 {
 			t.Fatalf("kv=%v: read %+v %v", kv, hc, err)
 		}
-		if q := b.committed(clock, hosts, hc.pending("")); len(q) != 1 || q[0].Work != 100 {
+		if q := b.committed(clock, hosts, hc.pending(planRef{})); len(q) != 1 || q[0].Work != 100 {
 			t.Fatalf("kv=%v: queue with x pending: %+v", kv, q)
 		}
-		if p := hc.pending("x"); len(p) != 0 {
+		if p := hc.pending(planRef{id: "x"}); len(p) != 0 {
 			t.Fatalf("kv=%v: x's own pricing sees %+v", kv, p)
 		}
 		// Another admission commits y over the revision read; x stays.
@@ -77,7 +77,7 @@ func TestCommitRecords(t *testing.T) {
 		}
 		clock = clock.Add(startingTimeout)
 		hc, _ = b.readCommits(ctx, hosts)
-		if q := b.committed(clock, hosts, hc.pending("")); len(q) != 0 || b.counts(x, clock) {
+		if q := b.committed(clock, hosts, hc.pending(planRef{})); len(q) != 0 || b.counts(x, clock) {
 			t.Fatalf("kv=%v: a stale pending job still counts: %+v", kv, q)
 		}
 		if !kv {

@@ -25,17 +25,17 @@ func (b *Broker) JobProgress(ctx context.Context, req *wire.ProgressRequest) (wi
 	if err := req.Validate(); err != nil {
 		return wire.Job{}, err
 	}
-	var id string
+	var ref planRef
 	b.store.each(func(rec *planRecord, _ uint64) {
 		if j := rec.Job; j != nil && rec.Plan.User == req.User && j.Spec.Name == req.Job && rec.Plan.Status == wire.PlanRunning && !j.Done {
-			id = rec.Plan.ID
+			ref = refOf(&rec.Plan)
 		}
 	})
-	if id == "" {
+	if ref.id == "" {
 		return wire.Job{}, fmt.Errorf("%w %q of %s", ErrUnknownJob, req.Job, req.User)
 	}
 	now := b.cfg.Now()
-	rec, err := b.mutate(ctx, id, func(rec *planRecord) error {
+	rec, err := b.mutate(ctx, ref, func(rec *planRecord) error {
 		j := rec.Job
 		nj := *j
 		nj.Progress = max(j.Progress, req.Progress)
@@ -162,7 +162,10 @@ func (b *Broker) Jobs(req *wire.JobsRequest) wire.JobsReply {
 		if !rep.Jobs[i].Deadline.Equal(rep.Jobs[k].Deadline) {
 			return rep.Jobs[i].Deadline.Before(rep.Jobs[k].Deadline)
 		}
-		return rep.Jobs[i].ID < rep.Jobs[k].ID
+		if rep.Jobs[i].ID != rep.Jobs[k].ID {
+			return rep.Jobs[i].ID < rep.Jobs[k].ID
+		}
+		return rep.Jobs[i].User < rep.Jobs[k].User
 	})
 	return rep
 }

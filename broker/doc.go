@@ -3,6 +3,13 @@
 // turn users' budgets into bids, the strategies run for every plan every
 // tick, and the price predictions users ask what-if questions of.
 //
+// It implements five papers, cited by short forms (docs/PAPERS.md has them
+// in full): Sandholm and Lai, "MapReduce Optimization Using Regulated
+// Dynamic Prioritization" (the strategies and predictions); MRM (Moshref et
+// al.), ARIA (Verma, Cherkasova and Campbell) and Jockey (Ferguson et al.),
+// the deadline service's; and Lin et al.'s "Joint Optimization of
+// Overlapping Phases in MapReduce" (the order of best-effort jobs).
+//
 // # Host states
 //
 // With Config.Identities and Config.AdminKey, Serve takes a host's state
@@ -158,7 +165,11 @@
 // empty (the plan records still hold every job but those being admitted)
 // and is reported, and the next admission on its host overwrites it. The
 // replicas share the nonces of the requests they serve in MRM_NONCES (a
-// replay to another replica or after a restart is refused). A spend with
+// replay to another replica or after a restart is refused). A plan (and
+// so a job) id is its user's own: plans are keyed by user and id (in the
+// bucket "plan.<user>.<id>"; a plan stored before keeps the key of its id
+// alone), so two users' plans of one id are two plans and nobody blocks
+// another's spend or submit by taking its id first. A spend with
 // an id is idempotent on every replica, and exactly-once under faults: a
 // plan is recorded starting before anything else, then held, bid and
 // marked running (plans.go start), each step repeatable — the same hold

@@ -62,7 +62,7 @@ func (b *Broker) edf() strategies.EDFRun {
 		if j == nil || j.Done || rec.Plan.Status != wire.PlanRunning && rec.Plan.Status != planStarting {
 			return
 		}
-		e := strategies.EDFJob{ID: rec.Plan.ID, Deadline: j.Deadline}
+		e := strategies.EDFJob{ID: edfID(refOf(&rec.Plan)), Deadline: j.Deadline}
 		for _, v := range rec.Plan.VMs {
 			e.Hosts = append(e.Hosts, v.Host)
 		}
@@ -76,6 +76,11 @@ func (b *Broker) edf() strategies.EDFRun {
 	})
 	return strategies.EDF(jobs, b.cfg.DeadlineShare, b.cfg.JobOrder)
 }
+
+// edfID names plan ref's job to EDF: its id first, so that jobs of equal
+// deadlines run in plan id order (EDF breaks ties by name), then its user,
+// since plan ids are each user's.
+func edfID(ref planRef) string { return ref.id + "\x00" + ref.user }
 
 // overlapWork is a job's map and shuffle work in Lin et al.'s model:
 // seconds at a full share of its slots (ARIA's averages).
@@ -104,7 +109,7 @@ func (b *Broker) jobInput(rec *planRecord, run strategies.EDFRun, vms []strategi
 		return nil
 	}
 	in := &strategies.Job{Deadline: !j.Deadline.IsZero(), Done: j.Done, Work: j.Work, Progress: j.Progress, Control: j.Share,
-		Share: run.Share[rec.Plan.ID], HostShares: run.Host, MinDuration: b.cfg.Tick}
+		Share: run.Share[edfID(refOf(&rec.Plan))], HostShares: run.Host, MinDuration: b.cfg.Tick}
 	if j.Done || in.Share <= 0 {
 		return in // it waits: no prices needed
 	}

@@ -39,7 +39,7 @@ func (b *Broker) bankFigures(ctx context.Context, plans []wire.Plan) {
 	holds := b.readHolds(ctx, plans)
 	for i := range plans {
 		p := &plans[i]
-		if h, ok := holds[p.Hold]; ok {
+		if h, ok := holds[holdOf(p.User, p.Hold)]; ok {
 			p.Budget, p.Spent, p.Released, p.Held, p.Figures = h.Amount, h.Captured, h.Released, h.Remaining(), FiguresBank
 			continue
 		}
@@ -50,8 +50,13 @@ func (b *Broker) bankFigures(ctx context.Context, plans []wire.Plan) {
 	}
 }
 
-// readHolds reads the holds of plans from the bank, by id; none when the
-// bank cannot be asked (counted).
+// holdOf keys a hold by its user and its id: hold ids are each user's own
+// at the bank, so a user may have a hold of the id another user's plan's
+// hold has.
+func holdOf(user, hold string) string { return user + "\x00" + hold }
+
+// readHolds reads the holds of plans from the bank, by id, keyed by
+// holdOf; none when the bank cannot be asked (counted).
 func (b *Broker) readHolds(ctx context.Context, plans []wire.Plan) map[string]wire.HoldInfo {
 	hr, ok := b.cfg.Bank.(HoldReader)
 	if !ok {
@@ -72,7 +77,7 @@ func (b *Broker) readHolds(ctx context.Context, plans []wire.Plan) map[string]wi
 			return nil
 		}
 		for _, h := range rep.Holds {
-			out[h.ID] = h
+			out[holdOf(h.User, h.ID)] = h
 		}
 		ids = ids[n:]
 	}
@@ -90,13 +95,13 @@ func (b *Broker) planWithFigures(ctx context.Context, p wire.Plan) wire.Plan {
 func (b *Broker) jobsWithFigures(ctx context.Context, rep wire.JobsReply) wire.JobsReply {
 	plans := make([]wire.Plan, len(rep.Jobs))
 	for i, j := range rep.Jobs {
-		if v, ok := b.store.get(j.ID); ok {
-			plans[i] = wire.Plan{ID: j.ID, Hold: v.rec.Plan.Hold}
+		if v, ok := b.store.get(planRef{j.User, j.ID}); ok {
+			plans[i] = wire.Plan{ID: j.ID, User: v.rec.Plan.User, Hold: v.rec.Plan.Hold}
 		}
 	}
 	holds := b.readHolds(ctx, plans)
 	for i, p := range plans {
-		if h, ok := holds[p.Hold]; ok && p.Hold != "" {
+		if h, ok := holds[holdOf(p.User, p.Hold)]; ok && p.Hold != "" {
 			rep.Jobs[i].Spent = h.Captured
 		}
 	}

@@ -44,13 +44,14 @@ func (b *Broker) spend(ctx context.Context, req *wire.SpendRequest, job *jobRec)
 	if id == "" {
 		id = "plan-" + randomHex()
 	}
+	ref := planRef{req.User, id}
 	// A round leaves a plan alone while a try of it is on here, from
 	// before its record exists (it would carry on a plan it sees starting
 	// with no try on it).
-	defer b.starting(id)()
+	defer b.starting(ref)()
 	fp := spendFingerprint(req)
 	var failedRev uint64 // a failed plan's id may be used again
-	v, ok, err := b.store.fetch(ctx, id, false)
+	v, ok, err := b.store.fetch(ctx, ref, false)
 	if err != nil {
 		return wire.SpendReply{}, err
 	}
@@ -92,7 +93,7 @@ func (b *Broker) spend(ctx context.Context, req *wire.SpendRequest, job *jobRec)
 		rev, err = b.store.create(ctx, rec)
 	}
 	if errors.Is(err, errExists) {
-		v, ok, err := b.store.fetch(ctx, id, true)
+		v, ok, err := b.store.fetch(ctx, ref, true)
 		switch {
 		case err != nil:
 			return wire.SpendReply{}, err
@@ -118,7 +119,7 @@ func (b *Broker) spend(ctx context.Context, req *wire.SpendRequest, job *jobRec)
 // rather than finding it failed; an agent not answering leaves the plan
 // running, its bids to come. reused says the id was a failed plan's.
 func (b *Broker) start(ctx context.Context, rec *planRecord, rev uint64, now time.Time, reused bool) (wire.SpendReply, error) {
-	defer b.starting(rec.Plan.ID)()
+	defer b.starting(refOf(&rec.Plan))()
 	if _, err := b.cfg.Bank.Hold(ctx, &wire.HoldRequest{ID: rec.Plan.Hold, User: rec.Plan.User, Amount: rec.Plan.Budget,
 		Expires: rec.Plan.End.Add(b.cfg.Settle + b.cfg.HoldGrace), Hosts: planHosts(rec), Memo: planMemo + rec.Plan.ID, Mandate: rec.Mandate}); err != nil {
 		if errors.Is(err, wire.ErrConflict) && reused {
@@ -140,7 +141,7 @@ func (b *Broker) start(ctx context.Context, rec *planRecord, rev uint64, now tim
 			return b.cutOff(ctx, rec, rev, now, err, undecided(err))
 		}
 		// Another try of the same plan wrote first.
-		v, ok, err := b.store.fetch(ctx, rec.Plan.ID, true)
+		v, ok, err := b.store.fetch(ctx, refOf(&rec.Plan), true)
 		switch {
 		case err != nil:
 			return wire.SpendReply{}, err
@@ -167,14 +168,13 @@ var awaitStartRetry = retry.Options{InitialBackoff: 20 * time.Millisecond}
 // plan to end, and answers as it ended; if the plan does not run, the bids
 // this try placed are withdrawn.
 func (b *Broker) awaitStart(ctx context.Context, rec *planRecord, now time.Time) (wire.SpendReply, error) {
-	id := rec.Plan.ID
 	r := retry.Start(ctx, awaitStartRetry)
 	r.Next() // the try that found the plan starting was the first
 	for {
 		if !r.Next() {
-			return wire.SpendReply{}, fmt.Errorf("%w: plan %q is being started by another try; retry with the same id", wire.ErrUnavailable, id)
+			return wire.SpendReply{}, fmt.Errorf("%w: plan %q is being started by another try; retry with the same id", wire.ErrUnavailable, rec.Plan.ID)
 		}
-		v, ok, err := b.store.fetch(ctx, id, true)
+		v, ok, err := b.store.fetch(ctx, refOf(&rec.Plan), true)
 		switch {
 		case err != nil || !ok || v.rec.Plan.Status == planStarting:
 			continue
@@ -213,28 +213,28 @@ func planHosts(rec *planRecord) []string {
 	return slices.Compact(hosts)
 }
 
-// starting marks plan id as being started here until the function it
+// starting marks plan ref as being started here until the function it
 // returns is called: a round leaves it alone meanwhile.
-func (b *Broker) starting(id string) func() {
+func (b *Broker) starting(ref planRef) func() {
 	b.startMu.Lock()
-	b.inStart[id]++
+	b.inStart[ref]++
 	b.startMu.Unlock()
 	return func() {
 		b.startMu.Lock()
-		if b.inStart[id]--; b.inStart[id] <= 0 {
-			delete(b.inStart, id)
+		if b.inStart[ref]--; b.inStart[ref] <= 0 {
+			delete(b.inStart, ref)
 		}
 		b.startMu.Unlock()
 	}
 }
 
 // startingHere is the set of plans being started here now.
-func (b *Broker) startingHere() map[string]bool {
+func (b *Broker) startingHere() map[planRef]bool {
 	b.startMu.Lock()
 	defer b.startMu.Unlock()
-	out := make(map[string]bool, len(b.inStart))
-	for id := range b.inStart {
-		out[id] = true
+	out := make(map[planRef]bool, len(b.inStart))
+	for ref := range b.inStart {
+		out[ref] = true
 	}
 	return out
 }
@@ -317,7 +317,7 @@ func (b *Broker) fail(ctx context.Context, rec *planRecord, rev uint64, now time
 	}
 	_, storeErr = b.store.update(ctx, rec, rev)
 	if errors.Is(storeErr, errStale) {
-		if v, ok := b.store.get(rec.Plan.ID); ok && v.rec.Plan.Status == planStarting {
+		if v, ok := b.store.get(refOf(&rec.Plan)); ok && v.rec.Plan.Status == planStarting {
 			_, storeErr = b.store.update(ctx, rec, v.rev)
 		}
 	}
@@ -345,16 +345,16 @@ func (b *Broker) replay(rec *planRecord, fp string) (wire.SpendReply, error) {
 	return wire.SpendReply{Plan: rec.Plan}, nil
 }
 
-// mutate applies f to the latest version of plan id until the write wins
+// mutate applies f to the latest version of plan ref until the write wins
 // the revision race.
-func (b *Broker) mutate(ctx context.Context, id string, f func(rec *planRecord) error) (*planRecord, error) {
+func (b *Broker) mutate(ctx context.Context, ref planRef, f func(rec *planRecord) error) (*planRecord, error) {
 	for try := range 100 {
-		v, ok, err := b.store.fetch(ctx, id, try > 0) // after a lost race, the bucket's version
+		v, ok, err := b.store.fetch(ctx, ref, try > 0) // after a lost race, the bucket's version
 		if err != nil {
 			return nil, err
 		}
 		if !ok {
-			return nil, fmt.Errorf("%w %q", ErrUnknownPlan, id)
+			return nil, fmt.Errorf("%w %q", ErrUnknownPlan, ref.id)
 		}
 		if err := f(v.rec); err != nil {
 			return v.rec, err
@@ -365,26 +365,32 @@ func (b *Broker) mutate(ctx context.Context, id string, f func(rec *planRecord) 
 			return nil, err
 		}
 	}
-	return nil, fmt.Errorf("%w: plan %q kept changing", wire.ErrUnavailable, id)
+	return nil, fmt.Errorf("%w: plan %q kept changing", wire.ErrUnavailable, ref.id)
 }
 
 // errCancelled stops a cancel's mutation of a plan that is no longer
 // running.
 var errCancelled = errors.New("not running")
 
-// usersPlan is plan id as stored, if it started (it may have ended since)
-// and is user's.
+// usersPlan is user's plan id as stored, if it started (it may have ended
+// since). An id only other users' started plans have is refused as
+// theirs, as it was when plan ids were global.
 func (b *Broker) usersPlan(ctx context.Context, id, user string) (versioned, error) {
-	v, ok, err := b.store.fetch(ctx, id, false)
+	v, ok, err := b.store.fetch(ctx, planRef{user, id}, false)
 	switch {
 	case err != nil:
 		return v, err
-	case !ok || v.rec.Plan.Status == wire.PlanFailed:
-		return v, fmt.Errorf("%w %q", ErrUnknownPlan, id)
-	case v.rec.Plan.User != user:
+	case ok && v.rec.Plan.Status != wire.PlanFailed:
+		return v, nil
+	}
+	others := false
+	b.store.each(func(rec *planRecord, _ uint64) {
+		others = others || rec.Plan.ID == id && rec.Plan.User != user && rec.Plan.Status != wire.PlanFailed
+	})
+	if others {
 		return v, fmt.Errorf("%w: plan %q belongs to another user", ErrNotOwner, id)
 	}
-	return v, nil
+	return v, fmt.Errorf("%w %q", ErrUnknownPlan, id)
 }
 
 // Cancel ends a running plan now and releases what it did not spend.
@@ -414,7 +420,8 @@ func (b *Broker) Cancel(ctx context.Context, req *wire.CancelRequest) (wire.Plan
 	// release): the cancel's release may have failed, and this is its
 	// retry.
 	var stop []bidChange
-	rec, err := b.mutate(ctx, req.Plan, func(rec *planRecord) error {
+	ref := planRef{req.User, req.Plan}
+	rec, err := b.mutate(ctx, ref, func(rec *planRecord) error {
 		if rec.Plan.Status != wire.PlanRunning && rec.Plan.Status != planStarting {
 			return errCancelled
 		}
@@ -440,7 +447,7 @@ func (b *Broker) Cancel(ctx context.Context, req *wire.CancelRequest) (wire.Plan
 	if rec.Plan.Released == rel.Hold.Released {
 		return rec.Plan, nil
 	}
-	rec, err = b.mutate(ctx, req.Plan, func(rec *planRecord) error {
+	rec, err = b.mutate(ctx, ref, func(rec *planRecord) error {
 		rec.Plan.Released = rel.Hold.Released
 		return nil
 	})
@@ -473,7 +480,7 @@ func (b *Broker) Adjust(ctx context.Context, req *wire.AdjustRequest) (wire.Plan
 		}
 	}
 	now := b.cfg.Now()
-	rec, err := b.mutate(ctx, req.Plan, func(rec *planRecord) error {
+	rec, err := b.mutate(ctx, planRef{req.User, req.Plan}, func(rec *planRecord) error {
 		if rec.Adjusts[req.ID] {
 			return nil
 		}
@@ -516,15 +523,15 @@ func (b *Broker) Adjust(ctx context.Context, req *wire.AdjustRequest) (wire.Plan
 // stage move to it, never back. Idle VMs alone cannot tell when stages run
 // back to back on the same VMs.
 func (b *Broker) StageStarted(ctx context.Context, user, workflow, stage string) error {
-	var ids []string
+	var refs []planRef
 	b.store.each(func(rec *planRecord, _ uint64) {
 		if rec.Plan.User == user && rec.Plan.Status == wire.PlanRunning && wire.StagedStrategy(rec.Plan.Strategy) {
-			ids = append(ids, rec.Plan.ID)
+			refs = append(refs, refOf(&rec.Plan))
 		}
 	})
 	var errs []error
-	for _, id := range ids {
-		_, err := b.mutate(ctx, id, func(rec *planRecord) error {
+	for _, ref := range refs {
+		_, err := b.mutate(ctx, ref, func(rec *planRecord) error {
 			for i, w := range rec.Plan.Workflows {
 				if w.Name != workflow {
 					continue
@@ -559,7 +566,10 @@ func (b *Broker) Plans(req *wire.PlansRequest) wire.PlansReply {
 		if !rep.Plans[i].Start.Equal(rep.Plans[j].Start) {
 			return rep.Plans[i].Start.Before(rep.Plans[j].Start)
 		}
-		return rep.Plans[i].ID < rep.Plans[j].ID
+		if rep.Plans[i].ID != rep.Plans[j].ID {
+			return rep.Plans[i].ID < rep.Plans[j].ID
+		}
+		return rep.Plans[i].User < rep.Plans[j].User
 	})
 	return rep
 }

@@ -72,15 +72,15 @@ func (b *Broker) recoverHolds(ctx context.Context, now time.Time) (int, error) {
 	}
 	b.recovered.listed(now)
 	known := map[string]bool{}
-	b.store.each(func(rec *planRecord, _ uint64) { known[rec.Plan.Hold] = true })
+	b.store.each(func(rec *planRecord, _ uint64) { known[holdOf(rec.Plan.User, rec.Plan.Hold)] = true })
 	n := 0
 	var errs []error
 	for _, h := range rep.Holds {
 		id := strings.TrimPrefix(h.Memo, planMemo)
-		if known[h.ID] || wire.CheckID("plan id", id) != nil {
+		if known[holdOf(h.User, h.ID)] || wire.CheckID("plan id", id) != nil {
 			continue
 		}
-		if _, ok := b.store.get(id); ok {
+		if _, ok := b.store.get(planRef{h.User, id}); ok {
 			continue // a plan of that id runs with another hold: not ours to touch
 		}
 		if err := b.recoverHold(ctx, id, h, now); err != nil {

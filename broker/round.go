@@ -35,13 +35,13 @@ type round struct {
 	beats        map[string]time.Time
 	view         roundView
 	// startingHere are the plans a try of start is on in this process.
-	startingHere map[string]bool
+	startingHere map[planRef]bool
 }
 
 // roundView is what a round of one plan needs to know of the others: the
 // bottleneck plans' capped boosts and which admitted jobs run (EDF).
 type roundView struct {
-	boosts map[string]float64
+	boosts map[planRef]float64
 	jobs   strategies.EDFRun
 }
 
@@ -150,7 +150,7 @@ func (r *round) decide(v versioned, want func() strategies.Decision) step {
 		// bids kept failing): fail it and release its hold rather than
 		// leave it starting with money held.
 		st.action = actFail
-	case rec.Plan.Status == planStarting && (st.takeOver || !r.startingHere[rec.Plan.ID] && r.now.Sub(rec.Plan.Start) > 2*r.tick):
+	case rec.Plan.Status == planStarting && (st.takeOver || !r.startingHere[refOf(&rec.Plan)] && r.now.Sub(rec.Plan.Start) > 2*r.tick):
 		// Its replica died setting it up, or the spend starting it here
 		// gave up on an outage: the user's signed spend is carried on,
 		// as a retry of it by its id would.
@@ -195,7 +195,7 @@ func (b *Broker) execute(ctx context.Context, r *round, st step) []error {
 	changed, errs := b.apply(ctx, rec, r.now, st.stage, st.changes)
 	if changed {
 		if _, err := b.store.update(ctx, rec, rev); errors.Is(err, errStale) {
-			b.withdrawIfEnded(ctx, rec.Plan.ID, st.changes)
+			b.withdrawIfEnded(ctx, refOf(&rec.Plan), st.changes)
 		} else if err != nil {
 			errs = append(errs, err)
 		}
@@ -203,11 +203,11 @@ func (b *Broker) execute(ctx context.Context, r *round, st step) []error {
 	return errs
 }
 
-// withdrawIfEnded cancels the bids a round just set for plan id if the
+// withdrawIfEnded cancels the bids a round just set for plan ref if the
 // plan ended while they were on their way (a cancel won the record): the
 // cancel stopped the bids it knew of, not these.
-func (b *Broker) withdrawIfEnded(ctx context.Context, id string, sent []bidChange) {
-	v, ok, err := b.store.fetch(ctx, id, true)
+func (b *Broker) withdrawIfEnded(ctx context.Context, ref planRef, sent []bidChange) {
+	v, ok, err := b.store.fetch(ctx, ref, true)
 	if err != nil || !ok || v.rec.Plan.Status == wire.PlanRunning || v.rec.Plan.Status == planStarting {
 		return // still on: the next round reconciles it
 	}
@@ -220,7 +220,7 @@ func (b *Broker) withdrawIfEnded(ctx context.Context, id string, sent []bidChang
 		for i, bid := range c.req.Set {
 			vms[i] = bid.VM
 		}
-		stop = append(stop, cancelOn(c.host, id, vms))
+		stop = append(stop, cancelOn(c.host, ref.id, vms))
 	}
 	b.stopBids(ctx, stop)
 }
@@ -295,8 +295,8 @@ func (b *Broker) view(strategy string) roundView {
 
 // cappedBoosts is every running plan's boost whose strategy reads one
 // (bottleneck elimination), scaled so their sum stays within MaxBoost.
-func (b *Broker) cappedBoosts() map[string]float64 {
-	var ids []string
+func (b *Broker) cappedBoosts() map[planRef]float64 {
+	var refs []planRef
 	var boosts []float64
 	b.store.each(func(rec *planRecord, _ uint64) {
 		p := &rec.Plan
@@ -304,14 +304,14 @@ func (b *Broker) cappedBoosts() map[string]float64 {
 			return
 		}
 		if st, err := strategies.ByName(p.Strategy); err == nil && st.Reads()&strategies.ReadsBoost != 0 {
-			ids = append(ids, p.ID)
+			refs = append(refs, refOf(p))
 			boosts = append(boosts, p.Boost)
 		}
 	})
 	capped := strategies.CapBoosts(boosts, b.cfg.MaxBoost)
-	out := make(map[string]float64, len(ids))
-	for i, id := range ids {
-		out[id] = capped[i]
+	out := make(map[planRef]float64, len(refs))
+	for i, ref := range refs {
+		out[ref] = capped[i]
 	}
 	return out
 }

@@ -53,7 +53,7 @@ func TestDecide(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			asked := false
-			r.startingHere = map[string]bool{"p": c.name == "starting here: a try of start is on it"}
+			r.startingHere = map[planRef]bool{{"u", "p"}: c.name == "starting here: a try of start is on it"}
 			st := r.decide(versioned{c.rec, 1}, func() strategies.Decision { asked = true; return c.wants })
 			got := []string{[]string{"none", "fail", "settle", "rebid", "start"}[st.action]}
 			if st.takeOver {

@@ -43,7 +43,7 @@ type sealing struct {
 	refused, deleted, bucketLost atomic.Int64
 
 	mu      sync.Mutex
-	damaged map[string]string // plan id → what happened, to restore
+	damaged map[planRef]string // plan → what happened, to restore
 }
 
 // encode is rec as stored: sealed when there is a signer.
@@ -63,9 +63,12 @@ func (s *sealing) seal(purpose string, body []byte) ([]byte, error) {
 	return json.Marshal(s.signer.Seal(purpose, body))
 }
 
-// open reads the record stored for plan id, checking its seal when the
-// store verifies.
-func (s *sealing) open(id string, value []byte) (*planRecord, error) {
+// open reads the record stored for user's plan id (user "": a key from
+// before plan ids were each user's, which names the id alone), checking
+// its seal when the store verifies. The seal names the id; the key names
+// the user too, so a broker's record of one user's plan put under another
+// user's key of that id is refused.
+func (s *sealing) open(user, id string, value []byte) (*planRecord, error) {
 	body, err := s.unseal(PlanPurpose(id), value)
 	if err != nil {
 		return nil, err
@@ -74,8 +77,8 @@ func (s *sealing) open(id string, value []byte) (*planRecord, error) {
 	if err := json.Unmarshal(body, &rec); err != nil {
 		return nil, fmt.Errorf("%w: plan record: %v", wire.ErrBadSeal, err)
 	}
-	if rec.Plan.ID != id {
-		return nil, fmt.Errorf("%w: record of plan %q under the key of %q", wire.ErrWrongPlace, rec.Plan.ID, id)
+	if rec.Plan.ID != id || user != "" && rec.Plan.User != user {
+		return nil, fmt.Errorf("%w: record of %s's plan %q under the key of %s's %q", wire.ErrWrongPlace, rec.Plan.User, rec.Plan.ID, user, id)
 	}
 	return &rec, nil
 }
@@ -126,45 +129,51 @@ func (s *sealing) broker(key string) error {
 
 // refuse reports a record that failed to open; known says the mirror has
 // the plan to restore.
-func (s *sealing) refuse(id string, err error, known bool) {
+func (s *sealing) refuse(ref planRef, err error, known bool) {
 	s.refused.Add(1)
 	s.metrics.Error("broker", "forged_plan")
-	s.report("plan record refused", id, err)
+	s.report("plan record refused", ref, err)
 	if known {
-		s.markDamaged(id, "refused")
+		s.markDamaged(ref, "refused")
 	}
 }
 
 // lost reports a plan key deleted or purged.
-func (s *sealing) lost(id, what string, known bool) {
+func (s *sealing) lost(ref planRef, what string, known bool) {
 	s.deleted.Add(1)
 	s.metrics.Error("broker", "plan_deleted")
-	s.report("plan record "+what, id, nil)
+	s.report("plan record "+what, ref, nil)
 	if known {
-		s.markDamaged(id, what)
+		s.markDamaged(ref, what)
 	}
 }
 
-func (s *sealing) report(msg, id string, err error) {
+// report logs msg about plan (a planRef, or "*" for the whole bucket).
+func (s *sealing) report(msg string, plan fmt.Stringer, err error) {
 	if err != nil {
-		s.logger.Warn("broker: "+msg, "plan", id, "err", err)
+		s.logger.Warn("broker: "+msg, "plan", plan.String(), "err", err)
 		return
 	}
-	s.logger.Warn("broker: "+msg, "plan", id)
+	s.logger.Warn("broker: "+msg, "plan", plan.String())
 }
 
-func (s *sealing) markDamaged(id, what string) {
+// allPlans stands for every plan in a report.
+type allPlans struct{}
+
+func (allPlans) String() string { return "*" }
+
+func (s *sealing) markDamaged(ref planRef, what string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.damaged[id] = what
+	s.damaged[ref] = what
 }
 
-func (s *sealing) takeDamaged() []string {
+func (s *sealing) takeDamaged() []planRef {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]string, 0, len(s.damaged))
-	for id := range s.damaged {
-		out = append(out, id)
+	out := make([]planRef, 0, len(s.damaged))
+	for ref := range s.damaged {
+		out = append(out, ref)
 	}
 	clear(s.damaged)
 	return out

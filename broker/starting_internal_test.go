@@ -76,7 +76,7 @@ func TestHalfStartedSpend(t *testing.T) {
 			if ps := b.Plans(&wire.PlansRequest{User: "alice"}).Plans; len(ps) != 1 || ps[0].Status != planStarting {
 				t.Fatalf("plans of a half-started spend: %+v", ps)
 			}
-			status := func() string { v, _ := b.store.get("p1"); return v.rec.Plan.Status }
+			status := func() string { v, _ := b.store.get(planRef{"alice", "p1"}); return v.rec.Plan.Status }
 			switch then {
 			case "cancel":
 				p, err := b.Cancel(ctx, &wire.CancelRequest{Plan: "p1", User: "alice"})
@@ -199,7 +199,7 @@ func TestCancelOvertakingARoundLeavesNoBid(t *testing.T) {
 	if agents.onSet != nil {
 		t.Fatal("the round sent no bid: nothing raced")
 	}
-	if v, _ := survivor.store.get("p1"); v.rec.Plan.Status != wire.PlanCancelled {
+	if v, _ := survivor.store.get(planRef{"alice", "p1"}); v.rec.Plan.Status != wire.PlanCancelled {
 		t.Fatalf("plan %s, want cancelled", v.rec.Plan.Status)
 	}
 	if len(agents.book) != 0 {

@@ -92,9 +92,9 @@ func (b *Broker) signingNow() time.Time {
 }
 
 // subscribe takes the live states. Checking a seal costs a signature
-// verification (~0.1 ms): one subscription callback would keep up with
-// ~10,000 hosts a second at best, so with identities the states are
-// checked by GOMAXPROCS workers, each host's always by the same one (its
+// verification, too slow for one subscription callback to keep up with a
+// large market's hosts (docs/MEASUREMENTS.md), so with identities the
+// states are checked by GOMAXPROCS workers, each host's always by the same one (its
 // states stay in order). Without identities the callback observes them
 // itself, as before. unsubscribe stops both.
 func (in *stateIntake) subscribe(nc *nats.Conn) (unsubscribe func(), err error) {

@@ -75,6 +75,15 @@ func (r *planRecord) clone() *planRecord {
 	return &c
 }
 
+// planRef names a plan: its user and its id. A plan id is its user's own:
+// two users' plans of one id are two plans, so no user blocks another's
+// spend or submit by taking its id first.
+type planRef struct{ user, id string }
+
+func refOf(p *wire.Plan) planRef { return planRef{p.User, p.ID} }
+
+func (r planRef) String() string { return r.user + "/" + r.id }
+
 // versioned is a plan with the revision it was read at.
 type versioned struct {
 	rec *planRecord
@@ -87,12 +96,12 @@ type versioned struct {
 type planStore interface {
 	create(ctx context.Context, rec *planRecord) (uint64, error)
 	update(ctx context.Context, rec *planRecord, rev uint64) (uint64, error)
-	get(id string) (versioned, bool)
+	get(ref planRef) (versioned, bool)
 	// fetch is get for a request that must not act on a stale copy:
 	// the mirror's when it has the plan and fresh is false, else the
 	// bucket's as it is now (a replica's mirror may lag the bucket, and
 	// be missing a plan another replica just wrote).
-	fetch(ctx context.Context, id string, fresh bool) (versioned, bool, error)
+	fetch(ctx context.Context, ref planRef, fresh bool) (versioned, bool, error)
 	list() []versioned
 	// each calls f on every plan, read-only, without copying.
 	each(f func(rec *planRecord, rev uint64))
@@ -109,7 +118,7 @@ type planStore interface {
 // memStore is a plan store in memory, for a broker without JetStream.
 type memStore struct {
 	mu      sync.Mutex
-	plans   map[string]versioned
+	plans   map[planRef]versioned
 	beats   map[string]time.Time
 	commits map[string]versionedCommit // host → its commitment record
 	rev     uint64
@@ -123,43 +132,43 @@ type MemoryPlans struct{ s *memStore }
 func NewMemoryPlans() *MemoryPlans { return &MemoryPlans{newMemStore()} }
 
 func newMemStore() *memStore {
-	return &memStore{plans: map[string]versioned{}, beats: map[string]time.Time{}, commits: map[string]versionedCommit{}}
+	return &memStore{plans: map[planRef]versioned{}, beats: map[string]time.Time{}, commits: map[string]versionedCommit{}}
 }
 
 func (s *memStore) create(_ context.Context, rec *planRecord) (uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.plans[rec.Plan.ID]; ok {
+	if _, ok := s.plans[refOf(&rec.Plan)]; ok {
 		return 0, errExists
 	}
 	s.rev++
-	s.plans[rec.Plan.ID] = versioned{rec.clone(), s.rev}
+	s.plans[refOf(&rec.Plan)] = versioned{rec.clone(), s.rev}
 	return s.rev, nil
 }
 
 func (s *memStore) update(_ context.Context, rec *planRecord, rev uint64) (uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if cur, ok := s.plans[rec.Plan.ID]; !ok || cur.rev != rev {
+	if cur, ok := s.plans[refOf(&rec.Plan)]; !ok || cur.rev != rev {
 		return 0, errStale
 	}
 	s.rev++
-	s.plans[rec.Plan.ID] = versioned{rec.clone(), s.rev}
+	s.plans[refOf(&rec.Plan)] = versioned{rec.clone(), s.rev}
 	return s.rev, nil
 }
 
-func (s *memStore) get(id string) (versioned, bool) {
+func (s *memStore) get(ref planRef) (versioned, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	v, ok := s.plans[id]
+	v, ok := s.plans[ref]
 	if ok {
 		v.rec = v.rec.clone()
 	}
 	return v, ok
 }
 
-func (s *memStore) fetch(_ context.Context, id string, _ bool) (versioned, bool, error) {
-	v, ok := s.get(id)
+func (s *memStore) fetch(_ context.Context, ref planRef, _ bool) (versioned, bool, error) {
+	v, ok := s.get(ref)
 	return v, ok, nil
 }
 
@@ -219,6 +228,12 @@ type kvStore struct {
 	mem *memStore // the mirror
 	*sealing
 
+	// keys is the bucket key of each plan of the mirror, refs the plan of
+	// each key (guarded by mem.mu): a plan stored before plan ids were
+	// each user's keeps the key of its id alone (planKeyOf).
+	keys map[planRef]string
+	refs map[string]planRef
+
 	// kvMu guards the bucket and its watch, replaced when the bucket is
 	// found gone (recreate).
 	kvMu     sync.Mutex
@@ -250,18 +265,32 @@ const (
 	replicaPrefix = "replica."
 )
 
-// planKey encodes a plan id as a KV key (ids may hold characters keys may not).
-func planKey(id string) string { return planPrefix + base64.RawURLEncoding.EncodeToString([]byte(id)) }
+// PlanKey is the MRM_PLANS key of user's plan id: "plan.<user>.<id>",
+// each base64url-encoded (ids may hold characters keys may not).
+func PlanKey(user, id string) string {
+	return planPrefix + base64.RawURLEncoding.EncodeToString([]byte(user)) + "." + base64.RawURLEncoding.EncodeToString([]byte(id))
+}
 
-// planIDOf decodes a plan key's id.
-func planIDOf(key string) (string, bool) {
-	id, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(key, planPrefix))
-	return string(id), err == nil && strings.HasPrefix(key, planPrefix)
+// planKeyOf decodes a plan key: user and id, or for a key from before plan
+// ids were each user's ("plan.<id>") the id alone, its user "" (the
+// record says whose it is).
+func planKeyOf(key string) (user, id string, ok bool) {
+	rest, ok := strings.CutPrefix(key, planPrefix)
+	if !ok {
+		return "", "", false
+	}
+	u, i, namespaced := strings.Cut(rest, ".")
+	if !namespaced {
+		u, i = "", rest
+	}
+	ub, uerr := base64.RawURLEncoding.DecodeString(u)
+	ib, ierr := base64.RawURLEncoding.DecodeString(i)
+	return string(ub), string(ib), uerr == nil && ierr == nil && len(ib) > 0 && (!namespaced || len(ub) > 0)
 }
 
 func newKVStore(ctx context.Context, kv jetstream.KeyValue, seal *sealing) (*kvStore, error) {
-	seal.damaged = map[string]string{}
-	s := &kvStore{mem: newMemStore(), sealing: seal}
+	seal.damaged = map[planRef]string{}
+	s := &kvStore{mem: newMemStore(), sealing: seal, keys: map[planRef]string{}, refs: map[string]planRef{}}
 	if err := s.watch(ctx, kv); err != nil {
 		return nil, err
 	}
@@ -334,11 +363,11 @@ func (s *kvStore) rewatch() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := s.watch(ctx, kv); err != nil {
-		s.report("plan bucket watch stalled, and following it anew failed", "*", err)
+		s.report("plan bucket watch stalled, and following it anew failed", allPlans{}, err)
 		return
 	}
 	_ = old.Stop()
-	s.report("plan bucket watch stalled: following it anew", "*", nil)
+	s.report("plan bucket watch stalled: following it anew", allPlans{}, nil)
 }
 
 // bucket is the plan bucket, each read and write bounded by one daemon
@@ -360,43 +389,78 @@ func (s *kvStore) apply(key string, value []byte, rev uint64, op jetstream.KeyVa
 		}
 		return
 	}
-	id, ok := planIDOf(key)
+	user, id, ok := planKeyOf(key)
 	if !ok {
 		return
 	}
+	ref, known := s.refAt(key, user, id)
 	if op != jetstream.KeyValuePut {
-		s.lost(id, "deleted", s.has(id, rev))
+		s.lost(ref, "deleted", known && s.has(ref, rev))
 		return
 	}
-	if s.seen(id, rev) {
+	if known && s.seen(ref, rev) {
 		return // our own write, mirrored already: no need to open it again
 	}
-	rec, err := s.open(id, value)
+	rec, err := s.open(user, id, value)
 	if err != nil {
-		s.refuse(id, err, s.has(id, rev))
+		s.refuse(ref, err, known && s.has(ref, rev))
 		return
+	}
+	s.put(key, rec, rev)
+}
+
+// refAt is the plan stored under key (of user and id, user "" for a key of
+// the id alone), and whether the mirror knows which it is.
+func (s *kvStore) refAt(key, user, id string) (planRef, bool) {
+	if user != "" {
+		return planRef{user, id}, true
 	}
 	s.mem.mu.Lock()
 	defer s.mem.mu.Unlock()
-	if cur, ok := s.mem.plans[id]; !ok || cur.rev < rev {
-		s.mem.plans[id] = versioned{rec, rev}
+	ref, ok := s.refs[key]
+	if !ok {
+		ref = planRef{"", id}
+	}
+	return ref, ok
+}
+
+// put mirrors rec, stored under key at revision rev, unless the mirror has
+// it at a later revision.
+func (s *kvStore) put(key string, rec *planRecord, rev uint64) {
+	ref := refOf(&rec.Plan)
+	s.mem.mu.Lock()
+	defer s.mem.mu.Unlock()
+	if cur, ok := s.mem.plans[ref]; !ok || cur.rev < rev {
+		s.mem.plans[ref] = versioned{rec, rev}
+		s.keys[ref], s.refs[key] = key, ref
 	}
 }
 
-// seen reports whether the mirror has plan id at revision rev or later.
-func (s *kvStore) seen(id string, rev uint64) bool {
+// keyOf is the bucket key of plan ref: the one it is stored under, or
+// PlanKey for a plan not stored yet.
+func (s *kvStore) keyOf(ref planRef) string {
 	s.mem.mu.Lock()
 	defer s.mem.mu.Unlock()
-	cur, ok := s.mem.plans[id]
+	if key, ok := s.keys[ref]; ok {
+		return key
+	}
+	return PlanKey(ref.user, ref.id)
+}
+
+// seen reports whether the mirror has plan ref at revision rev or later.
+func (s *kvStore) seen(ref planRef, rev uint64) bool {
+	s.mem.mu.Lock()
+	defer s.mem.mu.Unlock()
+	cur, ok := s.mem.plans[ref]
 	return ok && cur.rev >= rev
 }
 
-// has reports whether the mirror has plan id from before revision rev
+// has reports whether the mirror has plan ref from before revision rev
 // (what a damaged key is restored from).
-func (s *kvStore) has(id string, rev uint64) bool {
+func (s *kvStore) has(ref planRef, rev uint64) bool {
 	s.mem.mu.Lock()
 	defer s.mem.mu.Unlock()
-	cur, ok := s.mem.plans[id]
+	cur, ok := s.mem.plans[ref]
 	return ok && cur.rev < rev
 }
 
@@ -405,25 +469,20 @@ func (s *kvStore) create(ctx context.Context, rec *planRecord) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	rev, err := s.bucket().Create(ctx, planKey(rec.Plan.ID), data)
+	ref := refOf(&rec.Plan)
+	if _, ok := s.mem.get(ref); ok {
+		return 0, errExists // perhaps under the key of a plan from before plan ids were each user's
+	}
+	key := s.keyOf(ref)
+	rev, err := s.bucket().Create(ctx, key, data)
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		return 0, errExists
 	}
 	if err != nil {
 		return 0, fmt.Errorf("%w: plan store: %v", wire.ErrUnavailable, err)
 	}
-	s.mirror(rec, rev)
+	s.put(key, rec.clone(), rev)
 	return rev, nil
-}
-
-// mirror records our own successful write without waiting for the watch
-// (which then brings the same revision, ignored).
-func (s *kvStore) mirror(rec *planRecord, rev uint64) {
-	s.mem.mu.Lock()
-	defer s.mem.mu.Unlock()
-	if cur, ok := s.mem.plans[rec.Plan.ID]; !ok || cur.rev < rev {
-		s.mem.plans[rec.Plan.ID] = versioned{rec.clone(), rev}
-	}
 }
 
 func (s *kvStore) update(ctx context.Context, rec *planRecord, rev uint64) (uint64, error) {
@@ -431,14 +490,15 @@ func (s *kvStore) update(ctx context.Context, rec *planRecord, rev uint64) (uint
 	if err != nil {
 		return 0, err
 	}
-	nrev, err := s.bucket().Update(ctx, planKey(rec.Plan.ID), data, rev)
+	key := s.keyOf(refOf(&rec.Plan))
+	nrev, err := s.bucket().Update(ctx, key, data, rev)
 	if err != nil {
-		if wrongLastSequence(err) {
+		if natsutil.WrongLastSequence(err) {
 			return 0, errStale
 		}
 		return 0, fmt.Errorf("%w: plan store: %v", wire.ErrUnavailable, err)
 	}
-	s.mirror(rec, nrev)
+	s.put(key, rec.clone(), nrev)
 	return nrev, nil
 }
 
@@ -446,8 +506,8 @@ func (s *kvStore) update(ctx context.Context, rec *planRecord, rev uint64) (uint
 // or overwritten by a record no broker sealed (see apply). Tick calls it.
 func (s *kvStore) repair(ctx context.Context) error {
 	var errs []error
-	for _, id := range s.takeDamaged() {
-		v, ok := s.mem.get(id)
+	for _, ref := range s.takeDamaged() {
+		v, ok := s.mem.get(ref)
 		if !ok {
 			continue
 		}
@@ -456,34 +516,35 @@ func (s *kvStore) repair(ctx context.Context) error {
 			errs = append(errs, err)
 			continue
 		}
-		rev, err := s.bucket().Put(ctx, planKey(id), data)
+		key := s.keyOf(ref)
+		rev, err := s.bucket().Put(ctx, key, data)
 		if err != nil {
-			s.markDamaged(id, "restore failed")
-			errs = append(errs, fmt.Errorf("%w: restoring plan %s: %v", wire.ErrUnavailable, id, err))
+			s.markDamaged(ref, "restore failed")
+			errs = append(errs, fmt.Errorf("%w: restoring plan %s: %v", wire.ErrUnavailable, ref, err))
 			continue
 		}
-		s.mirror(v.rec, rev)
-		s.report("plan restored", id, nil)
+		s.put(key, v.rec, rev)
+		s.report("plan restored", ref, nil)
 	}
 	return errors.Join(errs...)
 }
 
-func (s *kvStore) get(id string) (versioned, bool) { return s.mem.get(id) }
+func (s *kvStore) get(ref planRef) (versioned, bool) { return s.mem.get(ref) }
 
-func (s *kvStore) fetch(ctx context.Context, id string, fresh bool) (versioned, bool, error) {
-	if v, ok := s.mem.get(id); ok && !fresh {
+func (s *kvStore) fetch(ctx context.Context, ref planRef, fresh bool) (versioned, bool, error) {
+	if v, ok := s.mem.get(ref); ok && !fresh {
 		return v, true, nil
 	}
-	e, err := s.bucket().Get(ctx, planKey(id))
+	e, err := s.bucket().Get(ctx, s.keyOf(ref))
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
-		v, ok := s.mem.get(id)
+		v, ok := s.mem.get(ref)
 		return v, ok, nil
 	case err != nil:
 		return versioned{}, false, fmt.Errorf("%w: plan store: %v", wire.ErrUnavailable, err)
 	}
 	s.apply(e.Key(), e.Value(), e.Revision(), e.Operation())
-	v, ok := s.mem.get(id)
+	v, ok := s.mem.get(ref)
 	return v, ok, nil
 }
 
@@ -527,7 +588,7 @@ func (s *kvStore) recover(ctx context.Context) error {
 	}
 	s.bucketLost.Add(1)
 	s.metrics.Error("broker", "plan_bucket_lost")
-	s.report("plan bucket "+wire.BucketPlans+" deleted", "*", nil)
+	s.report("plan bucket "+wire.BucketPlans+" deleted", allPlans{}, nil)
 	if s.recreate == nil {
 		return fmt.Errorf("%w: the plan bucket %s is gone", wire.ErrUnavailable, wire.BucketPlans)
 	}
@@ -540,10 +601,14 @@ func (s *kvStore) recover(ctx context.Context) error {
 	for _, v := range s.mem.list() {
 		data, err := s.encode(v.rec)
 		if err == nil {
+			ref := refOf(&v.rec.Plan)
+			key := PlanKey(ref.user, ref.id)
 			var rev uint64
-			if rev, err = kv.Put(ctx, planKey(v.rec.Plan.ID), data); err == nil {
+			if rev, err = kv.Put(ctx, key, data); err == nil {
 				s.mem.mu.Lock()
-				s.mem.plans[v.rec.Plan.ID] = versioned{v.rec, rev} // the new bucket's revisions
+				s.mem.plans[ref] = versioned{v.rec, rev} // the new bucket's revisions
+				delete(s.refs, s.keys[ref])
+				s.keys[ref], s.refs[key] = key, ref
 				s.mem.mu.Unlock()
 			}
 		}
@@ -552,6 +617,6 @@ func (s *kvStore) recover(ctx context.Context) error {
 	if err := s.watch(ctx, kv); err != nil {
 		errs = append(errs, err)
 	}
-	s.report("plan bucket "+wire.BucketPlans+" recreated and plans restored", "*", nil)
+	s.report("plan bucket "+wire.BucketPlans+" recreated and plans restored", allPlans{}, nil)
 	return errors.Join(errs...)
 }

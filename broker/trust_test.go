@@ -347,13 +347,14 @@ func TestForgedBrokerRepliesIgnored(t *testing.T) {
 func TestForgedBidRepliesIgnored(t *testing.T) {
 	ctx := context.Background()
 	_, nc := natstest.Start(t)
-	admin, hostKey, brokerKey := newSigner(t), newSigner(t), newSigner(t)
+	admin, hostKey, brokerKey, aliceKey := newSigner(t), newSigner(t), newSigner(t), newSigner(t)
 	bk, err := bank.Open(filepath.Join(t.TempDir(), "bank.db"), bank.Options{AdminKey: admin.Public()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer bk.Close()
-	for _, p := range []wire.Principal{{Key: hostKey.Public(), Name: "host-1", Role: wire.RoleAgent}, {Key: brokerKey.Public(), Name: "broker", Role: wire.RoleBroker}} {
+	for _, p := range []wire.Principal{{Key: hostKey.Public(), Name: "host-1", Role: wire.RoleAgent}, {Key: brokerKey.Public(), Name: "broker", Role: wire.RoleBroker},
+		{Key: aliceKey.Public(), Name: "alice", Role: wire.RoleUser}} {
 		if _, err := bk.AddPrincipal(ctx, &wire.PrincipalRequest{Key: p.Key, Name: p.Name, Role: p.Role,
 			Cert: wire.SealPrincipal(admin, p.Key, p.Name, p.Role)}); err != nil {
 			t.Fatal(err)

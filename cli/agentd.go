@@ -131,9 +131,11 @@ func libvirtFlags() []ucli.Flag {
 	return []ucli.Flag{
 		&ucli.StringFlag{Name: "libvirt", Usage: "libvirt URI", Value: "qemu:///system", EnvVars: []string{"MRM_LIBVIRT_URI"}},
 		&ucli.BoolFlag{Name: "hard-cap", Usage: "also cap each VM at its share with vcpu_quota (off: caps a former run left are removed)"},
-		&ucli.StringFlag{Name: "disk-mode", Usage: "how disk shares are delivered: auto (throttle), throttle (per-VM caps of the measured bandwidth, re-spread each tick), weights (blkio weights: only under BFQ), none", Value: "auto"},
+		&ucli.StringFlag{Name: "disk-mode", Usage: "how disk shares are delivered: auto (throttle), throttle (per-VM caps of the measured bandwidth, " +
+			"re-spread each tick), weights (blkio weights: only under BFQ), none", Value: "auto"},
 		&ucli.StringFlag{Name: "disk-scheduler", Usage: "switch the block devices behind the managed domains' disks to this I/O scheduler at start (bfq, for --disk-mode weights; empty: leave them)"},
-		&ucli.StringFlag{Name: "net-mode", Usage: "how network shares are delivered, both directions: auto (throttle), throttle (per-VM tap caps by tc of the measured bandwidth, re-spread each tick; none when the host cannot shape taps), none", Value: "auto"},
+		&ucli.StringFlag{Name: "net-mode", Usage: "how network shares are delivered, both directions: auto (throttle), throttle (per-VM tap caps by tc " +
+			"of the measured bandwidth, re-spread each tick; none when the host cannot shape taps), none", Value: "auto"},
 		&ucli.UintFlag{Name: "link-kibps", Usage: "the link's speed per direction (KiB/s): network throttles never divide more (0: measured only)"},
 	}
 }
@@ -195,9 +197,9 @@ func libvirtHost(c *ucli.Context, capacity float64) (func() (agentHost, error), 
 // chooseDiskMode decides how disk shares are delivered, and says why, from
 // the devices behind the managed domains' disks: weights only where every
 // such device runs BFQ (the one scheduler that reads blkio weights), and
-// only when asked, since even under BFQ they were measured to take 20 s to
-// act after a guest starts and to invert for a minute after a
-// pause/resume; throttles otherwise. An operator is never shown disk shares
+// only when asked, since even under BFQ they act only a while after a
+// guest starts and invert for a while after a pause/resume
+// (docs/PLATFORM.md); throttles otherwise. An operator is never shown disk shares
 // nothing delivers: asking for weights where they cannot act is an error.
 func chooseDiskMode(mode string, devs []virt.DiskDevice, devErr error) (string, string, error) {
 	var schedulers []string

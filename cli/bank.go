@@ -111,7 +111,8 @@ func registerBank(c *ucli.Context, b *bank.Bank, anchor string, admin, self *wir
 	}
 	if admin == nil {
 		if p, err := b.Whois(c.Context, self.Public()); err != nil || p.Role != wire.RoleBank || p.Cert == nil {
-			fmt.Fprintf(c.App.ErrWriter, "mrmarket bank: its key %s is not registered: agents will not believe its answers until the admin runs `mrmarket bank principal add --name bank --role bank` with this key\n", self.Public())
+			fmt.Fprintf(c.App.ErrWriter, "mrmarket bank: its key %s is not registered: agents will not believe its answers "+
+				"until the admin runs `mrmarket bank principal add --name bank --role bank` with this key\n", self.Public())
 		}
 		return nil
 	}

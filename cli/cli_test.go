@@ -314,9 +314,24 @@ func TestBankServe(t *testing.T) {
 	// A second command line would race with this one on urfave/cli's global
 	// help flag, so the client side is the bank client the CLI uses.
 	nc := natstest.Connect(t, ns)
-	bc := bank.Client{NC: nc, Keys: wire.CredsDir(filepath.Join(dir, "creds"))}
+	keys := wire.CredsDir(filepath.Join(dir, "creds"))
+	bc := bank.Client{NC: nc, Keys: keys}
 	var rep wire.GrantReply
 	err := testpoll.Wait(10*time.Second, 20*time.Millisecond, func() (err error) {
+		// The bank grants only to registered users: dora first, with the
+		// admin's record (the admin key is the bank's first start's).
+		admin, err := keys.Signer(wire.RoleAdmin, "admin")
+		if err != nil {
+			return err
+		}
+		dora, err := keys.Ensure(wire.RoleUser, "dora")
+		if err != nil {
+			return err
+		}
+		if _, err := bc.AddPrincipal(ctx, &wire.PrincipalRequest{Key: dora.Public(), Name: "dora", Role: wire.RoleUser,
+			Cert: wire.SealPrincipal(admin, dora.Public(), "dora", wire.RoleUser)}); err != nil {
+			return err
+		}
 		rep, err = bc.Grant(ctx, &wire.GrantRequest{ID: "g", User: "dora", Amount: 3_000_000})
 		return err
 	})

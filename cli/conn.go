@@ -168,8 +168,8 @@ func bankConnSigner(ctx context.Context, b *bank.Bank, keys wire.CredsDir, admin
 			return s
 		}
 	}
-	// TODO(trust-B): the bank connects with its own key once [trust] B
-	// registers it; until then as the admin.
+	// Until its own key is registered with role bank, the bank connects as
+	// the admin.
 	return admin
 }
 

@@ -60,9 +60,10 @@ func eventsCommand() *ucli.Command {
 }
 
 // readEvents hands each event of MRM_EVENTS on subject (the last since of
-// them, all when 0) to show; with follow it waits for new ones until ctx
-// ends, without it returns once the events there were at the start are
-// read.
+// them, all when 0) to show, each id once (a publisher may store an event
+// again after the stream's duplicate window, see bank/outbox.go); with
+// follow it waits for new ones until ctx ends, without it returns once the
+// events there were at the start are read.
 func readEvents(ctx context.Context, js jetstream.JetStream, subject string, since time.Duration, follow bool, show func(wire.Event) error) error {
 	unavailable := func(err error) error {
 		return wire.Errorf(wire.ErrUnavailable, "audit stream %s: %v", wire.StreamEvents, err)
@@ -94,6 +95,7 @@ func readEvents(ctx context.Context, js jetstream.JetStream, subject string, sin
 	}
 	defer it.Stop()
 	go func() { <-ctx.Done(); it.Stop() }()
+	shown := map[string]bool{}
 	for {
 		m, err := it.Next()
 		if err != nil {
@@ -106,8 +108,11 @@ func readEvents(ctx context.Context, js jetstream.JetStream, subject string, sin
 		if err := json.Unmarshal(m.Data(), &ev); err != nil {
 			ev = wire.Event{Op: "?", Component: "?"} // not ours: still shown, as unreadable
 		}
-		if err := show(ev); err != nil {
-			return err
+		if ev.ID == "" || !shown[ev.ID] {
+			shown[ev.ID] = true
+			if err := show(ev); err != nil {
+				return err
+			}
 		}
 		meta, err := m.Metadata()
 		if !follow && (err != nil || meta.NumPending == 0) {

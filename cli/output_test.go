@@ -127,7 +127,8 @@ func TestIncomeSaysWhenItPays(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := buf.String()
-	for _, want := range []string{"PERIODS PAID", "alice  10      1h     0             now", "bob    1       24h    2             2026-05-01 20:00:00Z", "first period is paid at once", "the next at 2026-05-01 09:00:00Z"} {
+	for _, want := range []string{"PERIODS PAID", "alice  10      1h     0             now", "bob    1       24h    2             2026-05-01 20:00:00Z",
+		"first period is paid at once", "the next at 2026-05-01 09:00:00Z"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("income set output lacks %q:\n%s", want, got)
 		}

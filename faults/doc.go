@@ -1,4 +1,4 @@
-// Package faults holds the market's fault test (issue 16, [ha]): the
+// Package faults holds the market's fault test: the
 // distributed market as separate processes on one machine — three
 // `mrmarket nats serve` nodes (TLS, NKey users, JetStream R3, the streams and
 // buckets made by the admin's `mrmarket nats assets`, as deploy/README.md

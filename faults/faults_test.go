@@ -19,7 +19,7 @@ import (
 )
 
 // MaxGap is the longest any kind of operation may go unanswered after a
-// kill (issue 16: "no operation failing for more than 5 s").
+// kill: no operation may fail for more than 5 s.
 const MaxGap = 5 * time.Second
 
 // steady is how long the market runs untouched before each fault, and

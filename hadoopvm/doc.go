@@ -11,5 +11,6 @@
 //   - hadoopvm/sim is the discrete-event cluster simulator that runs the real
 //     agents (share rule, charging) and the real broker strategies on a
 //     virtual clock, drives the emulator, and hadoopvm/sim/workload the
-//     seed-003 GridMix, Digg and VideoToon workflows.
+//     GridMix, Digg and VideoToon workflows of Sandholm and Lai's "MapReduce
+//     Optimization Using Regulated Dynamic Prioritization" (docs/PAPERS.md).
 package hadoopvm

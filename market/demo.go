@@ -19,7 +19,8 @@ var DemoStart = time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
 
 // Demo scenario constants: two users whose VMs share two hosts, alice
 // spending twice bob's rate, and a CPU-hungry background VM of a third user
-// (seed 003 §7 runs a background VM on every node) on host-1.
+// (Sandholm and Lai, Regulated Dynamic Prioritization, §7 run a background
+// VM on every node) on host-1.
 const (
 	demoTick     = 10 * time.Second
 	demoDuration = time.Hour

@@ -2,7 +2,6 @@ package market_test
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -204,7 +203,7 @@ func TestForgedPlanRecordsMoveNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := func(id string) string { return "plan." + base64.RawURLEncoding.EncodeToString([]byte(id)) }
+	key := func(id string) string { return broker.PlanKey("bob", id) }
 	// Alice's VM a1 on bob's hold, unsigned.
 	forged := map[string]any{"plan": wire.Plan{ID: "evil", User: "bob", Strategy: wire.StrategyFair, Budget: credits(t, "2"),
 		Duration: wire.Duration(time.Hour), Start: *clock, End: clock.Add(time.Hour), Hold: bobsPlan.Hold, Status: wire.PlanRunning,
@@ -299,7 +298,7 @@ func TestDeletedPlanKeyIsRestored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := "plan." + base64.RawURLEncoding.EncodeToString([]byte("pa"))
+	key := broker.PlanKey("alice", "pa")
 	if err := kv.Delete(ctx, key); err != nil {
 		t.Fatal(err)
 	}
@@ -445,7 +444,7 @@ func TestDeletedPlanBucketIsRecreated(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the plan bucket was not recreated: %v", err)
 	}
-	if _, err := kv.Get(ctx, "plan."+base64.RawURLEncoding.EncodeToString([]byte("pa"))); err != nil {
+	if _, err := kv.Get(ctx, broker.PlanKey("alice", "pa")); err != nil {
 		t.Fatalf("plan pa not restored: %v", err)
 	}
 	if err := m.Tick(ctx, clock.Add(10*time.Second)); err != nil {

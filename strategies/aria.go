@@ -5,7 +5,7 @@ import (
 	"math"
 )
 
-// ARIAProfile is a MapReduce job's profile (seed 004 §3), durations in
+// ARIAProfile is a MapReduce job's profile (ARIA §3), durations in
 // seconds: map tasks, the first reduce wave's shuffle (its part after the
 // maps), typical shuffles, reduce phases.
 type ARIAProfile struct {
@@ -15,7 +15,7 @@ type ARIAProfile struct {
 	ReduceAvg, ReduceMax float64
 }
 
-// ARIABounds are a job's completion-time bounds (seed 004 Eqs. 1–9) for nM
+// ARIABounds are a job's completion-time bounds (ARIA Eqs. 1–9) for nM
 // maps and nR reduces on sM map and sR reduce slots: T_low = A·nM/sM +
 // B·nR/sR + C with the averages (A = M_avg, B = Shtyp_avg + R_avg, C =
 // Sh1_avg − Shtyp_avg), T_up analogously with the maxima and the makespan
@@ -33,7 +33,7 @@ func ARIABounds(p ARIAProfile, nM, nR, sM, sR int) (low, up, avg float64) {
 }
 
 // ARIASlots is the minimum (map, reduce) slots that meet deadline T by the
-// lower bound (seed 004 Eq. 15): with a = A·nM, b = B·nR, D = T − C, the
+// lower bound (ARIA Eq. 15): with a = A·nM, b = B·nR, D = T − C, the
 // Lagrangian optimum m = √a(√a+√b)/D, r = √b(√a+√b)/D, rounded up (always
 // feasible: a/⌈m⌉ + b/⌈r⌉ ≤ D) and checked against the capacity. It is
 // recomputed as tasks finish, with the tasks left.

@@ -16,8 +16,8 @@ type HostPrice struct {
 }
 
 // BestResponse spreads a spending rate X over hosts to maximise the user's
-// utility Σ_j w_j·x_j/(x_j + y_j) given the others' rates y_j (seed 003
-// §5.4; Feldman, Lai and Zhang 2005).
+// utility Σ_j w_j·x_j/(x_j + y_j) given the others' rates y_j (Sandholm
+// and Lai §5.4; Feldman, Lai and Zhang 2005).
 //
 // Derivation. With the Lagrangian L = Σ w_j x_j/(x_j+y_j) − λ(Σ x_j − X),
 // ∂L/∂x_j = w_j y_j/(x_j+y_j)² − λ = 0, so x_j + y_j = sqrt(w_j y_j / λ).

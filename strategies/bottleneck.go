@@ -10,7 +10,7 @@ import (
 )
 
 // BottleneckElimination moves spending from a plan's idle VMs to its busy
-// ones (seed 003, Alg. 5.1): with flat rate r = b/d, n_i idle and n_a active
+// ones (Sandholm and Lai, Alg. 5.1): with flat rate r = b/d, n_i idle and n_a active
 // VMs and boost f ∈ [0, 1), an active VM spends r·(1 + (n_i/n_a)·f) and an
 // idle one r·(1 − f). The mean stays r (Eq. 10), or below it when every VM
 // is idle.
@@ -118,7 +118,7 @@ func (s BottleneckElimination) ActiveIdle(flat float64, ni, na int) (active, idl
 }
 
 // CapBoosts scales the boosts of all plans using bottleneck elimination so
-// that their sum stays within limit (seed 003 §7.4: the system limits the
+// that their sum stays within limit (Sandholm and Lai §7.4: the system limits the
 // aggregate boost to 0.9, so one strategic user gets 0.9, two get 0.45).
 func CapBoosts(boosts []float64, limit float64) []float64 {
 	var sum float64

@@ -14,7 +14,7 @@ type StageProgress struct {
 	Queue, Time time.Duration
 }
 
-// TotalWorkWithQ is Jockey's progress indicator (seed 002 §4.1):
+// TotalWorkWithQ is Jockey's progress indicator (Jockey §4.1):
 // Σ_s f_s·(Q_s + T_s) over Σ_s (Q_s + T_s), in [0, 1].
 func TotalWorkWithQ(stages []StageProgress) float64 {
 	var done, total float64
@@ -81,7 +81,7 @@ func (c CTable) C(p float64, k int) time.Duration {
 	return c.Remaining[i][k]
 }
 
-// JockeyUtility is seed 002's utility of finishing at f minutes for a
+// JockeyUtility is Jockey's utility of finishing at f minutes for a
 // deadline d: 1 until d, falling to −1 at d+10 and −1000 at d+1000.
 func JockeyUtility(f, d float64) float64 {
 	switch {
@@ -95,7 +95,7 @@ func JockeyUtility(f, d float64) float64 {
 	return -1000
 }
 
-// Jockey is the control loop that keeps a job on its deadline (seed 002
+// Jockey is the control loop that keeps a job on its deadline (Jockey
 // §4.3): every period it picks the smallest allocation whose predicted
 // finish (slack × C(p, a), the deadline moved earlier by the dead zone) has
 // the best utility, and moves the allocation a fraction Alpha of the way
@@ -144,8 +144,8 @@ func (j *Jockey) Step(elapsed time.Duration, p float64) (alloc, raw float64, err
 	// deadline, so noise in the progress indicator does not take its
 	// tokens away. [recon] An increase acts at once — the shifted deadline
 	// already leaves D to spare; read literally (no change at all unless D
-	// behind) it met fewer deadlines than without the gate (86–94 % against
-	// 88–95 %, seeds 1–44), and so did a band D either side.
+	// behind) it met fewer deadlines than without the gate, and so did a
+	// band D either side (docs/MEASUREMENTS.md).
 	now := j.Table.atOrBelow(j.alloc)
 	if f := finish(now); raw < j.alloc && f >= deadline-dz.Minutes() {
 		return j.alloc, raw, nil

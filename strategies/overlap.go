@@ -18,7 +18,7 @@ func checkOverlapJob(i int, j OverlapJob) error {
 	return nil
 }
 
-// OverlapJob is a job of Lin et al.'s overlapping tandem queue (seed 001):
+// OverlapJob is a job of Lin et al.'s overlapping tandem queue:
 // released at Release, with Map work at the map station and Shuffle work at
 // the shuffle station (each of capacity 1), whose shuffle may never be
 // further along (as a fraction) than its map.
@@ -38,7 +38,7 @@ const (
 	PolicyKLPS             = "klps" // k-limited processor sharing at the map, sharing at the shuffle (Hadoop's Fair Scheduler)
 )
 
-// LPSLimit is k of k-LPS (seed 001 §5 uses 100).
+// LPSLimit is k of k-LPS (Lin et al. §5 use 100).
 const LPSLimit = 100
 
 type ovState struct {
@@ -209,16 +209,14 @@ func allocate(present []*ovState, policy string) {
 		})
 		serve(order, 1, 1)
 	case PolicySplitSRPT, PolicySplitSRPTLiteral:
-		// Algorithm 2 (seed 001 §4.2): the map-heavy class S1 has μ2 of the
+		// Algorithm 2 (Lin et al. §4.2): the map-heavy class S1 has μ2 of the
 		// map station and μ1 of the shuffle station, the shuffle-heavy
 		// class S2 the rest; SRPT within each, on the remaining map size
 		// in S1 and the remaining shuffle size in S2. The paper's stations
 		// are work-conserving servers, so what one class cannot use — it
 		// is empty, or its jobs' shuffles wait for their maps — goes to the
 		// other; the literal reading leaves it idle, and at load 0.9 its
-		// queue grows without bound (mean response 121–184 over 20,000-job
-		// traces of §5.3's workload, three seeds, against 4.7–8.4
-		// work-conserving; k-LPS 10–28).
+		// queue grows without bound (docs/MEASUREMENTS.md).
 		beta := math.Inf(1)
 		var mapHeavy, shuffleHeavy []*ovState
 		for _, j := range present {
@@ -283,7 +281,7 @@ func allocate(present []*ovState, policy string) {
 	}
 }
 
-// OverlapLowerBound returns Lin et al.'s lower bound (seed 001 §5.1, used in
+// OverlapLowerBound returns Lin et al.'s lower bound (their §5.1, used in
 // §6 to normalise "relative E[T]") on the mean response time (completion −
 // release) that any policy, online or offline, can achieve on jobs.
 //

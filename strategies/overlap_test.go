@@ -26,7 +26,7 @@ func TestOverlapFig2(t *testing.T) {
 
 // TestOverlapPolicies: on random batches every policy finishes every job no
 // earlier than its own work allows, and the SRPT-based policies beat
-// k-LPS's mean response time, as in seed 001 §6.
+// k-LPS's mean response time, as in Lin et al. §6.
 func TestOverlapPolicies(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 1))
 	mean := map[string]float64{}

@@ -7,7 +7,7 @@ import (
 )
 
 // PriceStats are online statistics of one host's price (Welford's running
-// moments), the input of the Prediction strategy (seed 003 §5.4).
+// moments), the input of the Prediction strategy (Sandholm and Lai §5.4).
 type PriceStats struct {
 	N        int64
 	Mean     float64
@@ -39,8 +39,8 @@ func (s *PriceStats) StdDev() float64 {
 }
 
 // Dist is the price's estimated distribution: a normal with the observed
-// moments, truncated at zero (prices are never negative). [recon] seed 003
-// cites its own earlier work for the PDF estimate; a moment-matched normal
+// moments, truncated at zero (prices are never negative). [recon] Sandholm and
+// Lai cite their own earlier work for the PDF estimate; a moment-matched normal
 // is the simplest estimate that answers all three queries in closed form.
 type Dist struct {
 	Mean, StdDev float64

@@ -8,7 +8,7 @@ import (
 )
 
 // Workflow is a group of a plan's VMs that workflow priority weighs as one
-// (seed 003 §5.1), with its stages for stage priority (§5.2).
+// (Sandholm and Lai §5.1), with its stages for stage priority (§5.2).
 type Workflow struct {
 	Name   string
 	Weight float64
@@ -74,7 +74,7 @@ func (WorkflowPriority) Allocate(s Snapshot) Decision {
 	return Decision{Allocs: out, Stage: s.Stage}
 }
 
-// StagePriority is seed 003's stage priority (§5.2): a workflow's part of
+// StagePriority is Sandholm and Lai's stage priority (§5.2): a workflow's part of
 // the budget (Eq. 8) split over its n stages by weight, SP_i = b·w_i/Σw
 // (Eq. 9). [recon] The paper does not say when a stage's part is spent;
 // §7.3 reads it as rates ("all stages with weight 1 received the same

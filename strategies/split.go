@@ -9,7 +9,7 @@ import (
 	"github.com/mrmarket/mrmarket/internal/money"
 )
 
-// WeightSplit divides total by weights exactly (seed 003, Eqs. 8 and 9):
+// WeightSplit divides total by weights exactly (Sandholm and Lai, Eqs. 8 and 9):
 // part i is total·w_i/Σw rounded down, and the micro-credits rounding left
 // over go, one each, to the largest remainders (ties to the earlier part).
 // The parts sum to total; each is within one micro-credit of its exact

@@ -17,7 +17,7 @@
 // that changed.
 //
 //   - fair (FairShare): the budget left, evenly over the VMs, for the time
-//     left — seed 003's baseline.
+//     left — Sandholm and Lai's baseline.
 //   - workflow (WorkflowPriority): split over the workflows by weight
 //     (Eq. 8), each part evenly over the workflow's VMs.
 //   - stage (StagePriority): each workflow's part split over its remaining
@@ -37,6 +37,17 @@
 // on: WeightSplit, CapBoosts, BestResponse.Rates, MRM's queue, price and
 // estimator (mrm.go, estimate.go), ARIA's bounds and slots, Jockey's
 // control loop, Lin et al.'s overlap policies and the price predictions.
+//
+// The papers are cited by short forms (docs/PAPERS.md has them in full):
+// Sandholm and Lai, "MapReduce Optimization Using Regulated Dynamic
+// Prioritization" (the share rule, the spending strategies and the price
+// prediction); MRM, Moshref et al.'s "MRM: Delivering Predictability and
+// Service Differentiation in Shared Compute Clusters"; ARIA, Verma,
+// Cherkasova and Campbell's "ARIA: Automatic Resource Inference and
+// Allocation for MapReduce Environments"; Jockey, Ferguson et al.'s
+// "Jockey: Guaranteed Job Latency in Data Parallel Clusters"; and Lin et
+// al., Lin, Wierman, Zhang and Tan's "Joint Optimization of Overlapping
+// Phases in MapReduce".
 package strategies
 
 import (
@@ -184,7 +195,7 @@ func ByName(name string) (Strategy, error) {
 func Names() []string { return slices.Sorted(maps.Keys(registry)) }
 
 // FairShare spends the budget left evenly over the plan's VMs at a
-// constant rate for the time left (seed 003's baseline): budgets differ by
+// constant rate for the time left (Sandholm and Lai's baseline): budgets differ by
 // at most one micro-credit and sum to what is left.
 type FairShare struct{}
 

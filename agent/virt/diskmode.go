@@ -14,7 +14,7 @@ import (
 // Disk weights act only where the block device's I/O scheduler reads them:
 // libvirt writes blkio.bfq.weight, which BFQ alone honours; under
 // mq-deadline, kyber or none a blkio weight is accepted, reported back,
-// and does nothing (measured: 900 vs 100 gave 0.99–1.01 : 1). So the agent
+// and does nothing (docs/PLATFORM.md). So the agent
 // says at start, for every device backing a managed domain's disks, which
 // scheduler it runs and whether the disk shares it sets are delivered.
 

@@ -46,7 +46,8 @@
 //     together lately, probed upward while the caps bind), no caps while at
 //     most one VM uses the device. Disks: total_bytes_sec on every disk of
 //     the domain in one QEMU throttle group ("mrm"), so its disks share
-//     the cap (blkdeviotune; QEMU holds it within 0.2 %). Interfaces: the
+//     the cap (blkdeviotune, which QEMU holds closely: docs/PLATFORM.md).
+//     Interfaces: the
 //     enforcer shapes each domain's taps itself with iproute2 (tcnet.go),
 //     the VM's cap split evenly among them — into the guest an HTB root
 //     qdisc on the tap (one class at the cap), out of it an ingress qdisc
@@ -61,16 +62,16 @@
 //     (CAP_NET_ADMIN), iproute2's tc and ip, and the kernel's sch_htb,
 //     sch_ingress, cls_u32, act_mirred and ifb; CheckNetShaping tries them
 //     and `mrmarket agent` falls back to none (saying why) without them.
-//     Measured on two and three TCG guests with a 48 MiB/s link: each
-//     guest's part within 0.03 of its bid's, each direction. Works with
-//     any scheduler and cgroup version; taps only (libvirt interface types
+//     TestNetShares holds each guest's part to its bid's, each direction,
+//     on two and three TCG guests. Works with any scheduler and cgroup
+//     version; taps only (libvirt interface types
 //     ethernet, network or bridge — not QEMU user networking).
 //   - weights (disk only): blkio weight = clamp(round(q·1000), 100, 1000),
 //     libvirt's range (every share below 0.1 is enforced as 0.1). libvirt
 //     writes blkio.bfq.weight, which only BFQ reads: under mq-deadline the
-//     weight is accepted and does nothing (measured 900:100 → 1.0 : 1).
-//     Even under BFQ the ratio took ~20 s to form after guests started and
-//     was inverted for a minute after a pause/resume, so weights are used
+//     weight is accepted and does nothing. Even under BFQ the ratio forms
+//     only a while after guests start and is inverted for a while after a
+//     pause/resume (docs/PLATFORM.md has both), so weights are used
 //     only when asked for, and `mrmarket agent` refuses them unless every
 //     device behind the managed disks runs BFQ (DiskDevices, Scheduler;
 //     --disk-scheduler bfq switches them, SetScheduler).

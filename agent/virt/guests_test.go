@@ -28,23 +28,22 @@ import (
 //
 // Pinning: the I/O guests are not pinned. Under TCG every byte a guest
 // moves costs it emulated CPU, so guests sharing one host CPU move bytes in
-// proportion to the CPU the scheduler gives them: two disk guests pinned to
-// CPU 0 read 1.0 GiB/s each, two net guests send 37 and 42 MiB/s, an even
-// split that would pass for an enforced one. Floating over both host CPUs
-// they read 1.9-4.5 GiB/s and send 65-128 MiB/s each, so the caps the share
-// tests set (tens of MiB/s) bind, and the split is the throttles', not the
-// CPU scheduler's. Reads of the sparse image's holes cost no device time:
+// proportion to the CPU the scheduler gives them: guests pinned to one
+// host CPU split it evenly, a split that would pass for an enforced one.
+// Floating over both host CPUs they move far more than the caps the share
+// tests set (tens of MiB/s), so those caps bind, and the split is the
+// throttles', not the CPU scheduler's (docs/PLATFORM.md has the rates;
+// TestGuestIOPlumbing logs them). Reads of the sparse image's holes cost no device time:
 // only the drive's throttle limits them, which is what is enforced.
 //
-// Throttles on this host (libvirt 9.0, QEMU 7.2 TCG, kernel 6.18 without
-// modules): SetBlockIoTune total_bytes_sec binds within 0.1% over 10 s at
-// 5-100 MiB/s and from the first 100 ms after the call. SetInterfaceParameters
-// fails in both directions: libvirt shapes a tap's inbound with HTB and an
+// Throttles on this host (docs/PLATFORM.md has the versions and how
+// closely each binds): SetBlockIoTune total_bytes_sec binds from the call
+// on. SetInterfaceParameters fails in both directions: libvirt shapes a tap's inbound with HTB and an
 // SFQ leaf and polices its outbound with act_police, and this kernel has
 // neither SFQ nor act_police (it has HTB, ingress, u32, mirred and IFB).
 // HTB set by hand on the tap (inbound) and on an IFB the tap's ingress is
-// redirected to (outbound) binds 4-7% under the cap (HTB counts headers) from
-// the first 100 ms. QEMU user networking cannot be throttled: libvirt
+// redirected to (outbound) binds a little under the cap (HTB counts
+// headers) from the call on. QEMU user networking cannot be throttled: libvirt
 // answers "setting bandwidth on interfaces of type 'user' is not implemented
 // yet", hence taps.
 
@@ -311,8 +310,8 @@ func diskImage(t testing.TB, name string, size int64, written bool) string {
 
 // bootPausedWhenReading waits for the disk guests to boot to their reading
 // loop and pauses each as soon as it reads: a guest reading uncapped keeps
-// a host CPU busy, and a TCG boot beside two of them takes over 30 s, so
-// the rest boot on idle CPUs. Resume them to start their reading together.
+// a host CPU busy, and a TCG boot beside two of them is many times slower,
+// so the rest boot on idle CPUs. Resume them to start their reading together.
 func bootPausedWhenReading(t testing.TB, doms map[string]*libvirt.Domain) {
 	t.Helper()
 	reading := map[string]bool{}
@@ -559,8 +558,8 @@ func TestGuestIOPlumbing(t *testing.T) {
 			doms[g] = startDiskGuest(t, conn, prefix+g, "alice", initrd, false)
 		}
 		bootPausedWhenReading(t, doms)
-		// d1 alone, then with d2. (A third guest, measured once: 0.4-1.7 GiB/s
-		// each, the two host CPUs split three ways.)
+		// d1 alone, then with d2. (A third guest would split the two host
+		// CPUs three ways.)
 		running := map[string]*libvirt.Domain{}
 		for _, g := range names {
 			if err := doms[g].Resume(); err != nil {

@@ -15,9 +15,9 @@ import (
 // all draw on one bandwidth — a shared disk of bounded speed that divides
 // itself among its readers in arrival order, as a disk under mq-deadline
 // does, whatever the VMs pay. A real shared bottleneck is needed because
-// this host's own disk (1.4–2 GB/s with O_DIRECT) outruns TCG guests, which
-// read 0.4–1 GiB/s each, bound by their emulated CPU: the guests, not the
-// disk, would be what limits them.
+// this host's own disk outruns TCG guests, which are bound by their
+// emulated CPU (docs/PLATFORM.md): the guests, not the disk, would be what
+// limits them.
 type sharedDisk struct {
 	ln   net.Listener
 	size uint64

@@ -14,10 +14,10 @@ import (
 )
 
 // netLinkMiBps is the link speed the share tests configure (each
-// direction): the guests' taps, local and idle otherwise, move 150-270
-// MiB/s between two TCG guests on two cores, where HTB on this busy host
-// holds a cap only within 15-25 %; at the tens of MiB/s of a link the caps
-// bind within a few %. (A host's real link is its bound as here.)
+// direction): the guests' taps, local and idle otherwise, move far more
+// between two TCG guests, where HTB on a busy host holds a cap only
+// loosely; at the tens of MiB/s of a link the caps bind closely
+// (docs/PLATFORM.md). (A host's real link is its bound as here.)
 const netLinkMiBps = 48
 
 // netShareTol is how far a guest's part of the throughput may be from its

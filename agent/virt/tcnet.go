@@ -14,8 +14,8 @@ import (
 
 // Network caps by tc. libvirt shapes a tap (virDomainSetInterfaceParameters)
 // with HTB and an SFQ leaf inbound and polices it with act_police outbound;
-// a kernel without sch_sfq or act_police (such as the 6.18 the share tests
-// were measured on, without modules) fails both ways, and policing drops
+// a kernel without sch_sfq or act_police (such as the one the share tests
+// run on, docs/PLATFORM.md) fails both ways, and policing drops
 // what exceeds the rate where a queue would delay it. So the enforcer shapes
 // the taps itself with iproute2, one mechanism everywhere:
 //
@@ -91,8 +91,8 @@ const htbSlack = 1.05
 // htbArgs are the class arguments of a cap of bps bytes/s. The burst is
 // 100 ms at the rate, at least 128 KiB: a tap's packets are up to 64 KiB
 // (GSO), and on a busy host HTB's dequeue runs late, a smaller bucket
-// overflows meanwhile and the tokens are lost (measured: 25 of a 30 MiB/s
-// cap with 10 ms, 29 with 200 ms). The cap is re-planned every tick from
+// overflows meanwhile and the tokens are lost, and the guest gets visibly
+// less than its cap (docs/PLATFORM.md). The cap is re-planned every tick from
 // what was moved, so a burst's excess is seen and paid for.
 func htbArgs(dev string, bps float64) []string {
 	bps *= htbSlack

@@ -17,7 +17,7 @@ import (
 // Throttle mode (Config.Disk or Config.Net = wire.ModeThrottle): a disk
 // that does not weigh its users, or a tap device (which has no queue shared
 // with the other VMs'), divides itself as it likes; QEMU's and the kernel's
-// per-VM limits are exact (blkdeviotune held caps within 0.2 %). So each
+// per-VM limits hold (docs/PLATFORM.md has how closely). So each
 // tick the enforcer reads what every domain moved (IOUsage), plans caps with
 // an agent.Throttle per resource — the disk, the network into the VMs, the
 // network out of them, each against its own measured capacity — and sets
@@ -211,7 +211,8 @@ func (e *Enforcer) forgetTaps(doms map[string]*libvirt.Domain) error {
 // differs reports whether two cap sets differ by more than 10 % (or one is
 // a limit and the other none). Setting a drive's throttle restarts QEMU's
 // leaky bucket, which lets a request through at once: re-set every tick, a
-// guest reading 1 MiB at a time beat a 11.6 MiB/s cap by 2 MiB/s.
+// guest reading 1 MiB at a time beat its cap noticeably, so caps change
+// only on a 10 % move.
 func differs(a, b map[string]float64) bool {
 	for r, x := range b {
 		y := a[r]

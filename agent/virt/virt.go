@@ -268,7 +268,8 @@ func (e *Enforcer) applyCPU(d *libvirt.Domain, q float64) error {
 		return err
 	}
 	// The whole domain too: QEMU's emulator threads are outside the vCPU
-	// quotas (measured: a 0.25 vCPU cap used 0.28 of a CPU).
+	// quotas, so a domain capped on its vCPUs alone uses more than its cap
+	// (docs/PLATFORM.md).
 	// The cap is q of the CPUs the domain may run on (its vCPUs, or the
 	// host CPUs they are pinned to), not of the whole host: a domain
 	// pinned to 2 of 8 CPUs capped at q × 8 would not be capped at all.

@@ -19,8 +19,9 @@ const tableBackgroundRate = 1000
 // tableTick is the agents' tick in a JockeyTable run.
 const tableTick = time.Minute
 
-// JobProgress is Jockey's progress indicator (totalworkWithQ, seed 002
-// §4.1) for a job with mapsDone of its maps and reducesDone of its reduces
+// JobProgress is Jockey's progress indicator (totalworkWithQ, §4.1 of
+// Ferguson et al., "Jockey: Guaranteed Job Latency in Data Parallel
+// Clusters") for a job with mapsDone of its maps and reducesDone of its reduces
 // done: two stages, map and reduce, weighted by their work
 // (Maps·Map.Mean and Reduces·(Shuffle.Mean+Reduce.Mean)), queue times 0.
 // It is 0 before anything is done and exactly 1 when everything is.
@@ -28,7 +29,7 @@ func JobProgress(job JobSpec, mapsDone, reducesDone int) float64 {
 	return strategies.MapReduceProgress(mapsDone, job.Maps, job.Map.Mean, reducesDone, job.Reduces, job.Shuffle.Mean+job.Reduce.Mean)
 }
 
-// JockeyTable builds Jockey's C(p, a) offline (seed 002 §4) by simulating
+// JockeyTable builds Jockey's C(p, a) offline (Jockey §4) by simulating
 // the job runs times for each allocation a in allocs.
 //
 // An allocation is a share of each of the job's hosts, in (0, 1]. Each run
@@ -136,8 +137,8 @@ func tableRun(job JobSpec, slots int, cores, a float64, progress []float64, seed
 	// The agents tick once a minute, as in a Jockey experiment's runs (its
 	// control period). The share is bid once for the whole run, so the tick
 	// only paces charging: the table is the same to the nanosecond's
-	// rounding as with the default 10 s tick, which spent more than half of
-	// a table's time in agent ticks.
+	// rounding as with the default 10 s tick, whose agent ticks were most of
+	// a table's cost.
 	s, err := New(Config{Seed: seed, Start: start, Tick: tableTick}, hosts, vms)
 	if err != nil {
 		return nil, err

@@ -13,7 +13,8 @@ import (
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
-// videoToon is a seed-003 §7.4-like scenario: 18 hosts with a CPU-hungry
+// videoToon is a scenario like §7.4 of Sandholm and Lai, "MapReduce
+// Optimization Using Regulated Dynamic Prioritization": 18 hosts with a CPU-hungry
 // background VM each and extra load on a random half; two users with a VM
 // on every host run a three-stage workflow (split → colour reduction, CPU
 // heavy with skewed chunks → join); user 1 spends with strategy s1, user 2
@@ -111,8 +112,8 @@ func TestStrategiesInTheSimulator(t *testing.T) {
 	}
 }
 
-// BenchmarkTwoUserScenario is the wall time of one seed-003 two-user
-// scenario (bottleneck elimination against fair share) in the simulator.
+// BenchmarkTwoUserScenario is the wall time of one of Sandholm and Lai's
+// two-user scenarios (bottleneck elimination against fair share) in the simulator.
 func BenchmarkTwoUserScenario(b *testing.B) {
 	for b.Loop() {
 		start := time.Now()

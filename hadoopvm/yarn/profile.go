@@ -8,8 +8,9 @@ import (
 	"time"
 )
 
-// Profile is an ARIA job profile (seed 004 §3): the durations of a job's
-// phases, extracted from its successful task attempts.
+// Profile is an ARIA job profile (§3 of Verma, Cherkasova and Campbell,
+// "ARIA: Automatic Resource Inference and Allocation for MapReduce
+// Environments"): the durations of a job's phases, extracted from its successful task attempts.
 //
 // [recon] From the attempts the REST APIs report: a map phase is an
 // attempt's elapsed time; the first shuffle is measured on the reduces of

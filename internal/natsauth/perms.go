@@ -26,8 +26,9 @@
 //     call (the table entries listing its role, and open ones), and
 //     subscribes only to its own inbox prefix wire.InboxPrefix(key);
 //   - the bank alone subscribes to the bank's subjects, in queue group
-//     mrm-bank, and publishes its audit events (into MRM_EVENTS, which it
-//     may look up but not configure);
+//     mrm-bank, and publishes its audit events into MRM_EVENTS, which it
+//     may look up and read its own last event from (its audit publisher's
+//     fence) but not configure;
 //   - brokers alone subscribe to the broker's subjects, in queue group
 //     mrm-broker, read the host states, and get, put and watch the keys of
 //     the MRM_PLANS and MRM_NONCES buckets;
@@ -157,8 +158,9 @@ func Permissions(t Tables, p wire.Principal) *server.Permissions {
 		// forgets the replies allow_responses was expecting. The bank is the
 		// root of the money, and its replies are signed (clients that know
 		// the admin key believe only those).
-		pub = append(requests(t, p.Role), events(p.Role), "_INBOX.>",
-			"$JS.API.STREAM.INFO."+wire.StreamEvents)
+		pub = append(requests(t, p.Role), events(p.Role), "_INBOX.>")
+		// Its audit publisher reads the last bank event it fences behind.
+		pub = append(pub, "$JS.API.STREAM.INFO."+wire.StreamEvents, "$JS.API.STREAM.MSG.GET."+wire.StreamEvents)
 		sub = append(serves(t.Bank, ""), inbox, "$SRV.>")
 	default:
 		return nil

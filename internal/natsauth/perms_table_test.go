@@ -49,7 +49,7 @@ func TestJetStreamAPIPerRole(t *testing.T) {
 				jsRead("KV_MRM_PLANS"), jsRead("KV_MRM_NONCES"), jsRead("KV_MRM_HOSTS")),
 			subscribe: []string{"mrm.v1.host.*.state", inbox, "$SRV.>"}, serves: tables().Broker},
 		{role: wire.RoleBank, name: "bank",
-			publish:   []string{"mrm.v1.events.bank.>", "_INBOX.>", "$JS.API.STREAM.INFO.MRM_EVENTS"},
+			publish:   []string{"mrm.v1.events.bank.>", "_INBOX.>", "$JS.API.STREAM.INFO.MRM_EVENTS", "$JS.API.STREAM.MSG.GET.MRM_EVENTS"},
 			subscribe: []string{inbox, "$SRV.>"}, serves: tables().Bank},
 	} {
 		perms := natsauth.Permissions(tables(), wire.Principal{Key: tableKey, Name: c.name, Role: c.role})

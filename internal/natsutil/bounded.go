@@ -2,6 +2,7 @@ package natsutil
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -52,4 +53,14 @@ func (b boundedKV) Delete(ctx context.Context, key string, opts ...jetstream.KVD
 	ctx, cancel := context.WithTimeout(ctx, b.attempt)
 	defer cancel()
 	return b.KeyValue.Delete(ctx, key, opts...)
+}
+
+// WrongLastSequence reports whether err is JetStream refusing a write that
+// expected another last sequence: a bucket's compare-and-set whose key
+// changed, or a fenced publish another came before (single-replica and
+// replicated streams answer with different codes).
+func WrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }

@@ -16,7 +16,7 @@ import (
 // one campaigns: nats-server's is a random 4–9 s, not configurable, so
 // every write to the streams that node led — plans, nonces, host states —
 // pauses 4–9 s. A market operation then waits as long, past what a user
-// should see (issue [ha]: 5 s). `mrmarket nats serve` therefore runs its
+// should see (5 s, the fault test's bound). `mrmarket nats serve` therefore runs its
 // node with shorter timers: heartbeats every 500 ms and elections after
 // 1.5–3 s without one, so a dead leader is replaced within ~3.5 s. The
 // timers only decide how soon a silent leader is given up on; raft's

@@ -17,7 +17,7 @@ import (
 	"github.com/mrmarket/mrmarket/internal/pgtest"
 )
 
-// The crdb.ExecuteTx pitfall (ENVIRONMENT.md): crdb.ExecuteTx wraps the
+// The crdb.ExecuteTx pitfall (docs/PLATFORM.md): crdb.ExecuteTx wraps the
 // work in SAVEPOINT cockroach_restart and treats RELEASE as the commit, which
 // is true on CockroachDB but not on PostgreSQL, where the real COMMIT comes
 // afterwards and crdb ignores its error. PostgreSQL's SERIALIZABLE (SSI)
@@ -140,8 +140,8 @@ func sqlState(err error) string {
 	return ""
 }
 
-// TestCrdbExecuteTxLosesWriteSkewCommitFailure keeps ENVIRONMENT.md's claim
-// honest: on PostgreSQL crdb.ExecuteTx reports success for a write that
+// TestCrdbExecuteTxLosesWriteSkewCommitFailure keeps docs/PLATFORM.md's
+// claim honest: on PostgreSQL crdb.ExecuteTx reports success for a write that
 // COMMIT rolled back, and retrying the whole transaction is correct.
 func TestCrdbExecuteTxLosesWriteSkewCommitFailure(t *testing.T) {
 	c := pgtest.Start(t)
@@ -167,7 +167,8 @@ func TestCrdbExecuteTxLosesWriteSkewCommitFailure(t *testing.T) {
 		case out.errAlice == nil && out.errBob == nil:
 			t.Fatalf("pitfall NOT reproduced in the expected form: both calls returned nil and neither UPDATE is in the table (%v)", out.onCall)
 		default:
-			t.Fatalf("pitfall NOT reproduced: crdb.ExecuteTx reported an error (alice: %v [SQLSTATE %q], bob: %v [SQLSTATE %q]); table %v — ENVIRONMENT.md's claim needs re-checking on this PostgreSQL/crdb version",
+			t.Fatalf("pitfall NOT reproduced: crdb.ExecuteTx reported an error (alice: %v [SQLSTATE %q], bob: %v [SQLSTATE %q]); table %v — "+
+				"docs/PLATFORM.md's claim needs re-checking on this PostgreSQL/crdb version",
 				out.errAlice, sqlState(out.errAlice), out.errBob, sqlState(out.errBob), out.onCall)
 		}
 	})

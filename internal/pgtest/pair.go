@@ -19,7 +19,7 @@ import (
 const StandbyName = "standby"
 
 // Pair is a PostgreSQL primary with a synchronous streaming standby, as a
-// production bank runs it (DESIGN.md, Replication): the standby is a
+// production bank runs it (the bank's package doc): the standby is a
 // pg_basebackup -R copy of the primary, streams its WAL, and the primary
 // runs with synchronous_commit=on and synchronous_standby_names naming it,
 // so a COMMIT is acknowledged only once the standby has flushed its WAL.

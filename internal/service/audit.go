@@ -19,19 +19,22 @@ import (
 // Auditor hears every successful request of an Audit endpoint, after its
 // reply was sent. It must not block for long and cannot fail the request:
 // a request that moved money has moved it whether or not it is audited.
+// (The bank does not use one: it writes each event in the transaction that
+// moves the money, see bank/outbox.go.)
 type Auditor interface {
 	Audit(ev wire.Event)
 }
 
-// audit tells a the event of a success of e.
-func audit(a Auditor, service string, e *Endpoint, r request, in *Incoming, res any) {
-	ev := wire.Event{Component: component(service), Op: e.Name, At: time.Now().UTC()}
+// EventOf is the audit event of a success of the request in served by
+// component ("bank"), whose reply's result is res: the endpoint, the time,
+// the principal and the signed request exactly as received. An unsigned
+// request (a market without identities) is recorded by its subject and body
+// under a fresh id; a signed one's id is its signer's key and nonce.
+func EventOf(component string, in Incoming, res any) wire.Event {
+	ev := wire.Event{Component: component, Op: in.Op, At: time.Now().UTC(), Principal: in.Principal, Request: in.Signed}
 	ev.V = wire.Version
-	if in != nil {
-		ev.Principal, ev.Request = in.Principal, in.Signed
-	}
 	if ev.Request.Key == "" { // unsigned: what it asked, for the record
-		ev.Request = wire.SignedRequest{Subject: r.Subject(), Body: r.Data()}
+		ev.Request = wire.SignedRequest{Subject: in.Subject, Body: in.Body}
 		ev.ID = "unsigned." + nuid.Next()
 	} else {
 		ev.ID = wire.EventID(ev.Request.Key, ev.Request.Nonce)
@@ -39,7 +42,7 @@ func audit(a Auditor, service string, e *Endpoint, r request, in *Incoming, res 
 	if data, err := json.Marshal(res); err == nil {
 		ev.Result = data
 	}
-	a.Audit(ev)
+	return ev
 }
 
 // JetStream audit limits.

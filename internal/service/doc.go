@@ -77,12 +77,16 @@
 // handed to Options.Audit as a wire.Event: component ("bank" for the
 // service "mrm-bank"), operation, time, principal, the signed request
 // exactly as received (wire.SignedRequest: anyone can verify it later) and
-// the reply's result. JetStreamAudit publishes them to the MRM_EVENTS
-// stream on wire.EventSubject(component, op), with Nats-Msg-Id set to the
-// event id (signer key and nonce) so that a retried publish is stored once;
-// it publishes in the background and counts, reports and logs a failure,
-// which never fails the request. Refusals are not audited (they moved
-// nothing; the metrics count them).
+// the reply's result (EventOf). JetStreamAudit publishes them to the
+// MRM_EVENTS stream on wire.EventSubject(component, op), with Nats-Msg-Id
+// set to the event id (signer key and nonce) so that a retried publish is
+// stored once; it publishes in the background and counts, reports and logs
+// a failure, which never fails the request. That is after the fact: an
+// event JetStream does not take is lost. The bank, whose requests move
+// money, passes no Auditor: its handlers write EventOf's event in the
+// transaction that moves the money and publish it from that outbox
+// (bank/outbox.go). Refusals are not audited (they moved nothing; the
+// metrics count them).
 //
 // # Fair queuing
 //
@@ -112,7 +116,8 @@
 // replicas, where a principal's requests were never in order, and their
 // requests are idempotent by id — there a retry must not wait behind the
 // attempt it retries, stuck on a dead NATS server until its handler's 5 s
-// run out (what the fault test measured: 5 s gaps for one client). Slow
+// run out (the fault test saw one client's whole deadline lost so; see
+// docs/HA.md). Slow
 // requests (Options.Slow, SlowRequest) are logged with the time they
 // waited in the queues and the time they ran. A connection or a principal with Fair.PerPrincipal requests
 // waiting is answered "unavailable: busy, retry" at once. So a flood delays

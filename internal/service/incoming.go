@@ -6,12 +6,15 @@ import (
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
-// Incoming is the request a handler is serving, as it arrived: its subject
-// and reply subject, who signed it and the signed request itself (a
-// mandate the handler may carry on, see wire.SignedRequest). Principal is
-// the registered identity of the signer when the Authorizer resolved it.
+// Incoming is the request a handler is serving, as it arrived: the
+// endpoint serving it, its subject, body and reply subject, who signed it
+// and the signed request itself (a mandate the handler may carry on, see
+// wire.SignedRequest). Principal is the registered identity of the signer
+// when the Authorizer resolved it.
 type Incoming struct {
+	Op        string // the endpoint's name
 	Subject   string
+	Body      []byte
 	Reply     string
 	Caller    wire.Caller
 	Signed    wire.SignedRequest // zero for an unsigned request

@@ -292,8 +292,8 @@ func serveAndReply(service string, e *Endpoint, opts Options, r request, w respo
 			_ = w.Respond(body, ro...)
 		}
 	}
-	if err == nil && e.Audit && opts.Audit != nil {
-		audit(opts.Audit, service, e, r, in, res)
+	if err == nil && e.Audit && opts.Audit != nil && in != nil {
+		opts.Audit.Audit(EventOf(component(service), *in, res))
 	}
 }
 
@@ -313,7 +313,7 @@ func serveOne(e *Endpoint, auth *Authorizer, r request) (res any, in *Incoming, 
 	if err != nil {
 		return nil, nil, err
 	}
-	in = &Incoming{Subject: r.Subject(), Reply: r.Reply(), Caller: caller}
+	in = &Incoming{Op: e.Name, Subject: r.Subject(), Body: r.Data(), Reply: r.Reply(), Caller: caller}
 	in.Signed, _ = wire.SignedRequestOf(r.Subject(), nats.Header(r.Headers()), r.Data())
 	ctx, cancel := context.WithTimeout(context.Background(), wire.DefaultTimeout)
 	defer cancel()

@@ -41,8 +41,10 @@ func TestSubjectsDoc(t *testing.T) {
 	var got bytes.Buffer
 	err := service.WriteMarkdown(&got, "NATS subjects", subjectsIntro,
 		service.Component{Name: "bank", Note: "Queue group `mrm-bank`: replicas share the load.", Table: bank.Endpoints(nil)},
-		service.Component{Name: "broker", Note: "Queue group `mrm-broker`. Signed subjects are checked when the broker has Identities (`mrmarket up` and `mrmarket broker` do).", Table: broker.Endpoints(nil)},
-		service.Component{Name: "agent", Note: "One agent per host: `*` is the host's id. Bids are checked when the agent has Identities (`mrmarket up` and `mrmarket agent` do).", Table: agent.Endpoints(nil)},
+		service.Component{Name: "broker", Note: "Queue group `mrm-broker`. Signed subjects are checked when the broker has Identities " +
+			"(`mrmarket up` and `mrmarket broker` do).", Table: broker.Endpoints(nil)},
+		service.Component{Name: "agent", Note: "One agent per host: `*` is the host's id. Bids are checked when the agent has Identities " +
+			"(`mrmarket up` and `mrmarket agent` do).", Table: agent.Endpoints(nil)},
 	)
 	if err != nil {
 		t.Fatal(err)

@@ -27,9 +27,10 @@ const (
 	JobLate    = "late" // done after its deadline, or still running past it
 )
 
-// JobProfile is a MapReduce job's ARIA profile (seed 004 §3), seconds of
-// each task at a full share of its VM's host: map tasks, the first
-// shuffle's part after the maps, typical shuffles, reduce phases.
+// JobProfile is a MapReduce job's ARIA profile (§3 of Verma, Cherkasova
+// and Campbell's ARIA), seconds of each task at a full share of its VM's
+// host: map tasks, the first shuffle's part after the maps, typical
+// shuffles, reduce phases.
 type JobProfile struct {
 	MapAvg    float64 `json:"map_avg"`
 	MapMax    float64 `json:"map_max"`
@@ -41,7 +42,7 @@ type JobProfile struct {
 	ReduceMax float64 `json:"reduce_max"`
 }
 
-// JockeyTable is Jockey's C(p, a) (seed 002 §4.2), built offline by the
+// JockeyTable is Jockey's C(p, a) (§4.2 of Ferguson et al.'s Jockey), built offline by the
 // simulator: Remaining[i][k] seconds left at progress Progress[i] with a
 // share Alloc[k] of every host the job runs on.
 type JockeyTable struct {

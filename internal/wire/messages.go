@@ -642,7 +642,8 @@ func (v *VMState) Bid(plan string) (VMBid, bool) {
 }
 
 // HostState is a host's published state: Price is the sum of the rates of
-// its funded bids (micro-credits per second), the y of seed 003 Eq. 1.
+// its funded bids (micro-credits per second), the y of Eq. 1 of Sandholm
+// and Lai (Regulated Dynamic Prioritization).
 type HostState struct {
 	Versioned
 	Host  string    `json:"host"`
@@ -679,7 +680,7 @@ func (r *StateRequest) Validate() error { return nil }
 // Strategy names.
 const (
 	StrategyFair     = "fair"     // constant rate, the baseline
-	StrategyWorkflow = "workflow" // workflow priority (seed 003 Eq. 8)
+	StrategyWorkflow = "workflow" // workflow priority (Sandholm and Lai, Regulated Dynamic Prioritization, Eq. 8)
 	StrategyStage    = "stage"    // stage priority (Eq. 9): each stage a fixed part of the budget
 	// StrategyStageCarry is ours: stage priority that re-splits what is
 	// left over the stages left, so an early stage's unspent money carries

@@ -33,7 +33,7 @@ import (
 // Version is the message version this build speaks.
 const Version = 1
 
-// Subjects and stream names (DESIGN.md, "Wire").
+// Subjects and stream names (docs/SUBJECTS.md lists them with their roles).
 const (
 	BankGrant     = "mrm.v1.bank.grant"
 	BankHold      = "mrm.v1.bank.hold"

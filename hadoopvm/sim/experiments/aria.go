@@ -10,12 +10,13 @@ import (
 	"github.com/mrmarket/mrmarket/strategies"
 )
 
-// Seed 004 §7.2 (its simulation; the registry cites it as "§5"): ARIA's SLO scheduler in a slot-level
-// discrete-event simulation, 100 jobs per run, Table 3. Decisions where the
-// paper is silent or ambiguous, all marked [recon]:
+// ARIA §7.2 (its simulation; the registry cites it as "§5"): ARIA's SLO
+// scheduler in a slot-level discrete-event simulation, 100 jobs per run,
+// Table 3. Decisions where the paper is silent or ambiguous, all marked
+// [recon]; the runs that chose among them are in notes/aria.md:
 //   - The cluster is the testbed's: 64 workers × 4 map and 4 reduce slots
 //     (§4.1), 256 map and 256 reduce slots [recon: §7.2 gives no size;
-//     measured, 2 or 3 slots a worker put W2 misses at 95 %].
+//     with 2 or 3 slots a worker W2 jobs miss even at 95 %].
 //   - A job's reduce tasks start when its map stage is over (§7.2: "the
 //     reduce tasks do not start till the map tasks are completed"); a reduce
 //     task's duration covers its shuffle, sort and reduce, so the profile has
@@ -39,9 +40,9 @@ import (
 //     + running reduces / reduce slots, and the pair adds m / map slots +
 //     r / reduce slots [recon: read as a sum of two shares, so that a 100 %
 //     threshold keeps each kind's demand within its slots — the paper's
-//     "until the job demands exceed the cluster resources". Measured: read
-//     as one share of all 512 slots, a job's map demand can exceed the map
-//     slots and 7–41 jobs a run miss at 95–105 %; that reading is the
+//     "until the job demands exceed the cluster resources". Read as one
+//     share of all 512 slots, a job's map demand can exceed the map slots
+//     and many jobs a run miss at every threshold; that reading is the
 //     labelled variant]. The check follows every event, after the
 //     scheduler has filled the freed slots; a job is always spawned on an
 //     idle cluster, or a job whose pair alone exceeds the threshold would
@@ -51,19 +52,18 @@ import (
 //     left (Algorithm 1, lines 22–24). ARIASlots solves the lower bound; the
 //     default solves the upper bound (§5.2, Fig. 5: the allocations with
 //     which every run met its deadline), so it is given the deadline less
-//     C_up − C_low (see ariaAlloc) [recon, measured: on the average of the
-//     bounds, ARIA's §5.2 choice, a job alone on an idle cluster under
-//     Algorithm 1 misses its deadline 22–34 times in 100 — a single-wave
-//     stage takes its longest task, longer than the average bound counts —
-//     so no threshold gives Table 3's none at 95 %]. The average and the
+//     C_up − C_low (see ariaAlloc) [recon: on the average of the bounds,
+//     ARIA's §5.2 choice, a job alone on an idle cluster under Algorithm 1
+//     misses its deadline often — a single-wave stage takes its longest
+//     task, longer than the average bound counts — so no threshold gives
+//     Table 3's none at 95 %]. The average and the
 //     lower bound are labelled variants. A job past its deadline, or whose
 //     pair exceeds the capacity, gets (up to) the whole capacity [recon].
 //   - Scheduler: EDF; each job launches tasks while it runs fewer than its
 //     (m, r) and no more (Algorithm 1; §6 gives spare slots to jobs without
-//     deadlines, of which the simulation has none) [recon, measured: with
-//     the spare slots given to the EDF jobs too, ALGORITHMS.md §3's "spare
-//     capacity to others", the average load is 40–48 % against Table 3's
-//     25–34 %; that is the "spare slots" variant].
+//     deadlines, of which the simulation has none) [recon: with the spare
+//     slots given to the EDF jobs too, the average load is far above Table
+//     3's; that is the "spare slots" variant].
 //   - Relative deadline exceeded is §7.2's utility Σ (T_J − D_J)/D_J over
 //     the jobs that missed, per run, in %. Average load is the time average
 //     of running map and reduce tasks over all 512 slots until the last job
@@ -494,9 +494,9 @@ var ariaBounds = map[string]float64{"lower": 0, "average": 0.5, "upper": 1}
 
 // ariaVariants are the simulations run for p: first the default (p's
 // settings), then labelled variants of it: the other reading of the load,
-// the average of the bounds (ARIA's, §5.2) under Algorithm 1, ARIA as
-// ALGORITHMS.md §3 describes it (the average bound, spare slots to the
-// jobs in EDF order), the lower bound (the product's ARIASlots as is), and
+// the average of the bounds (ARIA's, §5.2) under Algorithm 1, the former
+// default (the average bound, spare slots to the jobs in EDF order), the
+// lower bound (the product's ARIASlots as is), and
 // the other cluster size measured closest to Table 3 (1 + 1 slots a worker,
 // §5.2's configuration; 4 + 4 when that is the default).
 func ariaVariants(p *ariaParams) []ariaVariant {
@@ -551,12 +551,23 @@ func init() {
 // ariaParams are aria's settings.
 type ariaParams struct {
 	Thresholds   []float64 `json:"threshold" doc:"load thresholds as fractions: the next job is spawned while the load stays below (the paper: 0.95, 1, 1.05)"`
-	Load         string    `json:"load" doc:"how §7.2's load is read: all (busy slots over all map and reduce slots, up to 100 %) or sum (busy map share + busy reduce share, up to 200 %); the other reading is a labelled variant"`
-	Admit        string    `json:"admit" doc:"what the threshold is applied to: pair (running tasks + the new job's pair, §7.2), running (running tasks alone) or committed (the active jobs' pairs + the new job's)"`
-	Scheduler    string    `json:"scheduler" doc:"spare (each job up to its pair in EDF order, then the spare slots to the jobs in EDF order) or strict (Algorithm 1 alone: no job beyond its pair)"`
+	Load         string    `json:"load"`      // doc: longDocs
+	Admit        string    `json:"admit"`     // doc: longDocs
+	Scheduler    string    `json:"scheduler"` // doc: longDocs
 	Bound        string    `json:"bound" doc:"the completion-time bound Eq. 15 is solved for: average (ARIA, §5.2), lower or upper"`
 	Variants     bool      `json:"variants" doc:"also run the labelled variants (false: the default's rows only, about 5× faster)"`
 	SlotsPerNode int       `json:"slots_per_node" doc:"map slots, and reduce slots, per worker; 64 workers (the testbed, §4.1: 4)"`
+}
+
+func (*ariaParams) longDocs() map[string]string {
+	return map[string]string{
+		"load": "how §7.2's load is read: all (busy slots over all map and reduce slots, up to 100 %) or sum " +
+			"(busy map share + busy reduce share, up to 200 %); the other reading is a labelled variant",
+		"admit": "what the threshold is applied to: pair (running tasks + the new job's pair, §7.2), running " +
+			"(running tasks alone) or committed (the active jobs' pairs + the new job's)",
+		"scheduler": "spare (each job up to its pair in EDF order, then the spare slots to the jobs in EDF order) or strict " +
+			"(Algorithm 1 alone: no job beyond its pair)",
+	}
 }
 
 func (p *ariaParams) check() error {
@@ -587,9 +598,10 @@ func (p *ariaParams) check() error {
 }
 
 // ariaDefaultRuns: the paper repeats each experiment 100 times; one run
-// (both workloads, each 6 variants × 3 thresholds + 2 alone: 40
-// simulations) takes about 0.4 s of CPU, so fewer by default (--runs 100
-// takes about 40 s; --set variants=false about a fifth of that).
+// is both workloads, each 6 variants × 3 thresholds + 2 alone: 40
+// simulations, so fewer by default (the notes say what a run costs; --runs
+// 100 repeats the paper's count, --set variants=false runs the default's
+// rows alone).
 const ariaDefaultRuns = 25
 
 type ariaKey struct {
@@ -716,32 +728,8 @@ func ariaRows(got ariaGot, thresholds []float64, variants []ariaVariant) []Row {
 	return rows
 }
 
-// ariaNotes are the [recon] decisions the report states.
+// ariaNotes are the [recon] decisions the report states (notes/aria.md).
 func ariaNotes(v ariaVariant) []string {
-	bound := map[float64]string{0: "lower bound", 0.5: "average of the bounds", 1: "upper bound"}[v.bound]
-	reading := "running maps/map slots + running reduces/reduce slots + its Eq. 15 pair's two shares"
-	if v.all {
-		reading = "(running tasks + its Eq. 15 pair) over all slots"
-	}
-	admit := map[string]string{"pair": "", "running": " (admit=running: the running tasks alone, without the new pair)",
-		"committed": " (admit=committed: the active jobs' current pairs in place of their running tasks)"}[v.admit]
-	sched := "Algorithm 1 alone: EDF, no job beyond its pair (§6 leaves spare slots to jobs without deadlines, and there are none)"
-	if v.spare {
-		sched = "EDF, each job up to its pair, then spare slots to the jobs in EDF order"
-	}
-	return []string{
-		fmt.Sprintf("%d jobs per run on %d map + %d reduce slots (64 workers × %d + %d; the testbed's is 4 + 4, §4.1) [recon]; the paper averages 100 runs, default here %d (about 0.4 s a run)", ariaJobsPerRun, v.slots, v.slots, v.slots/ariaWorkers, v.slots/ariaWorkers, ariaDefaultRuns),
-		"arrivals: the next job is spawned when " + reading + " stays below the threshold (§7.2)" + admit + ", or on an idle cluster [recon]",
-		"allocation: strategies.ARIASlots at arrival and after each of the job's tasks (tasks left, time left), on the " + bound + " [recon]; 'average bound' and 'lower bound' rows change only that",
-		"scheduler: " + sched + " [recon]; 'average bound, spare slots' rows: the average bound with spare slots to the EDF jobs (ALGORITHMS.md §3, this experiment's default before the load was measured)",
-		"reduces start after the job's map stage; profile = the job's own task averages and maxima, no separate shuffle [recon]",
-		"W1: application and input size uniform from Table 2, 64 reduces, durations N(d, 0.1·d) [recon]; W2 as Table 2, normals truncated ≥ 1 by redrawing",
-		"relative deadline exceeded: Σ over missed jobs of (T − D)/D per run, from arrival; 'one job at a time': each job alone on an idle cluster (threshold 0) — 0 for the upper bound (T_J ≤ deadline), 22.6 (W1) and 31.3 (W2) per run for the average bound (seed 1, 25 runs), the misses that bound makes whatever the threshold",
-		"measured (sim run aria --seed 1 --runs 25, defaults): Table 3's average-load column is §7.2's load read over all slots — read as map % + reduce % the same runs give exactly twice it (equal map and reduce slots), 42–55 % against 25–34 %; averaging the map and the reduce share separately is the all-slots reading again; averaging over busy time only gives the same as over wall time (a job is spawned whenever the cluster is idle, so it never idles)",
-		"measured (seed 1, 25 runs): the arrivals' threshold is the map % + reduce % reading — over all slots ('load read over all slots' rows) a job's map demand can exceed the map slots and 21.2/28.7/35.9 (W1) and 6.3/10.1/16.1 (W2) jobs a run miss at 95/100/105 %, against Table 3's 0/0.43/0.54 and 0/3.54/5.21; applied to the running tasks alone (--set admit=running) 14.8 (W1) and 9.1 (W2) miss at 95 % and nearly all 100 at 105 %; applied to the active jobs' pairs (--set admit=committed) none miss and the load falls to 17.5–19.3 %",
-		"measured (seed 1, 25 runs): the load column needs Algorithm 1 alone — with spare slots to the EDF jobs ('average bound, spare slots') the load is 39.7–42.3 % (W1) and 45.0–47.7 % (W2); with the average bound under Algorithm 1 ('average bound') it is closest on the testbed's slots, 26.0/27.6/29.4 % (W1) and 29.0/30.4/32.1 % (W2), but 22.5 (W1) and 33–35 (W2) jobs a run miss at every threshold, about as many as alone; the upper bound (default) misses none at 95 %, none in W1 and 0.12 a run in W2 at 100 and 105 %",
-		"measured (seeds 1, 11, 22, 33, 44, 25 runs, thresholds 85–105 %): the default's misses never fall as the threshold rises, W1 and W2 (TestARIAMissesMonotone), and W1 misses none; W2 is not always none below 100 %: seed 44 misses 0.04 a run at every threshold — a job in its map stage holds no reduce slots, so its reduce pair is not in the load the threshold sees, and jobs admitted meanwhile can hold the reduce slots it then needs (run 15: 38 maps, 117 reduces, late at 85 and 90 %); the order rests on such single jobs (at 20 runs seed 44 misses 0.05 at 85 and 90 % and 0 at 95 %); with the former default (average bound, spare slots) seed 33's W2 misses fall from 0.8 to 0.7 between 100 and 105 % (10 runs)",
-		"measured (seed 1, 25 runs): cluster size — 1 + 1 slots a worker (§2's and §5.2's configuration; '1 + 1 slots a worker' rows) gives the load column closest, 26.0/26.6/27.6 % (W1) and 29.2/30.3/31.9 % (W2), and W2 misses rising 0.32/0.52/1.16, but W2 jobs miss at 85–95 % too (0.1–0.7 a run on seeds 1–44, 10 runs) and not monotonely (seeds 1, 33, 44); 2 + 2 and 3 + 3 miss 0.12 and 0.20 W2 jobs a run at 95 %; so the testbed's 4 + 4 (§4.1) stays",
-		"still differs: the default's load is 0.80–0.83 of Table 3's (21.0/21.7/22.6 % W1, 25.4/26.5/27.6 % W2 against 25.21/26.51/28.15 and 30.77/33.30/34.31: the upper bound's pairs finish jobs sooner and the threshold keeps them from overlapping more), and it misses far fewer jobs (W2 0.12 against 3.54 and 5.21 at 100 and 105 %, W1 0 against 0.43 and 0.54); no setting measured (either load reading; threshold on running tasks + pair, running tasks, or committed pairs; 1–4 slots a worker; spare slots or Algorithm 1; lower, average or upper bound) gives both the column and those counts: every setting that misses more also misses below 100 %",
-	}
+	return notes("aria", map[string]any{"Jobs": ariaJobsPerRun, "Slots": v.slots, "PerWorker": v.slots / ariaWorkers,
+		"DefaultRuns": ariaDefaultRuns, "All": v.all, "Admit": v.admit, "Bound": v.bound, "Spare": v.spare})
 }

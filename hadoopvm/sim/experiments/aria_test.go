@@ -105,9 +105,8 @@ func TestARIAAloneMeetsDeadline(t *testing.T) {
 // W1 misses none (Table 3: 0.43 and 0.54 at 100 and 105 %, none below).
 // W2's none below 100 % is not held: a job in its map stage holds no reduce
 // slots, so its reduce pair is not in the load the threshold sees, and on
-// seed 44 one W2 job in 25 runs misses at every threshold (measured; the
-// notes say so). Per seed the order rests on a few jobs: at 20 runs seed 44
-// has one W2 miss at 85 and 90 % and none at 95 %.
+// one of the five seeds a W2 job misses at every threshold (notes/aria.md
+// has the run). Per seed the order rests on a few jobs.
 func TestARIAMissesMonotone(t *testing.T) {
 	ths := []string{"85", "90", "95", "100", "105"}
 	perSeed(t, "aria", 25, map[string]string{"threshold": "0.85,0.9,0.95,1,1.05", "variants": "false"}, func(seed uint64, res experiments.Result) {

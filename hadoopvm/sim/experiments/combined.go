@@ -12,8 +12,8 @@ import (
 
 // The combined experiment: our stage-bottleneck strategy (stage priority
 // across stages, bottleneck elimination within the active stage) against
-// the paper's best strategy for each seed-003 scenario, each against the
-// same fair-share baseline and with the same budget.
+// the paper's best strategy for each of Sandholm and Lai's scenarios, each
+// against the same fair-share baseline and with the same budget.
 func init() {
 	register(Experiment{Name: "combined", Title: "Ours (stage priority + bottleneck elimination within stages) against the paper's best, Digg and VideoToon",
 		Source: "seed 003 §7.3–7.4 scenarios", Engine: EngineMarket, DefaultRuns: 25, Steps: func(n int) int { return 4 * (1 + 2*n) },
@@ -64,8 +64,7 @@ func init() {
 					row(c.scenario+": efficiency gain, ours", paperGain, "", "%", ogain).At(c.where+"(b)"),
 					row(c.scenario+": ours − paper's best, efficiency gain", math.NaN(), "", "%", diff(ogain, pgain)))
 			}
-			res.Notes = append(res.Notes, "the paper column is the paper's best strategy's reported figure; both strategies run in the same seeds against the same fair-share baseline, with the same budget",
-				"ours builds on stage-carry (an early stage's unspent money carried forward to the later stages), the paper's stage priority is Eq. 9's fixed split: on Digg part of ours' lead is the carry alone (compare s003-stage's stage-carry rows)")
+			res.Notes = notes("combined", nil)
 			return res, nil
 		}})
 }

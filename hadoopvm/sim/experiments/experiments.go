@@ -4,8 +4,20 @@
 // reports, metric by metric, the paper's figure beside ours (mean ± sd over
 // the runs) and their ratio. `mrmarket sim list|run` is its front end.
 //
+// The papers are cited by short forms; docs/PAPERS.md has them in full,
+// with the seed numbers the experiments' sources and notes call them by:
+// Sandholm and Lai, "MapReduce Optimization Using Regulated Dynamic
+// Prioritization"; MRM, Moshref et al.'s "MRM: Delivering Predictability
+// and Service Differentiation in Shared Compute Clusters"; ARIA, Verma,
+// Cherkasova and Campbell's "ARIA: Automatic Resource Inference and
+// Allocation for MapReduce Environments"; Jockey, Ferguson et al.'s
+// "Jockey: Guaranteed Job Latency in Data Parallel Clusters"; Lin et al.,
+// Lin, Wierman, Zhang and Tan's "Joint Optimization of Overlapping Phases
+// in MapReduce". What an experiment prints beside its table, and the
+// conclusions, are in notes/ (notes.go).
+//
 // Decisions where the papers are silent, all marked [recon]:
-//   - Seed 003's cost c (Eq. 4) is in "dollars" with v = $1 per workflow:
+//   - Sandholm and Lai's cost c (Eq. 4) is in "dollars" with v = $1 per workflow:
 //     one dollar is a fair-share user's plan budget (what it is willing to
 //     pay over the four-hour plan the workflow runs in), so a workflow's
 //     cost is the part of that budget spent until it finished. min(T) is

@@ -17,7 +17,7 @@ import (
 	"github.com/mrmarket/mrmarket/strategies"
 )
 
-// Seed 002 §5 (Jockey) in the simulator. Every SLO job runs alone on its
+// Jockey's evaluation (§5) in the simulator. Every SLO job runs alone on its
 // own VMs, one 2-slot VM on each of jockeyHosts 2-core hosts; on every host
 // a CPU-hungry background VM wants all the cores and spends at
 // jockeyBgRate. A policy gives the job an allocation a — a share of each of
@@ -51,13 +51,11 @@ const (
 	// allocation (the paper simulates a job "many times" from the
 	// statistics of one production run) [recon]. The table keeps the
 	// slowest, so with N runs it stands for about the N/(N+1) quantile of
-	// the job's time. With 4, C(0, a) was below the time of 8–23 % of the
-	// simulator's own runs of the unperturbed job (etl, join, aggregate at
-	// a = 0.3–0.7, 48 runs each; 0–10 % with 16): Jockey ran on that
-	// optimistic edge and, on seeds 11 and 22, met no more SLOs than
-	// Jockey w/o simulator, whose Amdahl model over-predicts these
-	// two-stage jobs (aggregate: 44 min at a = 0.6 for 35 measured) and so
-	// starts with more.
+	// the job's time. With 4, C(0, a) was below the time of a good part of
+	// the simulator's own runs of the unperturbed job: Jockey ran on that
+	// optimistic edge and on some seeds met no more SLOs than Jockey w/o
+	// simulator, whose Amdahl model over-predicts these two-stage jobs and
+	// so starts with more (notes/conclusions.md, jockey, has the figures).
 	jockeyTableRuns   = 16
 	jockeyTablePoints = 21
 	// jockeyPerShape is how many instances of each job shape a run has,
@@ -570,11 +568,9 @@ func jockeyResult(shapes int, s jockeySeries) Result {
 	for p, name := range jockeyPolicies {
 		res.Rows = append(res.Rows, row("median finish ÷ deadline, "+name, latePaper[p], lateText[p], "", s.late[p]))
 	}
-	res.Notes = append(res.Notes,
-		fmt.Sprintf("%d MapReduce job shapes [recon] × %d instances per run, each alone on %d 2-core hosts with a CPU-hungry background VM; the allocation a is bought at a·y/(1−a) against the background's rate y through the agents' share rule", shapes, jockeyPerShape, jockeyHosts),
-		fmt.Sprintf("C(p, a) from sim.JockeyTable at a = %v, seeds apart from the evaluation runs: [recon] the slowest of %d simulations per (p, a), as the paper's expected utility over C's samples with a utility flat until the deadline; Amdahl's S_t + P_t/N from one profile run at the whole hosts", jockeyAllocs, jockeyTableRuns),
-		fmt.Sprintf("control every %s; Jockey and Amdahl with slack 1.2, hysteresis 0.2, dead zone 3 min; w/o adaptation: the allocation Jockey picks at progress 0, fixed; max allocation: a = %g", jockeyPeriod, jockeyMax),
-		fmt.Sprintf("[recon] evaluation perturbed against the profile: task work × exp(%g·N(0,1)) per job, a host at speed %g with probability %g, task failure probability +%g", jockeyWorkSigma, jockeySlowSpeed, jockeySlowProb, jockeyExtraFail),
-		fmt.Sprintf("[recon] deadline U[%g, %g] × C(0, 0.5), the mean of the table's runs; 100 tokens = the whole of the job's hosts; oracle ⌈100·T/(d·cores)⌉ with T the CPU the job used; allocation above the oracle over the jobs that met their SLO (§5)", jockeyDeadlineLo, jockeyDeadlineHi))
+	res.Notes = notes("jockey", map[string]any{"Shapes": shapes, "PerShape": jockeyPerShape, "Hosts": jockeyHosts,
+		"Allocs": jockeyAllocs, "TableRuns": jockeyTableRuns, "Period": jockeyPeriod, "Max": jockeyMax,
+		"WorkSigma": jockeyWorkSigma, "SlowSpeed": jockeySlowSpeed, "SlowProb": jockeySlowProb, "ExtraFail": jockeyExtraFail,
+		"DeadlineLo": jockeyDeadlineLo, "DeadlineHi": jockeyDeadlineHi})
 	return res
 }

@@ -60,7 +60,7 @@ func TestJockeyShortRun(t *testing.T) {
 	}
 }
 
-// TestJockeyAdaptsBetterThanAStaticAllocationPerSeed: seed 002 §5's
+// TestJockeyAdaptsBetterThanAStaticAllocationPerSeed: Jockey §5's
 // conclusion that adapting matters, on each of five seeds (six runs of
 // eight jobs each): Jockey meets more SLOs than the allocation it picks
 // at the start held all along. A Jockey that never changed its allocation
@@ -76,13 +76,13 @@ func TestJockeyAdaptsBetterThanAStaticAllocationPerSeed(t *testing.T) {
 	})
 }
 
-// TestJockeyBeatsBothAblationsPerSeed: seed 002 §5's conclusion that
+// TestJockeyBeatsBothAblationsPerSeed: Jockey §5's conclusion that
 // neither the model nor control is enough without the other, on each of
 // five seeds (four runs of eight jobs each): Jockey meets more SLOs than
 // Jockey w/o adaptation (the simulator's allocation at the start, held)
 // and than Jockey w/o simulator (the same controller on Amdahl's law).
 // With C(p, a) the slowest of 4 simulations, not 16, Jockey tied or lost
-// to w/o simulator on seeds 11 and 22 (20 runs).
+// to w/o simulator on some seeds (see jockeyTableRuns).
 func TestJockeyBeatsBothAblationsPerSeed(t *testing.T) {
 	perSeed(t, "jockey", 4, nil, func(seed uint64, res experiments.Result) {
 		jockey := metric(t, res, "SLOs met, Jockey")

@@ -9,7 +9,7 @@ import (
 	"github.com/mrmarket/mrmarket/strategies"
 )
 
-// linJobs is seed 001 §6's synthetic workload: map sizes lognormal with
+// linJobs is Lin et al. §6's synthetic workload: map sizes lognormal with
 // mean 1 and sd 3.65, shuffle = map × a lognormal ratio with mean 1 and sd
 // 3.28, Poisson arrivals at rate load (mean map size 1) [recon].
 func linJobs(rng *rand.Rand, n int, load float64) []strategies.OverlapJob {
@@ -29,10 +29,9 @@ func linJobs(rng *rand.Rand, n int, load float64) []strategies.OverlapJob {
 
 // linParams are lin's settings. The paper averages traces of 5·10^7
 // jobs (§5.3); the heavy tails make the mean of a short trace low and
-// noisy (k-LPS at load 0.75: 4.3 ± 1.1 over 2,000 jobs, 5.6 ± 0.5 over
-// 20,000, 6.3 ± 0.3 over 200,000, the paper 6.50), so the default trace is
-// 100,000 jobs and the rows "over N jobs" show the mean against the trace
-// length.
+// noisy, approaching the paper's only over 100,000 jobs or so
+// (docs/MEASUREMENTS.md), so the default trace is 100,000 jobs and the
+// rows "over N jobs" show the mean against the trace length.
 type linParams struct {
 	Loads   []float64 `json:"load" doc:"offered loads: arrival rate × mean map size (the paper: 0.75, 0.9)"`
 	Jobs    int       `json:"jobs" doc:"jobs per trace for the main rows (the paper: 5·10^7)"`
@@ -133,10 +132,7 @@ func init() {
 					}
 				}
 			}
-			res.Notes = append(res.Notes,
-				fmt.Sprintf("%d jobs per trace (the paper: 5·10^7); sizes and arrivals as §5.3's synthetic workload: map sizes lognormal with mean 1 and sd 3.65, shuffle = map × a lognormal ratio with mean 1 and sd 3.28, Poisson arrivals at rate = load [recon: load = arrival rate × mean map size]", par.Jobs),
-				"the paper's stations are work-conserving: SplitSRPT gives a class's unused part of a station to the other class (Algorithm 2 as written leaves it idle, and its queue grows without bound at load 0.9: 121–184 over 20,000 jobs, three seeds)",
-				"rows 'over N jobs' are the start of the same traces: the heavy-tailed sizes make a short trace's mean low and noisy")
+			res.Notes = notes("lin", map[string]any{"Jobs": par.Jobs})
 			return res, nil
 		}})
 }

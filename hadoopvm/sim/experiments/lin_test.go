@@ -6,7 +6,7 @@ import (
 	"github.com/mrmarket/mrmarket/hadoopvm/sim/experiments"
 )
 
-// TestLinConclusionsPerSeed: seed 001 §5's conclusion on each of five
+// TestLinConclusionsPerSeed: Lin et al. §5's conclusion on each of five
 // seeds, over 20,000-job traces at loads 0.75 and 0.9: MaxSRPT and
 // SplitSRPT both have a far lower mean response than k-LPS (Hadoop's Fair
 // Scheduler), and the lower bound is below every policy. A SplitSRPT

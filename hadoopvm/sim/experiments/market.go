@@ -274,7 +274,8 @@ func runLinMarket(ctx context.Context, cfg Config, step func() error) (Result, e
 				row(fmt.Sprintf("mean response, %s, load %g, model on the same trace", p, load), nan, "", "", got[key{load, "model", p}]))
 		}
 		for _, p := range par.Policies {
-			res.Rows = append(res.Rows, row(fmt.Sprintf("jobs finishing after their plan ended, %s, load %g, market (no model counterpart)", p, load), nan, "", "%", got[key{load, "past plan", p}]))
+			metric := fmt.Sprintf("jobs finishing after their plan ended, %s, load %g, market (no model counterpart)", p, load)
+			res.Rows = append(res.Rows, row(metric, nan, "", "%", got[key{load, "past plan", p}]))
 		}
 		ratio := func(engine, p string) []float64 {
 			var out []float64
@@ -293,12 +294,9 @@ func runLinMarket(ctx context.Context, cfg Config, step func() error) (Result, e
 		}
 	}
 	span, _ := MeanSD(minutes)
-	res.Notes = append(res.Notes,
-		fmt.Sprintf("each run: the first %d jobs of lin's trace for the seed (linJobs: lognormal map sizes mean 1 sd 3.65, shuffle = map × lognormal mean 1 sd 3.28, Poisson arrivals at rate load), arriving over %.0f units on average, submitted through the broker as best-effort jobs (wire.SubmitRequest{BestEffort: true}) with broker.Config.JobOrder = the policy, on %d simulated 2-core hosts run by the real agents; no paper figure: the paper has no market", par.Jobs, span, par.Hosts),
-		fmt.Sprintf("response times are in lin's units (a unit = the time the whole cluster takes for work of mean map size 1 = %g s of simulated time), so market and model rows compare directly; the model row is strategies.SimulateOverlap on the same trace rounded to whole tasks (lin's tandem of a map and a shuffle station of capacity 1 each); a short trace's mean is dominated by its few largest jobs (see lin's 'over N jobs' rows)", mktUnit),
-		fmt.Sprintf("[recon] a unit of map work is %d map tasks of %g core-seconds (a minute of the cluster's cores); a unit of shuffle is as many reduces, each fetching %g MB over its host's %g MB/s network (the shuffle station is the network, so map and shuffle are separate resources as in the model) and reducing for 0.1 core-second; sizes round to whole tasks, at least one map and one reduce (SimulateOverlap needs work at both stations); task times lognormal with CV 0.2; reduces start after 5 %% of the maps (Hadoop's slow start) and take slots only once the job's maps are all scheduled", mktPerUnit(par.Hosts), mktTask, mktShuffleMB, mktNet),
-		fmt.Sprintf("[recon] every job runs on a VM of its own with %d slots on every host, the broker's and agents' tick is %s, each host has a background VM wanting %g cores and spending %g micro-credits/s so shares have a price; the broker gives best-effort jobs its reserved share (0.8) by the policy; a waiting job bids nothing and keeps only the agents' floor share (0.0002 of a host per VM), so its tasks, holding their slots, run on what the served jobs leave idle (the agents are work-conserving), and a job can use no more of the cluster than its slots and tasks allow — the slot-versus-share difference measured here", mktSlots, mktTick, mktBackground, mktBgRate),
-		"k-LPS is the broker's (k = 100, sharing at the shuffle); FIFO is not one of lin's policies but the broker offers it, so it is run in both; ratios are per run (policy / k-LPS on the same trace)")
+	res.Notes = notes("lin-market", map[string]any{"Jobs": par.Jobs, "Span": span, "Hosts": par.Hosts, "Unit": mktUnit,
+		"PerUnit": mktPerUnit(par.Hosts), "Task": mktTask, "ShuffleMB": mktShuffleMB, "Net": mktNet, "Slots": mktSlots, "Tick": mktTick,
+		"Background": mktBackground, "BgRate": mktBgRate})
 	return res, nil
 }
 
@@ -504,7 +502,8 @@ func runMRMMarket(ctx context.Context, cfg Config, step func() error) (Result, e
 		tag := fmt.Sprintf("gap %g s, α=%g", gap, par.Alpha)
 		g := func(name string) []float64 { return got[fmt.Sprint(gap, name)] }
 		res.Rows = append(res.Rows,
-			row("admitted jobs, market (each budget pays its quote's cheapest point, so a refusal would be the broker's; the model admits every job: no counterpart), "+tag, nan, "", "%", g("admitted")),
+			row("admitted jobs, market (each budget pays its quote's cheapest point, so a refusal would be the broker's; "+
+				"the model admits every job: no counterpart), "+tag, nan, "", "%", g("admitted")),
 			row("admitted jobs finishing after their deadline, market, "+tag, nan, "", "%", g("late")),
 			row("jobs finishing after their deadline, model on the same trace, "+tag, nan, "", "%", g("model late")),
 			row("admitted jobs with more maps than every job done when quoted (some done), market, "+tag, nan, "", "%", g("beyond")),
@@ -518,15 +517,8 @@ func runMRMMarket(ctx context.Context, cfg Config, step func() error) (Result, e
 			row("median price / the quote's cheapest point, market, "+tag, nan, "", "", g("premium")),
 			row("median price / p̂, model (a different base from the market's row), "+tag, nan, "", "", g("model premium")))
 	}
-	res.Notes = append(res.Notes,
-		fmt.Sprintf("each run: %d jobs of mrm's trace (mrmTrace: Table 1 sizes, mean p %g s, Poisson arrivals at each mean gap, half delay-sensitive by a fair coin) quoted (wire.QuoteRequest) and submitted with a budget (wire.SubmitRequest{Budget}) through the broker, which buys the earliest deadline the budget pays on its MRM price curve, holds the price and runs the admitted jobs by EDF as spending on %d simulated 2-core hosts; the model row is mrmSimulate (mrm-pricing's single server) on the same trace; no paper figure: the paper has no market", par.Jobs, mrmMeanP, par.Hosts),
-		fmt.Sprintf("[recon] budgets: a delay-sensitive job's is α = %g times the cheapest point of its quote, a delay-tolerant job's the cheapest point (mrm: α·p̂ and p̂); a job the broker refuses (ErrUnaffordable, ErrDeadline) is not admitted and not run", par.Alpha),
-		fmt.Sprintf("[recon] a job of true processing time p s (mrm's, at the whole cluster) is map-only: max(1, round(p·cores/%g)) map tasks of %g core-seconds (CV 0.2) on a %d-slot VM of its own on every host, with an ARIA profile of the tasks' true mean (max 1.5 × mean); the broker estimates from that profile until 5 jobs have finished, then by its regression over them; the model is told p̂ = p + noise + 1.64σ", mktTask, mktTask, mktSlots),
-		"the broker's estimate of a job's work is MRM's regression (strategies.Estimator: a Gaussian process over maps, reduces and selectivities) over the jobs done, which does not extrapolate: a job with more maps than any done is estimated near the mean of those, so the rows split the late jobs by whether they were quoted beyond what had been done (the first jobs, quoted before any was done, count among the others)",
-		"late = finished after the deadline admitted; market prices are money (micro-credits held from the user's balance), the model's in units of estimated processing time, so each is shown over its own per-job base and the two premium rows do not compare directly; the broker prices with its default κ = 1 (broker.Config.DeadlineKappa, relative to the run's cost at today's prices), mrm's model with κ = 2 over p̂",
-		fmt.Sprintf("[recon] the broker runs a deadline job at its reserved share (0.8) or more if its control loop asks; each host has a background VM wanting %g cores and spending %g micro-credits/s; the broker's and agents' tick is %s", mktBackground, mktBgRate, mktTick),
-		"measured (seed 1, runs 0–2, gaps 50 and 100, 100 jobs): what still makes admitted jobs inside the range seen late is the work the broker learns, not its schedule; a job's measured work (its share-seconds held, the estimator's training data) counts the share its bids buy (0.8–0.89) over the time it holds bids, while the agents, work-conserving, give a job of more than one wave 0.84–1.0 of the cluster then, and 14–17 % of its work (mean by size, gap 100 run 0) is done on idle cores while it waits, uncounted; so held / (its core-seconds over the cluster's cores) is 0.77 for jobs of more than 25 maps, 0.93 for 11–25 and 1.10 for 7–10 (one wave: the share is held for a whole task time), gap 100 run 0, and the regression learns a work-versus-maps curve too flat: large jobs inside the range are quoted an upper bound below their true time (a 46-map job 143 s against 175, a 49-map one 127 s against 187)",
-		"of the 19 jobs inside the range seen late in those 6 runs, 10 were such large jobs quoted below their true time, 7 were queued behind a job that overran its estimate (admission had placed their deadlines behind its estimate; EDF keeps the overrunning job, due earlier, at the head), 2 were 12–16-map jobs late by 1–9 s (a second, half-empty wave of maps longer than the estimate's bound); before the simulator kept ticking through idle spells, 18.5 % (gap 50) and 10.6 % (gap 100) of them were late: the broker and agents stopped after the cluster first went idle, so a job queued behind another never got its EDF share and ran on idle cores")
+	res.Notes = notes("mrm-market", map[string]any{"Jobs": par.Jobs, "MeanP": mrmMeanP, "Hosts": par.Hosts, "Alpha": par.Alpha,
+		"Task": mktTask, "Slots": mktSlots, "Background": mktBackground, "BgRate": mktBgRate, "Tick": mktTick})
 	return res, nil
 }
 
@@ -707,26 +699,27 @@ func runARIAMarket(ctx context.Context, cfg Config, step func() error) (Result, 
 	res.Rows = append(res.Rows,
 		row("jobs missing their deadline, aria's model on the same jobs unscaled (its cluster, threshold arrivals at 100 %), W2", nan, "", "%", got["model missed"]),
 		row("relative deadline exceeded, aria's model on the same jobs unscaled (threshold 100 %), W2", nan, "", "%", got["model exceeded"]))
-	res.Notes = append(res.Notes,
-		fmt.Sprintf("each run: aria's %d W2 jobs of the run (ariaJobs: maps N(154, 558), reduces N(19, 145), tasks N(100, 20) s and N(300, 30) s, deadlines U[T_J, 3·T_J]) scaled to %d simulated 2-core hosts and submitted through the broker with a deadline (wire.SubmitRequest{Deadline}); the broker admits by MRM, refusing a deadline before its earliest finish (the estimate's upper bound at the reserved share 0.8, behind the queue: ErrDeadline), runs the admitted jobs by EDF as spending and steers each by ARIA's control loop over the tasks left; no paper figure: the paper has no market", par.Jobs, par.Hosts),
-		fmt.Sprintf("[recon] scaling: task counts divided by aria's 256 slots over the market's %d, rounded, at least one each; a job's deadline is the same multiple of its time alone (its waves of mean tasks on the market's slots) as the unscaled job's; Poisson arrivals (aria spawns the next job when the load falls below a threshold, which a market of independent users cannot do)", mktSlots*par.Hosts),
-		"[recon] tasks are one core-second per second on 2-slot VMs of 2-core hosts; the reduces start when the maps are done (aria §7.2); the profile is the tasks' mean and mean + 2 sd",
-		"the model rows are aria's own simulation (ariaSimulate at the aria experiment's defaults, threshold 100 %) of the same jobs unscaled: its cluster and arrivals, so they are context, not a like-for-like comparison; the market's 'missed' counts only admitted jobs; relative deadline exceeded is Σ (T − D)/D over the missed jobs, per run, as aria's")
+	res.Notes = notes("aria-market", map[string]any{"Jobs": par.Jobs, "Hosts": par.Hosts, "Slots": mktSlots * par.Hosts})
 	return res, nil
 }
 
 func init() {
-	register(Experiment{Name: "lin-market", Title: "Lin's policies through the market: mean response of FIFO, k-LPS, MaxSRPT and SplitSRPT as the broker's job order on simulated hosts, beside the model on the same trace",
+	register(Experiment{Name: "lin-market",
+		Title: "Lin's policies through the market: mean response of FIFO, k-LPS, MaxSRPT and SplitSRPT as the broker's job order " +
+			"on simulated hosts, beside the model on the same trace",
 		Source: "seed 001 §5.3", Engine: EngineMarket, DefaultRuns: 2, Steps: func(n int) int { return n }, run: runLinMarket,
 		params: func() any {
 			return &linMarketParams{Loads: []float64{0.75, 0.9}, Jobs: 150, Hosts: 4, Policies: linMarketPolicies}
 		},
 		quick: map[string]string{"jobs": "30", "load": "0.9"}})
-	register(Experiment{Name: "mrm-market", Title: "MRM pricing through the market: deadline jobs quoted, admitted and run by the broker on simulated hosts, beside the model on the same trace",
+	register(Experiment{Name: "mrm-market",
+		Title: "MRM pricing through the market: deadline jobs quoted, admitted and run by the broker on simulated hosts, " +
+			"beside the model on the same trace",
 		Source: "seed 000 §6.3", Engine: EngineMarket, DefaultRuns: 3, Steps: func(n int) int { return n }, run: runMRMMarket,
 		params: func() any { return &mrmMarketParams{Gaps: []float64{50, 100}, Alpha: 2, Jobs: 100, Hosts: 4} },
 		quick:  map[string]string{"jobs": "40", "gap": "100"}})
-	register(Experiment{Name: "aria-market", Title: "ARIA's deadline jobs through the market: admitted by MRM, run by EDF and ARIA's control loop on simulated hosts",
+	register(Experiment{Name: "aria-market",
+		Title:  "ARIA's deadline jobs through the market: admitted by MRM, run by EDF and ARIA's control loop on simulated hosts",
 		Source: "seed 004 §7.2", Engine: EngineMarket, DefaultRuns: 5, Steps: func(n int) int { return n }, run: runARIAMarket,
 		params: func() any { return &ariaMarketParams{Gaps: []float64{150, 300, 600}, Jobs: 100, Hosts: 4} },
 		quick:  map[string]string{"jobs": "30", "gap": "300"}})

@@ -76,10 +76,9 @@ func TestMarketExperimentsDeterministic(t *testing.T) {
 // order on the simulator's hosts, 60 jobs of lin's trace at load 0.9, one
 // run per seed), MaxSRPT's mean response is below FIFO's and k-LPS's on
 // every conclusion seed, as lin's model has it on every trace. The margin
-// over k-LPS is thin on light traces (seed 44: 2.53 against 2.95); the
-// reversals once seen (at 50 jobs seeds 22 and 44, at 150 jobs seed 22)
-// came from the simulator no longer ticking after the cluster first went
-// idle.
+// over k-LPS is thin on light traces; the reversals once seen came from
+// the simulator no longer ticking after the cluster first went idle
+// (notes/conclusions.md, lin-market).
 func TestLinMarketMaxSRPTConclusion(t *testing.T) {
 	perSeed(t, "lin-market", 1, map[string]string{"jobs": "60", "load": "0.9", "policies": `["fifo","klps","maxsrpt"]`}, func(seed uint64, res experiments.Result) {
 		mx := metric(t, res, "mean response, maxsrpt, load 0.9, market")

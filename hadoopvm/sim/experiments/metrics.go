@@ -4,13 +4,13 @@ import (
 	"math"
 )
 
-// Utility is seed 003's Jensen time-decaying utility (Eq. 4): the value v
+// Utility is Sandholm and Lai's Jensen time-decaying utility (Eq. 4): the value v
 // of a workflow less its cost c, decayed by exp(−r·T/Tmin).
 func Utility(v, c, t, tmin, r float64) float64 {
 	return (v - c) * math.Exp(-r*t/tmin)
 }
 
-// Risk is seed 003's Arrow-Pratt transform (Eq. 5) of a utility u against
+// Risk is Sandholm and Lai's Arrow-Pratt transform (Eq. 5) of a utility u against
 // the uncontended utility uopt: (1 − exp(−γ·u/uopt)) / (1 − exp(−γ)); at
 // γ = 0 (risk neutral) its limit u/uopt.
 func Risk(u, uopt, gamma float64) float64 {
@@ -20,7 +20,7 @@ func Risk(u, uopt, gamma float64) float64 {
 	return (1 - math.Exp(-gamma*u/uopt)) / (1 - math.Exp(-gamma))
 }
 
-// CompletionImprovement is seed 003's CI (Eq. 6): Σ(T_f − T_s) / Σ T_f
+// CompletionImprovement is Sandholm and Lai's CI (Eq. 6): Σ(T_f − T_s) / Σ T_f
 // over workflows run with fair share (fair) and with a strategy (strat).
 func CompletionImprovement(fair, strat []float64) float64 {
 	var num, den float64
@@ -34,7 +34,7 @@ func CompletionImprovement(fair, strat []float64) float64 {
 	return num / den
 }
 
-// Efficiency is seed 003's prioritization efficiency (Eq. 7), the mean of
+// Efficiency is Sandholm and Lai's prioritization efficiency (Eq. 7), the mean of
 // the workflows' utilities over the uncontended one, each passed through
 // the risk transform with coefficient gamma (0: risk neutral, Eq. 7 as
 // printed).

@@ -10,7 +10,7 @@ import (
 	"github.com/mrmarket/mrmarket/strategies"
 )
 
-// Seed 000 §6.3: MRM's trace simulation on a single server. Reconstructions
+// MRM §6.3: its trace simulation on a single server. Reconstructions
 // where the paper is silent are marked [recon] and repeated in the Notes.
 
 const (
@@ -485,22 +485,14 @@ func runMRMPricing(ctx context.Context, cfg Config, step func() error) (Result, 
 		}
 	}
 	gm, _ := MeanSD(gammas)
-	res.Notes = append(res.Notes, mrmNotes(gm, par.Jobs)...)
-	res.Notes = append(res.Notes, "tardy jobs are in % of all jobs (unit left blank so the figure is not scaled); premiums are the same for all loads in the paper (Table 8), so its figure is put on the H rows only")
+	res.Notes = append(mrmNotes(par.Jobs), notes("mrm-pricing", map[string]any{"Gamma": gm})...)
 	return res, nil
 }
 
-func mrmNotes(gamma float64, jobs int) []string {
-	return []string{
-		fmt.Sprintf("%d jobs per configuration and run; Poisson arrivals; κ = %g; single server (the whole cluster); DS budget α·p̂, DT budget p̂; preemptive EDF on committed deadlines with the true times", jobs, mrmKappa),
-		fmt.Sprintf("[recon] job size → seconds: p = c·(1 + maps/80 + reduces/80) (one wave of overhead plus fractional waves over the 80 map and 80 reduce slots), c = %.2f s so mean p = %g s, read from §6.3's σ = 4.8 s = 10 %% of the average job duration", mrmSecPerWave, mrmMeanP),
-		fmt.Sprintf("[recon] estimate p̂ = p + N(0, %g²) + %g·%g (one-sided 95 %% upper bound of a noisy estimate), floored at 1 s", mrmSigma, mrmZ, mrmSigma),
-		fmt.Sprintf("γ̄ = mean p̂ of the trace = %.2f s on average (ALGORITHMS.md: 43.87 s reproduces Table 6; ours is larger because mean p is 48 s plus the 1.64σ margin)", gamma),
-		"[recon] DS/DT by a fair coin per job",
-		"[recon] the deadline bought is the earliest (to 1 ms) whose Eq. 13 price ≤ budget, found per piece between queued deadlines (price falls within a piece) rather than on a fixed grid",
-		"[recon] MRM quotes with the queued jobs' estimated remaining work (p̂ − time run, ≥ 0); an overrun job's deadline is pushed, for quoting only, to its EDF finish on the estimates",
-		"slack = (deadline − arrival − estimated work of every job due no later, its own included) at admission, in s (Eq. 13's δ·γ̄); premium = price paid / true p",
-	}
+// mrmNotes are the model's notes both MRM experiments print (notes/mrm.md).
+func mrmNotes(jobs int) []string {
+	return notes("mrm", map[string]any{"Jobs": jobs, "Kappa": mrmKappa, "SecPerWave": mrmSecPerWave, "MeanP": mrmMeanP,
+		"Sigma": mrmSigma, "Z": mrmZ})
 }
 
 func runMRMBaselines(ctx context.Context, cfg Config, step func() error) (Result, error) {
@@ -563,12 +555,8 @@ func runMRMBaselines(ctx context.Context, cfg Config, step func() error) (Result
 		}
 		res.Rows = append(res.Rows, row("… of DS jobs that found a DT job unfinished, "+s+at, v, t, "", got["jumpDT "+s]).At("§6.3"))
 	}
-	res.Notes = append(res.Notes, mrmNotes(math.NaN(), par.Jobs)[:3]...)
-	res.Notes = append(res.Notes,
-		fmt.Sprintf("MRM at α = %g, κ = 2 (the paper: α = 2, the setting of Fig. 9); FCFS and priority are non-preemptive, priority serving DS jobs first and FCFS within a class; all in %%", par.Alpha),
-		"[recon] FCFS and priority jobs are promised the finish their scheduler predicts at arrival from the estimates (running job's estimated remainder + the queued jobs served before it + p̂); MRM jobs keep the deadline they bought",
-		"[recon] a DS job jumps ahead if some job that arrived before it finishes after it (FCFS never reorders, so this is the paper's pairwise comparison with FCFS); \"found a DT job unfinished\" counts a running DT job as well as a waiting one",
-		fmt.Sprintf("true utilisation at 40 s is %.2f (mean p %g s), so the 40 s rows are overloaded and depend on the %d-job horizon; 50 s (%.2f) is also shown", mrmMeanP/40, mrmMeanP, par.Jobs, mrmMeanP/50))
+	res.Notes = append(mrmNotes(par.Jobs), notes("mrm-baselines", map[string]any{"Alpha": par.Alpha, "MeanP": mrmMeanP,
+		"Jobs": par.Jobs, "Util40": mrmMeanP / 40, "Util50": mrmMeanP / 50})...)
 	return res, nil
 }
 

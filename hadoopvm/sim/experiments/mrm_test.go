@@ -60,7 +60,7 @@ func TestMRMDeterministicAndSane(t *testing.T) {
 	}
 }
 
-// TestMRMConclusionsPerSeed: seed 000 §6.3's conclusions (Tables 5, 6, 8)
+// TestMRMConclusionsPerSeed: MRM §6.3's conclusions (Tables 5, 6, 8)
 // on each of five seeds at the high load: a DS user who pays more (larger
 // α) pays a larger premium and buys less slack, and more of the jobs are
 // tardy — never fewer — as α grows. Pricing that ignored α would give one
@@ -89,7 +89,7 @@ func TestMRMConclusionsPerSeed(t *testing.T) {
 	})
 }
 
-// TestMRMBaselinesConclusionsPerSeed: seed 000's §1 and §6.3 on each of
+// TestMRMBaselinesConclusionsPerSeed: MRM's §1 and §6.3 on each of
 // five seeds at 40 s between arrivals: under MRM a good part of the
 // delay-sensitive jobs jump ahead of earlier ones (the paper: 35 %) while
 // delay-tolerant jobs miss no more deadlines than under FCFS (within a

@@ -24,16 +24,25 @@ type Param struct {
 
 // An experiment's parameters are one struct (its defaults, from
 // Experiment.params): each exported field with a json tag is a parameter
-// named by the tag and documented by its doc tag. A value is JSON of the
+// named by the tag and documented by its doc tag, or, where the doc is
+// too long for a tag, by the struct's longDocs. A value is JSON of the
 // field's type; a list may also be written comma-separated (0.75,0.9) and
 // a string bare.
+
+// longDocs gives the docs of parameters whose doc tag is missing, by name.
+type longDocs interface{ longDocs() map[string]string }
 
 // Params are e's parameters with their defaults, by name.
 func (e Experiment) Params() []Param {
 	if e.params == nil {
 		return nil
 	}
-	v := reflect.ValueOf(e.params()).Elem()
+	p := e.params()
+	long := map[string]string{}
+	if l, ok := p.(longDocs); ok {
+		long = l.longDocs()
+	}
+	v := reflect.ValueOf(p).Elem()
 	var out []Param
 	for i := range v.NumField() {
 		f := v.Type().Field(i)
@@ -42,7 +51,11 @@ func (e Experiment) Params() []Param {
 			continue
 		}
 		def, _ := json.Marshal(v.Field(i).Interface())
-		out = append(out, Param{Name: name, Default: string(def), Doc: f.Tag.Get("doc")})
+		doc, ok := f.Tag.Lookup("doc")
+		if !ok {
+			doc = long[name]
+		}
+		out = append(out, Param{Name: name, Default: string(def), Doc: doc})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out

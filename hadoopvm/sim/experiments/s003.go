@@ -13,7 +13,7 @@ import (
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
-// Seed 003's spending: every plan runs four hours; the fair-share rate is
+// Sandholm and Lai's spending: every plan runs four hours; the fair-share rate is
 // budget/4h.
 const (
 	planBudget   = money.Micro(1_000) * money.PerCredit
@@ -68,7 +68,7 @@ func Bottleneck(f float64) func(string, []string, []sim.JobSpec) *wire.SpendRequ
 	}
 }
 
-// scored is a run's workflows as seed 003 scores them.
+// scored is a run's workflows as Sandholm and Lai score them.
 type scored struct {
 	t    []float64 // completion times, s
 	cost []float64 // dollars
@@ -190,18 +190,23 @@ func runS003Workflow(ctx context.Context, cfg Config, step func() error) (Result
 			row("CI, high-priority workflows only ("+prog+")", paperCI, textCI, "%", high).At("Fig. 6(a)"),
 			row("efficiency gain ("+prog+")", paperGain, textGain, "%", gain).At("Fig. 6(b)"))
 	}
-	res.Notes = append(res.Notes,
-		"[recon] a workflow is one job of the program's chain; the first user's weights cycle 1, "+fmt.Sprint(low)+" over its jobs, the second's "+fmt.Sprint(low)+", 1 (the paper: a deterministic sequence with minimal overlap of both users' high priority); CI is Eq. 6 over all workflows and, on its own row, over the workflows whose rate was raised — the paper's \"11–12 % from doubling the spending rate\" reads either way",
-		"I/O "+string(p.IO)+": GridMix reads, writes and shuffles 55–70 % of its task time (§6.1: \"predominantly I/O bound\"); under io=paper the disk is shared equally whatever the bids (seed 003 could not govern it), the network by the shares; io=governed governs the disk too, io=none is the CPU-only model (CI 3.2–3.7 %, seed 1, 25 runs)",
-		"the conclusion — every program finishes sooner and more efficiently under workflow priority — holds on each of five seeds (TestWorkflowPriorityConclusionsPerSeed); CI over all workflows stays below the paper's: it rises with the differentiation (low=0.1: 9–14 %, seed 1, 10 runs), so here a doubled rate buys less than on the paper's testbed")
+	res.Notes = notes("s003-workflow", map[string]any{"Low": low, "IO": p.IO})
 	return res, nil
 }
 
 // workflowParams are s003-workflow's settings.
 type workflowParams struct {
 	Low float64     `json:"low" doc:"the low-priority workflows' weight, the high ones' 1 (the paper: 0.5, so high spends twice the rate)"`
-	IO  workload.IO `json:"io" doc:"I/O model: paper (network governed by the shares, disk shared equally: seed 003's testbed), governed (disk too, by ideal weights), throttled (disk and network divided equally by the device under the agents' per-VM throttles, as mrmarket's libvirt agent delivers them), none (CPU only)"`
+	IO  workload.IO `json:"io"` // documented by ioDoc
 }
+
+// ioDoc documents the io parameter of the experiments that describe the
+// I/O models in full; the others point to s003-stage's.
+const ioDoc = "I/O model: paper (network governed by the shares, disk shared equally: seed 003's testbed), " +
+	"governed (disk too, by ideal weights), throttled (disk and network divided equally by the device under the agents' " +
+	"per-VM throttles, as mrmarket's libvirt agent delivers them), none (CPU only)"
+
+func (*workflowParams) longDocs() map[string]string { return map[string]string{"io": ioDoc} }
 
 func (p *workflowParams) check() error {
 	if !(p.Low > 0 && p.Low <= 1) {
@@ -225,9 +230,11 @@ func diggStage(series func([]float64, float64) func(string, []string, []sim.JobS
 // stageParams are s003-stage's settings.
 type stageParams struct {
 	Factor float64     `json:"factor" doc:"the boosted stage's weight, the others 1 (the paper: 20)"`
-	IO     workload.IO `json:"io" doc:"I/O model: paper (network governed by the shares, disk shared equally: seed 003's testbed), governed (disk too, by ideal weights), throttled (disk and network divided equally by the device under the agents' per-VM throttles, as mrmarket's libvirt agent delivers them), none (CPU only)"`
+	IO     workload.IO `json:"io"` // documented by ioDoc
 	Size   []float64   `json:"size" doc:"Digg's stages' task times (join, distribution, Pearson) as multiples of ours [recon: the paper gives none]"`
 }
+
+func (*stageParams) longDocs() map[string]string { return map[string]string{"io": ioDoc} }
 
 func (p *stageParams) check() error {
 	if !(p.Factor > 0 && p.Factor <= 1000) {
@@ -281,10 +288,9 @@ func runS003Stage(ctx context.Context, cfg Config, step func() error) (Result, e
 		total += d
 	}
 	pct := func(d time.Duration) float64 { return 100 * d.Seconds() / total.Seconds() }
-	res.Notes = append(res.Notes, "stage priority is Eq. 9's fixed split: each stage's part of the budget spent at its slice's rate, what it leaves unspent not carried forward; stage-carry (ours) re-splits what is left over the stages left each round",
-		fmt.Sprintf("[recon] the paper gives no Digg stage sizes; ours (×%v: join maps 30 s, reduces 20 s, 75 %% and 70 %% of it I/O; distribution 20 s, 10 s, 40 %%; Pearson 60 s, 20 s, 5–10 %%) run %s, %s and %s alone on the 23 hosts (%.0f %%, %.0f %%, %.0f %% of the workflow), I/O %s", p.Size,
-			alone[0].Round(time.Second), alone[1].Round(time.Second), alone[2].Round(time.Second), pct(alone[0]), pct(alone[1]), pct(alone[2]), p.IO),
-		"the boost pays most on the stage that holds the most of the workflow's time on resources the shares govern (TestStagePriorityBoostsTheDominantStagePerSeed): with our sizes Pearson, not the paper's stage 2 — with the distribution stage the longest (--set size=1,4,0.5) stage 2 is best, as in the paper; with the disk shared equally (io=paper) boosting the I/O-bound join buys less than with the disk governed (io=governed): CI 10.8 % against 18.3 % (seed 1, 25 runs) — what governing the disk, which seed 003 could not, is worth; delivered as mrmarket's libvirt agent does on a disk that ignores weights, by per-VM throttles re-spread each tick (io=throttled, network too), 22.8 %")
+	res.Notes = notes("s003-stage", map[string]any{"Size": p.Size, "IO": p.IO,
+		"Alone": []time.Duration{alone[0].Round(time.Second), alone[1].Round(time.Second), alone[2].Round(time.Second)},
+		"Pct":   []float64{pct(alone[0]), pct(alone[1]), pct(alone[2])}})
 	return res, nil
 }
 
@@ -353,7 +359,7 @@ func runS003Bottleneck(ctx context.Context, cfg Config, step func() error) (Resu
 		row("efficiency gain (1S+1FS, strategic user)", p2, t2, "%", gain).At("Fig. 8(b)"),
 		row("CI (2S, both users)", math.NaN(), "", "%", ci2),
 		row("efficiency gain (2S, both users)", math.NaN(), t3, "%", gain2).At("§7.4"))
-	res.Notes = append(res.Notes, fmt.Sprintf("boost f = %g for the strategic user; with two strategic users the aggregate is capped at 0.9 (Algorithm 5.1), as the paper's 0.45 each", f))
+	res.Notes = notes("s003-bottleneck", map[string]any{"Boost": f})
 	return res, nil
 }
 

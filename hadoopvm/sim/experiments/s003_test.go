@@ -8,7 +8,7 @@ import (
 	"github.com/mrmarket/mrmarket/hadoopvm/sim/experiments"
 )
 
-// TestBottleneckConclusionsPerSeed: seed 003 §7.4's conclusions on each of
+// TestBottleneckConclusionsPerSeed: Sandholm and Lai §7.4's conclusions on each of
 // five seeds (three runs each): a user eliminating bottlenecks against a
 // fair-share one finishes sooner and more efficiently than when both spend
 // fairly, and two such users coexist, both better off than two fair-share
@@ -27,14 +27,13 @@ func TestBottleneckConclusionsPerSeed(t *testing.T) {
 	})
 }
 
-// TestStagePriorityBoostsTheDominantStagePerSeed: seed 003 §7.3's
+// TestStagePriorityBoostsTheDominantStagePerSeed: Sandholm and Lai §7.3's
 // conclusion — one stage of Digg is clearly the best to spend more on
 // (Fig. 7: stage 2) — as the rule behind it, on each of five seeds (four
 // runs each): the ×20 boost pays most on the stage that holds most of the
 // workflow's time (s003-stage's notes measure it alone). With our stage
-// sizes that is Pearson (57 % of the time); with the distribution stage
-// four times longer and Pearson half as long (55 % in the distribution)
-// it is stage 2, the paper's. Stage priority broken into the fair split
+// sizes that is Pearson; with the distribution stage four times longer and
+// Pearson half as long it is the distribution, stage 2, the paper's. Stage priority broken into the fair split
 // would gain nothing from any boost and fail.
 func TestStagePriorityBoostsTheDominantStagePerSeed(t *testing.T) {
 	for _, c := range []struct {
@@ -57,7 +56,7 @@ func TestStagePriorityBoostsTheDominantStagePerSeed(t *testing.T) {
 	}
 }
 
-// TestWorkflowPriorityConclusionsPerSeed: seed 003 §7.2's conclusion —
+// TestWorkflowPriorityConclusionsPerSeed: Sandholm and Lai §7.2's conclusion —
 // "the consistent improvement across all benchmarks": doubling the
 // spending rate on the high-priority workflows makes every GridMix
 // program finish sooner and more efficiently than fair share — on each of
@@ -76,7 +75,7 @@ func TestWorkflowPriorityConclusionsPerSeed(t *testing.T) {
 	})
 }
 
-// TestSensitivityConclusionsPerSeed: seed 003 §8's conclusions (Fig. 9) on
+// TestSensitivityConclusionsPerSeed: Sandholm and Lai §8's conclusions (Fig. 9) on
 // each of five seeds (four runs each), for Digg's stage priority and
 // VideoToon's bottleneck elimination: the more delay-sensitive the user
 // (the larger the decay rate r), the more the strategy gains; a risk-averse

@@ -20,7 +20,7 @@ type User struct {
 	Spend func(user string, vms []string, jobs []sim.JobSpec) *wire.SpendRequest
 }
 
-// TwoUsers is seed 003 §6's setting in the simulator: Hosts 2-core hosts,
+// TwoUsers is Sandholm and Lai §6's setting in the simulator: Hosts 2-core hosts,
 // each with a CPU-hungry background VM (0.5 core, or 1.5 on a random half
 // when Heterogeneous: §7.4's extra load) spending like a fair-share user,
 // and two users with a 2-slot VM on

@@ -10,7 +10,7 @@ import (
 	"github.com/mrmarket/mrmarket/hadoopvm/sim/workload"
 )
 
-// paperRuns are seed 003 §7's two-user scenarios on the real broker,
+// paperRuns are Sandholm and Lai §7's two-user scenarios on the real broker,
 // agents and strategies (experiments.TwoUsers).
 var paperRuns = map[string]experiments.TwoUsers{
 	// §7.2: GridMix monsterQueries on 40 hosts, workflow priority 1 vs 0.5
@@ -55,8 +55,8 @@ func TestPaperScenariosRun(t *testing.T) {
 	}
 }
 
-// BenchmarkPaperScenarios is the wall time of one run of each seed-003
-// two-user scenario in the simulator.
+// BenchmarkPaperScenarios is the wall time of one run of each of Sandholm
+// and Lai's two-user scenarios in the simulator.
 func BenchmarkPaperScenarios(b *testing.B) {
 	for _, name := range []string{"gridmix", "digg", "videotoon"} {
 		b.Run(name, func(b *testing.B) {

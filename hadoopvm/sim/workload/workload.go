@@ -1,5 +1,6 @@
-// Package workload generates the MapReduce workflows of seed 003's case
-// studies (§6) for the simulator: GridMix (monsterQueries, webdataSort,
+// Package workload generates the MapReduce workflows of the case studies
+// (§6) of Sandholm and Lai, "MapReduce Optimization Using Regulated Dynamic
+// Prioritization", for the simulator: GridMix (monsterQueries, webdataSort,
 // textSort), Digg (join → probability distribution → Pearson) and
 // VideoToon (split → colour reduction → join).
 //
@@ -12,7 +13,7 @@
 // run time is not given: its stages are sized as an I/O-bound join, a
 // lighter distribution and a CPU-bound Pearson stage.
 //
-// Resources. Seed 003 calls GridMix "predominantly I/O bound, and only
+// Resources. Sandholm and Lai call GridMix "predominantly I/O bound, and only
 // makes limited use of the CPU(s)" (§6.1), the text sort the most limited
 // by cross-node bandwidth (§7.2), Digg's join I/O bound and its Pearson
 // stage CPU bound (§6.2), and VideoToon not I/O bound (§7.2). With an IO
@@ -54,7 +55,7 @@ type IO string
 
 // The I/O models.
 const (
-	// IOPaper is seed 003's testbed: the network (into and out of each
+	// IOPaper is Sandholm and Lai's testbed: the network (into and out of each
 	// VM) governed by the shares, the disk not — shared equally among the
 	// VMs using it, whatever they pay (§7.2).
 	IOPaper IO = "paper"

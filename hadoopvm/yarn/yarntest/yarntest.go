@@ -3,7 +3,7 @@
 // (/ws/v1/cluster/apps, /ws/v1/cluster/nodes), of MapReduce Application
 // Masters behind the RM's proxy (/proxy/{app}/ws/v1/mapreduce/jobs/…) and of
 // the Job History Server (/ws/v1/history/mapreduce/jobs/…). Hadoop cannot be
-// installed on these machines (ENVIRONMENT.md); the emulator lets the
+// installed on these machines (docs/PLATFORM.md); the emulator lets the
 // monitor be tested against the API it meets in production, driven by a
 // test (and by the cluster simulator) through Submit, StartAttempt,
 // FinishAttempt and FinishApp. SetDown makes the ResourceManager answer 503,
