@@ -8,8 +8,8 @@
 // before the embedded NATS server starts (it admits exactly them, each
 // within its role's connection limit), the admin's part (it holds the
 // admin's key: it creates the JetStream assets the daemons only open, and
-// makes the plans bucket again if it is deleted), and driving time. Everything it starts belongs to one stop.Stopper, which
-// Close stops.
+// makes the plans bucket again if it is deleted), and driving time.
+// Everything it starts belongs to one stop.Stopper, which Close stops.
 //
 // The simulated VMs run the jobs users submit to the deadline service, as
 // the users' Hadoop clusters would, and report their progress (jobs.go).

@@ -84,7 +84,8 @@ func TestHeadersAreBounded(t *testing.T) {
 	if err := call(nats.Header{wire.HeaderOrder: {strings.Repeat("p", 200)}}); err != nil {
 		t.Fatalf("an order key of 200 bytes: %v", err)
 	}
-	if err := call(nats.Header{wire.HeaderOrder: {strings.Repeat("p", 100_000)}}); !errors.Is(err, wire.ErrBadRequest) || !strings.Contains(err.Error(), wire.HeaderOrder) {
+	err := call(nats.Header{wire.HeaderOrder: {strings.Repeat("p", 100_000)}})
+	if !errors.Is(err, wire.ErrBadRequest) || !strings.Contains(err.Error(), wire.HeaderOrder) {
 		t.Fatalf("an order key of 100 KB: %v, want a bad request", err)
 	}
 	if err := call(nats.Header{"X-Pad": {strings.Repeat("x", 5000)}}); !errors.Is(err, wire.ErrBadRequest) {
