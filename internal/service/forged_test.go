@@ -22,7 +22,7 @@ import (
 // refused busy), and her second request is served, not refused busy.
 func TestForgeriesDoNotTakeTheirVictimsQueue(t *testing.T) {
 	nc := connect(t)
-	alice := newSigner(t)
+	alice := newKey(t)
 	release := make(chan struct{})
 	var served atomic.Int64
 	serve(t, nc, service.Table{service.Op(service.Endpoint{Name: "echo", Subject: "test.echo", Queue: "q"}, nil,
@@ -91,13 +91,4 @@ func TestHeadersAreBounded(t *testing.T) {
 	if err := call(nats.Header{"X-Pad": {strings.Repeat("x", 5000)}}); !errors.Is(err, wire.ErrBadRequest) {
 		t.Fatalf("5 KB of headers: %v, want a bad request", err)
 	}
-}
-
-func newSigner(t *testing.T) *wire.Signer {
-	t.Helper()
-	s, err := wire.NewUserSigner()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
 }
