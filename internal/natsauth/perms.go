@@ -40,7 +40,8 @@
 //     the bank, whose answer to a principal's registration follows the
 //     reload that admits it (a reload forgets pending responses);
 //   - users have no JetStream access at all; admin may do everything
-//     (administration: streams, purges, the audit stream).
+//     (administration: creating and configuring streams, purges, the audit
+//     stream).
 //
 // # Least privilege for JetStream
 //
@@ -66,10 +67,10 @@
 // every principal is a user of one account: separate accounts would need
 // service imports, which rewrite reply subjects and break the signed
 // replies and per-principal inboxes. So ConnLimits states a limit per role
-// (MaxConnections) and the embedded servers enforce it as they admit a
-// connection (natsutil's admission: `up` and `mrmarket nats serve`); a
-// stock nats-server given Config's file bounds only the server's total
-// (max_connections).
+// (MaxConnections) and the servers mrmarket runs (`up`'s and each
+// `mrmarket nats serve` node) hold each key to it themselves, closing its
+// newest connections beyond (natsutil's connlimit.go); a stock nats-server
+// given Config's file bounds only the server's total (max_connections).
 //
 // # TLS
 //
