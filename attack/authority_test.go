@@ -185,7 +185,7 @@ func unauditedClass() class {
 				t.Fatalf("the grant's event is not waiting in the bank's outbox: %d %v", n, err)
 			}
 			time.Sleep(500 * time.Millisecond) // the bank tries to publish, and cannot
-			if _, err := natsutil.EnsureBankAssets(e.ctx, e.adminNC.Conn); err != nil {
+			if _, err := natsutil.EnsureAssets(e.ctx, e.adminNC.Conn); err != nil {
 				t.Fatal(err)
 			}
 			testpoll.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {

@@ -23,7 +23,9 @@
 //
 // # The attack table
 //
-// Every attack is a subtest of TestAttack named "<class>/<attack>", so
+// Every attack is a subtest of TestAttack (classes 01 to 15) or of
+// TestAttackTransport (16 to 20, the transport's authority) named
+// "<class>/<attack>", so
 // `go test -tags libvirt_dlopen ./attack -v -run TestAttack` prints the
 // table: one "--- PASS" or "--- FAIL" line per attack, the reason on
 // failure ("NATS: …" for the transport's refusal, "broker: …" and the like
@@ -46,12 +48,22 @@
 //	13-unknown-user      grants, income, a transfer to a name no user holds (or an agent's): not_found
 //	14-unaudited-money   a grant while the audit stream is deleted: its event arrives once the stream is back, once
 //	15-store-files       another local user reading bank.db, its WAL and shared memory: all 0600
+//	16-stream-authority  the broker's, bank's or an agent's key adding _INBOX.> to a stream, creating one, shrinking, purging or deleting one
+//	17-forged-flood      5,000 forgeries/s claiming alice's key: her p99 within twice her own; 5,000 at once: hers all answered
+//	18-future-state      host-1's own key seals a state 110 s ahead: the agent's next real state replaces it
+//	19-connections       alice's key opens 500 connections: the server keeps her limit
+//	20-headers           a 100 KB Mrm-Order, 100 KB of other headers: bad_request
 //
 // Classes 12 to 14 cannot be "refused" in the usual sense: alice's hold,
 // transfer and plan of her own money are hers to make, and the grant is the
 // admin's. What they assert is that the attack takes nothing from anyone:
 // bob's requests apply and replay as if alice had done nothing, and no
-// money moves without its audit event.
+// money moves without its audit event. Nor are 17 and 18: forgeries are
+// refused one by one, and what is asserted is that alice does not pay for
+// them; a state sealed by the host's own key is taken, and what is asserted
+// is that it cannot outlive the agent's next one. 17 measures latency, so
+// it runs alone (at a tenth of the rate under the race detector, which
+// makes a signature check many times dearer).
 //
 // BenchmarkSignedSpend measures one signed spend's round trip through a
 // running market (ns/op, p50 and p99), for before/after comparisons.

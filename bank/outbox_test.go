@@ -91,7 +91,7 @@ func TestAuditOutbox(t *testing.T) { eachStore(t, testAuditOutbox) }
 func testAuditOutbox(t *testing.T, target string) {
 	ctx := context.Background()
 	s := serveBank(t, target)
-	if _, err := natsutil.EnsureBankAssets(ctx, s.nc); err != nil {
+	if _, err := natsutil.EnsureAssets(ctx, s.nc); err != nil {
 		t.Fatal(err)
 	}
 	c := bank.Client{NC: s.nc, Keys: s.keys}
@@ -159,7 +159,7 @@ func testAuditOutbox(t *testing.T, target string) {
 		t.Fatalf("outbox with the stream gone: %d %v", n, err)
 	}
 	time.Sleep(500 * time.Millisecond) // the publisher tries, and fails
-	if _, err := natsutil.EnsureBankAssets(ctx, s.nc); err != nil {
+	if _, err := natsutil.EnsureAssets(ctx, s.nc); err != nil {
 		t.Fatal(err)
 	}
 	evs = waitEvents(t, s.nc, 2)
@@ -179,7 +179,7 @@ func TestAuditOutboxReplicas(t *testing.T) { eachStore(t, testAuditOutboxReplica
 func testAuditOutboxReplicas(t *testing.T, target string) {
 	ctx := context.Background()
 	s := serveBank(t, target)
-	if _, err := natsutil.EnsureBankAssets(ctx, s.nc); err != nil {
+	if _, err := natsutil.EnsureAssets(ctx, s.nc); err != nil {
 		t.Fatal(err)
 	}
 	// A second bank process on the same store, with its own connection.

@@ -200,7 +200,7 @@ func (b *Broker) Quote(ctx context.Context, req *wire.QuoteRequest) (wire.QuoteR
 // ariaSlots is ARIA's minimum (map, reduce) allocation (Eq. 15) to finish
 // the job's tasks in d seconds at a full share; 0, 0 when none does.
 func (b *Broker) ariaSlots(s wire.JobSpec, d float64) (int, int) {
-	m, r, err := strategies.ARIASlots(ariaProfile(s.Profile), s.Maps, s.Reduces, d, math.MaxInt32, math.MaxInt32)
+	m, r, err := strategies.ARIASlots(s.Profile, s.Maps, s.Reduces, d, math.MaxInt32, math.MaxInt32)
 	if err != nil {
 		return 0, 0
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/mrmarket/mrmarket/internal/money"
 	"github.com/mrmarket/mrmarket/internal/natstest"
 	"github.com/mrmarket/mrmarket/internal/wire"
+	"github.com/mrmarket/mrmarket/strategies"
 )
 
 // TestAdmissionRace: two broker replicas sharing one in-memory plan store
@@ -85,7 +86,7 @@ func raceAdmissions(t *testing.T, h *brokertest.Harness, seed uint64) {
 				vms = []string{vm(r, 0)}
 			}
 			job := wire.JobSpec{Name: fmt.Sprintf("job-%d", k), VMs: vms,
-				Maps: 16, Reduces: 2, MapSlots: 4, ReduceSlots: 2, Profile: wire.JobProfile{
+				Maps: 16, Reduces: 2, MapSlots: 4, ReduceSlots: 2, Profile: strategies.JobProfile{
 					MapAvg: 20 * scale, MapMax: 30 * scale, Sh1Avg: 5, Sh1Max: 8, ShTypAvg: 4, ShTypMax: 6, ReduceAvg: 10, ReduceMax: 15}}
 			req := &wire.SubmitRequest{ID: fmt.Sprintf("j%d-%s-%d", seed, users[r], k), User: users[r], Job: job}
 			if rng.IntN(3) == 0 {

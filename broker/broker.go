@@ -126,6 +126,12 @@ type Config struct {
 	// Plans is the MRM_PLANS bucket shared by the replicas; nil keeps plans
 	// in this process's memory (Memory's, or the replica's own).
 	Plans jetstream.KeyValue
+	// RecreatePlans, when set, has the plans bucket made again once it is
+	// found deleted, by whoever administers JetStream (the market holds
+	// the admin's key; the broker may not create streams). Without it the
+	// broker opens the bucket again once the admin has made it (mrmarket
+	// nats assets); either way it then writes its plans back.
+	RecreatePlans func(ctx context.Context) error
 	// Memory, when set and Plans is not, is an in-memory plan store this
 	// replica shares with others in the same process (brokertest's
 	// failover scripts).
@@ -258,7 +264,7 @@ func New(cfg Config) (*Broker, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.recreate = recreatePlans(cfg.NC, cfg.Plans)
+		s.recreate = recreatePlans(cfg.NC, cfg.Plans, cfg.RecreatePlans)
 		b.store = s
 	} else if cfg.Memory != nil {
 		b.store = cfg.Memory.s
@@ -285,10 +291,17 @@ func randomHex() string {
 func (b *Broker) Observe(st wire.HostState) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if old, ok := b.hosts[st.Host]; ok && !st.Time.After(old.Time) && !(st.Time.Equal(old.Time) && st.Tick > old.Tick) {
+		return
+	}
+	b.setHost(st)
+}
+
+// setHost makes st its host's state, whatever the state known (the caller
+// ordered them: Observe by their times, the state intake by their seals).
+// b.mu must be held.
+func (b *Broker) setHost(st wire.HostState) {
 	if old, ok := b.hosts[st.Host]; ok {
-		if !st.Time.After(old.Time) && !(st.Time.Equal(old.Time) && st.Tick > old.Tick) {
-			return
-		}
 		for _, v := range old.VMs {
 			if b.vmAt[v.VM].host == st.Host {
 				delete(b.vmAt, v.VM)

@@ -89,13 +89,11 @@ func (b *Broker) control(j *jobRec, now time.Time) float64 {
 		// The profile's task times, stretched by how much slower the job
 		// has been than they say (its measured work against ARIA's mean
 		// for the progress made).
-		prof := ariaProfile(s.Profile)
+		prof := s.Profile
 		if j.Progress > 0.05 {
 			_, _, avg := strategies.ARIABounds(prof, s.Maps, s.Reduces, s.MapSlots, max(s.ReduceSlots, 1))
 			if f := j.held(now) / (avg * j.Progress); f > 1 && avg > 0 {
-				for _, v := range []*float64{&prof.MapAvg, &prof.MapMax, &prof.Sh1Avg, &prof.Sh1Max, &prof.ShTypAvg, &prof.ShTypMax, &prof.ReduceAvg, &prof.ReduceMax} {
-					*v *= f
-				}
+				prof = prof.Scaled(f)
 			}
 		}
 		m, r, err := strategies.ARIASlots(prof, max(s.Maps-j.MapsDone, 0), max(s.Reduces-j.RedsDone, 0),

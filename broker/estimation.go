@@ -18,11 +18,6 @@ func features(s wire.JobSpec) []float64 {
 	return []float64{float64(s.Maps), float64(s.Reduces), s.MapSelectivity, s.ReduceSelectivity}
 }
 
-func ariaProfile(p wire.JobProfile) strategies.ARIAProfile {
-	return strategies.ARIAProfile{MapAvg: p.MapAvg, MapMax: p.MapMax, Sh1Avg: p.Sh1Avg, Sh1Max: p.Sh1Max,
-		ShTypAvg: p.ShTypAvg, ShTypMax: p.ShTypMax, ReduceAvg: p.ReduceAvg, ReduceMax: p.ReduceMax}
-}
-
 // estimate is a job's processing time at a full share: mean, standard
 // deviation and the upper bound admission plans with. With MinHistory
 // finished jobs it is MRM's regression per phase (map; shuffle and reduce)
@@ -56,7 +51,7 @@ func (b *Broker) estimate(s wire.JobSpec) (mean, sd, upper float64, source strin
 			return mm + rm, math.Hypot(ms, rs), max(mu, 0) + max(ru, 0), "history", nil
 		}
 	}
-	low, up, avg := strategies.ARIABounds(ariaProfile(s.Profile), s.Maps, s.Reduces, s.MapSlots, max(s.ReduceSlots, 1))
+	low, up, avg := strategies.ARIABounds(s.Profile, s.Maps, s.Reduces, s.MapSlots, max(s.ReduceSlots, 1))
 	if !(up > 0) || math.IsInf(up, 0) {
 		return 0, 0, 0, "", wire.Errorf(wire.ErrBadRequest, "the job's profile gives no processing time (bounds %.1f–%.1f s)", low, up)
 	}

@@ -67,7 +67,8 @@ func (b *Broker) edf() strategies.EDFRun {
 			e.Hosts = append(e.Hosts, v.Host)
 		}
 		if j.Deadline.IsZero() {
-			x, y := overlapWork(j.Spec)
+			s := j.Spec
+			x, y := s.Profile.OverlapWork(s.Maps, s.Reduces, s.MapSlots, s.ReduceSlots)
 			e.Overlap = strategies.OverlapNow{
 				OverlapJob: strategies.OverlapJob{Release: j.Admitted.Sub(time.Unix(0, 0)).Seconds(), Map: x, Shuffle: y},
 				MapLeft:    x * (1 - frac(j.MapsDone, j.Spec.Maps)), ShuffleLeft: y * (1 - frac(j.RedsDone, j.Spec.Reduces))}
@@ -81,17 +82,6 @@ func (b *Broker) edf() strategies.EDFRun {
 // deadlines run in plan id order (EDF breaks ties by name), then its user,
 // since plan ids are each user's.
 func edfID(ref planRef) string { return ref.id + "\x00" + ref.user }
-
-// overlapWork is a job's map and shuffle work in Lin et al.'s model:
-// seconds at a full share of its slots (ARIA's averages).
-func overlapWork(s wire.JobSpec) (x, y float64) {
-	p := s.Profile
-	x = float64(s.Maps) * p.MapAvg / float64(s.MapSlots)
-	if s.Reduces > 0 {
-		y = p.Sh1Avg + float64(s.Reduces)*(p.ShTypAvg+p.ReduceAvg)/float64(s.ReduceSlots)
-	}
-	return x, y
-}
 
 func frac(done, total int) float64 {
 	if total <= 0 {

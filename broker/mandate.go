@@ -51,9 +51,9 @@ func (b *Broker) mandateOf(ctx context.Context, user string) (*wire.SignedReques
 }
 
 // nonces is where Serve records nonces: Config.Nonces, or the MRM_NONCES
-// bucket shared by the replicas when the broker keeps its plans in
-// JetStream (a replay to another replica or after a restart is refused),
-// or nil (this process's memory).
+// bucket (made by the admin) shared by the replicas when the broker keeps
+// its plans in JetStream (a replay to another replica or after a restart
+// is refused), or nil (this process's memory).
 func (b *Broker) nonces(nc *nats.Conn) (service.Nonces, error) {
 	if b.cfg.Nonces != nil || b.cfg.Plans == nil || b.cfg.Identities == nil {
 		return b.cfg.Nonces, nil
@@ -64,7 +64,7 @@ func (b *Broker) nonces(nc *nats.Conn) (service.Nonces, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	kv, err := natsutil.EnsureNonces(ctx, js)
+	kv, err := natsutil.OpenNonces(ctx, js, 10*time.Second)
 	if err != nil {
 		return nil, err
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/mrmarket/mrmarket/internal/natsutil"
 	"github.com/mrmarket/mrmarket/internal/obs"
 	"github.com/mrmarket/mrmarket/internal/service"
 	"github.com/mrmarket/mrmarket/internal/signing"
@@ -195,18 +194,23 @@ func (b *Broker) Damage() PlanStoreDamage {
 	return PlanStoreDamage{Refused: s.refused.Load(), Deleted: s.deleted.Load(), BucketLost: s.bucketLost.Load()}
 }
 
-// recreatePlans creates plans' bucket again (same name, one value per
-// key) over nc; nil without a connection.
-func recreatePlans(nc *nats.Conn, plans jetstream.KeyValue) func(ctx context.Context) (jetstream.KeyValue, error) {
+// recreatePlans has plans' bucket made again (by admin, when set) and
+// opens it over nc; nil without a connection.
+func recreatePlans(nc *nats.Conn, plans jetstream.KeyValue, admin func(context.Context) error) func(ctx context.Context) (jetstream.KeyValue, error) {
 	if nc == nil {
 		return nil
 	}
 	name := plans.Bucket()
 	return func(ctx context.Context) (jetstream.KeyValue, error) {
+		if admin != nil {
+			if err := admin(ctx); err != nil {
+				return nil, err
+			}
+		}
 		js, err := jetstream.New(nc)
 		if err != nil {
 			return nil, err
 		}
-		return js.CreateOrUpdateKeyValue(ctx, natsutil.PlansConfig(nc, name))
+		return js.KeyValue(ctx, name)
 	}
 }

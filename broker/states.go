@@ -31,6 +31,18 @@ import (
 // broker ignore the real agent's later ones, live and in the catch-up after
 // a restart alike. A broker without identities (the simulator, unit tests)
 // takes plain and sealed states; a sealed one must still open for its host.
+//
+// Within the signing window a state can still claim to be from the future:
+// a stolen agent key may seal a state two minutes ahead, with a time two
+// minutes ahead, which a broker keeping each host's newest state would keep
+// over every real state until its time came. So with identities a host's
+// states are ordered by when they were sealed, as the broker's signing
+// clock reads when they arrive: a seal ahead of that clock counts as sealed
+// on arrival (and the state is counted, "state_ahead"), and the host's next
+// real state, sealed later, replaces it whatever time it claims. The times
+// a state claims are then reported, not trusted for order. This costs an
+// agent whose clock runs ahead nothing; refusing states sealed more than a
+// tick ahead instead would drop every state of such a host.
 
 // maxStateAge is how old a live state's seal may be: older ones are
 // replays.
@@ -48,10 +60,16 @@ type stateIntake struct {
 	b     *Broker
 	ids   service.Identities // certified; nil: no identities
 	cache *service.WhoisCache
+
+	// sealed is when each host's state the broker holds was sealed (or,
+	// sealed ahead, arrived), with identities; mu guards it and orders the
+	// live states' workers and the catch-up.
+	mu     sync.Mutex
+	sealed map[string]time.Time
 }
 
 func newStateIntake(b *Broker) *stateIntake {
-	in := &stateIntake{b: b}
+	in := &stateIntake{b: b, sealed: map[string]time.Time{}}
 	if b.cfg.Identities != nil && b.cfg.AdminKey != "" {
 		in.ids = b.identities()
 		in.cache = service.NewWhoisCache(whoisTTL, stateWhoisSize)
@@ -154,8 +172,30 @@ func (in *stateIntake) take(ctx context.Context, data []byte, live bool) error {
 		}
 		return err
 	}
-	in.b.Observe(m.State)
+	if in.ids == nil {
+		in.b.Observe(m.State)
+		return nil
+	}
+	in.observeSealed(m.State, m.Sealed.At())
 	return nil
+}
+
+// observeSealed takes st, sealed at sealed, unless the broker holds a
+// state of its host sealed later (see the top of this file).
+func (in *stateIntake) observeSealed(st wire.HostState, sealed time.Time) {
+	if now := in.b.signingNow(); sealed.After(now) {
+		sealed = now
+		in.b.cfg.Metrics.Error("broker", "state_ahead")
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if last, ok := in.sealed[st.Host]; ok && sealed.Before(last) {
+		return
+	}
+	in.sealed[st.Host] = sealed
+	in.b.mu.Lock()
+	defer in.b.mu.Unlock()
+	in.b.setHost(st)
 }
 
 func (in *stateIntake) check(ctx context.Context, m signing.HostStateMsg, live bool) error {

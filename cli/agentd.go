@@ -110,7 +110,7 @@ func runAgent(c *ucli.Context) error {
 	s.AddCloser(h.close)
 	reg := prometheus.NewRegistry()
 	a, err := daemon.StartAgent(c.Context, daemon.AgentConfig{Env: daemonEnv(c, s, anchor, reg), Host: host, Signer: signer, Enforcer: h.enforcer,
-		Capacity: h.capacity, IdleBelow: c.Float64("idle-below"), StateFile: state, HostsWait: time.Minute, Tick: c.Duration("tick")})
+		Capacity: h.capacity, IdleBelow: c.Float64("idle-below"), StateFile: state, Tick: c.Duration("tick")})
 	if err != nil {
 		return err
 	}
@@ -247,7 +247,6 @@ func brokerCommand() *ucli.Command {
 			&ucli.StringFlag{Name: "http", Usage: "address for /metrics and /healthz (empty: none)", Value: "127.0.0.1:9467"},
 			&ucli.Float64Flag{Name: "deadline-share", Usage: "the share of its hosts an admitted job holds while it runs (0–0.95)", Value: 0.8},
 			&ucli.StringFlag{Name: "job-order", Usage: "best-effort jobs' overlap order: maxsrpt, splitsrpt, klps or fifo", Value: "maxsrpt"},
-			flagJSReplicas(),
 		},
 		Action: func(c *ucli.Context) error {
 			if s := c.Float64("deadline-share"); !(s > 0 && s <= 0.95) {
@@ -261,10 +260,6 @@ func brokerCommand() *ucli.Command {
 			if c.Duration("tick") < tickMin || c.Duration("tick") > tickMax {
 				return badInput("--tick must be between %s and %s", tickMin, tickMax)
 			}
-			replicas, err := jsReplicas(c)
-			if err != nil {
-				return err
-			}
 			signer, err := signing.CredsDir(c.String("creds")).Signer(wire.RoleBroker, "broker")
 			if err != nil {
 				return err
@@ -277,7 +272,6 @@ func brokerCommand() *ucli.Command {
 			defer s.Stop()
 			reg := prometheus.NewRegistry()
 			env := daemonEnv(c, s, anchor, reg)
-			env.Replicas = replicas
 			b, err := daemon.StartBroker(c.Context, daemon.BrokerConfig{Env: env, Signer: signer, Tick: c.Duration("tick"), Settle: c.Duration("settle"),
 				DeadlineShare: c.Float64("deadline-share"), JobOrder: c.String("job-order")})
 			if err != nil {

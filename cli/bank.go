@@ -31,15 +31,10 @@ func bankServeCommand() *ucli.Command {
 			&ucli.StringFlag{Name: "store", Usage: "sqlite:PATH or postgres://…", Value: "sqlite:.data/bank.db", EnvVars: []string{"MRM_BANK_STORE"}},
 			&ucli.StringFlag{Name: "http", Usage: "address for /metrics and /healthz (empty: none)", Value: "127.0.0.1:9465"},
 			&ucli.DurationFlag{Name: "tick", Usage: "how often to expire holds and pay income", Value: 5 * time.Second},
-			flagJSReplicas(),
 		},
 		Action: func(c *ucli.Context) error {
 			if c.Duration("tick") < tickMin || c.Duration("tick") > tickMax {
 				return badInput("--tick must be between %s and %s", tickMin, tickMax)
-			}
-			replicas, err := jsReplicas(c)
-			if err != nil {
-				return err
 			}
 			keys := signing.CredsDir(c.String("creds"))
 			anchor, admin, err := bankAnchor(c, keys)
@@ -54,7 +49,6 @@ func bankServeCommand() *ucli.Command {
 			defer s.Stop()
 			reg := prometheus.NewRegistry()
 			env := daemonEnv(c, s, anchor, reg)
-			env.Replicas = replicas
 			b, err := daemon.OpenBank(daemon.BankConfig{Env: env, Store: c.String("store"), Signer: self, Tick: c.Duration("tick")})
 			if err != nil {
 				return wire.Errorf(wire.ErrUnavailable, "%v", err)

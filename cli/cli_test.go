@@ -303,6 +303,7 @@ func TestBankCommands(t *testing.T) {
 func TestBankServe(t *testing.T) {
 	dir := t.TempDir()
 	ns := natstest.Server(t)
+	natstest.Assets(t, natstest.Connect(t, ns)) // the admin's step: the bank opens the audit stream
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int)
 	var out bytes.Buffer

@@ -173,11 +173,11 @@ const (
 	tickMax     = 10 * time.Minute
 )
 
-// flagJSReplicas is --js-replicas of the daemons that create JetStream
-// assets.
+// flagJSReplicas is --js-replicas of the commands that create the
+// JetStream assets as the admin (up, nats assets).
 func flagJSReplicas() *ucli.IntFlag {
 	return &ucli.IntFlag{Name: "js-replicas", EnvVars: []string{natsutil.EnvReplicas},
-		Usage: "replicas of the JetStream streams and buckets this daemon creates (0: from the cluster — 3 on a cluster, 1 on one server)"}
+		Usage: "replicas of the JetStream streams and buckets created (0: from the cluster — 3 on a cluster, 1 on one server)"}
 }
 
 // jsReplicas is --js-replicas, checked.

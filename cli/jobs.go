@@ -289,13 +289,13 @@ func jobsWatchCommand() *ucli.Command {
 // watchJob reports the job's progress from YARN every --every until it is
 // done (or once with --once), printing each report.
 func watchJob(c *ucli.Context, mon *yarn.Monitor, bc broker.Client, user string, spec wire.JobSpec) error {
-	reduceSecs := spec.Profile.ShTypAvg + spec.Profile.ReduceAvg
+	mapSecs, reduceSecs := spec.Profile.StageSecs()
 	for {
 		p, err := mon.JobProgress(c.Context, user, spec.Name)
 		if err != nil {
 			return wire.Errorf(wire.ErrUnavailable, "%v", err)
 		}
-		job, err := bc.Progress(c.Context, &wire.ProgressRequest{User: user, Job: spec.Name, Progress: p.Fraction(spec.Profile.MapAvg, reduceSecs),
+		job, err := bc.Progress(c.Context, &wire.ProgressRequest{User: user, Job: spec.Name, Progress: p.Fraction(mapSecs, reduceSecs),
 			MapsDone: p.MapsDone, ReducesDone: p.ReducesDone, Done: p.Done})
 		if err != nil {
 			return err

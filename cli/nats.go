@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -46,8 +47,51 @@ func natsCommand() *ucli.Command {
 				&ucli.StringFlag{Name: "pid-file", Usage: "with --follow: the nats-server's pid file (nats-server -P); it is sent SIGHUP after each rewrite"},
 			),
 			Action: natsConfig,
-		}, natsServeCommand()},
+		}, natsServeCommand(), natsAssetsCommand()},
 	}
+}
+
+// natsAssetsCommand is `mrmarket nats assets`: the admin creates the
+// market's streams and buckets, which the daemons may only open.
+func natsAssetsCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "assets",
+		Usage: "create (or raise the replicas of) the market's JetStream streams and buckets, as the admin",
+		UsageText: "mrmarket nats assets --nats tls://nats-1:4222,tls://nats-2:4222,tls://nats-3:4222 --creds ./creds --tls-ca ./tls/ca.pem\n" +
+			"   once the NATS nodes are up, before the banks, brokers and agents (they wait for these, up to a minute)",
+		Description: "Connects with the admin's key (admin.nk in --creds): the only principal NATS lets create,\n" +
+			"update, delete or purge a stream. Creates MRM_HOSTS, MRM_PLANS, MRM_NONCES and MRM_EVENTS, or\n" +
+			"opens them and raises their replicas (3 on a cluster, 1 on one server, or --js-replicas).\n" +
+			"Run it again after adding NATS nodes, or to make again a bucket that was deleted.",
+		Flags:  []ucli.Flag{flagNATS(), flagCreds(), flagTLSCA(), flagJSReplicas()},
+		Action: natsAssets,
+	}
+}
+
+func natsAssets(c *ucli.Context) error {
+	replicas, err := jsReplicas(c)
+	if err != nil {
+		return err
+	}
+	url, keys := setting(c, "nats"), credsDir(c)
+	admin, err := keys.Signer(wire.RoleAdmin, "admin")
+	if err != nil {
+		return fmt.Errorf("%w (the admin's key creates the assets)", err)
+	}
+	nc, err := natsutil.ConnectWith(url, natsutil.ConnectOptions{Name: "mrmarket-nats-assets", Signer: admin, CAFile: tlsCA(c, keys), Timeout: 3 * time.Second})
+	if err != nil {
+		return connectError(url, err)
+	}
+	defer nc.Close()
+	if err := natsutil.SetReplicas(nc, replicas); err != nil {
+		return badInput("--js-replicas: %v", err)
+	}
+	assets, err := natsutil.EnsureAssets(c.Context, nc)
+	if err != nil {
+		return wire.Errorf(wire.ErrUnavailable, "%v", err)
+	}
+	fmt.Fprintf(c.App.Writer, "mrmarket nats assets: %s\n", replicasText(assets.Replicas))
+	return nil
 }
 
 // natsConfigFlags are the flags of the configuration, shared by `nats
@@ -82,7 +126,9 @@ func natsServeCommand() *ucli.Command {
 		Description: "Writes the configuration `mrmarket nats config` prints to --conf and runs the embedded\n" +
 			"nats-server from that file: what it runs is what a real nats-server given the file runs.\n" +
 			"Every --follow it reads the principals again; when they changed it rewrites the file and\n" +
-			"reloads (new principals connect, removed ones are disconnected). JetStream clustering needs\n" +
+			"reloads (new principals connect, removed ones are disconnected). It holds each principal's key\n" +
+			"to its role's connection limit (closing the connections beyond: nats-server has none per user).\n" +
+			"The streams and buckets are the admin's to create: mrmarket nats assets. JetStream clustering needs\n" +
 			"--route on every node (listing every node, itself included, is the simplest). Nodes share\n" +
 			"one TLS directory (copy <data>/tls to every node; --tls-name every node's name when it is\n" +
 			"first created): routes use the same certificate, verified both ways.",
@@ -98,7 +144,7 @@ func natsServeCommand() *ucli.Command {
 }
 
 func natsServe(c *ucli.Context) error {
-	render, opts, err := natsRenderer(c)
+	render, limits, opts, err := natsRenderer(c)
 	if err != nil {
 		return err
 	}
@@ -110,7 +156,7 @@ func natsServe(c *ucli.Context) error {
 		}
 	}
 	conf := orDefault(c.String("conf"), filepath.Join(c.String("data"), "nats-"+opts.Name+".conf"))
-	node, err := natsutil.StartNode(c.Context, natsutil.NodeOptions{File: conf, Render: render, Log: !c.Bool("quiet")})
+	node, err := natsutil.StartNode(c.Context, natsutil.NodeOptions{File: conf, Render: render, ConnLimits: limits, Log: !c.Bool("quiet")})
 	if err != nil {
 		return wire.Errorf(wire.ErrUnavailable, "%v", err)
 	}
@@ -143,8 +189,10 @@ func natsServe(c *ucli.Context) error {
 
 // natsRenderer reads the configuration flags and returns what renders the
 // configuration of the principals as they are now (`nats config` prints
-// it, `nats serve` runs it) and the options without the users.
-func natsRenderer(c *ucli.Context) (func(context.Context) ([]byte, error), natsauth.ConfigOptions, error) {
+// it, `nats serve` runs it), the connection limits of the principals it
+// rendered last (what `nats serve` enforces beyond the file), and the
+// options without the users.
+func natsRenderer(c *ucli.Context) (func(context.Context) ([]byte, error), func() map[string]int, natsauth.ConfigOptions, error) {
 	data := c.String("data")
 	opts := natsauth.ConfigOptions{
 		Name: c.String("name"), Listen: c.String("listen"), StoreDir: orDefault(c.String("store-dir"), filepath.Join(data, "nats-server")),
@@ -154,12 +202,12 @@ func natsRenderer(c *ucli.Context) (func(context.Context) ([]byte, error), natsa
 	if l := c.String("cluster-listen"); l != "" {
 		opts.ClusterName, opts.ClusterListen, opts.Routes = c.String("cluster-name"), l, c.StringSlice("route")
 	} else if len(c.StringSlice("route")) > 0 {
-		return nil, opts, badInput("--route needs --cluster-listen (the node's own route address)")
+		return nil, nil, opts, badInput("--route needs --cluster-listen (the node's own route address)")
 	}
 	if !c.Bool("no-tls") {
 		files, err := natsauth.EnsureTLS(orDefault(c.String("tls"), filepath.Join(data, "tls")), c.StringSlice("tls-name")...)
 		if err != nil {
-			return nil, opts, err
+			return nil, nil, opts, err
 		}
 		for _, f := range []*string{&files.CA, &files.Cert, &files.Key} {
 			if abs, err := filepath.Abs(*f); err == nil {
@@ -168,7 +216,7 @@ func natsRenderer(c *ucli.Context) (func(context.Context) ([]byte, error), natsa
 		}
 		if opts.ClusterListen != "" {
 			if err := natsauth.CheckRouteCert(files); err != nil {
-				return nil, opts, err
+				return nil, nil, opts, err
 			}
 		}
 		opts.TLS = files
@@ -177,6 +225,8 @@ func natsRenderer(c *ucli.Context) (func(context.Context) ([]byte, error), natsa
 		opts.StoreDir = abs
 	}
 	keys := signing.CredsDir(orDefault(c.String("creds"), filepath.Join(data, "creds")))
+	var mu sync.Mutex
+	var limits map[string]int
 	render := func(ctx context.Context) ([]byte, error) {
 		store := c.String("store")
 		if store == "" { // looked for each time: a node may start before the bank
@@ -188,6 +238,9 @@ func natsRenderer(c *ucli.Context) (func(context.Context) ([]byte, error), natsa
 		if err != nil {
 			return nil, err
 		}
+		mu.Lock()
+		limits = natsauth.ConnLimits(ps)
+		mu.Unlock()
 		o := opts
 		o.Users = natsauth.Users(market.NATSTables(), ps)
 		o.Who = map[string]string{}
@@ -198,11 +251,16 @@ func natsRenderer(c *ucli.Context) (func(context.Context) ([]byte, error), natsa
 		err = natsauth.Config(&buf, o)
 		return buf.Bytes(), err
 	}
-	return render, opts, nil
+	connLimits := func() map[string]int {
+		mu.Lock()
+		defer mu.Unlock()
+		return limits
+	}
+	return render, connLimits, opts, nil
 }
 
 func natsConfig(c *ucli.Context) error {
-	r, _, err := natsRenderer(c)
+	r, _, _, err := natsRenderer(c)
 	if err != nil {
 		return err
 	}

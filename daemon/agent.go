@@ -26,9 +26,6 @@ type AgentConfig struct {
 	Capacity  float64
 	IdleBelow float64
 	StateFile string
-	// HostsWait is how long to wait for the bank to create the hosts
-	// bucket the agent publishes into.
-	HostsWait time.Duration
 	// Tick is how often Run charges, reconciles and publishes.
 	Tick time.Duration
 }
@@ -49,7 +46,7 @@ func StartAgent(ctx context.Context, cfg AgentConfig) (*Agent, error) {
 		return nil, err
 	}
 	// Its own handle: the agent writes its key over its own connection.
-	assets, err := natsutil.OpenHosts(ctx, nc, cfg.HostsWait)
+	assets, err := natsutil.OpenHosts(ctx, nc, cfg.AssetsWait)
 	if err != nil {
 		return nil, unavailable(err)
 	}

@@ -31,8 +31,7 @@ type BankConfig struct {
 type Bank struct {
 	*bank.Bank
 	cfg BankConfig
-	// NC is the bank's connection and Assets what it made sure exist,
-	// after Serve.
+	// NC is the bank's connection and Assets what it opened, after Serve.
 	NC     *nats.Conn
 	Assets *natsutil.Assets
 }
@@ -51,14 +50,14 @@ func OpenBank(cfg BankConfig) (*Bank, error) {
 }
 
 // Serve connects the bank as connAs (its own key once registered; the
-// admin's before), makes sure the JetStream assets it owns exist (the
-// hosts bucket, the audit stream, the nonces) and answers its subjects.
+// admin's before), opens the audit stream it publishes into (the admin's)
+// and answers its subjects.
 func (b *Bank) Serve(ctx context.Context, connAs *signing.Signer) error {
 	nc, err := b.cfg.connect("mrmarket-bank", connAs)
 	if err != nil {
 		return err
 	}
-	assets, err := natsutil.EnsureBankAssets(ctx, nc)
+	assets, err := natsutil.OpenBankAssets(ctx, nc, b.cfg.AssetsWait)
 	if err != nil {
 		return unavailable(err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/mrmarket/mrmarket/broker"
 	"github.com/mrmarket/mrmarket/internal/natsutil"
+	"github.com/mrmarket/mrmarket/internal/service"
 	"github.com/mrmarket/mrmarket/internal/signing"
 )
 
@@ -24,6 +25,9 @@ type BrokerConfig struct {
 	DeadlineShare float64
 	JobOrder      string
 	Replica       string
+	// RecreatePlans is broker.Config's: who makes a deleted plans bucket
+	// again (nil: the admin, by hand).
+	RecreatePlans func(ctx context.Context) error
 }
 
 // Broker is a broker replica, serving.
@@ -34,21 +38,22 @@ type Broker struct {
 	Assets *natsutil.Assets
 }
 
-// StartBroker connects the broker, makes sure the JetStream assets it owns
-// exist (the plans bucket), and serves its subjects, taking host states
-// from the agents and checking users' signatures through the bank.
+// StartBroker connects the broker, opens the plans and nonces buckets (the
+// admin's), and serves its subjects, taking host states from the agents and
+// checking users' signatures through the bank.
 func StartBroker(ctx context.Context, cfg BrokerConfig) (*Broker, error) {
 	nc, err := cfg.connect("mrmarket-broker", cfg.Signer)
 	if err != nil {
 		return nil, err
 	}
-	assets, err := natsutil.EnsureBrokerAssets(ctx, nc)
+	assets, err := natsutil.OpenBrokerAssets(ctx, nc, cfg.AssetsWait)
 	if err != nil {
 		return nil, unavailable(err)
 	}
 	signed, identities := cfg.bankClients(nc, cfg.Signer, "broker")
 	b, err := broker.New(broker.Config{NC: nc, Signer: cfg.Signer, AdminKey: cfg.AdminKey, Bank: signed, Identities: identities,
-		Now: cfg.Now, Metrics: cfg.Metrics, Logger: cfg.Logger, Plans: assets.Plans, Tick: cfg.Tick, Settle: cfg.Settle,
+		Now: cfg.Now, Metrics: cfg.Metrics, Logger: cfg.Logger, Plans: assets.Plans, RecreatePlans: cfg.RecreatePlans,
+		Nonces: service.KVNonces{KV: assets.Nonces}, Tick: cfg.Tick, Settle: cfg.Settle,
 		DeadlineShare: cfg.DeadlineShare, JobOrder: cfg.JobOrder, Replica: cfg.Replica})
 	if err != nil {
 		return nil, err

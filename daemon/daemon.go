@@ -3,7 +3,7 @@
 // (mrmarket bank serve, mrmarket broker, mrmarket agent with or without
 // --sim) and the whole market in one process (package market: up, demo and
 // the end-to-end tests). What makes a daemon of a component is written
-// here once: its own NATS connection, the JetStream assets it owns, the
+// here once: its own NATS connection, the JetStream assets it opens, the
 // bank clients it captures through and resolves identities with, serving
 // its subjects, and its tick loop.
 //
@@ -29,8 +29,12 @@
 //   - One logger per process, handed down (Env.Logger); nil discards, so
 //     tests and the demo stay quiet and nothing logs behind the caller's
 //     back.
-//   - A JetStream asset that cannot be created or opened makes the daemon
-//     unavailable (wire.ErrUnavailable): NATS is not there as it must be.
+//   - No daemon creates a JetStream asset: the admin does (market: at start,
+//     with the admin's key; a standalone deployment: mrmarket nats
+//     assets), and each daemon opens the ones it uses, waiting up to
+//     Env.AssetsWait for them (natsutil's assets.go). One it cannot open
+//     makes the daemon unavailable (wire.ErrUnavailable): NATS is not
+//     there as it must be.
 package daemon
 
 import (
@@ -40,7 +44,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mrmarket/mrmarket/bank"
-	"github.com/mrmarket/mrmarket/internal/natsutil"
 	"github.com/mrmarket/mrmarket/internal/obs"
 	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/stop"
@@ -65,25 +68,18 @@ type Env struct {
 	Logger  *slog.Logger
 	// Now is the daemons' clock; nil is the wall clock.
 	Now func() time.Time
-	// Replicas overrides the replicas of the JetStream assets the daemon
-	// creates (natsutil.SetReplicas); 0: from the cluster, or
-	// MRM_JS_REPLICAS.
-	Replicas int
+	// AssetsWait is how long a daemon waits for the JetStream assets it
+	// uses to exist; 0: natsutil.DefaultAssetsWait.
+	AssetsWait time.Duration
 }
 
-// connect opens the daemon's connection, closed when the stopper stops,
-// with the replicas its assets get.
+// connect opens the daemon's connection, closed when the stopper stops.
 func (e Env) connect(name string, signer *signing.Signer) (*nats.Conn, error) {
 	nc, err := e.Connect(name, signer)
 	if err != nil {
 		return nil, err
 	}
 	e.Stopper.AddCloser(nc.Close)
-	if e.Replicas != 0 {
-		if err := natsutil.SetReplicas(nc, e.Replicas); err != nil {
-			return nil, err
-		}
-	}
 	return nc, nil
 }
 

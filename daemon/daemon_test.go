@@ -28,7 +28,8 @@ func TestDaemonsShareOneLifecycle(t *testing.T) {
 	s := stop.New()
 	defer s.Stop()
 	var conns []*nats.Conn
-	env := daemon.Env{Stopper: s, Connect: func(name string, _ *signing.Signer) (*nats.Conn, error) {
+	natstest.Assets(t, natstest.Connect(t, ns)) // the admin's part: the daemons only open them
+	env := daemon.Env{Stopper: s, AssetsWait: 10 * time.Second, Connect: func(name string, _ *signing.Signer) (*nats.Conn, error) {
 		nc, err := nats.Connect(ns.ClientURL(), nats.Name(name))
 		if err == nil {
 			conns = append(conns, nc)
@@ -63,7 +64,7 @@ func TestDaemonsShareOneLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := daemon.StartAgent(ctx, daemon.AgentConfig{Env: env, Host: "host-1", Signer: agentKey, HostsWait: 10 * time.Second, Tick: 10 * time.Millisecond,
+	a, err := daemon.StartAgent(ctx, daemon.AgentConfig{Env: env, Host: "host-1", Signer: agentKey, Tick: 10 * time.Millisecond,
 		Enforcer: agent.NewSimEnforcer(nil, 1, agent.VM{ID: "vm-1", Owner: "alice"})})
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"github.com/mrmarket/mrmarket/internal/natstest"
 	"github.com/mrmarket/mrmarket/internal/natsutil"
 	"github.com/mrmarket/mrmarket/internal/pgtest"
+	"github.com/mrmarket/mrmarket/internal/retry"
 	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/testpoll"
 	"github.com/mrmarket/mrmarket/internal/wire"
@@ -58,9 +60,10 @@ type cluster struct {
 }
 
 // startCluster bootstraps the credentials and the bank's registry, then
-// starts natsNodes NATS nodes (a cluster when more than one), two banks,
-// two brokers and the agents, and waits until the JetStream assets are
-// replicated on every node (at most three).
+// starts natsNodes NATS nodes (a cluster when more than one), has the
+// admin create the JetStream assets, starts two banks, two brokers and the
+// agents, and waits until the assets are replicated on every node (at most
+// three).
 func startCluster(t testing.TB, natsNodes int) *cluster {
 	t.Helper()
 	bin := binary(t)
@@ -112,6 +115,8 @@ func startCluster(t testing.TB, natsNodes int) *cluster {
 		add(&c.nats, fmt.Sprintf("nats-n%d", i+1), "mrmarket nats serve: node", args...).start(t)
 	}
 	common := []string{"--nats", c.url, "--creds", c.creds, "--tls-ca", c.ca}
+	c.replicas = min(natsNodes, 3)
+	c.makeAssets(t, bin, common)
 	for i := range 2 {
 		add(&c.banks, fmt.Sprintf("bank-%d", i+1), "mrmarket bank serving",
 			append([]string{"bank", "serve", "--store", store, "--http", "", "--tick", "1s"}, common...)...).start(t)
@@ -125,9 +130,28 @@ func startCluster(t testing.TB, natsNodes int) *cluster {
 			append([]string{"agent", "--sim", "--host", h.ID, "--vms-per-host", fmt.Sprint(len(spenders)),
 				"--users", strings.Join(spenders, ","), "--tick", tick, "--state", filepath.Join(c.dir, "agents", h.ID+".json")}, common...)...).start(t)
 	}
-	c.replicas = min(natsNodes, 3)
 	c.waitReplicated(t, time.Minute)
 	return c
+}
+
+// makeAssets does the admin's step of the bring-up (deploy/README.md):
+// `mrmarket nats assets` creates the streams and buckets the daemons only
+// open, with every node's replicas. A cluster still electing its first
+// meta leader cannot place them yet: the command is run again then.
+func (c *cluster) makeAssets(t testing.TB, bin string, common []string) {
+	t.Helper()
+	args := append([]string{"nats", "assets", "--js-replicas", fmt.Sprint(c.replicas)}, common...)
+	var out []byte
+	err := retry.Do(context.Background(), retry.Options{InitialBackoff: time.Second, MaxTries: 4}, func(error) bool { return true },
+		func(context.Context) error {
+			var err error
+			out, err = exec.Command(bin, args...).CombinedOutput()
+			return err
+		})
+	if err != nil {
+		t.Fatalf("mrmarket nats assets: %v\n%s", err, out)
+	}
+	t.Logf("%s", strings.TrimSpace(string(out)))
 }
 
 // bootstrap does what an operator does once: every principal's

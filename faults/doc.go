@@ -1,8 +1,10 @@
 // Package faults holds the market's fault test: the
 // distributed market as separate processes on one machine — three
-// `mrmarket nats serve` nodes (TLS, NKey users, JetStream R3), two `mrmarket
-// bank serve` on a PostgreSQL primary with a synchronous standby, two
-// `mrmarket broker` and three `mrmarket agent --sim` — under a workload of
+// `mrmarket nats serve` nodes (TLS, NKey users, JetStream R3, the streams and
+// buckets made by the admin's `mrmarket nats assets`, as deploy/README.md
+// brings a market up), two `mrmarket bank serve` on a PostgreSQL primary
+// with a synchronous standby, two `mrmarket broker` and three `mrmarket
+// agent --sim` — under a workload of
 // transfers, spends, cancels and deadline submits, each retried by its id
 // until it has an answer, while the test kills in turn each NATS node (the
 // leader of the plans bucket included), each broker, each bank, an agent and

@@ -16,6 +16,7 @@ import (
 	"github.com/mrmarket/mrmarket/broker"
 	"github.com/mrmarket/mrmarket/internal/money"
 	"github.com/mrmarket/mrmarket/internal/wire"
+	"github.com/mrmarket/mrmarket/strategies"
 )
 
 // attempt bounds one try of an operation; a client then tries again with
@@ -237,7 +238,7 @@ func startWorkload(t testing.TB, c *cluster) *workload {
 	vms := c.vmsOf("carol")
 	run("submits", func(ctx context.Context, nc *nats.Conn, n int) error {
 		job := wire.JobSpec{Name: fmt.Sprintf("job-%d", n), VMs: []string{vms[rng.IntN(len(vms))]},
-			Maps: 4, Reduces: 1, MapSlots: 2, ReduceSlots: 1, Profile: wire.JobProfile{
+			Maps: 4, Reduces: 1, MapSlots: 2, ReduceSlots: 1, Profile: strategies.JobProfile{
 				MapAvg: 12, MapMax: 18, Sh1Avg: 3, Sh1Max: 5, ShTypAvg: 2, ShTypMax: 4, ReduceAvg: 6, ReduceMax: 9}}
 		req := &wire.SubmitRequest{ID: fmt.Sprintf("job-%d", n), User: "carol", Job: job, Deadline: time.Now().Add(2 * time.Hour),
 			MaxPrice: 50 * money.PerCredit}

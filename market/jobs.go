@@ -16,7 +16,7 @@ import (
 
 	"github.com/mrmarket/mrmarket/agent"
 	"github.com/mrmarket/mrmarket/broker"
-	"github.com/mrmarket/mrmarket/hadoopvm/yarn"
+	"github.com/mrmarket/mrmarket/hadoopvm/mapreduce"
 	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
@@ -40,21 +40,24 @@ import (
 // jobs again from their start, as YARN reruns an application whose master
 // was lost.
 //
-// Tasks (the cluster simulator's model, hadoopvm/sim: a running task uses
-// at most one CPU; a VM's running tasks share what the host gives the VM
-// equally). The job's map_slots and reduce_slots are split evenly over its
-// VMs. A task's time is drawn from the profile, uniformly around its
-// average and never above its maximum (seeded by the job's id, so a run is
-// reproducible), and means what the profile says: its duration at a full
-// share, i.e. with its VM alone on its host and its slot-mates running
-// beside it. So its work is that time × the CPU a slot gets on a whole
-// host, min(1, host CPUs / the job's slots on the VM): a wave of tasks at a
-// full share takes the profile's time whatever the slots, and at share q
-// 1/q of it — ARIA's bounds, the broker's estimate, hold. Maps run first in
-// waves over the slots; the reduces start when the last map is done (slow
-// start 1, ARIA's model): a reduce of the first wave shuffles the profile's
-// first-shuffle time, later ones the typical shuffle, then reduces. Several
-// jobs on one VM take its free slots in the order they were admitted.
+// Tasks are hadoopvm/mapreduce's, the cluster simulator's model, which
+// this runner drives by the CPU the hosts delivered: a running task uses
+// at most one CPU, and a VM's running tasks share what the host gives the
+// VM equally. A job's map_slots and reduce_slots are its own, split evenly
+// over its VMs, a VM's slots fill before the next VM's, and jobs take
+// slots in the order they were admitted (mapreduce.JobSlots, Packed,
+// Arrival). A task's time is drawn from the profile (mapreduce.ProfileSpec:
+// uniformly around its average and never above its maximum, seeded by the
+// job's id, so a run is reproducible), and means what the profile says:
+// its duration at a full share, i.e. with its VM alone on its host and its
+// slot-mates running beside it. So its work is that time × the CPU a slot
+// gets on a whole host, min(1, host CPUs / the job's slots on the VM): a
+// wave of tasks at a full share takes the profile's time whatever the
+// slots, and at share q 1/q of it — ARIA's bounds, the broker's estimate,
+// hold. Maps run first in waves over the slots; the reduces start when the
+// last map is done (slow start 1, ARIA's model): a reduce of the first wave
+// shuffles the profile's first-shuffle time, later ones the typical
+// shuffle, then reduces.
 //
 // CPU. At every step the runner reads each job VM's CPU time from its
 // SimEnforcer (Usage) and divides what the VM received since the last step
@@ -94,49 +97,48 @@ type jobRunner struct {
 	heard   []string           // ids in the order heard
 
 	mu      sync.Mutex // one step at a time
-	jobs    []*simJob  // adopted, in the order heard
+	tasks   *mapreduce.Cluster
+	jobs    []*simJob // adopted, in the order heard
 	known   map[string]bool
 	ignored map[string]bool // listed by the broker, never heard of in time
 	vms     map[string]*simVM
-	vmOrder []*simVM
+	vmOrder []*simVM // as the cluster's
 	last    time.Time
 }
 
 type simVM struct {
-	id      string
-	sim     *agent.SimEnforcer
-	cpus    float64       // its host's CPUs: what it wants when no job uses it
-	used    time.Duration // its CPU time at the last step
-	running []*simTask
-	owned   bool // the runner sets its demand (an unfinished job uses it)
+	*mapreduce.VM // the tasks running on it
+	sim           *agent.SimEnforcer
+	cpus          float64       // its host's CPUs: what it wants when no job uses it
+	used          time.Duration // its CPU time at the last step
+	owned         bool          // the runner sets its demand (an unfinished job uses it)
 }
 
 type simJob struct {
 	id, user string
 	spec     wire.JobSpec
 	vms      []*simVM
-	mapSlots map[*simVM]int
-	redSlots map[*simVM]int
-	maps     []*simTask // pending
-	reduces  []*simTask // pending, once the maps are done
-	redWork  []float64
-	mapsDone int
-	redsDone int
-	status   string // the broker's, at the last step
-	started  bool   // the broker has listed it running (or late)
-	done     bool
-	stopped  bool // cancelled, or the broker no longer runs it
-	reported bool // Done reported (or the broker no longer knows the job)
+	tasks    *mapreduce.Job // once adopted
+	status   string         // the broker's, at the last step
+	started  bool           // the broker has listed it running (or late)
+	stopped  bool           // cancelled, or the broker no longer runs it
+	reported bool           // Done reported (or the broker no longer knows the job)
 	lastSent time.Time
 	sent     [2]int // maps and reduces done at the last report
 }
 
-type simTask struct {
-	job    *simJob
-	reduce bool
-	secs   float64 // its time at a full share (the profile's)
-	left   float64 // CPU-seconds, once it runs on a VM
-	rate   float64 // CPU-seconds per second over the current step
+// newJobRunner is a runner without jobs or VMs.
+func newJobRunner(m *Market) *jobRunner {
+	return &jobRunner{m: m, tasks: mapreduce.New(mapreduce.Config{Slots: mapreduce.JobSlots, Placement: mapreduce.Packed, Order: mapreduce.Arrival}),
+		learned: map[string]*simJob{}, known: map[string]bool{}, ignored: map[string]bool{}, vms: map[string]*simVM{}}
+}
+
+// addVM adds a VM on a host of cpus CPUs (its SimEnforcer sim).
+func (r *jobRunner) addVM(id string, sim *agent.SimEnforcer, cpus float64) *simVM {
+	v := &simVM{VM: r.tasks.AddVM(id, 0), sim: sim, cpus: cpus}
+	r.vms[id] = v
+	r.vmOrder = append(r.vmOrder, v)
+	return v
 }
 
 // startJobs starts the job runner: it follows the broker's submit events
@@ -146,17 +148,15 @@ func (m *Market) startJobs(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r := &jobRunner{m: m, client: broker.Client{NC: nc, Keys: userOrAdmin{keys: m.keys, admin: m.admin}, AdminKey: m.AdminKey()},
-		learned: map[string]*simJob{}, known: map[string]bool{}, ignored: map[string]bool{}, vms: map[string]*simVM{}}
+	r := newJobRunner(m)
+	r.client = broker.Client{NC: nc, Keys: userOrAdmin{keys: m.keys, admin: m.admin}, AdminKey: m.AdminKey()}
 	for _, h := range m.cfg.Hosts {
 		for _, vm := range h.VMs {
 			cpus := h.CPUs
 			if cpus <= 0 {
 				cpus = 1 // as the SimEnforcer takes it
 			}
-			v := &simVM{id: vm.ID, sim: m.Sims[h.ID], cpus: cpus}
-			r.vms[vm.ID] = v
-			r.vmOrder = append(r.vmOrder, v)
+			r.addVM(vm.ID, m.Sims[h.ID], cpus)
 		}
 	}
 	if err := r.follow(ctx, nc); err != nil {
@@ -342,57 +342,28 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// newJob lays a heard job out on its VMs (those of this market) and draws
-// its tasks' work.
+// newJob lays a heard job out on its VMs (those of this market) with its
+// tasks' times drawn from its profile.
 func (r *jobRunner) newJob(j *simJob) *simJob {
 	s := j.spec
+	var vms []*mapreduce.VM
 	for _, id := range s.VMs {
 		if v := r.vms[id]; v != nil {
 			j.vms = append(j.vms, v)
+			vms = append(vms, v.VM)
 		}
 	}
-	j.mapSlots, j.redSlots = spread(s.MapSlots, j.vms), spread(s.ReduceSlots, j.vms)
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(j.id))
 	seed := h.Sum64()
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	p := s.Profile
-	for range s.Maps {
-		j.maps = append(j.maps, &simTask{job: j, secs: draw(rng, p.MapAvg, p.MapMax)})
-	}
-	for i := range s.Reduces {
-		shuffle := draw(rng, p.ShTypAvg, p.ShTypMax)
-		if i < s.ReduceSlots {
-			shuffle = draw(rng, p.Sh1Avg, p.Sh1Max) // the first wave's
-		}
-		j.redWork = append(j.redWork, shuffle+draw(rng, p.ReduceAvg, p.ReduceMax))
-	}
+	j.tasks = r.tasks.Add(j.id, mapreduce.ProfileSpec(s.Profile, s.Maps, s.Reduces, s.MapSlots, s.ReduceSlots), vms, rng)
+	j.tasks.Held = !j.runnable()
 	if len(j.vms) == 0 {
-		j.stopped = true // none of its VMs is here: nothing can run it
+		r.stop(j) // none of its VMs is here: nothing can run it
 		r.m.Metrics.Error("jobs", "no_vms")
 	}
 	return j
-}
-
-// spread splits slots evenly over vms, the first ones taking the rest.
-func spread(slots int, vms []*simVM) map[*simVM]int {
-	out := make(map[*simVM]int, len(vms))
-	for i, v := range vms {
-		out[v] = slots / len(vms)
-		if i < slots%len(vms) {
-			out[v]++
-		}
-	}
-	return out
-}
-
-// draw is a task's time: uniform around avg, within [0, max].
-func draw(rng *rand.Rand, avg, max float64) float64 {
-	d := math.Min(max-avg, avg)
-	if d <= 0 {
-		return avg
-	}
-	return avg + d*(2*rng.Float64()-1)
 }
 
 // advance runs every VM's tasks from the last step to now on the CPU its
@@ -423,18 +394,18 @@ func (r *jobRunner) advance(ctx context.Context, now time.Time) {
 		if !v.owned {
 			continue
 		}
-		u, ok := usage[v.id]
+		u, ok := usage[v.ID]
 		if !ok {
 			continue
 		}
 		got := (u - v.used).Seconds()
 		v.used = u
 		rate := 0.0
-		if dt > 0 && len(v.running) > 0 {
-			rate = got / (float64(len(v.running)) * dt)
+		if dt > 0 && len(v.Running) > 0 {
+			rate = got / (float64(len(v.Running)) * dt)
 		}
-		for _, t := range v.running {
-			t.rate = rate
+		for _, t := range v.Running {
+			t.Rate = rate
 		}
 	}
 	r.run(max(dt, 0))
@@ -448,12 +419,12 @@ func (r *jobRunner) run(dt float64) {
 	for {
 		next := math.Inf(1)
 		for _, v := range r.vmOrder {
-			for _, k := range v.running {
+			for _, k := range v.Running {
 				switch {
-				case k.left <= eps:
+				case k.Left() <= eps:
 					next = 0
-				case k.rate > 0:
-					next = min(next, k.left/k.rate)
+				case k.Rate > 0:
+					next = min(next, k.Left()/k.Rate)
 				}
 			}
 		}
@@ -462,8 +433,8 @@ func (r *jobRunner) run(dt float64) {
 			d = 0
 		}
 		for _, v := range r.vmOrder {
-			for _, k := range v.running {
-				k.left = max(k.left-k.rate*d, 0)
+			for _, k := range v.Running {
+				k.Advance(d)
 			}
 		}
 		t += d
@@ -475,20 +446,21 @@ func (r *jobRunner) run(dt float64) {
 		}
 		var freed []slot
 		for _, v := range r.vmOrder {
-			var still []*simTask
-			for _, k := range v.running {
-				if k.left > eps {
-					still = append(still, k)
-					continue
+			var done []*mapreduce.Task
+			for _, k := range v.Running {
+				if k.Left() <= eps {
+					done = append(done, k)
 				}
-				freed = append(freed, slot{v, k.rate})
-				r.finish(k)
 			}
-			v.running = still
+			for _, k := range done {
+				freed = append(freed, slot{v, k.Rate})
+				r.tasks.Release(k)
+				r.tasks.Done(k)
+			}
 		}
 		for _, f := range freed {
-			if k := r.next(f.vm); k != nil {
-				k.rate = f.rate
+			if k := r.startOn(f.vm); k != nil {
+				k.Rate = f.rate
 			}
 		}
 		if len(freed) == 0 && t >= dt-eps {
@@ -497,54 +469,20 @@ func (r *jobRunner) run(dt float64) {
 	}
 }
 
-// finish accounts a finished task.
-func (r *jobRunner) finish(k *simTask) {
-	j := k.job
-	if k.reduce {
-		j.redsDone++
-	} else {
-		j.mapsDone++
-		if j.mapsDone == j.spec.Maps {
-			for _, w := range j.redWork { // slow start 1: the reduces now
-				j.reduces = append(j.reduces, &simTask{job: j, reduce: true, secs: w})
-			}
-		}
+// startOn starts the next task waiting for a free slot of v, if any.
+func (r *jobRunner) startOn(v *simVM) *mapreduce.Task {
+	k := r.tasks.StartOn(v.VM)
+	if k != nil {
+		r.started(k)
 	}
-	if j.mapsDone == j.spec.Maps && j.redsDone == j.spec.Reduces {
-		j.done = true
-	}
+	return k
 }
 
-// next starts the next task waiting for v, if any: the first job (in the
-// order heard) that may run, has a task waiting and a free slot on v.
-func (r *jobRunner) next(v *simVM) *simTask {
-	for _, j := range r.jobs {
-		if !j.runnable() {
-			continue
-		}
-		pending, slots := &j.maps, j.mapSlots[v]
-		if j.mapsDone == j.spec.Maps {
-			pending, slots = &j.reduces, j.redSlots[v]
-		}
-		if len(*pending) == 0 || slots == 0 {
-			continue
-		}
-		busy := 0
-		for _, k := range v.running {
-			if k.job == j {
-				busy++
-			}
-		}
-		if busy >= slots {
-			continue
-		}
-		k := (*pending)[0]
-		*pending = (*pending)[1:]
-		k.left = k.secs * min(1, v.cpus/float64(slots)) // the CPU a slot gets on a whole host
-		v.running = append(v.running, k)
-		return k
-	}
-	return nil
+// started turns a task's time at a full share into CPU work on its VM: the
+// CPU a slot gets on a whole host.
+func (r *jobRunner) started(k *mapreduce.Task) {
+	v := r.vmOrder[k.VM.Index]
+	k.Scale(min(1, v.cpus/float64(k.Job.Slots(k.VM, k.Reduce))))
 }
 
 func (j *simJob) uses(v *simVM) bool {
@@ -561,11 +499,11 @@ func (j *simJob) uses(v *simVM) bool {
 // does: what the market decides is the CPU its VMs get — a job whose turn
 // passed, or whose price is spent, goes on at what is left to it.
 func (j *simJob) runnable() bool {
-	return !j.done && !j.stopped && (j.started || j.status == wire.JobRunning || j.status == wire.JobLate)
+	return j.active() && (j.started || j.status == wire.JobRunning || j.status == wire.JobLate)
 }
 
 // active: it still holds its VMs (their demand is its tasks').
-func (j *simJob) active() bool { return !j.done && !j.stopped }
+func (j *simJob) active() bool { return !j.tasks.Done() && !j.stopped }
 
 // govern follows the broker's word on a job: its status, and its end.
 func (r *jobRunner) govern(j *simJob, status map[string]wire.Job) {
@@ -575,6 +513,7 @@ func (r *jobRunner) govern(j *simJob, status map[string]wire.Job) {
 	}
 	j.status = st.Status
 	j.started = j.started || st.Status == wire.JobRunning || st.Status == wire.JobLate
+	j.tasks.Held = !j.runnable()
 	if j.active() && !unfinished(st) {
 		r.stop(j) // cancelled, or done by another report
 		j.reported = true
@@ -584,22 +523,13 @@ func (r *jobRunner) govern(j *simJob, status map[string]wire.Job) {
 // stop ends a job's run: its tasks leave their VMs.
 func (r *jobRunner) stop(j *simJob) {
 	j.stopped = true
-	for _, v := range j.vms {
-		var still []*simTask
-		for _, k := range v.running {
-			if k.job != j {
-				still = append(still, k)
-			}
-		}
-		v.running = still
-	}
+	r.tasks.Stop(j.tasks)
 }
 
 // schedule starts tasks on every free slot of the jobs that may run.
 func (r *jobRunner) schedule() {
-	for _, v := range r.vmOrder {
-		for r.next(v) != nil {
-		}
+	for _, k := range r.tasks.Schedule() {
+		r.started(k)
 	}
 }
 
@@ -615,15 +545,15 @@ func (r *jobRunner) setDemand() {
 		}
 		switch {
 		case used:
-			v.sim.SetDemand(v.id, float64(len(v.running)))
+			v.sim.SetDemand(v.ID, float64(len(v.Running)))
 			if !v.owned {
 				v.owned = true
 				if u, err := v.sim.Usage(context.Background()); err == nil {
-					v.used = u[v.id]
+					v.used = u[v.ID]
 				}
 			}
 		case v.owned:
-			v.sim.SetDemand(v.id, v.cpus) // back to up's default: the whole host
+			v.sim.SetDemand(v.ID, v.cpus) // back to up's default: the whole host
 			v.owned = false
 		}
 	}
@@ -632,22 +562,21 @@ func (r *jobRunner) setDemand() {
 // report sends the progress of every job that changed, is due, or is done.
 func (r *jobRunner) report(ctx context.Context, now time.Time) {
 	for _, j := range r.jobs {
-		if j.reported || j.stopped && !j.done {
+		done := j.tasks.Done()
+		if j.reported || j.stopped && !done {
 			continue
 		}
-		counts := [2]int{j.mapsDone, j.redsDone}
-		due := j.done || counts != j.sent || now.Sub(j.lastSent) >= jobsReportEvery
-		if !due || !j.done && !j.started {
+		counts := [2]int{j.tasks.MapsDone, j.tasks.ReducesDone}
+		due := done || counts != j.sent || now.Sub(j.lastSent) >= jobsReportEvery
+		if !due || !done && !j.started {
 			continue
 		}
-		s := j.spec
-		p := yarn.Progress{Maps: s.Maps, MapsDone: j.mapsDone, Reduces: s.Reduces, ReducesDone: j.redsDone, Done: j.done, Succeeded: j.done}
-		_, err := r.client.Progress(ctx, &wire.ProgressRequest{User: j.user, Job: s.Name, Progress: p.Fraction(s.Profile.MapAvg, s.Profile.ShTypAvg+s.Profile.ReduceAvg),
-			MapsDone: p.MapsDone, ReducesDone: p.ReducesDone, Done: p.Done})
+		_, err := r.client.Progress(ctx, &wire.ProgressRequest{User: j.user, Job: j.spec.Name, Progress: j.tasks.Progress(),
+			MapsDone: counts[0], ReducesDone: counts[1], Done: done})
 		switch {
 		case err == nil:
 			j.sent, j.lastSent = counts, now
-			j.reported = j.done
+			j.reported = done
 		case errors.Is(err, wire.ErrNotFound):
 			// The broker runs no such job any more (its plan ended or was
 			// cancelled): nothing more to run or report.

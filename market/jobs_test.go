@@ -16,6 +16,7 @@ import (
 	"github.com/mrmarket/mrmarket/internal/testpoll"
 	"github.com/mrmarket/mrmarket/internal/wire"
 	"github.com/mrmarket/mrmarket/market"
+	"github.com/mrmarket/mrmarket/strategies"
 )
 
 // upMarket is `mrmarket up --hosts 3 --vms-per-host 2 --users alice,bob`
@@ -302,7 +303,7 @@ func TestJobsRunOnTheWallClock(t *testing.T) {
 	grant(t, bc, "alice", "100")
 	// About 2 s of work at a full share, due in 30 s.
 	spec := wire.JobSpec{Name: "quick", VMs: []string{"h1-vm1", "h2-vm1"}, Maps: 8, Reduces: 2, MapSlots: 2, ReduceSlots: 2,
-		Profile: wire.JobProfile{MapAvg: 0.4, MapMax: 0.5, ReduceAvg: 0.4, ReduceMax: 0.5}}
+		Profile: strategies.JobProfile{MapAvg: 0.4, MapMax: 0.5, ReduceAvg: 0.4, ReduceMax: 0.5}}
 	_, err = brc.Submit(ctx, &wire.SubmitRequest{User: "alice", Job: spec, Deadline: time.Now().Add(30 * time.Second), MaxPrice: credits(t, "1")})
 	if err != nil {
 		t.Fatal(err)

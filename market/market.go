@@ -5,9 +5,11 @@
 // decision is made by the agent, bank and broker packages, and every
 // daemon's wiring by package daemon. What is the market's own: the data
 // directory (its lock, credentials and TLS), registering every principal
-// before the embedded NATS server starts (it admits exactly them), and
-// driving time. Everything it starts belongs to one stop.Stopper, which
-// Close stops.
+// before the embedded NATS server starts (it admits exactly them, each
+// within its role's connection limit), the admin's part (it holds the
+// admin's key: it creates the JetStream assets the daemons only open, and
+// makes the plans bucket again if it is deleted), and driving time.
+// Everything it starts belongs to one stop.Stopper, which Close stops.
 //
 // The simulated VMs run the jobs users submit to the deadline service, as
 // the users' Hadoop clusters would, and report their progress (jobs.go).
@@ -24,7 +26,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"os"
 	"path/filepath"
 	"sort"
@@ -67,8 +68,8 @@ type Config struct {
 	NATSURL string
 	// NATSWait bounds those retries; default 30s.
 	NATSWait time.Duration
-	// JSReplicas overrides the replicas of the JetStream assets the bank
-	// and broker create (natsutil.SetReplicas); 0: from the cluster.
+	// JSReplicas overrides the replicas of the JetStream assets the market
+	// creates as the admin (natsutil.SetReplicas); 0: from the cluster.
 	JSReplicas int
 	// NATSHost and NATSPort are where the embedded server listens
 	// (port -1 = a free port, 0 = 4222).
@@ -146,8 +147,8 @@ type Market struct {
 	// CAFile is the CA that verifies the NATS server's certificate: the
 	// embedded server's own (Dir/tls/ca.pem), or Config.NATSCAFile.
 	CAFile string
-	// Replicas are the replica counts of the JetStream assets the bank
-	// and broker created or opened, by name (MRM_HOSTS, …).
+	// Replicas are the replica counts of the JetStream assets the market
+	// created or opened as the admin, by name (MRM_HOSTS, …).
 	Replicas map[string]int
 	conns    []*nats.Conn
 	stopper  *stop.Stopper
@@ -166,6 +167,7 @@ type Market struct {
 	natsMu   sync.Mutex
 	natsOpts natsutil.ServerOptions
 	admin    *signing.Signer // the trust anchor: seals every principal record
+	adminNC  *nats.Conn      // the admin's connection: the JetStream assets
 	jobs     *jobRunner      // the simulated Hadoop that runs admitted jobs (jobs.go)
 }
 
@@ -198,7 +200,7 @@ func Start(ctx context.Context, cfg Config) (m *Market, err error) {
 	reg := prometheus.NewRegistry()
 	m = &Market{cfg: cfg, Sims: map[string]*agent.SimEnforcer{}, Registry: reg, Metrics: obs.NewMetrics(reg), stopper: stop.New()}
 	m.stopper.AddCloser(unlock) // last: everything on the directory is closed
-	m.env = daemon.Env{Stopper: m.stopper, Connect: m.connect, Metrics: m.Metrics, Logger: cfg.Logger, Now: now, Replicas: cfg.JSReplicas}
+	m.env = daemon.Env{Stopper: m.stopper, Connect: m.connect, Metrics: m.Metrics, Logger: cfg.Logger, Now: now, AssetsWait: 10 * time.Second}
 	started := m // every `return nil, err` below clears m before this runs
 	defer func() {
 		if err != nil {
@@ -218,6 +220,9 @@ func Start(ctx context.Context, cfg Config) (m *Market, err error) {
 		return nil, err
 	}
 	if err := m.startNATS(ctx); err != nil {
+		return nil, err
+	}
+	if err := m.ensureAssets(ctx); err != nil {
 		return nil, err
 	}
 	if err := m.serveBank(ctx); err != nil {
@@ -275,13 +280,14 @@ func (m *Market) startNATS(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	users, err := m.natsUsers(ctx)
+	users, limits, err := m.natsUsers(ctx)
 	if err != nil {
 		return err
 	}
 	m.natsMu.Lock()
 	defer m.natsMu.Unlock()
-	m.natsOpts = natsutil.ServerOptions{Dir: filepath.Join(m.cfg.Dir, "nats"), Host: m.cfg.NATSHost, Port: m.cfg.NATSPort, Users: users, TLS: tlsConf}
+	m.natsOpts = natsutil.ServerOptions{Dir: filepath.Join(m.cfg.Dir, "nats"), Host: m.cfg.NATSHost, Port: m.cfg.NATSPort, Users: users, TLS: tlsConf,
+		ConnLimits: limits, Logger: m.cfg.Logger}
 	ns, err := natsutil.StartServer(m.natsOpts)
 	if err != nil {
 		return err
@@ -298,13 +304,14 @@ func fileExists(path string) bool {
 	return err == nil
 }
 
-// natsUsers are the NATS users of every principal the bank knows.
-func (m *Market) natsUsers(ctx context.Context) ([]*server.NkeyUser, error) {
+// natsUsers are the NATS users of every principal the bank knows, and
+// their connection limits.
+func (m *Market) natsUsers(ctx context.Context) ([]*server.NkeyUser, map[string]int, error) {
 	ps, err := m.Bank.Principals(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("market: listing principals for NATS: %w", err)
+		return nil, nil, fmt.Errorf("market: listing principals for NATS: %w", err)
 	}
-	return natsauth.Users(NATSTables(), ps), nil
+	return natsauth.Users(NATSTables(), ps), natsauth.ConnLimits(ps), nil
 }
 
 // principalAdded reloads the embedded server's users when the bank stores
@@ -318,9 +325,9 @@ func (m *Market) principalAdded(wire.Principal) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	users, err := m.natsUsers(ctx)
+	users, limits, err := m.natsUsers(ctx)
 	if err == nil {
-		m.natsOpts.Users = users
+		m.natsOpts.Users, m.natsOpts.ConnLimits = users, limits
 		err = natsutil.Reload(m.Server, m.natsOpts)
 	}
 	if err != nil {
@@ -345,8 +352,37 @@ func (m *Market) openBank() error {
 	return nil
 }
 
-// serveBank serves the bank on its own connection, which also makes sure
-// the JetStream assets the bank owns exist.
+// ensureAssets creates (or opens, raising their replicas) the JetStream
+// assets as the admin, on a connection of its own kept for making the
+// plans bucket again should it be deleted (the broker may not).
+func (m *Market) ensureAssets(ctx context.Context) error {
+	nc, err := m.connect("mrmarket-admin-assets", m.admin)
+	if err != nil {
+		return err
+	}
+	m.stopper.AddCloser(nc.Close)
+	if m.cfg.JSReplicas != 0 {
+		if err := natsutil.SetReplicas(nc, m.cfg.JSReplicas); err != nil {
+			return err
+		}
+	}
+	assets, err := natsutil.EnsureAssets(ctx, nc)
+	if err != nil {
+		return wire.Errorf(wire.ErrUnavailable, "%v", err)
+	}
+	m.adminNC, m.Replicas = nc, assets.Replicas
+	m.conns = append(m.conns, nc)
+	return nil
+}
+
+// recreatePlans makes the assets again as the admin: the broker found its
+// plans bucket deleted.
+func (m *Market) recreatePlans(ctx context.Context) error {
+	_, err := natsutil.EnsureAssets(ctx, m.adminNC)
+	return err
+}
+
+// serveBank serves the bank on its own connection.
 func (m *Market) serveBank(ctx context.Context) error {
 	signer, err := m.bankSigner(ctx)
 	if err != nil {
@@ -355,7 +391,6 @@ func (m *Market) serveBank(ctx context.Context) error {
 	if err := m.bankd.Serve(ctx, signer); err != nil {
 		return err
 	}
-	m.noteReplicas(m.bankd.Assets)
 	m.conns = append(m.conns, m.bankd.NC)
 	return nil
 }
@@ -454,7 +489,7 @@ func (m *Market) startAgents(ctx context.Context, now func() time.Time) error {
 	for _, h := range m.cfg.Hosts {
 		sim := agent.NewSimEnforcer(now, h.CPUs, h.VMs...)
 		a, err := daemon.StartAgent(ctx, daemon.AgentConfig{Env: m.env, Host: h.ID, Signer: m.agentKey[h.ID], Enforcer: sim,
-			Capacity: h.CPUs, IdleBelow: m.cfg.IdleBelow, StateFile: stateFile(h.ID), HostsWait: 10 * time.Second, Tick: m.cfg.TickPeriod})
+			Capacity: h.CPUs, IdleBelow: m.cfg.IdleBelow, StateFile: stateFile(h.ID), Tick: m.cfg.TickPeriod})
 		if err != nil {
 			return err
 		}
@@ -469,12 +504,12 @@ func (m *Market) startAgents(ctx context.Context, now func() time.Time) error {
 // startBroker starts the broker on its own connection, signing its holds
 // and bids as the broker and checking users' signatures through the bank.
 func (m *Market) startBroker(ctx context.Context, signer *signing.Signer) error {
-	b, err := daemon.StartBroker(ctx, daemon.BrokerConfig{Env: m.env, Signer: signer, Tick: m.cfg.TickPeriod, Settle: m.cfg.Settle, Replica: "broker-1"})
+	b, err := daemon.StartBroker(ctx, daemon.BrokerConfig{Env: m.env, Signer: signer, Tick: m.cfg.TickPeriod, Settle: m.cfg.Settle, Replica: "broker-1",
+		RecreatePlans: m.recreatePlans})
 	if err != nil {
 		return err
 	}
 	m.brokerd, m.Broker = b, b.Broker
-	m.noteReplicas(b.Assets)
 	m.conns = append(m.conns, b.NC)
 	return nil
 }
@@ -501,14 +536,6 @@ func (m *Market) NCAs(role, name string) (*nats.Conn, error) {
 	m.conns = append(m.conns, nc)
 	m.stopper.AddCloser(nc.Close)
 	return nc, nil
-}
-
-// noteReplicas records the replicas of the assets a component created.
-func (m *Market) noteReplicas(a *natsutil.Assets) {
-	if m.Replicas == nil {
-		m.Replicas = map[string]int{}
-	}
-	maps.Copy(m.Replicas, a.Replicas)
 }
 
 // connect connects as signer, verifying the server with CAFile (the

@@ -5,23 +5,13 @@ import (
 	"math"
 )
 
-// ARIAProfile is a MapReduce job's profile (ARIA §3), durations in
-// seconds: map tasks, the first reduce wave's shuffle (its part after the
-// maps), typical shuffles, reduce phases.
-type ARIAProfile struct {
-	MapAvg, MapMax       float64
-	Sh1Avg, Sh1Max       float64
-	ShTypAvg, ShTypMax   float64
-	ReduceAvg, ReduceMax float64
-}
-
 // ARIABounds are a job's completion-time bounds (ARIA Eqs. 1–9) for nM
 // maps and nR reduces on sM map and sR reduce slots: T_low = A·nM/sM +
 // B·nR/sR + C with the averages (A = M_avg, B = Shtyp_avg + R_avg, C =
 // Sh1_avg − Shtyp_avg), T_up analogously with the maxima and the makespan
 // theorem's (n−1)/k + λ, and their mean, which ARIA uses (its Eq. 7 is a
 // typo for (T_up + T_low)/2).
-func ARIABounds(p ARIAProfile, nM, nR, sM, sR int) (low, up, avg float64) {
+func ARIABounds(p JobProfile, nM, nR, sM, sR int) (low, up, avg float64) {
 	a, b, c := p.MapAvg, p.ShTypAvg+p.ReduceAvg, p.Sh1Avg-p.ShTypAvg
 	low = a*float64(nM)/float64(sM) + c
 	up = float64(nM-1)*p.MapAvg/float64(sM) + p.MapMax + p.Sh1Max - p.ShTypMax
@@ -37,7 +27,7 @@ func ARIABounds(p ARIAProfile, nM, nR, sM, sR int) (low, up, avg float64) {
 // Lagrangian optimum m = √a(√a+√b)/D, r = √b(√a+√b)/D, rounded up (always
 // feasible: a/⌈m⌉ + b/⌈r⌉ ≤ D) and checked against the capacity. It is
 // recomputed as tasks finish, with the tasks left.
-func ARIASlots(p ARIAProfile, nM, nR int, deadline float64, capM, capR int) (m, r int, err error) {
+func ARIASlots(p JobProfile, nM, nR int, deadline float64, capM, capR int) (m, r int, err error) {
 	a := p.MapAvg * float64(nM)
 	b := (p.ShTypAvg + p.ReduceAvg) * float64(nR)
 	d := deadline - (p.Sh1Avg - p.ShTypAvg)

@@ -15,7 +15,7 @@ import (
 func TestARIASlotsAgainstBruteForce(t *testing.T) {
 	rng := rand.New(rand.NewPCG(15, 15))
 	for range 500 {
-		p := strategies.ARIAProfile{MapAvg: 5 + rng.Float64()*50, ShTypAvg: 1 + rng.Float64()*20, ReduceAvg: 5 + rng.Float64()*60, Sh1Avg: rng.Float64() * 30}
+		p := strategies.JobProfile{MapAvg: 5 + rng.Float64()*50, ShTypAvg: 1 + rng.Float64()*20, ReduceAvg: 5 + rng.Float64()*60, Sh1Avg: rng.Float64() * 30}
 		p.MapMax, p.ShTypMax, p.ReduceMax, p.Sh1Max = 1.5*p.MapAvg, 1.5*p.ShTypAvg, 1.5*p.ReduceAvg, 1.5*p.Sh1Avg
 		nM, nR := 1+rng.IntN(400), 1+rng.IntN(60)
 		a, b := p.MapAvg*float64(nM), (p.ShTypAvg+p.ReduceAvg)*float64(nR)
@@ -51,10 +51,10 @@ func TestARIASlotsAgainstBruteForce(t *testing.T) {
 			t.Fatalf("bounds %v %v %v for deadline %v", low, avg, up, deadline)
 		}
 	}
-	if _, _, err := strategies.ARIASlots(strategies.ARIAProfile{MapAvg: 10, Sh1Avg: 50}, 10, 1, 20, 10, 10); !errors.Is(err, strategies.ErrInfeasible) {
+	if _, _, err := strategies.ARIASlots(strategies.JobProfile{MapAvg: 10, Sh1Avg: 50}, 10, 1, 20, 10, 10); !errors.Is(err, strategies.ErrInfeasible) {
 		t.Fatalf("a deadline before the first shuffle ends: %v", err)
 	}
-	if _, _, err := strategies.ARIASlots(strategies.ARIAProfile{MapAvg: 10, ReduceAvg: 10}, 1000, 10, 20, 10, 10); !errors.Is(err, strategies.ErrInfeasible) {
+	if _, _, err := strategies.ARIASlots(strategies.JobProfile{MapAvg: 10, ReduceAvg: 10}, 1000, 10, 20, 10, 10); !errors.Is(err, strategies.ErrInfeasible) {
 		t.Fatalf("beyond capacity: %v", err)
 	}
 }

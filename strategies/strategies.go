@@ -48,6 +48,18 @@
 // "Jockey: Guaranteed Job Latency in Data Parallel Clusters"; and Lin et
 // al., Lin, Wierman, Zhang and Tan's "Joint Optimization of Overlapping
 // Phases in MapReduce".
+//
+// # One job profile
+//
+// JobProfile, a MapReduce job's ARIA profile, is the one profile type of
+// mrmarket, and it lives here because this package is pure (it imports
+// only internal/money): the contract (internal/wire, whose job files carry
+// it under their "profile" key), the YARN monitor that measures it and the
+// task model that draws task times from it may all import it, where this
+// package may import none of them. Each algorithm takes its view from the
+// one type: ARIA's bounds and slots read it whole, Jockey's progress
+// indicator its stage times (StageSecs), Lin et al.'s model its overlap
+// work (OverlapWork).
 package strategies
 
 import (

@@ -19,14 +19,10 @@ const tableBackgroundRate = 1000
 // tableTick is the agents' tick in a JockeyTable run.
 const tableTick = time.Minute
 
-// JobProgress is Jockey's progress indicator (totalworkWithQ, §4.1 of
-// Ferguson et al., "Jockey: Guaranteed Job Latency in Data Parallel
-// Clusters") for a job with mapsDone of its maps and reducesDone of its reduces
-// done: two stages, map and reduce, weighted by their work
-// (Maps·Map.Mean and Reduces·(Shuffle.Mean+Reduce.Mean)), queue times 0.
-// It is 0 before anything is done and exactly 1 when everything is.
+// JobProgress is Jockey's progress indicator (mapreduce.Spec.Progress) for
+// a job with mapsDone of its maps and reducesDone of its reduces done.
 func JobProgress(job JobSpec, mapsDone, reducesDone int) float64 {
-	return strategies.MapReduceProgress(mapsDone, job.Maps, job.Map.Mean, reducesDone, job.Reduces, job.Shuffle.Mean+job.Reduce.Mean)
+	return job.tasks().Progress(mapsDone, reducesDone)
 }
 
 // JockeyTable builds Jockey's C(p, a) offline (Jockey §4) by simulating

@@ -82,7 +82,7 @@ func (w *deadlineWorld) job(k int) (wire.JobSpec, sim.JobSpec) {
 	}
 	name := fmt.Sprint("etl-", k)
 	spec := wire.JobSpec{Name: name, VMs: vms, Maps: 16, Reduces: 2, MapSlots: 8, ReduceSlots: 8,
-		Profile: wire.JobProfile{MapAvg: 20, MapMax: 27, ReduceAvg: 20, ReduceMax: 27}}
+		Profile: strategies.JobProfile{MapAvg: 20, MapMax: 27, ReduceAvg: 20, ReduceMax: 27}}
 	return spec, sim.JobSpec{ID: name, User: "dl", Name: name, VMs: vms, Maps: 16, Reduces: 2,
 		Map: sim.Dist{Mean: 20, CV: 0.1}, Reduce: sim.Dist{Mean: 20, CV: 0.1}}
 }
@@ -142,7 +142,7 @@ func deadlineJobs(t *testing.T, seed uint64) {
 
 	// A user whose balance pays for no point of the curve.
 	poor := wire.JobSpec{Name: "report", VMs: []string{"poor-h0", "poor-h1"}, Maps: 16, Reduces: 2, MapSlots: 4, ReduceSlots: 4,
-		Profile: wire.JobProfile{MapAvg: 20, MapMax: 27, ReduceAvg: 20, ReduceMax: 27}}
+		Profile: strategies.JobProfile{MapAvg: 20, MapMax: 27, ReduceAvg: 20, ReduceMax: 27}}
 	holds := w.s.Ledger().Holds()
 	q, err := w.b.Quote(ctx, &wire.QuoteRequest{User: "poor", Job: poor})
 	if err != nil {
@@ -299,7 +299,7 @@ func TestDeadlineControlAndEDF(t *testing.T) {
 	if _, err := w.b.JobProgress(ctx, &wire.ProgressRequest{User: "dl", Job: "etl-0", Progress: 1.5}); !errors.Is(err, wire.ErrBadRequest) {
 		t.Errorf("progress 1.5: %v", err)
 	}
-	busy := wire.JobSpec{Name: "busy", VMs: []string{"be-h0"}, Maps: 1, MapSlots: 1, Profile: wire.JobProfile{MapAvg: 1, MapMax: 1}}
+	busy := wire.JobSpec{Name: "busy", VMs: []string{"be-h0"}, Maps: 1, MapSlots: 1, Profile: strategies.JobProfile{MapAvg: 1, MapMax: 1}}
 	// Several plans may bid on one VM (their rates add up): a job on a VM
 	// another plan bids on is not refused for it.
 	if _, err := w.b.Submit(ctx, &wire.SubmitRequest{User: "be", Job: busy, Budget: money.PerCredit}); errors.Is(err, wire.ErrConflict) {

@@ -10,27 +10,27 @@
 // applied and the VMs' demand. Only the clock, the enforcer and the
 // transport are simulated.
 //
-// Model. A task is work in core-seconds; a running task uses at most one
-// core, so a VM's demand is its running tasks (plus, for a host's
-// background VM, its constant load). Between events every task progresses
-// at its VM's allocation divided among its running tasks, times the host's
-// speed. A job's maps run in waves over the job's VMs' free slots (FIFO
-// across jobs). Its reduces are scheduled once SlowStart of its maps are
-// done and shuffle while the maps still run, but a reduce's shuffle can only
-// get as far as the map output that exists (the fraction of maps done):
-// a reduce that has caught up waits, holding its slot and using no CPU.
-// After its shuffle a reduce does its reduce work. Task durations are lognormal around their mean
-// with a coefficient of variation, with stragglers (a factor on a fraction
-// of tasks) and failures (an attempt fails part way with a probability and
-// is run again).
+// Model. The jobs' tasks are hadoopvm/mapreduce's, which this simulator
+// drives by events: a VM's slots are its own, taken by any job's tasks, a
+// job's next task goes to its VM with the most free slots, and the jobs
+// with tasks waiting take them in the order they came to have some
+// (mapreduce.VMSlots, Widest, Requeue). Task durations are lognormal
+// around their mean with a coefficient of variation, with stragglers (a
+// factor on a fraction of tasks) and failures (an attempt fails part way
+// with a probability and is run again). A task is work in core-seconds; a
+// running task uses at most one core, so a VM's demand is its running
+// tasks (plus, for a host's background VM, its constant load). Between
+// events every task progresses at its VM's allocation divided among its
+// running tasks, times the host's speed; a reduce that has caught up with
+// the map output waits, holding its slot and using no CPU.
 //
 // Disk and network. A host may also govern its disk and its network
 // bandwidth (HostSpec.Disk, Net, MB/s). A task is then a sequence of
-// steps, each on one resource: a map reads its input from disk, works,
+// phases, each on one resource: a map reads its input from disk, works,
 // and writes its output to disk; a reduce fetches its shuffle over the
-// network (only as far as the map output exists, like the shuffle work
-// above), works, and writes its result to disk (JobSpec.MapRead, MapWrite,
-// ShuffleMB, ReduceWrite). Each resource is divided among the VMs using it
+// network (only as far as the map output exists), works, and writes its
+// result to disk (JobSpec.MapRead, MapWrite, ShuffleMB, ReduceWrite).
+// Each resource is divided among the VMs using it
 // by agent.Allocate over the same shares as the cores — the agent sets
 // CPU shares, blkio weights and interface bandwidth from the same rates —
 // work-conserving, a stream able to use the whole device [recon: the
@@ -50,6 +50,7 @@ import (
 	"time"
 
 	"github.com/mrmarket/mrmarket/agent"
+	"github.com/mrmarket/mrmarket/hadoopvm/mapreduce"
 	"github.com/mrmarket/mrmarket/internal/money"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
@@ -102,13 +103,7 @@ type VMSpec struct {
 }
 
 // Dist is a task-duration distribution, in core-seconds of work.
-type Dist struct {
-	Mean          float64
-	CV            float64 // coefficient of variation (lognormal); 0: constant
-	StragglerProb float64 // fraction of tasks that are stragglers
-	Straggler     float64 // their work factor
-	FailProb      float64 // probability an attempt fails part way
-}
+type Dist = mapreduce.Dist
 
 // JobSpec is a MapReduce job. Name is its YARN application name
 // ("workflow:stage" for a stage of a workflow); After lists jobs that must
@@ -123,19 +118,17 @@ type JobSpec struct {
 	Reduces  int
 	Map      Dist
 	Reduce   Dist
-	// Shuffle is a reduce's shuffle work: it can only be done as map
-	// output exists (see SlowStart); Reduce is the work after it.
-	Shuffle Dist
-	// SlowStart is the fraction of maps done before the reduces are
-	// scheduled (mapreduce.job.reduce.slowstart.completedmaps; Hadoop's
-	// default is 0.05). 0 means 1: reduces start when the maps are done.
-	SlowStart float64
-	// I/O per task, in MB (0: none). A map reads MapRead from its host's
-	// disk before its work and writes MapWrite (its output) after it; a
-	// reduce fetches ShuffleMB over its host's network as the map output
-	// exists (its Shuffle and Reduce work follow), then writes ReduceWrite
-	// to disk. Each step uses one resource at a time [recon].
+	// Shuffle, SlowStart and the I/O per task (MB) are as in
+	// mapreduce.Spec.
+	Shuffle                                   Dist
+	SlowStart                                 float64
 	MapRead, MapWrite, ShuffleMB, ReduceWrite float64
+}
+
+// tasks is the job as the task model runs it.
+func (j JobSpec) tasks() mapreduce.Spec {
+	return mapreduce.Spec{Maps: j.Maps, Reduces: j.Reduces, Map: j.Map, Reduce: j.Reduce, Shuffle: j.Shuffle, SlowStart: j.SlowStart,
+		MapRead: j.MapRead, MapWrite: j.MapWrite, ShuffleMB: j.ShuffleMB, ReduceWrite: j.ReduceWrite}
 }
 
 // JobResult is what happened to a job.
@@ -157,7 +150,7 @@ type event struct {
 	kind int
 	host *host
 	ver  uint64 // host version the event was computed for
-	task *taskRun
+	task *mapreduce.Task
 	job  *jobRun
 }
 
@@ -196,68 +189,33 @@ type host struct {
 }
 
 type vm struct {
-	spec    VMSpec
-	host    *host
-	running []*taskRun
-	cpu     float64 // cores allocated now
-	used    float64 // core-seconds used so far
+	*mapreduce.VM // its slots and the tasks running in them
+	spec          VMSpec
+	host          *host
+	cpu           float64 // cores allocated now
+	used          float64 // core-seconds used so far
 	// io is the disk and network bandwidth allocated now (MB/s) and moved
 	// is the MB moved so far, by resource.
 	io, moved [nResources]float64
 }
 
-// resource is what a task's step uses.
-type resource int
-
+// The resources a task's phase uses.
 const (
-	resCPU  resource = iota // work in core-seconds at speed 1
-	resDisk                 // MB read or written on the host's disk
-	resNet                  // MB fetched over the host's network
-	nResources
+	resCPU     = mapreduce.CPU
+	resDisk    = mapreduce.Disk
+	resNet     = mapreduce.Net
+	nResources = mapreduce.NResources
 )
 
 // ungoverned is the bandwidth of a resource a host does not govern: I/O
 // on it is over at once.
 const ungoverned = 1e12
 
-// step is one part of a task, on one resource.
-type step struct {
-	res   resource
-	left  float64 // what is left of it: core-seconds at speed 1, or MB
-	total float64
-	// waits marks a reduce's step that needs the map output: with maps
-	// left, left cannot fall below total − gated·(maps done)/maps, gated
-	// being the part of total that exists only as map output does (the
-	// shuffle); the rest waits for every map.
-	waits bool
-	gated float64
-}
-
-type taskRun struct {
-	job    *jobRun
-	reduce bool
-	index  int
-	steps  []step  // what is left to do, the current one first
-	failAt float64 // CPU work left at which this attempt fails (−1: it does not)
-	vm     *vm
-	// rate is the current step's progress per second now.
-	rate     float64
-	attempts int
-}
-
-// cur is the task's current step.
-func (t *taskRun) cur() *step { return &t.steps[0] }
-
 type jobRun struct {
-	spec      JobSpec
-	reducesIn bool       // the reduces have been scheduled
-	waiting   bool       // submitted, waiting for the jobs it comes after
-	pending   []*taskRun // not started
-	running   int
-	mapsLeft  int
-	redsLeft  int
-	submitted time.Time
-	result    JobResult
+	spec    JobSpec
+	waiting bool           // submitted, waiting for the jobs it comes after
+	tasks   *mapreduce.Job // once submitted
+	result  JobResult
 }
 
 // Sim is a simulation.
@@ -270,7 +228,8 @@ type Sim struct {
 	hosts   map[string]*host
 	order   []*host
 	vms     map[string]*vm
-	queueW  []*jobRun // jobs with pending tasks, FIFO
+	vmAt    []*vm // by mapreduce.VM.Index
+	tasks   *mapreduce.Cluster
 	jobs    []*jobRun
 	byID    map[string]*jobRun
 	after   map[string][]*jobRun // job → the jobs that come after it
@@ -339,7 +298,8 @@ func New(cfg Config, hosts []HostSpec, vms []VMSpec) (*Sim, error) {
 		cfg.Tick = 10 * time.Second
 	}
 	s := &Sim{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)), now: cfg.Start,
-		hosts: map[string]*host{}, vms: map[string]*vm{}, ledger: NewLedger(), byID: map[string]*jobRun{}, after: map[string][]*jobRun{}}
+		hosts: map[string]*host{}, vms: map[string]*vm{}, ledger: NewLedger(), byID: map[string]*jobRun{}, after: map[string][]*jobRun{},
+		tasks: mapreduce.New(mapreduce.Config{Slots: mapreduce.VMSlots, Placement: mapreduce.Widest, Order: mapreduce.Requeue})}
 	byHost := map[string][]agent.VM{}
 	for _, v := range vms {
 		if v.Slots <= 0 {
@@ -380,9 +340,10 @@ func New(cfg Config, hosts []HostSpec, vms []VMSpec) (*Sim, error) {
 		if !ok {
 			return nil, fmt.Errorf("%w: VM %s on unknown host %s", ErrSpec, v.ID, v.Host)
 		}
-		m := &vm{spec: v, host: h}
+		m := &vm{VM: s.tasks.AddVM(v.ID, v.Slots), spec: v, host: h}
 		h.vms = append(h.vms, m)
 		s.vms[v.ID] = m
+		s.vmAt = append(s.vmAt, m)
 	}
 	for _, h := range s.order {
 		if h.bg != "" && h.spec.BackgroundRate > 0 {
@@ -469,7 +430,7 @@ func (s *Sim) Submit(j JobSpec) error {
 	if j.Name == "" {
 		j.Name = j.ID
 	}
-	jr := &jobRun{spec: j, mapsLeft: j.Maps, redsLeft: j.Reduces, result: JobResult{ID: j.ID, User: j.User}}
+	jr := &jobRun{spec: j, result: JobResult{ID: j.ID, User: j.User}}
 	s.jobs = append(s.jobs, jr)
 	s.byID[j.ID] = jr
 	for _, dep := range j.After {
@@ -477,23 +438,6 @@ func (s *Sim) Submit(j JobSpec) error {
 	}
 	s.push(&event{at: s.cfg.Start.Add(j.Submit), kind: evJobSubmit, job: jr})
 	return nil
-}
-
-// work draws one task's work from d.
-func (s *Sim) work(d Dist) (work, failAt float64) {
-	work = d.Mean
-	if d.CV > 0 {
-		sigma := math.Sqrt(math.Log(1 + d.CV*d.CV))
-		work = d.Mean * math.Exp(s.rng.NormFloat64()*sigma-sigma*sigma/2)
-	}
-	if d.StragglerProb > 0 && s.rng.Float64() < d.StragglerProb {
-		work *= max(d.Straggler, 1)
-	}
-	failAt = -1
-	if d.FailProb > 0 && s.rng.Float64() < d.FailProb {
-		failAt = work * s.rng.Float64() // fails with this much work left
-	}
-	return work, failAt
 }
 
 // Run runs until every job finished (or until deadline of simulated time)
@@ -505,6 +449,9 @@ func (s *Sim) Run(deadline time.Duration) ([]JobResult, error) {
 	out := make([]JobResult, len(s.jobs))
 	for i, j := range s.jobs {
 		out[i] = j.result
+		if j.tasks != nil {
+			out[i].Attempts = j.tasks.Attempts
+		}
 	}
 	return out, nil
 }
@@ -594,46 +541,33 @@ func (s *Sim) submit(j *jobRun) {
 		}
 	}
 	j.waiting = false
-	j.submitted, j.result.Submit = s.now, s.now
+	j.result.Submit = s.now
 	for _, o := range s.obs {
 		o.JobSubmitted(j.spec, s.now)
 	}
-	for i := range j.spec.Maps {
-		j.pending = append(j.pending, s.newMap(j, i))
+	vms := make([]*mapreduce.VM, len(j.spec.VMs))
+	for i, id := range j.spec.VMs {
+		vms[i] = s.vms[id].VM
 	}
-	s.queueW = append(s.queueW, j)
+	j.tasks = s.tasks.Add(j.spec.ID, j.spec.tasks(), vms, s.rng)
 	s.schedule()
 }
 
-// schedule starts pending tasks on free slots, FIFO over jobs.
+// schedule starts waiting tasks on free slots and recomputes their hosts'
+// rates. A task starts at rate 0, so its host can be integrated to now
+// after it started.
 func (s *Sim) schedule() {
 	touched := map[*host]bool{}
-	var keep []*jobRun
-	for _, j := range s.queueW {
-		for len(j.pending) > 0 {
-			m := s.freeVM(j)
-			if m == nil {
-				break
-			}
-			if !touched[m.host] {
-				s.integrate(m.host)
-				touched[m.host] = true
-			}
-			t := j.pending[0]
-			j.pending = j.pending[1:]
-			t.vm, t.attempts = m, t.attempts+1
-			j.result.Attempts++
-			m.running = append(m.running, t)
-			j.running++
-			for _, o := range s.obs {
-				o.TaskStarted(j.spec.ID, t.reduce, t.index, m.spec.ID, s.now)
-			}
+	for _, t := range s.tasks.Schedule() {
+		m := s.vmAt[t.VM.Index]
+		if !touched[m.host] {
+			s.integrate(m.host)
+			touched[m.host] = true
 		}
-		if len(j.pending) > 0 {
-			keep = append(keep, j)
+		for _, o := range s.obs {
+			o.TaskStarted(t.Job.ID, t.Reduce, t.Index, m.spec.ID, s.now)
 		}
 	}
-	s.queueW = keep
 	hosts := make([]*host, 0, len(touched))
 	for h := range touched {
 		hosts = append(hosts, h)
@@ -644,77 +578,35 @@ func (s *Sim) schedule() {
 	}
 }
 
-// freeVM is the job's VM with the most free slots (ties: the job's order).
-func (s *Sim) freeVM(j *jobRun) *vm {
-	var best *vm
-	for _, id := range j.spec.VMs {
-		m := s.vms[id]
-		if free := m.spec.Slots - len(m.running); free > 0 && (best == nil || free > best.spec.Slots-len(best.running)) {
-			best = m
-		}
-	}
-	return best
-}
-
-func (s *Sim) taskDone(t *taskRun) {
-	m := t.vm
+func (s *Sim) taskDone(t *mapreduce.Task) {
+	m := s.vmAt[t.VM.Index]
 	s.integrate(m.host)
-	p := t.cur()
-	failed := p.res == resCPU && t.failAt >= 0 && p.left <= t.failAt*(1+1e-12)+1e-9
-	if !failed && t.blocked() {
-		s.refresh(m.host) // caught up with the maps: it waits for more output
-		return
-	}
-	if !failed && p.res == resCPU {
-		t.failAt = -1
-	}
-	if !failed && len(t.steps) > 1 { // on to its next step
-		t.steps = t.steps[1:]
+	switch t.End() {
+	case mapreduce.Waiting, mapreduce.NextPhase: // caught up with the maps, or on to its next phase
 		s.refresh(m.host)
 		return
 	}
-	for i, r := range m.running {
-		if r == t {
-			m.running = append(m.running[:i], m.running[i+1:]...)
-			break
-		}
-	}
-	j := t.job
-	j.running--
+	s.tasks.Release(t)
+	j := s.byID[t.Job.ID]
 	for _, o := range s.obs {
-		o.TaskFinished(j.spec.ID, t.reduce, t.index, m.spec.ID, s.now, t.failAt < 0)
+		o.TaskFinished(j.spec.ID, t.Reduce, t.Index, m.spec.ID, s.now, !t.Failed())
 	}
-	if t.failAt >= 0 { // the attempt failed: run the task again
-		var again *taskRun
-		if t.reduce {
-			again = s.newReduce(j, t.index)
-		} else {
-			again = s.newMap(j, t.index)
-		}
-		again.attempts = t.attempts
-		j.pending = append([]*taskRun{again}, j.pending...)
-		if !contains(s.queueW, j) {
-			s.queueW = append(s.queueW, j)
-		}
-	} else if !t.reduce {
-		j.mapsLeft--
-		s.startReduces(j)
+	s.tasks.Done(t) // a failed attempt runs again
+	if !t.Failed() && !t.Reduce {
 		// More map output: the job's shuffling reduces may go on.
 		for _, id := range j.spec.VMs {
 			v := s.vms[id]
-			for _, r := range v.running {
-				if r.job == j && r.reduce {
+			for _, r := range v.Running {
+				if r.Job == t.Job && r.Reduce {
 					s.integrate(v.host)
 					s.refresh(v.host)
 					break
 				}
 			}
 		}
-	} else {
-		j.redsLeft--
 	}
 	s.refresh(m.host)
-	if j.mapsLeft == 0 && j.redsLeft == 0 && j.running == 0 && len(j.pending) == 0 {
+	if j.tasks.Done() {
 		j.result.Finish = s.now
 		for _, o := range s.obs {
 			o.JobFinished(j.spec.ID, s.now)
@@ -726,94 +618,6 @@ func (s *Sim) taskDone(t *taskRun) {
 		}
 	}
 	s.schedule()
-}
-
-// floor is what the task's current step cannot get below now: for a
-// reduce's shuffle while maps remain, the rest of the step plus the
-// shuffle of the map output that does not exist yet.
-func (t *taskRun) floor() float64 {
-	j, p := t.job, t.cur()
-	if !p.waits || j.mapsLeft == 0 {
-		return 0
-	}
-	return p.total - p.gated + p.gated*float64(j.mapsLeft)/float64(j.spec.Maps)
-}
-
-// blocked reports a reduce that has shuffled all the map output there is.
-func (t *taskRun) blocked() bool {
-	f := t.floor()
-	return f > 0 && t.cur().left <= f*(1+1e-12)+1e-9
-}
-
-// startReduces schedules a job's reduces once enough maps are done.
-func (s *Sim) startReduces(j *jobRun) {
-	if j.reducesIn || j.spec.Reduces == 0 {
-		return
-	}
-	slow := j.spec.SlowStart
-	if slow <= 0 || slow > 1 {
-		slow = 1
-	}
-	if float64(j.spec.Maps-j.mapsLeft) < slow*float64(j.spec.Maps) {
-		return
-	}
-	j.reducesIn = true
-	for i := range j.spec.Reduces {
-		j.pending = append(j.pending, s.newReduce(j, i))
-	}
-	if !contains(s.queueW, j) {
-		s.queueW = append(s.queueW, j)
-	}
-}
-
-// newMap is an attempt of map i: read its input, work, write its output.
-func (s *Sim) newMap(j *jobRun, i int) *taskRun {
-	w, failAt := s.work(j.spec.Map)
-	return &taskRun{job: j, index: i, failAt: failAt, steps: steps(
-		step{res: resDisk, total: j.spec.MapRead},
-		step{res: resCPU, total: w},
-		step{res: resDisk, total: j.spec.MapWrite})}
-}
-
-// newReduce is an attempt of reduce i: fetch the map output over the
-// network, shuffle and reduce, write the result. Without network I/O the
-// shuffle work itself waits for the map output, as before there was any.
-func (s *Sim) newReduce(j *jobRun, i int) *taskRun {
-	var sh float64
-	if j.spec.Shuffle.Mean > 0 {
-		sh, _ = s.work(Dist{Mean: j.spec.Shuffle.Mean, CV: j.spec.Shuffle.CV})
-	}
-	post, failAt := s.work(j.spec.Reduce)
-	work := step{res: resCPU, total: sh + post, gated: sh, waits: true}
-	if j.spec.ShuffleMB > 0 {
-		work.gated = 0 // it follows the fetch, which waits for every map
-	}
-	return &taskRun{job: j, reduce: true, index: i, failAt: failAt, steps: steps(
-		step{res: resNet, total: j.spec.ShuffleMB, gated: j.spec.ShuffleMB, waits: true},
-		work,
-		step{res: resDisk, total: j.spec.ReduceWrite})}
-}
-
-// steps are a task's steps with something to do, each with all of it
-// left; a task has at least its work step.
-func steps(all ...step) []step {
-	var out []step
-	for _, st := range all {
-		if st.total > 0 || st.res == resCPU {
-			st.left = st.total
-			out = append(out, st)
-		}
-	}
-	return out
-}
-
-func contains(js []*jobRun, j *jobRun) bool {
-	for _, x := range js {
-		if x == j {
-			return true
-		}
-	}
-	return false
 }
 
 // integrate advances the host's running tasks to now at their current rates.
@@ -828,9 +632,8 @@ func (s *Sim) integrate(h *host) {
 		for r := resDisk; r < nResources; r++ {
 			m.moved[r] += m.io[r] * dt
 		}
-		for _, t := range m.running {
-			p := t.cur()
-			p.left = max(p.left-t.rate*dt, 0)
+		for _, t := range m.Running {
+			t.Advance(dt)
 		}
 	}
 }
@@ -861,9 +664,9 @@ func (s *Sim) refresh(h *host) {
 		demand[r], busy[r] = make(map[string]float64, len(h.vms)+1), make(map[string]float64, len(h.vms))
 	}
 	for _, m := range h.vms {
-		for _, t := range m.running {
-			if !t.blocked() {
-				busy[t.cur().res][m.spec.ID]++
+		for _, t := range m.Running {
+			if !t.Blocked() {
+				busy[t.Cur().Res][m.spec.ID]++
 			}
 		}
 		demand[resCPU][m.spec.ID] = busy[resCPU][m.spec.ID]
@@ -910,27 +713,22 @@ func (s *Sim) refresh(h *host) {
 		// The agent sees the I/O as it would read a domain's block and
 		// interface counters: a VM waiting on its disk is busy.
 		h.sim.SetIO(m.spec.ID, agent.IOUse{Disk: m.io[resDisk], Net: m.io[resNet]})
-		for _, t := range m.running {
-			p := t.cur()
-			n := busy[p.res][m.spec.ID]
-			if t.blocked() || n == 0 {
-				t.rate = 0
+		for _, t := range m.Running {
+			res := t.Cur().Res
+			n := busy[res][m.spec.ID]
+			if t.Blocked() || n == 0 {
+				t.Rate = 0
 				continue // waits for map output
 			}
-			per := alloc[p.res][m.spec.ID] / n
-			if p.res == resCPU {
+			per := alloc[res][m.spec.ID] / n
+			if res == resCPU {
 				per *= h.spec.Speed
 			}
-			t.rate = per
-			floor := t.floor()
-			if p.res == resCPU {
-				floor = max(floor, t.failAt)
-			}
-			stop := p.left - floor
+			t.Rate = per
 			if per <= 0 {
 				continue // starved: it will be rescheduled when shares change
 			}
-			at := s.now.Add(time.Duration(math.Ceil(stop / per * 1e9)))
+			at := s.now.Add(time.Duration(math.Ceil(t.ToGo() / per * 1e9)))
 			s.push(&event{at: at, kind: evTaskDone, host: h, ver: h.ver, task: t})
 		}
 	}

@@ -114,7 +114,7 @@ func TestProfileExtraction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := time.Second
+	s := 1.0 // the profile is in seconds
 	if p.Maps != 4 || p.Reduces != 2 || p.MapMin != 10*s || p.MapAvg != 25*s || p.MapMax != 40*s {
 		t.Fatalf("map phase: %+v", p)
 	}

@@ -6,11 +6,15 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/mrmarket/mrmarket/strategies"
 )
 
-// Profile is an ARIA job profile (§3 of Verma, Cherkasova and Campbell,
-// "ARIA: Automatic Resource Inference and Allocation for MapReduce
-// Environments"): the durations of a job's phases, extracted from its successful task attempts.
+// Measured is what ProfileJob reads of a finished job: its ARIA profile
+// (§3 of Verma, Cherkasova and Campbell, "ARIA: Automatic Resource
+// Inference and Allocation for MapReduce Environments"), the durations of
+// its phases in seconds as a job file carries them, extracted from its
+// successful task attempts, and the features beside it.
 //
 // [recon] From the attempts the REST APIs report: a map phase is an
 // attempt's elapsed time; the first shuffle is measured on the reduces of
@@ -20,19 +24,12 @@ import (
 // merge (elapsedShuffleTime + elapsedMergeTime: ARIA's shuffle/sort); the
 // reduce phase is elapsedReduceTime. With no reduce started after the maps,
 // the typical shuffle falls back to the first wave's full shuffles.
-type Profile struct {
-	Job       string        `json:"job"`
-	Maps      int           `json:"maps"`
-	Reduces   int           `json:"reduces"`
-	MapMin    time.Duration `json:"map_min"`
-	MapAvg    time.Duration `json:"map_avg"`
-	MapMax    time.Duration `json:"map_max"`
-	Sh1Avg    time.Duration `json:"sh1_avg"`
-	Sh1Max    time.Duration `json:"sh1_max"`
-	ShTypAvg  time.Duration `json:"shtyp_avg"`
-	ShTypMax  time.Duration `json:"shtyp_max"`
-	ReduceAvg time.Duration `json:"reduce_avg"`
-	ReduceMax time.Duration `json:"reduce_max"`
+type Measured struct {
+	Job     string `json:"job"`
+	Maps    int    `json:"maps"`
+	Reduces int    `json:"reduces"`
+	strategies.JobProfile
+	MapMin float64 `json:"map_min"` // seconds
 	// From the job's counters (0 when the job has none): the bytes a map
 	// reads, and the selectivities — map output over map input, reduce
 	// output over reduce (shuffled) input.
@@ -44,10 +41,10 @@ type Profile struct {
 
 // ProfileJob reads a finished job's attempts from the history server and
 // extracts its profile.
-func (m *Monitor) ProfileJob(ctx context.Context, jobID string) (Profile, error) {
+func (m *Monitor) ProfileJob(ctx context.Context, jobID string) (Measured, error) {
 	tasks, err := m.Tasks(ctx, "", jobID)
 	if err != nil {
-		return Profile{}, err
+		return Measured{}, err
 	}
 	var maps, reduces []Attempt
 	for _, t := range tasks {
@@ -56,7 +53,7 @@ func (m *Monitor) ProfileJob(ctx context.Context, jobID string) (Profile, error)
 		}
 		atts, err := m.Attempts(ctx, "", jobID, t.ID)
 		if err != nil {
-			return Profile{}, err
+			return Measured{}, err
 		}
 		for _, a := range atts {
 			if a.State != StateSucceed {
@@ -84,7 +81,7 @@ func (m *Monitor) ProfileJob(ctx context.Context, jobID string) (Profile, error)
 // AddCounters fills the profile's input size and selectivities from job
 // counters: HDFS_BYTES_READ by the maps, MAP_OUTPUT_BYTES,
 // REDUCE_SHUFFLE_BYTES and HDFS_BYTES_WRITTEN by the reduces.
-func (p *Profile) AddCounters(groups []CounterGroup) {
+func (p *Measured) AddCounters(groups []CounterGroup) {
 	get := func(group, name string) Counter {
 		for _, g := range groups {
 			if g.CounterGroupName != group {
@@ -114,28 +111,28 @@ func (p *Profile) AddCounters(groups []CounterGroup) {
 }
 
 // BuildProfile extracts a profile from successful map and reduce attempts.
-func BuildProfile(jobID string, maps, reduces []Attempt) (Profile, error) {
+func BuildProfile(jobID string, maps, reduces []Attempt) (Measured, error) {
 	if len(maps) == 0 {
-		return Profile{}, fmt.Errorf("yarn: job %s has no successful map attempt", jobID)
+		return Measured{}, fmt.Errorf("yarn: job %s has no successful map attempt", jobID)
 	}
-	p := Profile{Job: jobID, Maps: len(maps), Reduces: len(reduces)}
-	ms := func(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
+	p := Measured{Job: jobID, Maps: len(maps), Reduces: len(reduces)}
+	secs := func(ms int64) float64 { return float64(ms) / 1000 }
 	var mapEnd int64
-	var mapDur []time.Duration
+	var mapDur []float64
 	for _, a := range maps {
-		mapDur = append(mapDur, ms(a.FinishTime-a.StartTime))
+		mapDur = append(mapDur, secs(a.FinishTime-a.StartTime))
 		mapEnd = max(mapEnd, a.FinishTime)
 	}
 	p.MapMin, p.MapAvg, p.MapMax = stats(mapDur)
 	p.MapStageEnd = time.UnixMilli(mapEnd)
-	var sh1, shTyp, red, firstFull []time.Duration
+	var sh1, shTyp, red, firstFull []float64
 	for _, a := range reduces {
-		red = append(red, ms(a.ElapsedReduceTime))
+		red = append(red, secs(a.ElapsedReduceTime))
 		if a.StartTime < mapEnd {
-			sh1 = append(sh1, ms(max(a.ShuffleFinishTime-mapEnd, 0)))
-			firstFull = append(firstFull, ms(a.ElapsedShuffleTime+a.ElapsedMergeTime))
+			sh1 = append(sh1, secs(max(a.ShuffleFinishTime-mapEnd, 0)))
+			firstFull = append(firstFull, secs(a.ElapsedShuffleTime+a.ElapsedMergeTime))
 		} else {
-			shTyp = append(shTyp, ms(a.ElapsedShuffleTime+a.ElapsedMergeTime))
+			shTyp = append(shTyp, secs(a.ElapsedShuffleTime+a.ElapsedMergeTime))
 		}
 	}
 	if len(shTyp) == 0 {
@@ -147,15 +144,15 @@ func BuildProfile(jobID string, maps, reduces []Attempt) (Profile, error) {
 	return p, nil
 }
 
-func stats(ds []time.Duration) (lo, avg, hi time.Duration) {
-	if len(ds) == 0 {
+func stats(xs []float64) (lo, avg, hi float64) {
+	if len(xs) == 0 {
 		return 0, 0, 0
 	}
-	lo = time.Duration(math.MaxInt64)
-	var sum time.Duration
-	for _, d := range ds {
-		lo, hi = min(lo, d), max(hi, d)
-		sum += d
+	lo = math.Inf(1)
+	var sum float64
+	for _, x := range xs {
+		lo, hi = min(lo, x), max(hi, x)
+		sum += x
 	}
-	return lo, sum / time.Duration(len(ds)), hi
+	return lo, sum / float64(len(xs)), hi
 }

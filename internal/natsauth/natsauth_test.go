@@ -215,13 +215,20 @@ func TestUserRequestsAndReplies(t *testing.T) {
 	refused(t, s, wire.RoleAgent, "host-1", "_INBOX.", pub(wire.InboxPrefix(s.Signer(t, wire.RoleUser, "alice").Public())+".x"))
 }
 
+// assets are the JetStream assets, made by the admin (no service may).
+func assets(t *testing.T, s *natstest.Secured) *natsutil.Assets {
+	t.Helper()
+	a, err := natsutil.EnsureAssets(context.Background(), s.Connect(t, wire.RoleAdmin, "admin"))
+	if err != nil {
+		t.Fatalf("the admin creates the assets: %v", err)
+	}
+	return a
+}
+
 func TestAgentPermissions(t *testing.T) {
 	s := world(t)
 	ctx := context.Background()
-	bankNC := s.Connect(t, wire.RoleBank, "bank")
-	if _, err := natsutil.EnsureBankAssets(ctx, bankNC); err != nil {
-		t.Fatalf("the bank creates MRM_HOSTS and MRM_EVENTS: %v", err)
-	}
+	assets(t, s)
 	nc, errs := watched(t, s, wire.RoleAgent, "host-1")
 	assets, err := natsutil.OpenHosts(ctx, nc, 5*time.Second)
 	if err != nil {
@@ -262,10 +269,7 @@ func TestAgentPermissions(t *testing.T) {
 func TestBrokerPermissions(t *testing.T) {
 	s := world(t)
 	ctx := context.Background()
-	bankNC := s.Connect(t, wire.RoleBank, "bank")
-	if _, err := natsutil.EnsureBankAssets(ctx, bankNC); err != nil {
-		t.Fatal(err)
-	}
+	assets(t, s)
 	agentNC := s.Connect(t, wire.RoleAgent, "host-1")
 	hosts, err := natsutil.OpenHosts(ctx, agentNC, 5*time.Second)
 	if err != nil {
@@ -275,9 +279,9 @@ func TestBrokerPermissions(t *testing.T) {
 		t.Fatal(err)
 	}
 	nc, errs := watched(t, s, wire.RoleBroker, "broker")
-	assets, err := natsutil.EnsureBrokerAssets(ctx, nc)
+	assets, err := natsutil.OpenBrokerAssets(ctx, nc, 5*time.Second)
 	if err != nil {
-		t.Fatalf("the broker creates MRM_PLANS: %v", err)
+		t.Fatalf("the broker opens MRM_PLANS and MRM_NONCES: %v", err)
 	}
 	if assets.Hosts == nil {
 		t.Fatal("the broker does not see MRM_HOSTS")

@@ -26,11 +26,12 @@
 //     call (the table entries listing its role, and open ones), and
 //     subscribes only to its own inbox prefix wire.InboxPrefix(key);
 //   - the bank alone subscribes to the bank's subjects, in queue group
-//     mrm-bank, creates MRM_HOSTS and MRM_EVENTS and reads the last bank
-//     event of MRM_EVENTS (its audit publisher's fence);
+//     mrm-bank, and publishes its audit events into MRM_EVENTS, which it
+//     may look up and read its own last event from (its audit publisher's
+//     fence) but not configure;
 //   - brokers alone subscribe to the broker's subjects, in queue group
-//     mrm-broker, read the host states, and touch the MRM_PLANS and
-//     MRM_NONCES buckets (never delete or purge them);
+//     mrm-broker, read the host states, and get, put and watch the keys of
+//     the MRM_PLANS and MRM_NONCES buckets;
 //   - the agent of host H subscribes only to its own agent subjects
 //     (mrm.v1.agent.H.…), publishes only its own host state
 //     (mrm.v1.host.H.state) and its own MRM_HOSTS key;
@@ -39,7 +40,37 @@
 //     the bank, whose answer to a principal's registration follows the
 //     reload that admits it (a reload forgets pending responses);
 //   - users have no JetStream access at all; admin may do everything
-//     (administration: streams, purges, the audit stream).
+//     (administration: creating and configuring streams, purges, the audit
+//     stream).
+//
+// # Least privilege for JetStream
+//
+// No service creates, updates, deletes or purges a stream: the admin
+// makes them (natsutil.EnsureAssets: at `mrmarket up`, which holds the
+// admin's key, and `mrmarket nats assets` for a standalone deployment) and
+// the services only open what exists, waiting a bounded time for it. A
+// stream's configuration is its authority: whoever may update KV_MRM_PLANS
+// may add _INBOX.> to its subjects and record every principal's replies, or
+// shrink its limits and wipe the plans and nonces. So the services get
+// the read side of the JetStream API (stream info, message and direct
+// gets, consumers to watch and list keys) and the $KV subjects of their
+// keys, never $JS.API.STREAM.CREATE/UPDATE/DELETE/PURGE. The key-level
+// writes a bucket allows (a broker deleting or purging a plan key) are
+// sealed-record business: the broker detects and restores those.
+// TestJetStreamAPIPerRole lists every $JS subject each role may publish and
+// every subscription, so any widening fails a test.
+//
+// # Connections per principal
+//
+// nats-server has no per-user connection limit (only per account and per
+// server; the per-user one, nats-server issue 1552, was never built), and
+// every principal is a user of one account: separate accounts would need
+// service imports, which rewrite reply subjects and break the signed
+// replies and per-principal inboxes. So ConnLimits states a limit per role
+// (MaxConnections) and the servers mrmarket runs (`up`'s and each
+// `mrmarket nats serve` node) hold each key to it themselves, closing its
+// newest connections beyond (natsutil's connlimit.go); a stock nats-server
+// given Config's file bounds only the server's total (max_connections).
 //
 // # TLS
 //
@@ -69,12 +100,6 @@ import (
 type Tables struct {
 	Bank, Broker, Agent []service.Entry
 }
-
-// Buckets and streams whose JetStream API the roles use.
-const (
-	// BucketNonces is the brokers' shared nonce bucket.
-	BucketNonces = "MRM_NONCES"
-)
 
 // ResponseTTL is how long a service may answer a request it received.
 const ResponseTTL = 2 * time.Minute
@@ -123,9 +148,9 @@ func Permissions(t Tables, p wire.Principal) *server.Permissions {
 		sub = append(serves(t.Agent, p.Name), inbox, "$SRV.>")
 	case wire.RoleBroker:
 		pub = append(requests(t, p.Role), events(p.Role),
-			"$KV."+wire.BucketPlans+".>", "$KV."+BucketNonces+".>")
-		pub = append(pub, jsOwn("KV_"+wire.BucketPlans)...)
-		pub = append(pub, jsOwn("KV_"+BucketNonces)...)
+			"$KV."+wire.BucketPlans+".>", "$KV."+wire.BucketNonces+".>")
+		pub = append(pub, jsRead("KV_"+wire.BucketPlans)...)
+		pub = append(pub, jsRead("KV_"+wire.BucketNonces)...)
 		pub = append(pub, jsRead("KV_"+wire.BucketHosts)...)
 		sub = append(serves(t.Broker, ""), wire.AllHostStates, inbox, "$SRV.>")
 	case wire.RoleBank:
@@ -135,10 +160,8 @@ func Permissions(t Tables, p wire.Principal) *server.Permissions {
 		// root of the money, and its replies are signed (clients that know
 		// the admin key believe only those).
 		pub = append(requests(t, p.Role), events(p.Role), "_INBOX.>")
-		pub = append(pub, jsCreate("KV_"+wire.BucketHosts)...)
-		pub = append(pub, jsCreate(wire.StreamEvents)...)
 		// Its audit publisher reads the last bank event it fences behind.
-		pub = append(pub, "$JS.API.STREAM.MSG.GET."+wire.StreamEvents)
+		pub = append(pub, "$JS.API.STREAM.INFO."+wire.StreamEvents, "$JS.API.STREAM.MSG.GET."+wire.StreamEvents)
 		sub = append(serves(t.Bank, ""), inbox, "$SRV.>")
 	default:
 		return nil
@@ -199,7 +222,9 @@ func serves(tab []service.Entry, host string) []string {
 // events is where a role's service publishes its audit events.
 func events(role string) string { return "mrm.v1.events." + role + ".>" }
 
-// jsRead is the JetStream API to open, get from and watch stream s.
+// jsRead is the JetStream API to open, get from and watch stream s (a
+// watch and a key listing are ordered consumers): nothing that changes
+// the stream.
 func jsRead(s string) []string {
 	return []string{
 		"$JS.API.STREAM.INFO." + s,
@@ -214,21 +239,6 @@ func jsRead(s string) []string {
 	}
 }
 
-// jsCreate is the JetStream API to create (or update) stream s.
-// (creating a bucket reads the account's JetStream limits: $JS.API.INFO).
-func jsCreate(s string) []string {
-	return []string{
-		"$JS.API.INFO",
-		"$JS.API.STREAM.INFO." + s,
-		"$JS.API.STREAM.CREATE." + s,
-		"$JS.API.STREAM.UPDATE." + s,
-	}
-}
-
-// jsOwn is what an owner of stream s uses: create, read, watch — never
-// delete or purge (admin's).
-func jsOwn(s string) []string { return append(jsCreate(s), jsRead(s)...) }
-
 func dedup(in []string) []string {
 	seen := map[string]bool{}
 	out := in[:0]
@@ -239,4 +249,31 @@ func dedup(in []string) []string {
 		}
 	}
 	return out
+}
+
+// MaxConnections is how many connections one principal of each role may
+// hold on one server at once (ConnLimits). A daemon needs one, and a
+// second while a reconnect replaces a connection the server has not yet
+// seen die; banks and brokers run as several replicas on one key; a
+// user's commands are a handful at once; the admin's tools (up's own
+// connections, the CLI, scripts) need more.
+var MaxConnections = map[string]int{
+	wire.RoleAgent:  4,
+	wire.RoleBank:   8,
+	wire.RoleBroker: 8,
+	wire.RoleUser:   8,
+	wire.RoleAdmin:  64,
+}
+
+// ConnLimits are the connection limits of principals by key: their role's
+// MaxConnections. A principal of an unknown role gets none (it has no
+// user either).
+func ConnLimits(ps []wire.Principal) map[string]int {
+	limits := make(map[string]int, len(ps))
+	for _, p := range ps {
+		if n, ok := MaxConnections[p.Role]; ok {
+			limits[p.Key] = n
+		}
+	}
+	return limits
 }

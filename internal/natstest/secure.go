@@ -16,7 +16,9 @@ import (
 
 // Secured is an embedded NATS as `mrmarket up` runs it: TLS with a CA of
 // its own, and only NKey users with the permissions package natsauth
-// generates from the service tables, for the principals Add registered.
+// generates from the service tables, for the principals Add registered —
+// but with no limit on one principal's connections, which tests of
+// permissions (a connection per refused subscription) would exceed.
 type Secured struct {
 	Server *server.Server
 	URL    string

@@ -12,16 +12,14 @@
 package natsutil
 
 import (
-	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"sync"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
@@ -46,6 +44,12 @@ type ServerOptions struct {
 	// Limits bound what one connection may take from the server; the zero
 	// value means DefaultLimits.
 	Limits Limits
+	// ConnLimits bound the connections of each user's key to this server
+	// (natsauth.ConnLimits; connlimit.go); a key not in it has no limit.
+	ConnLimits map[string]int
+	// Logger hears the connections closed for their key's limit; nil: not
+	// logged.
+	Logger *slog.Logger
 }
 
 // Limits are per-connection limits of the server: no single connection
@@ -115,13 +119,28 @@ func (opts ServerOptions) options() (*server.Options, error) {
 }
 
 // StartServer starts an embedded NATS server with JetStream in opts.Dir and
-// waits until it accepts connections.
+// waits until it accepts connections. With Users, it holds each key to its
+// ConnLimits (connlimit.go).
 func StartServer(opts ServerOptions) (*server.Server, error) {
 	so, err := opts.options()
 	if err != nil {
 		return nil, err
 	}
-	return startWith(so)
+	ns, err := startWith(so)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Users != nil {
+		limitConnections(ns, opts.ConnLimits, opts.logf)
+	}
+	return ns, nil
+}
+
+// logf logs on opts.Logger, when there is one.
+func (opts ServerOptions) logf(_ *server.Server, format string, args ...any) {
+	if opts.Logger != nil {
+		opts.Logger.Warn(fmt.Sprintf(format, args...))
+	}
 }
 
 // startWith starts an embedded server with so and waits until it accepts
@@ -140,14 +159,15 @@ func startWith(so *server.Options) (*server.Server, error) {
 }
 
 // Reload applies opts to a running server started by StartServer with the
-// same options but for Users (the TLS configuration must be the same
-// pointer): a principal added or changed at the bank connects at once,
-// without a restart, and connections whose key is gone are closed.
+// same options but for Users and ConnLimits (the TLS configuration must be
+// the same pointer): a principal added or changed at the bank connects at
+// once, without a restart, and connections whose key is gone are closed.
 func Reload(ns *server.Server, opts ServerOptions) error {
 	so, err := opts.options()
 	if err != nil {
 		return err
 	}
+	setConnLimits(ns, opts.ConnLimits)
 	if err := ns.ReloadOptions(so); err != nil {
 		return fmt.Errorf("natsutil: reloading the embedded NATS's users: %w", err)
 	}
@@ -206,195 +226,4 @@ func ConnectWith(url string, o ConnectOptions) (*nats.Conn, error) {
 		return nil, fmt.Errorf("connecting to NATS at %s %s: %w", url, who, err)
 	}
 	return nc, nil
-}
-
-// Assets are the shared JetStream assets.
-type Assets struct {
-	JS     jetstream.JetStream
-	Hosts  jetstream.KeyValue
-	Plans  jetstream.KeyValue
-	Events jetstream.Stream
-	// Replicas are the replica counts of the assets this call created or
-	// opened, by name (MRM_HOSTS, …): see replicas.go.
-	Replicas map[string]int
-}
-
-// Who creates what. With subject permissions (package natsauth) each role
-// creates only the assets it owns, so daemons may start in any order:
-//   - the bank creates MRM_HOSTS (agents write it, brokers read it) and the
-//     MRM_EVENTS stream (EnsureBankAssets);
-//   - the broker creates MRM_PLANS, which only brokers touch
-//     (EnsureBrokerAssets);
-//   - an agent only opens MRM_HOSTS, waiting a bounded time for the bank to
-//     create it (OpenHosts).
-//
-// EnsureAssets creates all of them, for an admin or an open server (tests).
-// Each gets its replicas from the cluster or the override (replicas.go).
-
-// EnsureAssets creates (or opens) the MRM_HOSTS and MRM_PLANS buckets and
-// the MRM_EVENTS stream. Safe to call from every component at start on an
-// open server; with permissions only admin may.
-func EnsureAssets(ctx context.Context, nc *nats.Conn) (*Assets, error) {
-	a, err := EnsureBankAssets(ctx, nc)
-	if err != nil {
-		return nil, err
-	}
-	if a.Plans, err = ensurePlans(ctx, a.JS, a.Replicas); err != nil {
-		return nil, err
-	}
-	return a, nil
-}
-
-// EnsureBankAssets creates (or opens) what the bank owns: the MRM_HOSTS
-// bucket and the MRM_EVENTS stream. Plans is nil.
-func EnsureBankAssets(ctx context.Context, nc *nats.Conn) (*Assets, error) {
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, fmt.Errorf("natsutil: jetstream: %w", err)
-	}
-	a := &Assets{JS: js, Replicas: map[string]int{}}
-	if a.Hosts, err = ensureKV(ctx, js, hostsConfig, a.Replicas); err != nil {
-		return nil, err
-	}
-	events := jetstream.StreamConfig{
-		Name:        wire.StreamEvents,
-		Description: "audit events of bank, broker and agents",
-		Subjects:    []string{wire.AllEvents},
-		MaxAge:      30 * 24 * time.Hour,
-		MaxBytes:    256 << 20,
-	}
-	n, err := ensure(ctx, js, asset{name: wire.StreamEvents, stream: wire.StreamEvents, apply: func(ctx context.Context, r int) error {
-		cfg := events
-		cfg.Replicas = r
-		st, err := js.CreateOrUpdateStream(ctx, cfg)
-		if err == nil {
-			a.Events = st
-		}
-		return err
-	}})
-	if err != nil {
-		return nil, err
-	}
-	if a.Events == nil { // not updated (see ensure): open it as it is
-		if a.Events, err = js.Stream(ctx, wire.StreamEvents); err != nil {
-			return nil, fmt.Errorf("natsutil: stream %s: %w", wire.StreamEvents, err)
-		}
-	}
-	a.Replicas[wire.StreamEvents] = n
-	return a, nil
-}
-
-var hostsConfig = jetstream.KeyValueConfig{
-	Bucket:      wire.BucketHosts,
-	Description: "last published state of every host",
-	History:     1,
-}
-
-// ensureKV creates, updates or opens the bucket of cfg with its replicas
-// (replicas.go), recording them in replicas.
-func ensureKV(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, replicas map[string]int) (jetstream.KeyValue, error) {
-	var kv jetstream.KeyValue
-	n, err := ensure(ctx, js, asset{name: cfg.Bucket, stream: "KV_" + cfg.Bucket, apply: func(ctx context.Context, r int) error {
-		c := cfg
-		c.Replicas = r
-		b, err := js.CreateOrUpdateKeyValue(ctx, c)
-		if err == nil {
-			kv = b
-		}
-		return err
-	}})
-	if err != nil {
-		return nil, fmt.Errorf("natsutil: bucket %s: %w", cfg.Bucket, err)
-	}
-	if kv == nil { // not updated (see ensure): open it as it is
-		if kv, err = js.KeyValue(ctx, cfg.Bucket); err != nil {
-			return nil, fmt.Errorf("natsutil: bucket %s: %w", cfg.Bucket, err)
-		}
-	}
-	chosen.Store(chosenKey{js.Conn(), cfg.Bucket}, n)
-	if replicas != nil {
-		replicas[cfg.Bucket] = n
-	}
-	return kv, nil
-}
-
-// chosen are the replica counts ensureKV chose, by connection and bucket:
-// a bucket re-created through the same connection gets the same
-// (PlansConfig).
-var chosen sync.Map // chosenKey → int
-
-type chosenKey struct {
-	nc     *nats.Conn
-	bucket string
-}
-
-// EnsureBrokerAssets creates (or opens) what the broker owns, the MRM_PLANS
-// bucket, and opens MRM_HOSTS (the bank's) when it exists already. Hosts
-// and Events may be nil: the broker catches up from the live states.
-func EnsureBrokerAssets(ctx context.Context, nc *nats.Conn) (*Assets, error) {
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, fmt.Errorf("natsutil: jetstream: %w", err)
-	}
-	a := &Assets{JS: js, Replicas: map[string]int{}}
-	if a.Plans, err = ensurePlans(ctx, js, a.Replicas); err != nil {
-		return nil, err
-	}
-	if kv, err := js.KeyValue(ctx, wire.BucketHosts); err == nil {
-		a.Hosts = kv
-	}
-	return a, nil
-}
-
-func ensurePlans(ctx context.Context, js jetstream.JetStream, replicas map[string]int) (jetstream.KeyValue, error) {
-	return ensureKV(ctx, js, plansConfig(wire.BucketPlans, 0), replicas)
-}
-
-func plansConfig(bucket string, replicas int) jetstream.KeyValueConfig {
-	return jetstream.KeyValueConfig{
-		Bucket:      bucket,
-		Description: "the broker's spend plans and its replicas' heartbeats",
-		History:     1,
-		Replicas:    replicas,
-	}
-}
-
-// PlansConfig is the configuration of the plans bucket (named bucket) for
-// the broker to create it again over nc after it was lost: the replicas
-// EnsureBrokerAssets chose over nc, else the override, else the cluster's.
-func PlansConfig(nc *nats.Conn, bucket string) jetstream.KeyValueConfig {
-	n, ok := chosen.Load(chosenKey{nc, bucket})
-	if !ok {
-		o, err := Override(nc)
-		if err != nil || o == 0 {
-			o = FromCluster(nc)
-		}
-		n = o
-	}
-	return plansConfig(bucket, n.(int))
-}
-
-// OpenHosts opens the MRM_HOSTS bucket for an agent, waiting up to wait
-// for the bank to create it (the agent may start first); Hosts and JS are
-// set.
-func OpenHosts(ctx context.Context, nc *nats.Conn, wait time.Duration) (*Assets, error) {
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, fmt.Errorf("natsutil: jetstream: %w", err)
-	}
-	deadline := time.Now().Add(wait)
-	for {
-		kv, err := js.KeyValue(ctx, wire.BucketHosts)
-		if err == nil {
-			return &Assets{JS: js, Hosts: kv}, nil
-		}
-		if !errors.Is(err, jetstream.ErrBucketNotFound) || time.Now().After(deadline) {
-			return nil, fmt.Errorf("%w: %s (the bank creates it; is it running?): %v", ErrNoBucket, wire.BucketHosts, err)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
 }

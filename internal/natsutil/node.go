@@ -10,7 +10,10 @@ package natsutil
 // and the file on disk is always what the node runs (an operator can read
 // it, or hand it to nats-server). Refresh renders it again (a principal was
 // added at the bank), and when it changed writes it and reloads the server
-// with it: new users connect at once, removed ones are disconnected.
+// with it: new users connect at once, removed ones are disconnected. What a
+// configuration file cannot say, the connections each user's key may hold
+// (nats-server has no per-user limit), the node enforces itself
+// (connlimit.go), from ConnLimits.
 
 import (
 	"bytes"
@@ -33,6 +36,9 @@ type NodeOptions struct {
 	// Log makes the server log to stderr (a daemon); false keeps it quiet
 	// (tests).
 	Log bool
+	// ConnLimits, when set, are the connection limits by key of the users
+	// of the configuration Render returned last (natsauth.ConnLimits).
+	ConnLimits func() map[string]int
 }
 
 // Node is a running node.
@@ -61,7 +67,17 @@ func StartNode(ctx context.Context, o NodeOptions) (*Node, error) {
 	if o.Log {
 		ns.ConfigureLogger()
 	}
+	if o.ConnLimits != nil {
+		limitConnections(ns, o.ConnLimits(), o.logf)
+	}
 	return &Node{Server: ns, o: o, last: conf}, nil
+}
+
+// logf logs on the server's log (when the node logs).
+func (o NodeOptions) logf(ns *server.Server, format string, args ...any) {
+	if o.Log && ns != nil {
+		ns.Warnf(format, args...)
+	}
 }
 
 // load writes conf to the file and parses it as nats-server does.
@@ -96,6 +112,9 @@ func (n *Node) Refresh(ctx context.Context) (bool, error) {
 	so, err := n.o.load(conf)
 	if err != nil {
 		return false, err
+	}
+	if n.o.ConnLimits != nil {
+		setConnLimits(n.Server, n.o.ConnLimits())
 	}
 	if err := n.Server.ReloadOptions(so); err != nil {
 		return false, fmt.Errorf("natsutil: reloading %s: %w", n.o.File, err)

@@ -49,10 +49,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Errors of the replicas (and of the assets' owners: ErrNoBucket).
+// Errors of the replicas (and of a service's wait: ErrNoBucket).
 var (
-	// ErrNoBucket: an asset its owner creates did not appear in time.
-	ErrNoBucket = errors.New("natsutil: bucket not created by its owner in time")
+	// ErrNoBucket: an asset the admin creates was not there in time.
+	ErrNoBucket = errors.New("natsutil: asset not created by the admin in time")
 	// ErrReplicas: an asset could not be created with the replicas asked
 	// for (more than the cluster's JetStream servers, or a standalone
 	// server asked for more than one).
@@ -85,9 +85,8 @@ var (
 var overrides sync.Map // *nats.Conn → int
 
 // SetReplicas makes the assets created through nc get n replicas; 0 means
-// from the cluster (the default). It is how a daemon's --js-replicas
-// reaches EnsureBankAssets, EnsureBrokerAssets and EnsureNonces, and the
-// broker's re-creation of a lost plans bucket (PlansConfig).
+// from the cluster (the default). It is how --js-replicas of `mrmarket up`
+// and `mrmarket nats assets` reaches EnsureAssets.
 func SetReplicas(nc *nats.Conn, n int) error {
 	if n < 0 || n > MaxReplicas {
 		return fmt.Errorf("%w: got %d", ErrBadReplicas, n)
@@ -146,7 +145,7 @@ func ensure(ctx context.Context, js jetstream.JetStream, a asset) (int, error) {
 	}
 	deadline := time.Now().Add(placementGrace)
 	for {
-		err = retry(ctx, func() error { return a.apply(ctx, want) })
+		err = tryTransient(ctx, func() error { return a.apply(ctx, want) })
 		if err == nil {
 			if cur > 0 && cur != want {
 				warnf("%s: replicas %d → %d", a.name, cur, want)
@@ -172,7 +171,7 @@ func ensure(ctx context.Context, js jetstream.JetStream, a asset) (int, error) {
 		return cur, nil
 	case isPlacement(err) && override == 0 && want > 1:
 		// Fewer than three JetStream servers: R1, said loudly.
-		if err1 := retry(ctx, func() error { return a.apply(ctx, 1) }); err1 != nil {
+		if err1 := tryTransient(ctx, func() error { return a.apply(ctx, 1) }); err1 != nil {
 			return 0, fmt.Errorf("natsutil: %s: %w", a.name, err1)
 		}
 		warnf("%s: created with 1 replica: the cluster could not place %d (%v); "+
@@ -190,7 +189,7 @@ func ensure(ctx context.Context, js jetstream.JetStream, a asset) (int, error) {
 // currentReplicas is stream's replica count, 0 when it does not exist.
 func currentReplicas(ctx context.Context, js jetstream.JetStream, stream string) (int, error) {
 	var n int
-	err := retry(ctx, func() error {
+	err := tryTransient(ctx, func() error {
 		s, err := js.Stream(ctx, stream)
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			n = 0
@@ -205,9 +204,9 @@ func currentReplicas(ctx context.Context, js jetstream.JetStream, stream string)
 	return n, err
 }
 
-// retry calls f until it succeeds, fails with an error that is not
+// tryTransient calls f until it succeeds, fails with an error that is not
 // transient, ctx ends or ensureWait passes.
-func retry(ctx context.Context, f func() error) error {
+func tryTransient(ctx context.Context, f func() error) error {
 	deadline := time.Now().Add(ensureWait)
 	for {
 		err := f()

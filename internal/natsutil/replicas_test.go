@@ -75,7 +75,7 @@ func TestReplicasStandalone(t *testing.T) {
 	if err := natsutil.SetReplicas(nc2, 3); err != nil {
 		t.Fatal(err)
 	}
-	_, err := natsutil.EnsureBankAssets(context.Background(), nc2)
+	_, err := natsutil.EnsureAssets(context.Background(), nc2)
 	if !errors.Is(err, natsutil.ErrReplicas) {
 		t.Fatalf("R3 on a standalone server: %v, want ErrReplicas", err)
 	}
@@ -91,8 +91,13 @@ func TestReplicasCluster(t *testing.T) {
 	nc := c.Connect(t)
 	a := ensureAll(t, nc)
 	testpoll.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error { return replicas(a.JS, 3) })
-	if cfg := natsutil.PlansConfig(nc, wire.BucketPlans); cfg.Replicas != 3 {
-		t.Fatalf("plans re-created with %d replicas", cfg.Replicas)
+	// The admin makes a lost plans bucket again (the broker may not).
+	if err := a.JS.DeleteKeyValue(context.Background(), wire.BucketPlans); err != nil {
+		t.Fatal(err)
+	}
+	again := ensureAll(t, nc)
+	if again.Replicas[wire.BucketPlans] != 3 {
+		t.Fatalf("plans re-created with %d replicas", again.Replicas[wire.BucketPlans])
 	}
 }
 

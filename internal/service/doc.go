@@ -16,16 +16,19 @@
 // request and error counts and the service answers $SRV.PING, $SRV.INFO and
 // $SRV.STATS discovery. One handler wraps every endpoint, in this order:
 //
-//  1. queue the request by its principal, when the service queues fairly
-//     (Options.Fair, see "Fair queuing");
-//  2. verify the signature, if any (a bad or stale one is refused);
-//  3. decode strictly into the endpoint's wire request type (wire.Decode);
-//  4. authorize (Authorizer.Authorize, reading the endpoint's roles);
-//  5. run the handler, a panic becoming an internal error;
-//  6. report the outcome to Options.Observe (the metrics), and reply with
+//  1. bound the headers a principal controls (an order key of at most 200
+//     bytes, all headers at most 4 KiB): past them, refused at once;
+//  2. verify the signature, if any (a bad or stale one is refused) — when
+//     the service queues fairly (Options.Fair, see "Fair queuing"), in a
+//     queue of the request's connection, and then queue the request by its
+//     verified signer;
+//  4. decode strictly into the endpoint's wire request type (wire.Decode);
+//  5. authorize (Authorizer.Authorize, reading the endpoint's roles);
+//  6. run the handler, a panic becoming an internal error;
+//  7. report the outcome to Options.Observe (the metrics), and reply with
 //     the wire envelope (wire.EncodeReply) — refusals with micro's error
 //     headers and the same envelope as body;
-//  7. audit a success of an Audit endpoint (Options.Audit, see "Audit").
+//  8. audit a success of an Audit endpoint (Options.Audit, see "Audit").
 //
 // Replies are the bytes clients decoded before this package existed
 // (rpc.Request, bank.Client, broker.Client); micro only adds its
@@ -33,8 +36,8 @@
 // counts refusals; a queued request is answered by a worker after micro's
 // handler returned, so its refusals are counted in the endpoint's
 // $SRV.STATS data instead ({"errors": n, "busy": n}).
-// With Options.Signer every reply, refusals included, is also signed
-// (reply.go): headers Mrm-Key, Mrm-Sig and the signer's record Mrm-Cert,
+// With Options.Signer every reply, refusals included (but "busy" and "bad
+// signature", see Fair queuing), is also signed (reply.go): headers Mrm-Key, Mrm-Sig and the signer's record Mrm-Cert,
 // checked by rpc.Request's Trusted option.
 //
 // # Authorization
@@ -87,10 +90,21 @@
 //
 // # Fair queuing
 //
-// With Options.Fair, micro's handler only queues a request — by the key it
-// claims to be signed with, an unsigned one by its connection's reply
-// inbox — and a pool of workers (started on demand) serves the principals
-// in turn: one request of each principal with work, round-robin. A
+// With Options.Fair, micro's handler only bounds a request's headers and
+// queues it by its connection (its reply inbox); a pool of workers
+// (started on demand) checks the signatures, the connections in turn, and
+// queues each request by the key that signed it (an unsigned one by its
+// connection); a second pool serves the principals in turn: one request of
+// each principal with work, round-robin. The signature is verified (the
+// ed25519 check alone, not the whois) before the request takes a place in
+// its signer's queue: a request claiming another principal's key with a
+// bad signature is refused, costing its sender a refusal (unsigned, as a
+// busy one) and the service one check, and never takes that principal's
+// slots — when the two shared a queue keyed by the claimed key, a flood of
+// forgeries had alice's own requests refused busy. A forger's flood from
+// its own connection waits in its own queue; one that names alice's inbox
+// as its reply subject (NATS does not check it) shares her queue for the
+// checks — see fairKey. A
 // principal's requests to one endpoint that name the same order key
 // (wire.HeaderOrder, none by default) run one at a time in the order sent
 // (the order the single goroutine per endpoint used to give each sender);
@@ -105,7 +119,7 @@
 // run out (the fault test saw one client's whole deadline lost so; see
 // docs/HA.md). Slow
 // requests (Options.Slow, SlowRequest) are logged with the time they
-// waited in the queue and the time they ran. A principal with Fair.PerPrincipal requests
+// waited in the queues and the time they ran. A connection or a principal with Fair.PerPrincipal requests
 // waiting is answered "unavailable: busy, retry" at once. So a flood delays
 // another principal by about one of the flooder's requests per turn, plus
 // the time the subscription takes to queue (or refuse) what arrived before

@@ -2,6 +2,7 @@ package service
 
 import (
 	"container/list"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,18 +14,23 @@ import (
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
-// Fair configures fair queuing (Options.Fair): requests wait in a queue of
-// their principal and a small pool of workers serves the principals in
-// turn, so one principal's flood delays the others by at most one of its
-// requests per turn instead of by the whole flood.
+// Fair configures fair queuing (Options.Fair): a request waits first in a
+// queue of the connection it came from, where its signature is checked,
+// then in a queue of the principal that signed it, and two small pools of
+// workers serve the connections and the principals in turn, so one
+// principal's flood — or a flood of forgeries naming a principal — delays
+// the others by at most one of its requests per turn instead of by the
+// whole flood.
 type Fair struct {
-	// Workers serve requests concurrently; default DefaultWorkers. They
-	// start when there is work and stop when there is none, so an idle
-	// service (one agent of thousands in a process) holds no goroutine.
+	// Workers check and serve requests concurrently (so many of each);
+	// default DefaultWorkers. They start when there is work and stop when
+	// there is none, so an idle service (one agent of thousands in a
+	// process) holds no goroutine.
 	Workers int
-	// PerPrincipal bounds the requests one principal may have waiting or
-	// running; past it a request is refused at once with
-	// wire.ErrUnavailable ("busy, retry"). Default DefaultPerPrincipal.
+	// PerPrincipal bounds the requests one connection may have waiting to
+	// be checked, and one principal waiting or running; past it a request
+	// is refused at once with wire.ErrUnavailable ("busy, retry"). Default
+	// DefaultPerPrincipal.
 	PerPrincipal int
 	// MaxQueues bounds the principals with requests waiting; past it the
 	// requests of new ones share one overflow queue. Default
@@ -63,24 +69,26 @@ var (
 // overflowKey is the queue of principals past Fair.MaxQueues.
 const overflowKey = "overflow"
 
-// fairKey is whose queue a request waits in: the key it claims to be
-// signed with (the Mrm-Key header; the worker verifies the signature, so a
-// request is queued without costing the subscription a signature check);
-// an unsigned request its connection, told by the reply subject's inbox
-// (every reply subject of one connection's requests shares the prefix
-// before the last token; with NATS authentication that inbox is the
-// principal's own); a publish without reply the shared anonymous queue.
+// fairKey is whose queue a request waits in: the key that signed it —
+// verified before it is queued there (handler), so a request can take a
+// place only in its real signer's queue, and a forgery claiming another
+// principal's key is refused, at the forger's cost, without touching that
+// principal's queue; a request not yet checked, or unsigned, its
+// connection, told by the reply subject's inbox (every reply subject of
+// one connection's requests shares the prefix before the last token; with
+// NATS authentication that inbox is the principal's own); a publish
+// without reply the shared anonymous queue.
 //
-// A claimed key is not proven: a client that sends requests with another
-// principal's key in the header and a bad signature fills that principal's
-// queue (its requests are then refused busy until the forgeries are
-// refused as bad signatures, one per turn); and a client signing each
-// request with a fresh key gets a turn per key. NATS authentication (every
-// connection a registered principal, with the server's per-connection
-// limits) is what bounds both.
-func fairKey(claimedKey, reply string) string {
-	if claimedKey != "" {
-		return "key:" + claimedKey
+// The inbox is the sender's word: NATS does not check the reply subject a
+// client names, so a forger may name its victim's inbox and wait in the
+// victim's queue for its checks (and get none of the refusals). A client
+// signing each request with a fresh key of its own still gets a turn per
+// key (until MaxQueues; then the fresh keys share the overflow queue).
+// NATS authentication (every connection a registered principal, with the
+// server's per-connection and per-principal limits) bounds both.
+func fairKey(signer, reply string) string {
+	if signer != "" {
+		return "key:" + signer
 	}
 	if i := strings.LastIndexByte(reply, '.'); i > 0 {
 		return "conn:" + reply[:i]
@@ -95,6 +103,10 @@ func fairKey(claimedKey, reply string) string {
 // principals served round-robin by at most Workers goroutines.
 type scheduler struct {
 	cfg Fair
+	// checks is where requests wait, by connection, for their signatures
+	// to be checked before they join their signer's queue here (handler).
+	// nil: this is checks.
+	checks *scheduler
 
 	mu      sync.Mutex
 	queues  map[string]*principalQueue
@@ -155,6 +167,7 @@ func newScheduler(cfg Fair, t Table) *scheduler {
 	for i := range t {
 		s.stats[t[i].Name] = &endpointStats{}
 	}
+	s.checks = &scheduler{cfg: cfg, queues: map[string]*principalQueue{}, stats: s.stats}
 	return s
 }
 
@@ -233,6 +246,10 @@ func (s *scheduler) work() {
 		}
 		s.mu.Unlock()
 		job()
+		// Workers busy with a flood (signature checks) never block: each
+		// yields its processor between requests, or another principal's
+		// request, its turn come, would wait for a scheduling slice.
+		runtime.Gosched()
 		s.mu.Lock()
 		eq.busy = false
 		q.pending--

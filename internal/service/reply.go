@@ -9,7 +9,9 @@ import (
 )
 
 // Signed replies (rpc.Trusted is the requester's side). With
-// Options.Signer set, Serve signs every reply, refusals included: headers
+// Options.Signer set, Serve signs every reply, refusals included — but two
+// refusals a flood is answered with, cheaply: busy, and a signature that
+// does not verify (nobody signed that request to trust the answer): headers
 // Mrm-Key and Mrm-Sig over the reply subject, the request's nonce ("" when
 // unsigned) and the body, plus Mrm-Cert, the signer's principal record,
 // when Options.Cert has one. A client that acts on an answer believes it

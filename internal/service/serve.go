@@ -2,9 +2,11 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -118,37 +120,111 @@ func endpointMetadata(e *Endpoint) map[string]string {
 	return md
 }
 
-// handler is the one wrapper of every endpoint: (queue,) verify, decode,
-// authorize, handle (recovering a panic), observe, reply, audit. Without a
-// scheduler it serves in micro's goroutine; with one it only queues the
-// request by the key it claims to be signed with (see Fair) — verifying is
-// the worker's, so that one principal's flood does not hold up the
-// subscription every principal's requests to the endpoint arrive on — and a
-// request over its principal's bound is refused at once.
+// handler is the one wrapper of every endpoint: (bound the headers, queue
+// by connection, verify, queue by signer,) verify, decode, authorize,
+// handle (recovering a panic), observe, reply, audit. Without a scheduler
+// it serves in micro's goroutine. With one, micro's goroutine only bounds
+// the headers and queues the request by the connection it came from (its
+// reply inbox: sched.checks); a worker checks its signature there and
+// queues it by the key that signed it (sched) — a request with oversized
+// headers or a bad signature is refused before it takes a place in any
+// signer's queue — and another worker serves it. So neither a principal's
+// flood nor a flood of forgeries naming a principal holds up the
+// subscription every principal's requests to the endpoint arrive on, and
+// the signature checks are spread over the workers. A request over its
+// connection's or its signer's bound is refused busy, at once.
 func handler(nc *nats.Conn, service string, e *Endpoint, opts Options, sched *scheduler) micro.HandlerFunc {
+	var logged atomic.Int64 // when a refusal before queueing was last logged (Unix ns)
+	refuse := func(r request, w responder, err error, arrived time.Time) {
+		o := opts
+		if now, last := time.Now().UnixNano(), logged.Load(); now-last < int64(refusedLogEvery) || !logged.CompareAndSwap(last, now) {
+			o.Logger = nil // counted (Observe), not logged: a flood of forgeries is what arrives here
+		}
+		if errors.Is(err, signing.ErrBadSignature) {
+			// Nobody signed it: its refusal is not signed either (as a
+			// busy one), so a forgery costs the service one check, not
+			// two signatures.
+			o.Signer = nil
+		}
+		serveAndReply(service, e, o, r, w, err, "", arrived)
+	}
+	busy := func(w responder, reply string) {
+		// Refused at once, as cheaply as can be: the flood is what arrives
+		// here.
+		sched.stats[e.Name].Busy.Add(1)
+		if opts.Observe != nil {
+			opts.Observe(e.Name, wire.CodeUnavailable)
+		}
+		if reply != "" {
+			_ = w.Error(busyStatus, busyDescription, busyBody)
+		}
+	}
 	return func(r micro.Request) {
 		arrived := time.Now()
+		header := nats.Header(r.Headers())
+		if err := checkHeaders(header); err != nil {
+			refuse(r, r, err, arrived)
+			return
+		}
 		if sched == nil {
 			serveAndReply(service, e, opts, r, r, nil, "", arrived)
 			return
 		}
-		// The worker must not touch r once this handler returned: copy what
-		// it needs.
-		in := requestCopy{subject: r.Subject(), reply: r.Reply(), header: nats.Header(r.Headers()), data: r.Data()}
+		// The workers must not touch r once this handler returned: copy
+		// what they need.
+		in := requestCopy{subject: r.Subject(), reply: r.Reply(), header: header, data: r.Data()}
 		reply := queuedReply{nc: nc, reply: in.reply, stats: sched.stats[e.Name]}
-		key := fairKey(in.header.Get(signing.HeaderKey), in.reply)
-		if !sched.submit(key, e, in.header.Get(wire.HeaderOrder), func() { serveAndReply(service, e, opts, in, reply, nil, key, arrived) }) {
-			// Refused at once, as cheaply as can be: the flood is what
-			// arrives here.
-			sched.stats[e.Name].Busy.Add(1)
-			if opts.Observe != nil {
-				opts.Observe(e.Name, wire.CodeUnavailable)
+		order := header.Get(wire.HeaderOrder)
+		check := func() {
+			// Only the ed25519 check here (whois is the serving worker's):
+			// it is what tells the signer's queue from a queue a forger
+			// names.
+			caller, err := opts.Auth.verify(in.subject, in.header, in.data)
+			if err != nil {
+				refuse(in, reply, err, arrived)
+				return
 			}
-			if in.reply != "" {
-				_ = r.Error(busyStatus, busyDescription, busyBody)
+			in.caller, in.verified = caller, true
+			key := fairKey(caller.Key, in.reply)
+			if !sched.submit(key, e, order, func() { serveAndReply(service, e, opts, in, reply, nil, key, arrived) }) {
+				busy(reply, in.reply)
 			}
 		}
+		if !sched.checks.submit(fairKey("", in.reply), e, order, check) {
+			busy(r, in.reply)
+		}
 	}
+}
+
+// refusedLogEvery spaces the log lines of an endpoint's refusals at once
+// (bad headers, bad signatures); the metrics count every one.
+const refusedLogEvery = time.Second
+
+// Bounds of the headers a principal controls: an order key is what the
+// broker sends (a plan id, at most 200 characters), and a signed request's
+// headers together are a few hundred bytes. A request past them is refused
+// at once: an order key becomes a queue's key, and a queued request keeps
+// its headers until it is served.
+const (
+	maxOrderKey    = 200
+	maxHeaderBytes = 4096
+)
+
+// checkHeaders refuses headers past the bounds.
+func checkHeaders(h nats.Header) error {
+	if len(h.Get(wire.HeaderOrder)) > maxOrderKey {
+		return wire.Errorf(wire.ErrBadRequest, "header %s longer than %d bytes", wire.HeaderOrder, maxOrderKey)
+	}
+	n := 0
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4 // "k: v\r\n"
+		}
+	}
+	if n > maxHeaderBytes {
+		return wire.Errorf(wire.ErrBadRequest, "headers of %d bytes, more than %d", n, maxHeaderBytes)
+	}
+	return nil
 }
 
 // request is what serving needs of a request: micro.Request, or a copy of
@@ -160,10 +236,14 @@ type request interface {
 	Data() []byte
 }
 
+// requestCopy is a request queued for the workers, its signature's
+// signer once verified (caller, when verified).
 type requestCopy struct {
 	subject, reply string
 	header         nats.Header
 	data           []byte
+	caller         signing.Caller
+	verified       bool
 }
 
 func (r requestCopy) Subject() string        { return r.subject }
@@ -225,8 +305,10 @@ func serveOne(e *Endpoint, auth *Authorizer, r request) (res any, in *Incoming, 
 			res, err = nil, wire.Errorf(wire.ErrInternal, "handler panic: %v", p)
 		}
 	}()
-	caller, err := auth.verify(r.Subject(), nats.Header(r.Headers()), r.Data())
-	if err != nil {
+	var caller signing.Caller
+	if c, ok := r.(requestCopy); ok && c.verified {
+		caller = c.caller // verified before it was queued
+	} else if caller, err = auth.verify(r.Subject(), nats.Header(r.Headers()), r.Data()); err != nil {
 		return nil, nil, err
 	}
 	req, err := e.decode(r.Data())

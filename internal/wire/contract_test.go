@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/mrmarket/mrmarket/internal/wire"
+	"github.com/mrmarket/mrmarket/strategies"
 )
 
 // message is one type of the contract that has a Validate method: its
@@ -178,8 +179,8 @@ var messages = []message{
 	{"jobs", vs(&job), map[string]string{
 		"no maps":               with(&job, "maps", 0),
 		"a vm twice":            with(&job, "vms", []string{"a1", "a1"}),
-		"no map time":           with(&job, "profile", wire.JobProfile{}),
-		"max below average":     with(&job, "profile", wire.JobProfile{MapAvg: 10, MapMax: 5}),
+		"no map time":           with(&job, "profile", strategies.JobProfile{}),
+		"max below average":     with(&job, "profile", strategies.JobProfile{MapAvg: 10, MapMax: 5}),
 		"progress decreasing":   with(&job, "jockey_table", wire.JockeyTable{Progress: []float64{1, 0}, Alloc: []float64{1}, Remaining: [][]float64{{1}, {0}}}),
 		"reduces without slots": with(&job, "reduce_slots", 0),
 	}},
@@ -235,7 +236,7 @@ var (
 			Bids: []wire.VMBid{{Plan: "p-1", Hold: "h-1", Rate: 1.5, Budget: 100, Charged: 3, Ends: t0}}, Caps: map[string]float64{wire.ResourceDisk: 10}}},
 		Resources: []wire.ResourceMode{{Resource: wire.ResourceCPU, Mode: wire.ModeWeights}, {Resource: wire.ResourceDisk, Mode: wire.ModeThrottle, Capacity: 80, Why: "bfq"}}}
 	job = wire.JobSpec{Name: "etl", VMs: []string{"a1", "a2"}, Maps: 10, Reduces: 2, MapSlots: 4, ReduceSlots: 2, MapSelectivity: 0.5,
-		Profile: wire.JobProfile{MapAvg: 10, MapMax: 20, Sh1Avg: 1, Sh1Max: 2, ShTypAvg: 3, ShTypMax: 4, ReduceAvg: 5, ReduceMax: 6},
+		Profile: strategies.JobProfile{MapAvg: 10, MapMax: 20, Sh1Avg: 1, Sh1Max: 2, ShTypAvg: 3, ShTypMax: 4, ReduceAvg: 5, ReduceMax: 6},
 		Table:   &wire.JockeyTable{Progress: []float64{0, 1}, Alloc: []float64{0.5, 1}, Remaining: [][]float64{{10, 5}, {0, 0}}}}
 	submit = &wire.SubmitRequest{ID: "j-1", User: "alice", Job: job, Deadline: t0, MaxPrice: 70}
 )

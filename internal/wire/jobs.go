@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/mrmarket/mrmarket/internal/money"
+	"github.com/mrmarket/mrmarket/strategies"
 )
 
 // Subjects of the deadline service (served by the broker).
@@ -27,21 +28,6 @@ const (
 	JobLate    = "late" // done after its deadline, or still running past it
 )
 
-// JobProfile is a MapReduce job's ARIA profile (§3 of Verma, Cherkasova
-// and Campbell's ARIA), seconds of each task at a full share of its VM's
-// host: map tasks, the first shuffle's part after the maps, typical
-// shuffles, reduce phases.
-type JobProfile struct {
-	MapAvg    float64 `json:"map_avg"`
-	MapMax    float64 `json:"map_max"`
-	Sh1Avg    float64 `json:"sh1_avg"`
-	Sh1Max    float64 `json:"sh1_max"`
-	ShTypAvg  float64 `json:"shtyp_avg"`
-	ShTypMax  float64 `json:"shtyp_max"`
-	ReduceAvg float64 `json:"reduce_avg"`
-	ReduceMax float64 `json:"reduce_max"`
-}
-
 // JockeyTable is Jockey's C(p, a) (§4.2 of Ferguson et al.'s Jockey), built offline by the
 // simulator: Remaining[i][k] seconds left at progress Progress[i] with a
 // share Alloc[k] of every host the job runs on.
@@ -54,19 +40,21 @@ type JockeyTable struct {
 // JobSpec is what `mrmarket quote|submit --job FILE` reads: a MapReduce
 // job on the user's VMs. Maps, reduces and the selectivities are MRM's
 // features; MapSlots and ReduceSlots are the job's cluster's slots; Profile
-// (ARIA) gives its processing time until the broker has seen enough jobs to
-// estimate it; Table, when set, lets Jockey's controller steer it.
+// (ARIA's, the one profile type: strategies.JobProfile, which the contract
+// may import as strategies is pure) gives its processing time until the
+// broker has seen enough jobs to estimate it; Table, when set, lets
+// Jockey's controller steer it.
 type JobSpec struct {
-	Name              string       `json:"name"`
-	VMs               []string     `json:"vms"`
-	Maps              int          `json:"maps"`
-	Reduces           int          `json:"reduces"`
-	MapSlots          int          `json:"map_slots"`
-	ReduceSlots       int          `json:"reduce_slots"`
-	MapSelectivity    float64      `json:"map_selectivity,omitempty"`
-	ReduceSelectivity float64      `json:"reduce_selectivity,omitempty"`
-	Profile           JobProfile   `json:"profile"`
-	Table             *JockeyTable `json:"jockey_table,omitempty"`
+	Name              string                `json:"name"`
+	VMs               []string              `json:"vms"`
+	Maps              int                   `json:"maps"`
+	Reduces           int                   `json:"reduces"`
+	MapSlots          int                   `json:"map_slots"`
+	ReduceSlots       int                   `json:"reduce_slots"`
+	MapSelectivity    float64               `json:"map_selectivity,omitempty"`
+	ReduceSelectivity float64               `json:"reduce_selectivity,omitempty"`
+	Profile           strategies.JobProfile `json:"profile"`
+	Table             *JockeyTable          `json:"jockey_table,omitempty"`
 }
 
 // Bounds on a job, to refuse absurd input.

@@ -83,7 +83,7 @@ const (
 // time alone on the cluster.
 type ariaJob struct {
 	maps, reds []float64
-	prof       strategies.ARIAProfile
+	prof       strategies.JobProfile
 	rel, alone float64
 }
 

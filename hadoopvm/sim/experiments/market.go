@@ -168,7 +168,7 @@ func linMarketSpecs(k, hosts int, j linMarketJob) (wire.JobSpec, sim.JobSpec) {
 	name := fmt.Sprint("job-", k)
 	slotTime := mktTask * mktSlots / mktCores
 	spec := wire.JobSpec{Name: name, VMs: vms, Maps: j.maps, Reduces: j.reduces, MapSlots: mktSlots * hosts, ReduceSlots: mktSlots * hosts,
-		Profile: wire.JobProfile{MapAvg: slotTime, MapMax: 1.5 * slotTime}}
+		Profile: strategies.JobProfile{MapAvg: slotTime, MapMax: 1.5 * slotTime}}
 	sj := sim.JobSpec{ID: name, User: "u", Name: name, VMs: vms, Maps: j.maps, Map: sim.Dist{Mean: mktTask, CV: 0.2}, SlowStart: 0.05}
 	if j.reduces > 0 {
 		spec.Profile.ShTypAvg, spec.Profile.ShTypMax = slotTime, 1.5*slotTime
@@ -337,7 +337,7 @@ func mrmMarketSpecs(k, hosts int, p float64) (wire.JobSpec, sim.JobSpec) {
 	maps := max(1, int(math.Round(p*mktCores*float64(hosts)/mktTask)))
 	slotTime := mktTask * mktSlots / mktCores
 	spec := wire.JobSpec{Name: name, VMs: vms, Maps: maps, MapSlots: mktSlots * hosts,
-		Profile: wire.JobProfile{MapAvg: slotTime, MapMax: 1.5 * slotTime}}
+		Profile: strategies.JobProfile{MapAvg: slotTime, MapMax: 1.5 * slotTime}}
 	return spec, sim.JobSpec{ID: name, User: "u", Name: name, VMs: vms, Maps: maps, Map: sim.Dist{Mean: mktTask, CV: 0.2}}
 }
 
@@ -582,7 +582,7 @@ func ariaMarketSpecs(k, hosts int, j ariaMarketJob) (wire.JobSpec, sim.JobSpec) 
 	name := fmt.Sprint("job-", k)
 	per := mktSlots / mktCores // seconds of a slot per core-second
 	spec := wire.JobSpec{Name: name, VMs: vms, Maps: j.maps, Reduces: j.reduces, MapSlots: mktSlots * hosts, ReduceSlots: mktSlots * hosts,
-		Profile: wire.JobProfile{MapAvg: ariaMarketMap * per, MapMax: (ariaMarketMap + 2*ariaMarketMapSD) * per,
+		Profile: strategies.JobProfile{MapAvg: ariaMarketMap * per, MapMax: (ariaMarketMap + 2*ariaMarketMapSD) * per,
 			ReduceAvg: ariaMarketReduce * per, ReduceMax: (ariaMarketReduce + 2*ariaMarketReduceSD) * per}}
 	return spec, sim.JobSpec{ID: name, User: "u", Name: name, VMs: vms, Maps: j.maps, Reduces: j.reduces,
 		Map: sim.Dist{Mean: ariaMarketMap, CV: ariaMarketMapSD / ariaMarketMap}, Reduce: sim.Dist{Mean: ariaMarketReduce, CV: ariaMarketReduceSD / ariaMarketReduce}}
