@@ -25,10 +25,11 @@ const (
 // host, on subjects of their own (no queue group: one agent per host). Bids
 // must be signed by the broker or an admin when the agent knows identities
 // (Config.Identities): a bid names the hold it charges, so a bid from anyone
-// else could spend another user's money. The state is the host's public
-// state (what it publishes anyway): any registered principal may ask,
-// signed, as a replayable read. a may be nil to list the table;
-// its subjects then have "*" for the host.
+// else could spend another user's money. The state is every VM's owner,
+// rate and bids (each plan's hold, budget and charge): the admin and the
+// brokers may ask, signed, as a replayable read; a user reads its own VMs
+// through the broker's vms, which shows it only aggregates of the others'.
+// a may be nil to list the table; its subjects then have "*" for the host.
 func Endpoints(a *Agent) service.Table {
 	host := "*"
 	if a != nil {
@@ -38,7 +39,7 @@ func Endpoints(a *Agent) service.Table {
 		service.Op(service.Endpoint{Name: "bid", Subject: wire.AgentBidSubject(host), Signed: true, What: "place bids",
 			Allow: []service.Allow{service.Role(wire.RoleBroker), service.Role(wire.RoleAdmin)}}, nil, a.SetBids),
 		service.Op(service.Endpoint{Name: "state", Subject: wire.AgentStateSubject(host), Signed: true, Replayable: true, What: "read host states",
-			Allow: []service.Allow{service.Role(wire.RoleAdmin), service.Role(wire.RoleBroker), service.Role(wire.RoleAgent), service.Role(wire.RoleUser)}}, nil,
+			Allow: []service.Allow{service.Role(wire.RoleAdmin), service.Role(wire.RoleBroker)}}, nil,
 			func(context.Context, *wire.StateRequest) (wire.HostState, error) { return a.State(), nil }),
 	}
 }
@@ -80,7 +81,9 @@ func (a *Agent) identities() service.Identities {
 // catches up. With Signer (the host's agent key) the state goes out sealed
 // for its host (signing.SealHostState): a broker that knows identities takes
 // only such states, from the host's own agent. Without one (the simulator,
-// tests) it goes out plain.
+// tests) it goes out plain. Sealed is not secret: a state carries every
+// VM's owner and bids, so only the brokers and the admin may subscribe to
+// states or read the bucket (natsauth).
 type NATSPublisher struct {
 	NC     *nats.Conn
 	KV     jetstream.KeyValue

@@ -23,8 +23,9 @@
 //
 // # The attack table
 //
-// Every attack is a subtest of TestAttack (classes 01 to 15) or of
-// TestAttackTransport (16 to 20, the transport's authority) named
+// Every attack is a subtest of TestAttack (classes 01 to 15), of
+// TestAttackTransport (16 to 20, the transport's authority) or of
+// TestAttackPrivacy (21 to 24, reading another user's money) named
 // "<class>/<attack>", so
 // `go test -tags libvirt_dlopen ./attack -v -run TestAttack` prints the
 // table: one "--- PASS" or "--- FAIL" line per attack, the reason on
@@ -53,6 +54,10 @@
 //	18-future-state      host-1's own key seals a state 110 s ahead: the agent's next real state replaces it
 //	19-connections       alice's key opens 500 connections: the server keeps her limit
 //	20-headers           a 100 KB Mrm-Order, 100 KB of other headers: bad_request
+//	21-foreign-vms       mallory's and alice's vms: their own VMs, the others' per host only summed; the admin's all
+//	22-host-states       mallory or another host's agent subscribing to host states, reading MRM_HOSTS
+//	23-agent-state       mallory, alice or another host's agent asking host-1's agent for its state
+//	24-audit-stream      mallory, the broker's or an agent's key reading MRM_EVENTS; the admin reads it
 //
 // Classes 12 to 14 cannot be "refused" in the usual sense: alice's hold,
 // transfer and plan of her own money are hers to make, and the grant is the
@@ -63,7 +68,10 @@
 // them; a state sealed by the host's own key is taken, and what is asserted
 // is that it cannot outlive the agent's next one. 17 measures latency, so
 // it runs alone (at a tenth of the rate under the race detector, which
-// makes a signature check many times dearer).
+// makes a signature check many times dearer). In 21 a user's answer is
+// not refused but narrowed: what is asserted is that it names no other
+// user's VM, plan or hold, and that its per-host aggregates are the
+// public price's.
 //
 // BenchmarkSignedSpend measures one signed spend's round trip through a
 // running market (ns/op, p50 and p99), for before/after comparisons.

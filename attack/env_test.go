@@ -65,6 +65,7 @@ type env struct {
 type setup struct {
 	noPlans bool // grant, but start no plans
 	hosts   []market.HostSpec
+	users   []string // registered besides the VMs' owners (market.Config.Users)
 }
 
 // start starts the market, grants alice and bob 100 credits each and, unless
@@ -77,7 +78,7 @@ func start(t *testing.T, s setup) *env {
 		hs = hosts
 	}
 	m, err := market.Start(e.ctx, market.Config{
-		Dir: e.dir, NATSHost: "127.0.0.1", NATSPort: -1, Now: e.now, TickPeriod: tick, Hosts: hs,
+		Dir: e.dir, NATSHost: "127.0.0.1", NATSPort: -1, Now: e.now, TickPeriod: tick, Hosts: hs, Users: s.users,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -437,19 +437,46 @@ func (b *Broker) Predict(req *wire.PredictRequest) (wire.PredictReply, error) {
 }
 
 // VMs lists the VMs of every host, filtered by owner and host, sorted by
-// host then VM.
+// host then VM: the admin's and the brokers' view, every user's money in
+// it.
 func (b *Broker) VMs(req *wire.VMsRequest) wire.VMsReply {
+	return b.listVMs(req.Host, func(v *wire.VMState) bool { return req.Owner == "" || v.Owner == req.Owner }, false)
+}
+
+// UserVMs is user's view of the VMs of every host (or of host): its own
+// VMs as VMs lists them, and of the other users' VMs only, per host, how
+// many there are and their rates and shares combined (wire.OtherVMs).
+// Another user's plans, holds, budgets and charges are theirs, as in
+// Plans; so are its VMs' names and owners, which name a tenant and what it
+// runs, and each VM's rate, share and use, which say what it spends.
+func (b *Broker) UserVMs(user, host string) wire.VMsReply {
+	return b.listVMs(host, func(v *wire.VMState) bool { return v.Owner == user }, true)
+}
+
+// listVMs lists the VMs of host ("": every host) that shown admits, sorted
+// by host then VM; with others, the rest of each host's are counted in
+// the reply's Others, in host order.
+func (b *Broker) listVMs(host string, shown func(*wire.VMState) bool, others bool) wire.VMsReply {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	rep := wire.VMsReply{VMs: []wire.HostVM{}}
 	for _, st := range b.hosts {
-		if req.Host != "" && st.Host != req.Host {
+		if host != "" && st.Host != host {
 			continue
 		}
+		rest := wire.OtherVMs{Host: st.Host}
 		for _, v := range st.VMs {
-			if req.Owner == "" || v.Owner == req.Owner {
+			switch {
+			case shown(&v):
 				rep.VMs = append(rep.VMs, wire.HostVM{Host: st.Host, VMState: v, Resources: st.Resources})
+			case others:
+				rest.VMs++
+				rest.Rate += v.Rate
+				rest.Share += v.Share
 			}
+		}
+		if rest.VMs > 0 {
+			rep.Others = append(rep.Others, rest)
 		}
 	}
 	sort.Slice(rep.VMs, func(i, j int) bool {
@@ -458,6 +485,7 @@ func (b *Broker) VMs(req *wire.VMsRequest) wire.VMsReply {
 		}
 		return rep.VMs[i].VM < rep.VMs[j].VM
 	})
+	sort.Slice(rep.Others, func(i, j int) bool { return rep.Others[i].Host < rep.Others[j].Host })
 	return rep
 }
 

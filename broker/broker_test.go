@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 
@@ -190,6 +191,42 @@ func TestObserveKeepsTheNewestState(t *testing.T) {
 	}
 	if vms := f.b.VMs(&wire.VMsRequest{Owner: "bob"}).VMs; len(vms) != 1 || vms[0].VM != "b-host-1" {
 		t.Fatalf("bob's VMs: %+v", vms)
+	}
+}
+
+// TestUserVMsShowOthersOnlyTogether: a user's view has its own VMs as the
+// admin's does and, per host, the others' count, rates and shares summed.
+func TestUserVMsShowOthersOnlyTogether(t *testing.T) {
+	f := newFixture(t, []string{"host-1", "host-2"}, nil)
+	for _, h := range []string{"host-1", "host-2"} {
+		st := f.agents[h].State()
+		for i := range st.VMs {
+			st.VMs[i].Rate, st.VMs[i].Share = float64(10*(i+1)), 0.25*float64(i+1)
+		}
+		st.Time = st.Time.Add(time.Second)
+		f.b.Observe(st)
+	}
+	rep := f.b.UserVMs("alice", "")
+	if len(rep.VMs) != 2 || rep.VMs[0].VM != "a-host-1" || rep.VMs[1].VM != "a-host-2" {
+		t.Fatalf("alice's own VMs: %+v", rep.VMs)
+	}
+	if want := f.b.VMs(&wire.VMsRequest{Owner: "alice"}); !reflect.DeepEqual(rep.VMs, want.VMs) {
+		t.Errorf("alice's own VMs differ from the admin's view of them:\n%+v\n%+v", rep.VMs, want.VMs)
+	}
+	var others []wire.OtherVMs
+	for _, v := range f.b.VMs(&wire.VMsRequest{}).VMs {
+		if v.Owner != "alice" {
+			others = append(others, wire.OtherVMs{Host: v.Host, VMs: 1, Rate: v.Rate, Share: v.Share})
+		}
+	}
+	if !reflect.DeepEqual(rep.Others, others) { // one other VM per host here
+		t.Errorf("the others of alice: %+v, want %+v", rep.Others, others)
+	}
+	if one := f.b.UserVMs("alice", "host-2"); len(one.VMs) != 1 || len(one.Others) != 1 || one.Others[0].Host != "host-2" {
+		t.Errorf("alice's view of host-2: %+v", one)
+	}
+	if admin := f.b.VMs(&wire.VMsRequest{}); len(admin.Others) != 0 {
+		t.Errorf("the admin's view has aggregates: %+v", admin.Others)
 	}
 }
 

@@ -26,9 +26,13 @@ const (
 // plans and jobs change only by requests signed by the user they act for
 // (or an admin), and those that move money are audited; a user lists only
 // its own plans and jobs (asking for nobody in particular lists its own, an
-// admin's lists everyone's) and quotes only for itself; prices, predictions
-// and VMs are market data, read by any registered principal. Reads are
-// replayable (no nonce is stored). b may be nil to list the table.
+// admin's lists everyone's) and quotes only for itself; prices and
+// predictions are market data, read by any registered principal. VMs carry
+// their owners' money (each bid's plan, hold, budget and charge): a user
+// lists its own and only aggregates of the others' (Broker.UserVMs), the
+// admin and the brokers every VM, agents none (an agent knows its own
+// host's). Reads are replayable (no nonce is stored). b may be nil to list
+// the table.
 func Endpoints(b *Broker) service.Table {
 	q := wire.QueueBroker
 	userOnly := []service.Allow{service.Role(wire.RoleAdmin), service.Own(wire.RoleUser)}
@@ -42,6 +46,8 @@ func Endpoints(b *Broker) service.Table {
 	market := func(name, subject string) service.Endpoint {
 		return service.Endpoint{Name: name, Subject: subject, Queue: q, Signed: true, Allow: anyone, What: "read the market", Replayable: true}
 	}
+	vms := service.Endpoint{Name: "vms", Subject: wire.BrokerVMs, Queue: q, Signed: true, Replayable: true, What: "list the VMs of",
+		Allow: []service.Allow{service.Role(wire.RoleAdmin), service.Own(wire.RoleUser), service.Role(wire.RoleBroker)}}
 	progress := signed("progress", wire.BrokerProgress)
 	progress.Audit = false // a job's progress moves no money
 	return service.Table{
@@ -78,8 +84,26 @@ func Endpoints(b *Broker) service.Table {
 				return rep, nil
 			}),
 		service.Op(market("price", wire.BrokerPrice), nil, func(_ context.Context, r *wire.PriceRequest) (wire.PriceReply, error) { return b.Price(r) }),
-		service.Op(market("vms", wire.BrokerVMs), nil, func(_ context.Context, r *wire.VMsRequest) (wire.VMsReply, error) { return b.VMs(r), nil }),
+		service.OpMine(vms, func(r *wire.VMsRequest) *string { return &r.Owner },
+			func(ctx context.Context, r *wire.VMsRequest) (wire.VMsReply, error) {
+				if user, ok := onlyOwn(ctx); ok {
+					return b.UserVMs(user, r.Host), nil
+				}
+				return b.VMs(r), nil
+			}),
 	}
+}
+
+// onlyOwn names the principal a request came from when it may read only
+// its own money on the market's VMs: everyone but the admin and the
+// brokers. A broker without identities authenticates nobody, and answers
+// every request in full, as it admits every request (the simulator, tests).
+func onlyOwn(ctx context.Context) (string, bool) {
+	in, ok := service.IncomingFrom(ctx)
+	if role := in.Principal.Role; !ok || role == "" || role == wire.RoleAdmin || role == wire.RoleBroker {
+		return "", false
+	}
+	return in.Principal.Name, true
 }
 
 // Serve feeds b with every host's state (the live subject, after catching
@@ -248,7 +272,8 @@ func (c Client) Price(ctx context.Context, req *wire.PriceRequest) (wire.PriceRe
 	return call[wire.PriceReply](ctx, c, c.reader(), wire.BrokerPrice, req)
 }
 
-// VMs lists VMs.
+// VMs lists VMs: every VM to the admin; to a user (a Reader of role
+// user) its own, and of the others only aggregates per host.
 func (c Client) VMs(ctx context.Context, req *wire.VMsRequest) (wire.VMsReply, error) {
 	return call[wire.VMsReply](ctx, c, c.reader(), wire.BrokerVMs, req)
 }

@@ -25,7 +25,9 @@ func eventsCommand() *ucli.Command {
 			"   mrmarket events --follow",
 		Description: "Each event carries the signed request that caused it, as received: with --json it can be\n" +
 			"checked by anyone against the signer's public key, without trusting the component that\n" +
-			"published it. Reading the stream needs JetStream access (the admin's connection).",
+			"published it. Reading the stream needs JetStream access, which only the admin has: the events\n" +
+			"are every principal's signed requests, and a user is refused them (its own money is in\n" +
+			"`plans`, `jobs`, `balance` and `statement`).",
 		Flags: []ucli.Flag{flagNATS(), flagCreds(), flagJSON(),
 			&ucli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing new events until interrupted"},
 			&ucli.DurationFlag{Name: "since", Usage: "only events of the last DUR (e.g. 1h); default all"},
@@ -40,20 +42,19 @@ func eventsCommand() *ucli.Command {
 			if err != nil {
 				return err
 			}
-			nc, err := connect(c)
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			js, err := jetstream.New(nc)
-			if err != nil {
-				return wire.Errorf(wire.ErrUnavailable, "jetstream: %v", err)
-			}
-			return readEvents(c.Context, js, subject, c.Duration("since"), c.Bool("follow"), func(ev wire.Event) error {
-				if c.Bool("json") {
-					return json.NewEncoder(c.App.Writer).Encode(ev)
+			// withClients: a principal NATS does not let read the stream (a
+			// user) is refused forbidden at once, not after a time-out.
+			return withClients(c, func(cl clients) error {
+				js, err := jetstream.New(cl.bank.NC)
+				if err != nil {
+					return wire.Errorf(wire.ErrUnavailable, "jetstream: %v", err)
 				}
-				return printEvent(c.App.Writer, ev)
+				return readEvents(c.Context, js, subject, c.Duration("since"), c.Bool("follow"), func(ev wire.Event) error {
+					if c.Bool("json") {
+						return json.NewEncoder(c.App.Writer).Encode(ev)
+					}
+					return printEvent(c.App.Writer, ev)
+				})
 			})
 		},
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -110,6 +111,38 @@ func TestVMsShowEveryBid(t *testing.T) {
 	}
 	if strings.Contains(buf.String(), "HOST") || strings.Count(buf.String(), "\n") != 3 {
 		t.Errorf("vms --no-headers:\n%s", buf.String())
+	}
+}
+
+// TestVMsShowOthersTogether: a user's answer has, after its own VMs on a
+// host, one row for the other users' VMs there, with their count, rate and
+// share and nothing else; hosts where it has no VM of its own too.
+func TestVMsShowOthersTogether(t *testing.T) {
+	rep := wire.VMsReply{
+		VMs: []wire.HostVM{
+			{Host: "host-1", VMState: wire.VMState{VM: "a1", Owner: "alice", Rate: 2, Share: 0.5, Bids: []wire.VMBid{{Plan: "p1", Rate: 2}}}},
+			{Host: "host-2", VMState: wire.VMState{VM: "a2", Owner: "alice"}},
+		},
+		Others: []wire.OtherVMs{{Host: "host-1", VMs: 2, Rate: 2, Share: 0.5}, {Host: "host-3", VMs: 1, Rate: 1, Share: 1}},
+	}
+	var buf bytes.Buffer
+	if err := printVMs(&out{Writer: &buf}, rep); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 5 {
+		t.Fatalf("vms:\n%s", buf.String())
+	}
+	for i, want := range [][]string{{"host-1", "a1", "alice", "p1"}, {"host-1", "(2 VMs)", "(others)", "0.0072/h", "50.00%"},
+		{"host-2", "a2"}, {"host-3", "(1 VM)", "(others)", "0.0036/h", "100.00%"}} {
+		for _, w := range want {
+			if !strings.Contains(lines[i+1], w) {
+				t.Errorf("vms row %d %q lacks %q", i+1, lines[i+1], w)
+			}
+		}
+	}
+	if f := strings.Fields(lines[2]); len(f) != 13 || slices.ContainsFunc(f[6:], func(c string) bool { return c != "-" }) {
+		t.Errorf("the others' row shows more than their count, rate and share: %q", lines[2])
 	}
 }
 

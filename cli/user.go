@@ -441,8 +441,12 @@ func vmsCommand() *ucli.Command {
 		Name:      "vms",
 		Usage:     "list VMs with their owner, rate, share and utilisation, and every plan's bid on them",
 		UsageText: "mrmarket vms [--owner alice] [--host host-1] [--user alice]",
+		Description: "As the admin: every VM. As a user: your own VMs, and for each host one row for all the\n" +
+			"other users' VMs together, \"(others)\": how many, their rate and share combined (the host's\n" +
+			"price less your rates), nothing of whose they are or of their plans. With --json, a user's\n" +
+			"answer lists those rows under \"others\": [{\"host\", \"vms\", \"rate_micro_per_s\", \"share\"}].",
 		Flags: marketFlags(
-			&ucli.StringFlag{Name: "owner", Usage: "only this user's VMs"},
+			&ucli.StringFlag{Name: "owner", Usage: "only this user's VMs (as a user: only your own)"},
 			&ucli.StringFlag{Name: "host", Usage: "only this host's VMs"},
 		),
 		Action: func(c *ucli.Context) error {
@@ -453,9 +457,23 @@ func vmsCommand() *ucli.Command {
 
 // printVMs is a row per bid: a VM funded by several plans has a row for
 // each (its rate is their sum), a VM without a bid one row with PLAN -.
+// A user's answer has, after its own VMs on each host, a row for the other
+// users' VMs there together, "(others)", with only their count, rate and
+// share.
 func printVMs(w *out, rep wire.VMsReply) error {
 	t := w.table("HOST", "VM", "OWNER", "RATE", "SHARE", "UTIL", "DISK", "NET IN/OUT", "PLAN", "BID", "CHARGED", "ENDS")
+	others := func(host string) { // the other users' rows of hosts up to host, in order
+		for len(rep.Others) > 0 && (host == "" || rep.Others[0].Host < host) {
+			o, vms := rep.Others[0], "VMs"
+			if o.VMs == 1 {
+				vms = "VM"
+			}
+			t.row(o.Host, fmt.Sprintf("(%d %s)", o.VMs, vms), "(others)", perHour(o.Rate), pct(o.Share), "-", "-", "-", "-", "-", "-", "-")
+			rep.Others = rep.Others[1:]
+		}
+	}
 	for _, v := range rep.VMs {
+		others(v.Host)
 		util := pct(v.Util)
 		if v.Idle {
 			util += " idle"
@@ -469,6 +487,7 @@ func printVMs(w *out, rep wire.VMsReply) error {
 			t.row(append(vm, b.Plan, perHour(b.Rate), b.Charged.String(), stamp(b.Ends))...)
 		}
 	}
+	others("")
 	return t.flush()
 }
 

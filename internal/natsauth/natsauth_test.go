@@ -182,6 +182,11 @@ func TestUserPermissions(t *testing.T) {
 		{wire.HostStateSubject("host-1"), pub(wire.HostStateSubject("host-1"))},
 		{wire.AgentBidSubject("host-1"), pub(wire.AgentBidSubject("host-1"))},
 		{"_INBOX.x", pub("_INBOX.x")},
+		// Every VM's owner and bids: the broker's vms shows a user its own.
+		{wire.AgentStateSubject("host-1"), pub(wire.AgentStateSubject("host-1"))},
+		{"$JS.API.DIRECT.GET.KV_MRM_HOSTS", pub("$JS.API.DIRECT.GET.KV_MRM_HOSTS")},
+		{"$JS.API.CONSUMER.CREATE.MRM_EVENTS", pub("$JS.API.CONSUMER.CREATE.MRM_EVENTS")},
+		{"mrm.v1.events.>", sub("mrm.v1.events.>")},
 	} {
 		refused(t, s, wire.RoleUser, "alice", c.subject, c.do)
 	}
@@ -261,6 +266,12 @@ func TestAgentPermissions(t *testing.T) {
 		{"$KV.MRM_PLANS.x", pub("$KV.MRM_PLANS.x")},
 		{"$JS.API.STREAM.DELETE.KV_MRM_HOSTS", pub("$JS.API.STREAM.DELETE.KV_MRM_HOSTS")},
 		{wire.AgentBidSubject("host-2"), pub(wire.AgentBidSubject("host-2"))},
+		// Other hosts' VMs, owners and bids: the agent knows its own.
+		{wire.AgentStateSubject("host-2"), pub(wire.AgentStateSubject("host-2"))},
+		{wire.BrokerVMs, pub(wire.BrokerVMs)},
+		{wire.AllHostStates, sub(wire.AllHostStates)},
+		{"$JS.API.DIRECT.GET.KV_MRM_HOSTS.$KV.MRM_HOSTS.host-2", pub("$JS.API.DIRECT.GET.KV_MRM_HOSTS.$KV.MRM_HOSTS.host-2")},
+		{"$JS.API.CONSUMER.CREATE.MRM_EVENTS", pub("$JS.API.CONSUMER.CREATE.MRM_EVENTS")},
 	} {
 		refused(t, s, wire.RoleAgent, "host-1", c.subject, c.do)
 	}

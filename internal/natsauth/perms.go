@@ -30,8 +30,10 @@
 //     may look up and read its own last event from (its audit publisher's
 //     fence) but not configure;
 //   - brokers alone subscribe to the broker's subjects, in queue group
-//     mrm-broker, read the host states, and get, put and watch the keys of
-//     the MRM_PLANS and MRM_NONCES buckets;
+//     mrm-broker, read the host states (live and in MRM_HOSTS: they carry
+//     every VM's owner, plans, holds, budgets and charges, which a user
+//     sees of its own VMs only, through the broker's vms), and get, put and
+//     watch the keys of the MRM_PLANS and MRM_NONCES buckets;
 //   - the agent of host H subscribes only to its own agent subjects
 //     (mrm.v1.agent.H.…), publishes only its own host state
 //     (mrm.v1.host.H.state) and its own MRM_HOSTS key;
@@ -39,9 +41,11 @@
 //     received), never through blanket publish rights on _INBOX.> — but
 //     the bank, whose answer to a principal's registration follows the
 //     reload that admits it (a reload forgets pending responses);
-//   - users have no JetStream access at all; admin may do everything
-//     (administration: creating and configuring streams, purges, the audit
-//     stream).
+//   - users have no JetStream access at all, so neither the host states
+//     of MRM_HOSTS nor the audit stream MRM_EVENTS (every principal's
+//     signed money requests): a user's own are its plans and statement;
+//     admin may do everything (administration: creating and configuring
+//     streams, purges, the audit stream).
 //
 // # Least privilege for JetStream
 //

@@ -34,7 +34,8 @@ one principal's flood does not starve the others.
 Each component is also a nats.go/micro service: ` + "`$SRV.INFO.mrm-bank`" + `
 and the like list its endpoints, ` + "`$SRV.STATS.…`" + ` their request and error
 counts. The broker also subscribes to ` + "`mrm.v1.host.*.state`" + ` (agents'
-publications, not requests).`
+publications, not requests; every VM's owner and bids are in them, so
+only brokers and the admin may).`
 
 // TestSubjectsDoc: docs/SUBJECTS.md is what the service tables say.
 func TestSubjectsDoc(t *testing.T) {
@@ -42,7 +43,8 @@ func TestSubjectsDoc(t *testing.T) {
 	err := service.WriteMarkdown(&got, "NATS subjects", subjectsIntro,
 		service.Component{Name: "bank", Note: "Queue group `mrm-bank`: replicas share the load.", Table: bank.Endpoints(nil)},
 		service.Component{Name: "broker", Note: "Queue group `mrm-broker`. Signed subjects are checked when the broker has Identities " +
-			"(`mrmarket up` and `mrmarket broker` do).", Table: broker.Endpoints(nil)},
+			"(`mrmarket up` and `mrmarket broker` do). `vms` answers a user with its own VMs and, per host, only the number, " +
+			"combined rate and combined share of the others' (`wire.OtherVMs`); the admin and brokers with every VM.", Table: broker.Endpoints(nil)},
 		service.Component{Name: "agent", Note: "One agent per host: `*` is the host's id. Bids are checked when the agent has Identities " +
 			"(`mrmarket up` and `mrmarket agent` do).", Table: agent.Endpoints(nil)},
 	)

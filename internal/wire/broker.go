@@ -418,7 +418,8 @@ type PriceReply struct {
 	Hosts []HostPrice `json:"hosts"`
 }
 
-// VMsRequest lists VMs, filtered by owner and host when set.
+// VMsRequest lists VMs, filtered by owner and host when set. A user lists
+// only its own (leaving Owner empty asks for them).
 type VMsRequest struct {
 	Versioned
 	Owner string `json:"owner,omitempty"`
@@ -445,9 +446,24 @@ type HostVM struct {
 	Resources []ResourceMode `json:"resources,omitempty"`
 }
 
-// VMsReply answers a VMsRequest, sorted by host then VM.
+// VMsReply answers a VMsRequest, sorted by host then VM. To a user, VMs
+// are its own and Others, by host, what it may see of everyone else's;
+// the admin's and the brokers' answers list every VM and no Others.
 type VMsReply struct {
-	VMs []HostVM `json:"vms"`
+	VMs    []HostVM   `json:"vms"`
+	Others []OtherVMs `json:"others,omitempty"`
+}
+
+// OtherVMs is what a user sees of the other users' VMs on a host: how
+// many there are, and their rates and shares combined. The host's price
+// is the sum of every rate on it and is public, so this tells a user
+// nothing the price does not: not whose VMs they are, their names, plans,
+// holds, budgets or charges.
+type OtherVMs struct {
+	Host  string  `json:"host"`
+	VMs   int     `json:"vms"`
+	Rate  float64 `json:"rate_micro_per_s"`
+	Share float64 `json:"share"`
 }
 
 // What-if queries of the prediction strategy.
