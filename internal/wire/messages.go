@@ -468,11 +468,7 @@ func (r *PrincipalRequest) Validate() error {
 	if err := CheckName("principal name", r.Name); err != nil {
 		return err
 	}
-	switch r.Role {
-	case RoleAdmin, RoleUser, RoleAgent, RoleBroker, RoleBank:
-		return nil
-	}
-	return Errorf(ErrBadRequest, "unknown role %q (admin, user, agent, broker, bank)", r.Role)
+	return CheckRole(r.Role)
 }
 
 // Principal is a registered identity. Cert is its admin-sealed record

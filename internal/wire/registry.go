@@ -25,6 +25,14 @@ import (
 // if it was sealed no earlier than the one it holds (an older record
 // replayed is refused as a conflict), so a demoted principal cannot be
 // promoted again by replaying its old record to the bank.
+//
+// Revocation is a record too: the admin seals the key's {key, name, role}
+// marked revoked (SealRevocation), and it wins like any newer record. It is
+// final: a bank refuses every later record of a revoked key, so no replayed
+// or newly sealed record makes the key a principal again (a principal that
+// needs one gets a new key: a rotation). OpenPrincipal refuses a revoked
+// record (ErrRevoked): whoever checks records refuses the key without
+// asking anyone.
 
 // AdminPubFile is the name of the anchor's public key file in a
 // credentials directory.
@@ -37,6 +45,8 @@ var (
 	ErrNotAnchor  = fmt.Errorf("%w: principal record sealed by a key other than the admin's", ErrForbidden)
 	ErrCertBody   = fmt.Errorf("%w: principal record does not match", ErrForbidden)
 	ErrReplyTrust = fmt.Errorf("%w: reply not signed by a trusted principal", ErrForbidden)
+	ErrRevoked    = fmt.Errorf("%w: principal key revoked", ErrForbidden)
+	ErrNotRevoked = fmt.Errorf("%w: principal record is not a revocation", ErrForbidden)
 )
 
 // PrincipalPurpose is the seal purpose of key's principal record.
@@ -44,42 +54,84 @@ func PrincipalPurpose(key string) string { return "principal/" + key }
 
 // principalBody is the sealed body of a principal record.
 type principalBody struct {
-	Key  string `json:"key"`
-	Name string `json:"name"`
-	Role string `json:"role"`
+	Key     string `json:"key"`
+	Name    string `json:"name"`
+	Role    string `json:"role"`
+	Revoked bool   `json:"revoked,omitempty"`
 }
 
 // SealPrincipal is the admin's record that key is principal name with role.
 func SealPrincipal(admin *Signer, key, name, role string) *Sealed {
-	body, _ := json.Marshal(principalBody{Key: key, Name: name, Role: role}) // strings: cannot fail
-	s := admin.Seal(PrincipalPurpose(key), body)
+	return sealPrincipalBody(admin, principalBody{Key: key, Name: name, Role: role})
+}
+
+// SealRevocation is the admin's record that key, principal name with role,
+// is revoked.
+func SealRevocation(admin *Signer, key, name, role string) *Sealed {
+	return sealPrincipalBody(admin, principalBody{Key: key, Name: name, Role: role, Revoked: true})
+}
+
+func sealPrincipalBody(admin *Signer, b principalBody) *Sealed {
+	body, _ := json.Marshal(b) // strings and a bool: cannot fail
+	s := admin.Seal(PrincipalPurpose(b.Key), body)
 	return &s
 }
 
 // OpenPrincipal checks cert as key's principal record sealed by the anchor
-// admin key and returns the principal it names (Cert set to cert). The
-// anchor key itself needs no record: it is the admin.
+// admin key and returns the principal it names (Cert set to cert); a
+// revocation record is refused (ErrRevoked). The anchor key itself needs no
+// record: it is the admin.
 func OpenPrincipal(cert *Sealed, adminKey, key string) (Principal, error) {
-	if key == adminKey && adminKey != "" && (cert == nil || cert.Key == adminKey) {
-		p := Principal{Key: key, Name: "admin", Role: RoleAdmin, Cert: cert}
-		if cert != nil {
-			if b, err := openPrincipalBody(cert, key); err == nil && b.Role == RoleAdmin {
-				p.Name = b.Name
-			}
-		}
-		return p, nil
+	p, revoked, err := openRecord(cert, adminKey, key)
+	if err == nil && revoked {
+		err = fmt.Errorf("%w (key %s, %s %s, revoked by a record sealed %s)", ErrRevoked, key, p.Role, p.Name, cert.At().UTC().Format(time.RFC3339))
 	}
-	if cert == nil {
-		return Principal{}, fmt.Errorf("%w (key %s)", ErrNoCert, key)
-	}
-	if cert.Key != adminKey || adminKey == "" {
-		return Principal{}, fmt.Errorf("%w (key %s)", ErrNotAnchor, key)
-	}
-	b, err := openPrincipalBody(cert, key)
 	if err != nil {
 		return Principal{}, err
 	}
-	return Principal{Key: b.Key, Name: b.Name, Role: b.Role, Cert: cert}, nil
+	return p, nil
+}
+
+// OpenRevocation checks cert as the anchor's revocation record of key and
+// returns the principal it revokes (Cert set to cert).
+func OpenRevocation(cert *Sealed, adminKey, key string) (Principal, error) {
+	if key == adminKey {
+		return Principal{}, fmt.Errorf("%w: the admin key is the trust anchor", ErrNotRevoked)
+	}
+	p, revoked, err := openRecord(cert, adminKey, key)
+	if err == nil && !revoked {
+		err = fmt.Errorf("%w (key %s)", ErrNotRevoked, key)
+	}
+	if err != nil {
+		return Principal{}, err
+	}
+	return p, nil
+}
+
+// openRecord opens cert as key's record sealed by the anchor, revoked or
+// not.
+func openRecord(cert *Sealed, adminKey, key string) (p Principal, revoked bool, err error) {
+	if key == adminKey && adminKey != "" && (cert == nil || cert.Key == adminKey) {
+		// The anchor is the admin whatever a record says: nothing revokes it.
+		p := Principal{Key: key, Name: "admin", Role: RoleAdmin, Cert: cert}
+		if cert != nil {
+			if b, err := openPrincipalBody(cert, key); err == nil && b.Role == RoleAdmin && !b.Revoked {
+				p.Name = b.Name
+			}
+		}
+		return p, false, nil
+	}
+	if cert == nil {
+		return Principal{}, false, fmt.Errorf("%w (key %s)", ErrNoCert, key)
+	}
+	if cert.Key != adminKey || adminKey == "" {
+		return Principal{}, false, fmt.Errorf("%w (key %s)", ErrNotAnchor, key)
+	}
+	b, err := openPrincipalBody(cert, key)
+	if err != nil {
+		return Principal{}, false, err
+	}
+	return Principal{Key: b.Key, Name: b.Name, Role: b.Role, Cert: cert}, b.Revoked, nil
 }
 
 func openPrincipalBody(cert *Sealed, key string) (principalBody, error) {

@@ -47,6 +47,14 @@ const (
 	BankPrincipal = "mrm.v1.bank.principal"
 	BankWhois     = "mrm.v1.bank.whois"
 	BankExtend    = "mrm.v1.bank.extend"
+	// The registry's key lifecycle (admin): list, revoke, rotate.
+	BankPrincipals = "mrm.v1.bank.principals"
+	BankRevoke     = "mrm.v1.bank.revoke"
+	BankRotate     = "mrm.v1.bank.rotate"
+	// RegistryRevoked is where the bank announces each key it revoked
+	// (RevokedNotice), once committed: every service that caches identities
+	// listens and forgets the key at once.
+	RegistryRevoked = "mrm.v1.registry.revoked"
 
 	BrokerSpend   = "mrm.v1.broker.spend"
 	BrokerCancel  = "mrm.v1.broker.cancel"
