@@ -82,8 +82,8 @@ func Endpoints(b *Broker) service.Table {
 
 // Serve feeds b with every host's state (the live subject, after catching
 // up from the MRM_HOSTS bucket when it exists), each checked as states.go
-// says, and answers the broker's subjects (Endpoints). stop unsubscribes
-// and stops answering.
+// says, follows the bank's revocation notices (retire.go) and answers the
+// broker's subjects (Endpoints). stop unsubscribes and stops answering.
 func Serve(nc *nats.Conn, b *Broker) (stop func(), err error) {
 	intake := newStateIntake(b)
 	unsubscribe, err := intake.subscribe(nc)
@@ -106,6 +106,11 @@ func Serve(nc *nats.Conn, b *Broker) (stop func(), err error) {
 		unsubscribe()
 		return nil, err
 	}
+	unfollow, err := b.followRevocations(nc, auth, intake)
+	if err != nil {
+		unsubscribe()
+		return nil, err
+	}
 	cert := service.OwnRecord(b.identities(), b.cfg.AdminKey, b.cfg.Signer, wire.RoleBroker, "")
 	if cert != nil {
 		_ = cert() // now, while nothing is busy: replies carry it from the first
@@ -123,10 +128,12 @@ func Serve(nc *nats.Conn, b *Broker) (stop func(), err error) {
 		Cert:        cert,
 	})
 	if err != nil {
+		unfollow()
 		unsubscribe()
 		return nil, err
 	}
 	return func() {
+		unfollow()
 		unsubscribe()
 		_ = svc.Stop()
 	}, nil
