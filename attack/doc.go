@@ -23,9 +23,9 @@
 //
 // # The attack table
 //
-// Every attack is a subtest of TestAttack (classes 01 to 15) or of
-// TestAttackTransport (16 to 20, the transport's authority) named
-// "<class>/<attack>", so
+// Every attack is a subtest of TestAttack (classes 01 to 15), of
+// TestAttackTransport (16 to 20, the transport's authority) or of
+// TestAttackKeys (21 to 23, the key lifecycle) named "<class>/<attack>", so
 // `go test -tags libvirt_dlopen ./attack -v -run TestAttack` prints the
 // table: one "--- PASS" or "--- FAIL" line per attack, the reason on
 // failure ("NATS: …" for the transport's refusal, "broker: …" and the like
@@ -53,6 +53,11 @@
 //	18-future-state      host-1's own key seals a state 110 s ahead: the agent's next real state replaces it
 //	19-connections       alice's key opens 500 connections: the server keeps her limit
 //	20-headers           a 100 KB Mrm-Order, 100 KB of other headers: bad_request
+//	21-revoked-user      bob's key revoked: his connection closed, reconnects refused, his hold released; what it signs
+//	                     (before or after, through alice's connection) refused by bank, broker and agent; his old record replayed
+//	22-revoked-agent     host-2's key revoked: its connection closed, the host retired (no bids), its captures and states refused
+//	23-rotated-agent     host-1's key rotated: the agent restarted with the new key charges on, its provider account keeps its
+//	                     history, the old key's captures are refused
 //
 // Classes 12 to 14 cannot be "refused" in the usual sense: alice's hold,
 // transfer and plan of her own money are hers to make, and the grant is the
@@ -63,7 +68,9 @@
 // them; a state sealed by the host's own key is taken, and what is asserted
 // is that it cannot outlive the agent's next one. 17 measures latency, so
 // it runs alone (at a tenth of the rate under the race detector, which
-// makes a signature check many times dearer).
+// makes a signature check many times dearer). 21 to 23 tick the market and
+// check the money themselves: a revocation releases the revoked user's
+// hold, and a rotated agent must go on charging.
 //
 // BenchmarkSignedSpend measures one signed spend's round trip through a
 // running market (ns/op, p50 and p99), for before/after comparisons.

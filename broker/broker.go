@@ -265,6 +265,7 @@ func New(cfg Config) (*Broker, error) {
 	b := &Broker{cfg: cfg, hosts: map[string]wire.HostState{}, vmAt: map[string]vmPlace{}, inStart: map[planRef]int{},
 		stats: map[string]*strategies.PriceStats{}, beStats: map[string]*strategies.PriceStats{}, retired: map[string]time.Time{},
 		sealWhois: service.NewWhoisCache(whoisTTL, whoisSize)}
+	b.cfg.Agents = retiredAgents{Agents: b.cfg.Agents, b: b}
 	if cfg.Plans != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"context"
+
 	"github.com/nats-io/nats.go"
 
 	"github.com/mrmarket/mrmarket/internal/service"
@@ -56,4 +58,30 @@ func (b *Broker) retireHost(host string) {
 	b.hosts[host] = st
 	b.retired[host] = b.signingNow()
 	b.cfg.Logger.Info("broker: host retired: its agent's key was revoked", "host", host, "replica", b.cfg.Replica)
+}
+
+// isRetired reports whether host is retired.
+func (b *Broker) isRetired(host string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.retired[host]
+	return ok
+}
+
+// retiredAgents reaches the agents but for the retired hosts': a plan's
+// bids there are cancelled without asking (nobody answers, and nothing can
+// be charged there any more), and no bid is placed there.
+type retiredAgents struct {
+	Agents
+	b *Broker
+}
+
+func (r retiredAgents) Bid(ctx context.Context, host string, req *wire.BidRequest) error {
+	if !r.b.isRetired(host) {
+		return r.Agents.Bid(ctx, host, req)
+	}
+	if len(req.Set) > 0 {
+		return wire.Errorf(wire.ErrUnavailable, "host %s is retired: its agent's key was revoked", host)
+	}
+	return nil
 }

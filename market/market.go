@@ -516,6 +516,16 @@ func (m *Market) startAgent(ctx context.Context, h HostSpec) (*daemon.Agent, err
 		Capacity: h.CPUs, IdleBelow: m.cfg.IdleBelow, StateFile: stateFile, Tick: m.cfg.TickPeriod})
 }
 
+// AgentConn is host's agent's own NATS connection (nil for no such host).
+func (m *Market) AgentConn(host string) *nats.Conn {
+	for _, a := range m.agentsd {
+		if a.Host() == host {
+			return a.NC
+		}
+	}
+	return nil
+}
+
 // RestartAgent stops host's agent and starts it again with the key its
 // credentials file holds now, on the same simulated host (and bid book,
 // with Config.AgentState): what an operator's restart does after rotating

@@ -34,7 +34,10 @@ one principal's flood does not starve the others.
 Each component is also a nats.go/micro service: ` + "`$SRV.INFO.mrm-bank`" + `
 and the like list its endpoints, ` + "`$SRV.STATS.…`" + ` their request and error
 counts. The broker also subscribes to ` + "`mrm.v1.host.*.state`" + ` (agents'
-publications, not requests).`
+publications, not requests). The bank announces each key it revoked on
+` + "`mrm.v1.registry.revoked`" + ` (` + "`wire.RevokedNotice`" + `, believed only with the admin's
+records), which the bank replicas, the brokers and the agents follow to
+forget the key at once.`
 
 // TestSubjectsDoc: docs/SUBJECTS.md is what the service tables say.
 func TestSubjectsDoc(t *testing.T) {
