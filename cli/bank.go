@@ -407,7 +407,11 @@ func setAside(path, key string) error {
 // rotatePrincipal is `bank principal rotate`: a new key for the principal,
 // registered with the admin's record while its live key is revoked, in
 // one request; the new key replaces the old in --creds only once the bank
-// has done both.
+// has done both. The new seed waits in <file>.new meanwhile: the rotation
+// of a daemon's key (the bank's own) may close the connection its answer
+// would come on, and a key the bank registered must not be lost with the
+// answer. An unanswered request is asked again (the bank answers a done
+// rotation as done); a refused one removes the pending seed.
 func rotatePrincipal(c *ucli.Context) error {
 	name, role, err := principalFlags(c)
 	if err != nil {
@@ -422,36 +426,42 @@ func rotatePrincipal(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
+	path := keys.Path(role, name)
+	var req *wire.RotateRequest // the same request on every try
 	rotate := func(ctx context.Context, cl clients, _ string) (wire.RotateReply, error) {
-		old, err := liveKey(ctx, cl, role, name)
-		if err != nil {
-			return wire.RotateReply{}, err
-		}
-		req := &wire.RotateRequest{Name: name, Role: role, Old: old, OldCert: wire.SealRevocation(admin, old, name, role),
-			Key: fresh.Public(), Cert: wire.SealPrincipal(admin, fresh.Public(), name, role)}
-		rep, err := cl.bank.RotatePrincipal(ctx, req)
-		if err == nil {
-			if err = replaceSigner(keys.Path(role, name), fresh); err != nil {
-				err = fmt.Errorf("%s %s has the new key %s, but its credentials could not be written: %w", role, name, fresh.Public(), err)
+		if req == nil {
+			old, err := liveKey(ctx, cl, role, name)
+			if err != nil {
+				return wire.RotateReply{}, err
 			}
+			if err := wire.SaveSigner(path+".new", fresh); err != nil {
+				return wire.RotateReply{}, fmt.Errorf("keeping the new key before registering it: %w", err)
+			}
+			req = &wire.RotateRequest{Name: name, Role: role, Old: old, OldCert: wire.SealRevocation(admin, old, name, role),
+				Key: fresh.Public(), Cert: wire.SealPrincipal(admin, fresh.Public(), name, role)}
+		}
+		return cl.bank.RotatePrincipal(ctx, req)
+	}
+	done := func(ctx context.Context, cl clients, x string) (wire.RotateReply, error) {
+		rep, err := retried(rotate)(ctx, cl, x)
+		switch {
+		case err == nil:
+			if err = os.Rename(path+".new", path); err != nil {
+				err = fmt.Errorf("%s %s has the new key %s (in %s.new), but it could not replace %s: %w", role, name, fresh.Public(), path, path, err)
+			}
+		case req != nil && errors.Is(err, wire.ErrUnavailable):
+			err = fmt.Errorf("%w (the bank may have registered the new key %s: if `bank principal list` shows it, install %s.new as %s)",
+				err, fresh.Public(), path, path)
+		case req != nil:
+			_ = os.Remove(path + ".new") // refused: the key is nobody's
 		}
 		return rep, err
 	}
-	return call(c, rotate, "", func(w *out, rep wire.RotateReply) error {
+	return call(c, done, "", func(w *out, rep wire.RotateReply) error {
 		_, err := fmt.Fprintf(w, "%s %s: new key %s, credentials %s; key %s revoked\n", rep.New.Role, rep.New.Name, rep.New.Key,
 			keys.Path(rep.New.Role, rep.New.Name), rep.Old.Key)
 		return err
 	})
-}
-
-// replaceSigner writes s to path in place of what is there, atomically: a
-// principal never finds half a key.
-func replaceSigner(path string, s *wire.Signer) error {
-	tmp := path + ".new"
-	if err := wire.SaveSigner(tmp, s); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
 
 func transferCommand() *ucli.Command {
