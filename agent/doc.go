@@ -122,6 +122,9 @@
 // captures into another user's hold.
 // With Config.AdminKey too, an identity counts only with the admin's record
 // of it (service.Certified): a forged whois answer makes nobody a broker.
+// Identities are cached a minute and forgotten at once when the bank
+// announces a key revoked, so a revoked broker's bids and a revoked user's
+// mandates are refused from then on.
 // With Config.Signer the agent signs its replies, so the broker believes a
 // bid's outcome only from this host's agent.
 //

@@ -45,14 +45,25 @@ func Endpoints(a *Agent) service.Table {
 }
 
 // Serve answers the agent's subjects (Endpoints) on nc; several agents may
-// share a connection. stop stops answering.
+// share a connection. With identities it follows the bank's revocation
+// notices: a revoked key's bids and mandates are refused as soon as the
+// notice comes, not once its cached identity expires (whoisTTL bounds a
+// notice lost otherwise). stop stops answering.
 func Serve(nc *nats.Conn, a *Agent) (stop func(), err error) {
 	cert := service.OwnRecord(a.identities(), a.cfg.AdminKey, a.cfg.Signer, wire.RoleAgent, a.Host())
 	if cert != nil {
 		_ = cert() // now, while nothing is busy: replies carry it from the first
 	}
+	auth := service.Remote(a.identities(), a.cfg.SigningClock, whoisTTL, whoisSize)
+	unfollow := func() {}
+	if a.cfg.Identities != nil {
+		heard, lost := service.Forgetting(auth.Whois, a.signers)
+		if unfollow, err = service.FollowRevocations(nc, a.cfg.AdminKey, heard, lost); err != nil {
+			return nil, err
+		}
+	}
 	svc, err := service.Serve(nc, "mrm-agent", service.Version, Endpoints(a), service.Options{
-		Auth:        service.Remote(a.identities(), a.cfg.SigningClock, whoisTTL, whoisSize),
+		Auth:        auth,
 		Observe:     func(op, code string) { a.cfg.Metrics.Request("agent", op, code) },
 		Logger:      a.cfg.Logger,
 		LogAttrs:    []any{"host", a.cfg.Host},
@@ -63,9 +74,13 @@ func Serve(nc *nats.Conn, a *Agent) (stop func(), err error) {
 		Cert:        cert,
 	})
 	if err != nil {
+		unfollow()
 		return nil, err
 	}
-	return func() { _ = svc.Stop() }, nil
+	return func() {
+		_ = svc.Stop()
+		unfollow()
+	}, nil
 }
 
 // identities is Config.Identities believed only with the admin's records

@@ -25,7 +25,8 @@
 //
 // Every attack is a subtest of TestAttack (classes 01 to 15), of
 // TestAttackTransport (16 to 20, the transport's authority) or of
-// TestAttackPrivacy (21 to 24, reading another user's money) named
+// TestAttackPrivacy (21 to 24, reading another user's money) and
+// TestAttackKeys (25 to 27, the key lifecycle), named
 // "<class>/<attack>", so
 // `go test -tags libvirt_dlopen ./attack -v -run TestAttack` prints the
 // table: one "--- PASS" or "--- FAIL" line per attack, the reason on
@@ -58,6 +59,11 @@
 //	22-host-states       mallory or another host's agent subscribing to host states, reading MRM_HOSTS
 //	23-agent-state       mallory, alice or another host's agent asking host-1's agent for its state
 //	24-audit-stream      mallory, the broker's or an agent's key reading MRM_EVENTS; the admin reads it
+//	25-revoked-user      bob's key revoked: his connection closed, reconnects refused, his hold released; what it signs
+//	                     (before or after, through alice's connection) refused by bank, broker and agent; his old record replayed
+//	26-revoked-agent     host-2's key revoked: its connection closed, the host retired (no bids), its captures and states refused
+//	27-rotated-agent     host-1's key rotated: the agent restarted with the new key charges on, its provider account keeps its
+//	                     history, the old key's captures are refused
 //
 // Classes 12 to 14 cannot be "refused" in the usual sense: alice's hold,
 // transfer and plan of her own money are hers to make, and the grant is the
@@ -72,6 +78,9 @@
 // not refused but narrowed: what is asserted is that it names no other
 // user's VM, plan or hold, and that its per-host aggregates are the
 // public price's.
+// makes a signature check many times dearer). 25 to 27 tick the market and
+// check the money themselves: a revocation releases the revoked user's
+// hold, and a rotated agent must go on charging.
 //
 // BenchmarkSignedSpend measures one signed spend's round trip through a
 // running market (ns/op, p50 and p99), for before/after comparisons.

@@ -63,9 +63,10 @@ type env struct {
 }
 
 type setup struct {
-	noPlans bool // grant, but start no plans
-	hosts   []market.HostSpec
-	users   []string // registered besides the VMs' owners (market.Config.Users)
+	noPlans    bool // grant, but start no plans
+	hosts      []market.HostSpec
+	users      []string // registered besides the VMs' owners (market.Config.Users)
+	agentState bool     // agents keep their bid books in files (a restarted agent charges on)
 }
 
 // start starts the market, grants alice and bob 100 credits each and, unless
@@ -78,7 +79,7 @@ func start(t *testing.T, s setup) *env {
 		hs = hosts
 	}
 	m, err := market.Start(e.ctx, market.Config{
-		Dir: e.dir, NATSHost: "127.0.0.1", NATSPort: -1, Now: e.now, TickPeriod: tick, Hosts: hs, Users: s.users,
+		Dir: e.dir, NATSHost: "127.0.0.1", NATSPort: -1, Now: e.now, TickPeriod: tick, Hosts: hs, Users: s.users, AgentState: s.agentState,
 	})
 	if err != nil {
 		t.Fatal(err)

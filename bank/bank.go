@@ -70,8 +70,9 @@ type Options struct {
 	// waiting in the outbox (the stream not taking them) and failed ticks
 	// (Run). nil: a discard logger.
 	Logger *slog.Logger
-	// OnPrincipal, when set, hears every principal added or changed, after
-	// it is stored (the embedded NATS server reloads its users with it).
+	// OnPrincipal, when set, hears every principal added, changed or
+	// revoked, after it is stored (the embedded NATS server reloads its
+	// users with it: a revoked key's connections are closed).
 	OnPrincipal func(wire.Principal)
 	// AdminKey is the trust anchor (creds/admin.pub): when set, a principal
 	// is registered only with the admin's record of it (AddPrincipal).
@@ -97,7 +98,9 @@ type Bank struct {
 	ownMiss  atomic.Int64    // when ownCert last found no record (Unix ns)
 
 	mu         sync.Mutex
-	principals map[string]wire.Principal // cache by key
+	principals map[string]cachedPrincipal // cache by key (principals.go)
+	// notify, set by Serve, announces a committed revocation on NATS.
+	notify func(wire.RevokedNotice)
 
 	// mandates caches the brokers' mandates read (mandate.go).
 	mandates mandate.Cache
@@ -115,7 +118,7 @@ func Open(target string, opts Options) (*Bank, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Bank{st: st, now: opts.Now, metrics: opts.Metrics, signingClock: opts.SigningClock, principals: map[string]wire.Principal{},
+	b := &Bank{st: st, now: opts.Now, metrics: opts.Metrics, signingClock: opts.SigningClock, principals: map[string]cachedPrincipal{},
 		onPrincipal: opts.OnPrincipal, adminKey: opts.AdminKey, signer: opts.Signer, outboxKick: make(chan struct{}, 1)}
 	if b.now == nil {
 		b.now = time.Now

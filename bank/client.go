@@ -99,6 +99,21 @@ func (c Client) AddPrincipal(ctx context.Context, req *wire.PrincipalRequest) (w
 	return call[wire.Principal](ctx, c, asAdmin, wire.BankPrincipal, req)
 }
 
+// RevokePrincipal revokes a key (admin).
+func (c Client) RevokePrincipal(ctx context.Context, req *wire.RevokeRequest) (wire.RevokeReply, error) {
+	return call[wire.RevokeReply](ctx, c, asAdmin, wire.BankRevoke, req)
+}
+
+// RotatePrincipal gives a principal a new key in place of its old one (admin).
+func (c Client) RotatePrincipal(ctx context.Context, req *wire.RotateRequest) (wire.RotateReply, error) {
+	return call[wire.RotateReply](ctx, c, asAdmin, wire.BankRotate, req)
+}
+
+// ListPrincipals lists the registry (admin).
+func (c Client) ListPrincipals(ctx context.Context, req *wire.PrincipalsRequest) (wire.PrincipalsReply, error) {
+	return call[wire.PrincipalsReply](ctx, c, asAdmin, wire.BankPrincipals, req)
+}
+
 // Whois finds the principal of a public key.
 func (c Client) Whois(ctx context.Context, key string) (wire.Principal, error) {
 	return call[wire.Principal](ctx, c, rpc.As{}, wire.BankWhois, &wire.WhoisRequest{Key: key})

@@ -69,7 +69,29 @@
 // with every whois answer, so agents and brokers believe an identity only
 // if the record opens with the anchor — never because an answer says so.
 // The newest record wins; an older one replayed is refused
-// (ErrOlderRecord). With Options.Signer every reply is signed by the bank's
+// (ErrOlderRecord).
+//
+// A principal (a name and a role) has one live key: a new key for a name
+// that has one is refused (ErrNameTaken), since both keys would move the
+// same money. Its accounts, holds and plans are by name, so the admin
+// replaces a key by rotating it (RotatePrincipal: the new key registered
+// and the old revoked in one transaction, nothing released) and retires
+// one by revoking it (RevokePrincipal). A revocation is the admin's sealed
+// record of the key marked revoked (signing.SealRevocation), stored as its
+// newest (migration 0005) and final: no later record of the key is taken,
+// so no replay and no new record un-revokes it. From the commit the key is
+// nobody here (Whois refuses it with signing.ErrRevoked, for the bank's own
+// requests and for whoever asks), a revoked user's open holds are released
+// to her account in the same transaction, OnPrincipal reloads the embedded
+// NATS server's users (the key's connections close), and Serve announces
+// the revocation on wire.RegistryRevoked: the other replicas, the brokers
+// and the agents forget the key at once (their caches' TTL bounds a lost
+// notice; the bank's own is principalCacheTTL), and the brokers retire the
+// host of an agent revoked without a successor. The anchor is never
+// revoked; without one, neither is the last live admin key (ErrLastAdmin).
+// ListPrincipals is the registry, revoked keys included, for the admin.
+//
+// With Options.Signer every reply is signed by the bank's
 // key, its record attached (service.Options.Signer), and bank.Client with
 // AdminKey believes the answers it acts on (capture, hold, release, extend)
 // only when so signed. On NATS every
@@ -77,8 +99,9 @@
 // a bad signature, a time more than signing.MaxSkew from the bank's signing
 // clock (Options.SigningClock, the wall clock by default), a nonce seen
 // before (nonces are stored, so this holds across restarts and
-// replicas) or an unknown key is refused. Roles: grants, income schedules
-// and principals are the admin's; a user holds, releases and transfers only
+// replicas), an unknown or a revoked key is refused. Roles: grants, income
+// schedules and the registry (registering, revoking, rotating and listing
+// keys) are the admin's; a user holds, releases and transfers only
 // its own money; the broker holds and releases for users (it acts only on
 // spends those users signed, and carries the spend as its mandate: the
 // bank holds and extends no more than the user signed, under the hold id
@@ -97,7 +120,8 @@
 // # Audit
 //
 // Every successful mutating request over NATS (grant, income, principal,
-// hold, release, extend, transfer, capture) writes its audit event — the
+// revoke, rotate, hold, release, extend, transfer, capture) writes its
+// audit event — the
 // signed request as received, its principal and the reply's result, as
 // package service shapes it — into the outbox table in the transaction
 // that moves the money (migration 0004): the money moves only with its

@@ -182,16 +182,17 @@ func balance(ctx context.Context, t tx, account string) (money.Micro, error) {
 }
 
 // checkUser refuses money for a user that is not a registered principal of
-// role user (ErrUnknownUser), when the bank knows its principals (it has
-// an admin key): a grant, an income or a transfer to a name nobody holds
-// would create an account no key can ever spend from or be refunded from.
-// A bank without an admin key (tests, the simulator) takes any name.
+// role user with a live key (ErrUnknownUser), when the bank knows its
+// principals (it has an admin key): a grant, an income or a transfer to a
+// name nobody holds — or whose keys are all revoked — would put money in
+// an account no key can spend from or be refunded from. A bank without an
+// admin key (tests, the simulator) takes any name.
 func (b *Bank) checkUser(ctx context.Context, t tx, user string) error {
 	if b.adminKey == "" {
 		return nil
 	}
 	var n int
-	if err := t.queryRow(ctx, `SELECT count(*) FROM principals WHERE name = ? AND role = ?`, user, wire.RoleUser).Scan(&n); err != nil {
+	if err := t.queryRow(ctx, `SELECT count(*) FROM principals WHERE name = ? AND role = ? AND revoked = 0`, user, wire.RoleUser).Scan(&n); err != nil {
 		return err
 	}
 	if n == 0 {

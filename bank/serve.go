@@ -47,7 +47,9 @@ func statementAccount(r *wire.StatementRequest) string {
 // signed too, but replayable (no nonce is stored: a replayed read changes
 // nothing): a balance by its user, an admin or the broker; a statement by
 // an admin, the account's user or, for a provider account, its host's
-// agent; the ledger by an admin only. whois stays open: every connection is
+// agent; the ledger and the registry by an admin only, who alone registers,
+// revokes and rotates keys (each with its sealed record). whois stays open:
+// every connection is
 // a registered principal (NATS authentication), the answer is the
 // admin-signed record anyone may verify, and the broker and every agent
 // ask it before they can check anything. b may be nil to list the table.
@@ -66,6 +68,9 @@ func Endpoints(b *Bank) service.Table {
 		service.Op(signed("grant", wire.BankGrant, "grant", adminOnly), nil, b.Grant),
 		service.Op(signed("income", wire.BankIncome, "set income", adminOnly), nil, b.SetIncome),
 		service.Op(signed("principal", wire.BankPrincipal, "register principals", adminOnly), nil, b.AddPrincipal),
+		service.Op(signed("revoke", wire.BankRevoke, "revoke principals", adminOnly), nil, b.RevokePrincipal),
+		service.Op(signed("rotate", wire.BankRotate, "rotate principals' keys", adminOnly), nil, b.RotatePrincipal),
+		service.Op(read("principals", wire.BankPrincipals, "list principals", adminOnly), nil, b.ListPrincipals),
 		service.Op(signed("hold", wire.BankHold, "hold money of", ownOrBroker), func(r *wire.HoldRequest) string { return r.User }, b.Hold),
 		service.Op(signed("release", wire.BankRelease, "release holds of", ownOrBroker), func(r *wire.ReleaseRequest) string { return r.User }, b.Release),
 		service.Op(signed("extend", wire.BankExtend, "extend holds of", ownOrBroker), func(r *wire.ExtendRequest) string { return r.User }, b.Extend),
@@ -88,12 +93,26 @@ func Endpoints(b *Bank) service.Table {
 // in its own transaction, and a publisher sends them to the MRM_EVENTS
 // stream (outbox.go). With Options.Signer every reply is signed by the
 // bank's key, its principal record attached (see service.Options.Signer).
-// stop stops answering and publishing (what is left waits in the outbox).
+// Each revocation committed is announced on wire.RegistryRevoked before it
+// is answered, and the notices of every replica are followed: a key one
+// replica revoked is refused by the others at once. stop stops answering
+// and publishing (what is left waits in the outbox).
 func Serve(nc *nats.Conn, b *Bank) (stop func(), err error) {
 	pub, err := newPublisher(nc, b)
 	if err != nil {
 		return nil, err
 	}
+	unfollow, err := service.FollowRevocations(nc, b.adminKey, b.heardRevoked, b.forgetAll)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	b.notify = func(n wire.RevokedNotice) {
+		if service.PublishRevoked(nc, n) != nil {
+			b.metrics.Error("bank", "revoked_notice") // the others' caches expire within their TTL
+		}
+	}
+	b.mu.Unlock()
 	svc, err := service.Serve(nc, "mrm-bank", service.Version, Endpoints(b), service.Options{
 		Auth:        &service.Authorizer{Identities: b, Nonces: storeNonces{b}, Now: b.signingClock},
 		Observe:     func(op, code string) { b.metrics.Request("bank", op, code) },
@@ -104,6 +123,7 @@ func Serve(nc *nats.Conn, b *Bank) (stop func(), err error) {
 		Cert:        b.ownCert,
 	})
 	if err != nil {
+		unfollow()
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -114,9 +134,28 @@ func Serve(nc *nats.Conn, b *Bank) (stop func(), err error) {
 	}()
 	return func() {
 		_ = svc.Stop()
+		unfollow()
 		cancel()
 		<-done
 	}, nil
+}
+
+// heardRevoked takes a revocation notice, this replica's or another's: the
+// key is revoked for good (its records opened under the anchor), or, in a
+// bank without one, read again when next asked.
+func (b *Bank) heardRevoked(n wire.RevokedNotice) {
+	if b.adminKey == "" {
+		b.forget(n.Key)
+		return
+	}
+	b.remember(wire.Principal{Key: n.Key, Name: n.Name, Role: n.Role, Cert: n.Record}, true)
+}
+
+// forgetAll drops the cached keys: notices may have been missed.
+func (b *Bank) forgetAll() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	clear(b.principals)
 }
 
 // ownCert is the bank's own principal record, once registered (nil before:
@@ -126,11 +165,8 @@ func (b *Bank) ownCert() *wire.Sealed {
 		return nil
 	}
 	key := b.signer.Public()
-	b.mu.Lock()
-	p, ok := b.principals[key]
-	b.mu.Unlock()
-	if ok && p.Cert != nil {
-		return p.Cert
+	if c, ok := b.cached(key); ok && !c.revoked && c.p.Cert != nil {
+		return c.p.Cert
 	}
 	if last := b.ownMiss.Load(); last != 0 && time.Since(time.Unix(0, last)) < time.Second {
 		return nil // not registered a moment ago: do not ask the store on every reply

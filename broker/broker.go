@@ -193,6 +193,12 @@ type Broker struct {
 	stats map[string]*strategies.PriceStats
 	// beStats is each host's best-effort price history (bestEffortPrice).
 	beStats map[string]*strategies.PriceStats
+	// retired are the hosts whose agent key was revoked, and when (the
+	// signing clock): states sealed before are refused (retire.go).
+	retired map[string]time.Time
+	// sealWhois caches the plan records' signers (seal.go), forgotten on
+	// revocations like the others.
+	sealWhois *service.WhoisCache
 }
 
 // vmPlace is a VM's host and its index in the host's state.
@@ -255,12 +261,14 @@ func New(cfg Config) (*Broker, error) {
 		return nil, err
 	}
 	b := &Broker{cfg: cfg, hosts: map[string]wire.HostState{}, vmAt: map[string]vmPlace{}, inStart: map[planRef]int{},
-		stats: map[string]*strategies.PriceStats{}, beStats: map[string]*strategies.PriceStats{}}
+		stats: map[string]*strategies.PriceStats{}, beStats: map[string]*strategies.PriceStats{}, retired: map[string]time.Time{},
+		sealWhois: service.NewWhoisCache(whoisTTL, whoisSize)}
+	b.cfg.Agents = retiredAgents{Agents: b.cfg.Agents, b: b}
 	if cfg.Plans != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		s, err := newKVStore(ctx, cfg.Plans, &sealing{signer: cfg.Signer, ids: b.identities(),
-			whois: service.NewWhoisCache(whoisTTL, whoisSize), now: cfg.SigningClock, metrics: cfg.Metrics, logger: cfg.Logger})
+			whois: b.sealWhois, now: cfg.SigningClock, metrics: cfg.Metrics, logger: cfg.Logger})
 		if err != nil {
 			return nil, err
 		}
@@ -301,6 +309,7 @@ func (b *Broker) Observe(st wire.HostState) {
 // ordered them: Observe by their times, the state intake by their seals).
 // b.mu must be held.
 func (b *Broker) setHost(st wire.HostState) {
+	delete(b.retired, st.Host) // a state of a new agent key: the host is back
 	if old, ok := b.hosts[st.Host]; ok {
 		for _, v := range old.VMs {
 			if b.vmAt[v.VM].host == st.Host {
@@ -391,7 +400,8 @@ func (b *Broker) Price(req *wire.PriceRequest) (wire.PriceReply, error) {
 		if req.Host != "" && st.Host != req.Host {
 			continue
 		}
-		hp := wire.HostPrice{Host: st.Host, Price: st.Price, VMs: len(st.VMs), Updated: st.Time}
+		_, retired := b.retired[st.Host]
+		hp := wire.HostPrice{Host: st.Host, Price: st.Price, VMs: len(st.VMs), Updated: st.Time, Retired: retired}
 		for _, v := range st.VMs {
 			if v.Rate > 0 {
 				hp.Funded++

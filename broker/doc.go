@@ -22,6 +22,9 @@
 // only when signed: a bid's by the host's own agent, a hold's or release's
 // by the bank (rpc.Trusted); its own replies are signed with its key
 // (Config.Signer) for clients that know the anchor (Client.AdminKey).
+// Identities are cached a minute, and forgotten at once when the bank
+// announces a key revoked; a host whose agent key is revoked (not rotated)
+// is retired: offered to nobody, bid on by no plan (retire.go).
 //
 // # Plans
 //

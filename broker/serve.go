@@ -108,8 +108,8 @@ func onlyOwn(ctx context.Context) (string, bool) {
 
 // Serve feeds b with every host's state (the live subject, after catching
 // up from the MRM_HOSTS bucket when it exists), each checked as states.go
-// says, and answers the broker's subjects (Endpoints). stop unsubscribes
-// and stops answering.
+// says, follows the bank's revocation notices (retire.go) and answers the
+// broker's subjects (Endpoints). stop unsubscribes and stops answering.
 func Serve(nc *nats.Conn, b *Broker) (stop func(), err error) {
 	intake := newStateIntake(b)
 	unsubscribe, err := intake.subscribe(nc)
@@ -132,6 +132,11 @@ func Serve(nc *nats.Conn, b *Broker) (stop func(), err error) {
 		unsubscribe()
 		return nil, err
 	}
+	unfollow, err := b.followRevocations(nc, auth, intake)
+	if err != nil {
+		unsubscribe()
+		return nil, err
+	}
 	cert := service.OwnRecord(b.identities(), b.cfg.AdminKey, b.cfg.Signer, wire.RoleBroker, "")
 	if cert != nil {
 		_ = cert() // now, while nothing is busy: replies carry it from the first
@@ -149,10 +154,12 @@ func Serve(nc *nats.Conn, b *Broker) (stop func(), err error) {
 		Cert:        cert,
 	})
 	if err != nil {
+		unfollow()
 		unsubscribe()
 		return nil, err
 	}
 	return func() {
+		unfollow()
 		unsubscribe()
 		_ = svc.Stop()
 	}, nil

@@ -192,9 +192,12 @@ func (in *stateIntake) observeSealed(st wire.HostState, sealed time.Time) {
 	if last, ok := in.sealed[st.Host]; ok && sealed.Before(last) {
 		return
 	}
-	in.sealed[st.Host] = sealed
 	in.b.mu.Lock()
 	defer in.b.mu.Unlock()
+	if at, ok := in.b.retired[st.Host]; ok && !sealed.After(at) {
+		return // checked before its agent's key was revoked, arriving after
+	}
+	in.sealed[st.Host] = sealed
 	in.b.setHost(st)
 }
 

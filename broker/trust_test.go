@@ -388,11 +388,7 @@ func TestForgedBidRepliesIgnored(t *testing.T) {
 	}
 	// alice spends over NATS, signed, so her spend is the bids' mandate
 	// (the agent charges no bid without one).
-	alice := newSigner(t)
-	if _, err := bk.AddPrincipal(ctx, &wire.PrincipalRequest{Key: alice.Public(), Name: "alice", Role: wire.RoleUser,
-		Cert: signing.SealPrincipal(admin, alice.Public(), "alice", wire.RoleUser)}); err != nil {
-		t.Fatal(err)
-	}
+	alice := aliceKey // registered above: a principal has one live key
 	stopBroker, err := broker.Serve(nc, b)
 	if err != nil {
 		t.Fatal(err)

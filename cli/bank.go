@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -206,25 +207,75 @@ func nextIncome(s wire.IncomeSchedule, now time.Time) string {
 }
 
 func principalCommand() *ucli.Command {
+	who := func(own ...ucli.Flag) []ucli.Flag {
+		return adminFlags(append([]ucli.Flag{
+			&ucli.StringFlag{Name: "name", Usage: "user name, host id (agent), or admin/broker/bank"},
+			&ucli.StringFlag{Name: "role", Usage: "user, agent, broker, bank or admin", Value: wire.RoleUser},
+		}, own...)...)
+	}
 	return &ucli.Command{
 		Name:  "principal",
-		Usage: "identities that sign requests",
+		Usage: "identities that sign requests: add, list, revoke, rotate (admin)",
+		Description: "A principal is a name and role with one live NKey, registered by a record the admin's key seals.\n" +
+			"A second key for a name that has one is refused: rotate it (its accounts, holds and plans stay:\n" +
+			"they are by name), or revoke it first. A revoked key is refused everywhere at once and for good.",
 		Subcommands: []*ucli.Command{{
 			Name:      "add",
-			Usage:     "create (if missing) the credentials of a principal in --creds and register its key with a record sealed by the admin's (admin)",
+			Usage:     "create (if missing) the credentials of a principal in --creds and register its key with a record sealed by the admin's",
 			UsageText: "mrmarket bank principal add --name carol --role user",
+			Flags:     who(),
+			Action:    addPrincipal,
+		}, {
+			Name:      "list",
+			Usage:     "every key of the registry: role, name, key, when registered and when revoked (and by which key replaced)",
+			UsageText: "mrmarket bank principal list\n   mrmarket bank principal list --role agent --live --json",
 			Flags: adminFlags(
-				&ucli.StringFlag{Name: "name", Usage: "user name, host id (agent), or admin/broker"},
-				&ucli.StringFlag{Name: "role", Usage: "user, agent, broker, bank or admin", Value: wire.RoleUser},
+				&ucli.StringFlag{Name: "name", Usage: "only this name"},
+				&ucli.StringFlag{Name: "role", Usage: "only this role"},
+				&ucli.BoolFlag{Name: "live", Usage: "leave out the revoked keys"},
 			),
-			Action: addPrincipal,
+			Action: listPrincipals,
+		}, {
+			Name:  "revoke",
+			Usage: "revoke a principal's key: refused everywhere at once, its connections closed; a user's open holds are released, an agent's host retired",
+			UsageText: "mrmarket bank principal revoke --name alice\n" +
+				"   mrmarket bank principal revoke --name host-3 --role agent",
+			Description: "Revokes the principal's live key (or --key: one of its keys). A revoked key is never registered\n" +
+				"again; the name is free for a new key (bank principal add). The credentials file in --creds that\n" +
+				"holds the revoked key is renamed <file>.revoked. The admin key (the trust anchor) is not revoked.",
+			Flags:  who(&ucli.StringFlag{Name: "key", Usage: "the key to revoke (default: the principal's live key)"}),
+			Action: revokePrincipal,
+		}, {
+			Name:  "rotate",
+			Usage: "give a principal a new key: registered, then the old one revoked, in one step; accounts, holds and plans stay",
+			UsageText: "mrmarket bank principal rotate --name alice\n" +
+				"   mrmarket bank principal rotate --name host-3 --role agent   (then install creds/agents/host-3.nk on host-3 and restart its agent)",
+			Description: "Writes the new key to the principal's credentials file in --creds (agents/<host>.nk, users/<name>.nk,\n" +
+				"broker.nk, bank.nk), in place of the old one, only once the bank has registered it. From then on\n" +
+				"the old key is refused and its connections closed: install the new file where the principal runs\n" +
+				"and restart it.",
+			Flags:  who(),
+			Action: rotatePrincipal,
 		}},
 	}
 }
 
+// principalFlags are --name and --role, checked.
+func principalFlags(c *ucli.Context) (name, role string, err error) {
+	name, role = c.String("name"), c.String("role")
+	if err := wire.CheckName("--name", name); err != nil {
+		return "", "", usageError{err}
+	}
+	if err := wire.CheckRole(role); err != nil {
+		return "", "", usageError{err}
+	}
+	return name, role, nil
+}
+
 // addPrincipal is `bank principal add`: the principal's existing key, or a
 // new one that is written to --creds only once the bank has registered it
-// (a refused registration leaves no key behind).
+// (a refused registration leaves no key behind). A name that has another
+// live key is refused by the bank (rotate it instead).
 func addPrincipal(c *ucli.Context) error {
 	req := &wire.PrincipalRequest{Name: c.String("name"), Role: c.String("role")}
 	if err := wire.CheckName("--name", req.Name); err != nil {
@@ -261,6 +312,155 @@ func addPrincipal(c *ucli.Context) error {
 	}
 	return call(c, register, req, func(w *out, p wire.Principal) error {
 		_, err := fmt.Fprintf(w, "%s %s registered: key %s, credentials %s\n", p.Role, p.Name, p.Key, keys.Path(p.Role, p.Name))
+		return err
+	})
+}
+
+// listPrincipals is `bank principal list`.
+func listPrincipals(c *ucli.Context) error {
+	req := &wire.PrincipalsRequest{Name: c.String("name"), Role: c.String("role"), Live: c.Bool("live")}
+	return call(c, onBank(bank.Client.ListPrincipals), req, func(w *out, rep wire.PrincipalsReply) error {
+		t := w.table("ROLE", "NAME", "KEY", "REGISTERED", "REVOKED", "REPLACED BY")
+		for _, p := range rep.Principals {
+			revoked, by := "-", "-"
+			if p.Revoked != nil {
+				revoked = stamp(*p.Revoked)
+			}
+			if p.ReplacedBy != "" {
+				by = p.ReplacedBy
+			}
+			t.row(p.Role, p.Name, p.Key, stamp(p.Registered), revoked, by)
+		}
+		return t.flush()
+	})
+}
+
+// liveKey is the live key of principal (role, name) in the registry.
+func liveKey(ctx context.Context, cl clients, role, name string) (string, error) {
+	rep, err := cl.bank.ListPrincipals(ctx, &wire.PrincipalsRequest{Role: role, Name: name, Live: true})
+	if err != nil {
+		return "", err
+	}
+	if len(rep.Principals) != 1 {
+		return "", wire.Errorf(wire.ErrNotFound, "%s %s has %d live keys in the registry (pass --key)", role, name, len(rep.Principals))
+	}
+	return rep.Principals[0].Key, nil
+}
+
+// revokePrincipal is `bank principal revoke`: the admin seals the
+// revocation of the principal's live key (or --key), the bank applies it,
+// and a credentials file in --creds holding that key is set aside.
+func revokePrincipal(c *ucli.Context) error {
+	name, role, err := principalFlags(c)
+	if err != nil {
+		return err
+	}
+	if k := c.String("key"); k != "" {
+		if err := wire.CheckPublicKey(k); err != nil {
+			return usageError{err}
+		}
+	}
+	keys := credsDir(c)
+	admin, err := keys.Signer(wire.RoleAdmin, "admin")
+	if err != nil {
+		return err
+	}
+	revoke := func(ctx context.Context, cl clients, key string) (wire.RevokeReply, error) {
+		if key == "" {
+			var err error
+			if key, err = liveKey(ctx, cl, role, name); err != nil {
+				return wire.RevokeReply{}, err
+			}
+		}
+		rep, err := cl.bank.RevokePrincipal(ctx, &wire.RevokeRequest{Key: key, Name: name, Role: role, Cert: signing.SealRevocation(admin, key, name, role)})
+		if err == nil {
+			err = setAside(keys.Path(role, name), key)
+		}
+		return rep, err
+	}
+	return call(c, revoke, c.String("key"), func(w *out, rep wire.RevokeReply) error {
+		p := rep.Principal
+		fmt.Fprintf(w, "%s %s: key %s revoked\n", p.Role, p.Name, p.Key)
+		switch {
+		case len(rep.Released) > 0:
+			fmt.Fprintf(w, "  released %d open hold(s), %s, to %s's account: %s\n", len(rep.Released), rep.ReleasedAmount, p.Name, strings.Join(rep.Released, ", "))
+		case p.Role == wire.RoleAgent:
+			fmt.Fprintf(w, "  host %s is retired: no bid goes there any more\n", p.Name)
+		}
+		return nil
+	})
+}
+
+// setAside renames the credentials file at path to <path>.revoked when it
+// holds key: a revoked key is never used again, and `principal add` then
+// makes a new one.
+func setAside(path, key string) error {
+	s, err := signing.LoadSigner(path)
+	if err != nil || s.Public() != key {
+		return nil // not there, or another key: nothing of the revoked one here
+	}
+	if err := os.Rename(path, path+".revoked"); err != nil {
+		return fmt.Errorf("key %s is revoked, but its credentials file could not be set aside: %w", key, err)
+	}
+	return nil
+}
+
+// rotatePrincipal is `bank principal rotate`: a new key for the principal,
+// registered with the admin's record while its live key is revoked, in
+// one request; the new key replaces the old in --creds only once the bank
+// has done both. The new seed waits in <file>.new meanwhile: the rotation
+// of a daemon's key (the bank's own) may close the connection its answer
+// would come on, and a key the bank registered must not be lost with the
+// answer. An unanswered request is asked again (the bank answers a done
+// rotation as done); a refused one removes the pending seed.
+func rotatePrincipal(c *ucli.Context) error {
+	name, role, err := principalFlags(c)
+	if err != nil {
+		return err
+	}
+	keys := credsDir(c)
+	admin, err := keys.Signer(wire.RoleAdmin, "admin")
+	if err != nil {
+		return err
+	}
+	fresh, err := signing.NewUserSigner()
+	if err != nil {
+		return err
+	}
+	path := keys.Path(role, name)
+	var req *wire.RotateRequest // the same request on every try
+	rotate := func(ctx context.Context, cl clients, _ string) (wire.RotateReply, error) {
+		if req == nil {
+			old, err := liveKey(ctx, cl, role, name)
+			if err != nil {
+				return wire.RotateReply{}, err
+			}
+			if err := signing.SaveSigner(path+".new", fresh); err != nil {
+				return wire.RotateReply{}, fmt.Errorf("keeping the new key before registering it: %w", err)
+			}
+			req = &wire.RotateRequest{Name: name, Role: role, Old: old, OldCert: signing.SealRevocation(admin, old, name, role),
+				Key: fresh.Public(), Cert: signing.SealPrincipal(admin, fresh.Public(), name, role)}
+		}
+		return cl.bank.RotatePrincipal(ctx, req)
+	}
+	done := func(ctx context.Context, cl clients, x string) (wire.RotateReply, error) {
+		rep, err := retried(rotate)(ctx, cl, x)
+		switch {
+		case err == nil:
+			if err = os.Rename(path+".new", path); err != nil {
+				err = fmt.Errorf("%s %s has the new key %s (in %s.new), but it could not replace %s: %w", role, name, fresh.Public(), path, path, err)
+			}
+		case req != nil && errors.Is(err, wire.ErrUnavailable):
+			err = fmt.Errorf("%w (the bank may have registered the new key %s: if `bank principal list` shows it, install %s.new as %s)",
+				err, fresh.Public(), path, path)
+		case req != nil:
+			_ = os.Remove(path + ".new") // refused: the key is nobody's
+		}
+		return rep, err
+	}
+	return call(c, done, "", func(w *out, rep wire.RotateReply) error {
+		_, err := fmt.Fprintf(w, "%s %s: new key %s, credentials %s; key %s revoked\n", rep.New.Role, rep.New.Name, rep.New.Key,
+			keys.Path(rep.New.Role, rep.New.Name), rep.Old.Key)
 		return err
 	})
 }

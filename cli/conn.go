@@ -37,9 +37,12 @@ import (
 // adminCommands are the commands an admin signs (by their path below
 // mrmarket): they connect as the admin even when they name a --user.
 var adminCommands = map[string]bool{
-	"bank grant":         true,
-	"bank income set":    true,
-	"bank principal add": true,
+	"bank grant":            true,
+	"bank income set":       true,
+	"bank principal add":    true,
+	"bank principal list":   true,
+	"bank principal revoke": true,
+	"bank principal rotate": true,
 }
 
 func flagTLSCA() *ucli.StringFlag {

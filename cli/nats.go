@@ -35,12 +35,12 @@ func natsCommand() *ucli.Command {
 			Usage: "print a nats-server configuration: TLS, JetStream, limits, and one NKey user per principal with its permissions",
 			UsageText: "mrmarket nats config --data .data > mrmarket.conf && nats-server -c mrmarket.conf\n" +
 				"   mrmarket nats config --store postgres://… --creds /etc/mrmarket/creds --tls /etc/mrmarket/tls --out /etc/nats/mrmarket.conf\n" +
-				"   after `mrmarket bank principal add`: regenerate, then nats-server --signal reload (or use --follow)",
+				"   after `mrmarket bank principal add`, `revoke` or `rotate`: regenerate, then nats-server --signal reload (or use --follow)",
 			Description: "The users are the principals of the bank's registry (--store) and the credentials in --creds\n" +
 				"(admin.nk, bank.nk, broker.nk, agents/<host>.nk, users/<name>.nk). The TLS certificate and\n" +
 				"CA in --tls are created when missing (names: 127.0.0.1, ::1, localhost, this host, --tls-name).\n" +
-				"With --out and --follow the file is rewritten whenever a principal is added, and the server\n" +
-				"whose pid is in --pid-file is told to reload (SIGHUP).",
+				"With --out and --follow the file is rewritten whenever a principal is added or revoked, and the\n" +
+				"server whose pid is in --pid-file is told to reload (SIGHUP): a revoked key's connections close.",
 			Flags: append(natsConfigFlags(),
 				&ucli.StringFlag{Name: "out", Usage: "write the configuration to this file (atomically) instead of stdout"},
 				&ucli.DurationFlag{Name: "follow", Usage: "with --out: check the registry this often and rewrite the file when it changes (0: once)"},
@@ -126,7 +126,7 @@ func natsServeCommand() *ucli.Command {
 		Description: "Writes the configuration `mrmarket nats config` prints to --conf and runs the embedded\n" +
 			"nats-server from that file: what it runs is what a real nats-server given the file runs.\n" +
 			"Every --follow it reads the principals again; when they changed it rewrites the file and\n" +
-			"reloads (new principals connect, removed ones are disconnected). It holds each principal's key\n" +
+			"reloads (new principals connect, revoked keys are disconnected). It holds each principal's key\n" +
 			"to its role's connection limit (closing the connections beyond: nats-server has none per user).\n" +
 			"The streams and buckets are the admin's to create: mrmarket nats assets. JetStream clustering needs\n" +
 			"--route on every node (listing every node, itself included, is the simplest). Nodes share\n" +
@@ -306,28 +306,34 @@ func natsConfig(c *ucli.Context) error {
 	}
 }
 
-// configPrincipals are the principals of the bank's store (when given)
-// and of the credentials in keys; the registry's role wins for a key in
-// both.
+// configPrincipals are the live principals of the bank's store (when
+// given) and of the credentials in keys; the registry's role wins for a
+// key in both, and a key the registry revoked is left out even when its
+// credentials file is still there.
 func configPrincipals(ctx context.Context, store string, keys signing.CredsDir) ([]wire.Principal, error) {
 	byKey := map[string]wire.Principal{}
+	revoked := map[string]bool{}
 	if store != "" {
 		b, err := bank.Open(store, bank.Options{})
 		if err != nil {
 			return nil, wire.Errorf(wire.ErrUnavailable, "reading principals: %v", err)
 		}
-		ps, err := b.Principals(ctx)
+		rep, err := b.ListPrincipals(ctx, &wire.PrincipalsRequest{})
 		b.Close()
 		if err != nil {
 			return nil, wire.Errorf(wire.ErrUnavailable, "reading principals: %v", err)
 		}
-		for _, p := range ps {
-			byKey[p.Key] = p
+		for _, p := range rep.Principals {
+			if p.Revoked != nil {
+				revoked[p.Key] = true
+				continue
+			}
+			byKey[p.Key] = wire.Principal{Key: p.Key, Name: p.Name, Role: p.Role}
 		}
 	}
 	add := func(path, role, name string) {
 		s, err := signing.LoadSigner(path)
-		if err != nil {
+		if err != nil || revoked[s.Public()] {
 			return
 		}
 		if _, ok := byKey[s.Public()]; !ok {

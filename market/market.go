@@ -28,6 +28,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -161,6 +162,11 @@ type Market struct {
 	stops    []func()
 	keys     signing.CredsDir
 	agentKey map[string]*signing.Signer // by host, registered before NATS starts
+	// agentStop stops each agent alone (RestartAgent), by host; runCtx is
+	// Run's, for an agent restarted while the market runs.
+	agentStop map[string]*stop.Stopper
+	runMu     sync.Mutex
+	runCtx    context.Context
 
 	// natsMu guards the embedded server's options across reloads (a
 	// principal added at the bank) and Close.
@@ -482,21 +488,74 @@ func (m *Market) registerAgents(ctx context.Context) error {
 // startAgents starts one agent per host, each on its own connection,
 // keeping its bid book in the data directory if asked to.
 func (m *Market) startAgents(ctx context.Context, now func() time.Time) error {
-	stateFile := func(string) string { return "" }
-	if m.cfg.AgentState {
-		stateFile = func(host string) string { return filepath.Join(m.cfg.Dir, "agents", host+".json") }
-	}
+	m.agentStop = map[string]*stop.Stopper{}
 	for _, h := range m.cfg.Hosts {
-		sim := agent.NewSimEnforcer(now, h.CPUs, h.VMs...)
-		a, err := daemon.StartAgent(ctx, daemon.AgentConfig{Env: m.env, Host: h.ID, Signer: m.agentKey[h.ID], Enforcer: sim,
-			Capacity: h.CPUs, IdleBelow: m.cfg.IdleBelow, StateFile: stateFile(h.ID), Tick: m.cfg.TickPeriod})
+		m.Sims[h.ID] = agent.NewSimEnforcer(now, h.CPUs, h.VMs...)
+		a, err := m.startAgent(ctx, h)
 		if err != nil {
 			return err
 		}
 		m.agentsd = append(m.agentsd, a)
 		m.Agents = append(m.Agents, a.Agent)
 		m.conns = append(m.conns, a.NC)
-		m.Sims[h.ID] = sim
+	}
+	return nil
+}
+
+// startAgent starts h's agent with its key and simulated host, under a
+// stopper of its own (stopped with the market, or by RestartAgent).
+func (m *Market) startAgent(ctx context.Context, h HostSpec) (*daemon.Agent, error) {
+	stateFile := ""
+	if m.cfg.AgentState {
+		stateFile = filepath.Join(m.cfg.Dir, "agents", h.ID+".json")
+	}
+	env := m.env
+	env.Stopper = stop.New()
+	m.stopper.AddCloser(env.Stopper.Stop)
+	m.agentStop[h.ID] = env.Stopper
+	return daemon.StartAgent(ctx, daemon.AgentConfig{Env: env, Host: h.ID, Signer: m.agentKey[h.ID], Enforcer: m.Sims[h.ID],
+		Capacity: h.CPUs, IdleBelow: m.cfg.IdleBelow, StateFile: stateFile, Tick: m.cfg.TickPeriod})
+}
+
+// AgentConn is host's agent's own NATS connection (nil for no such host).
+func (m *Market) AgentConn(host string) *nats.Conn {
+	for _, a := range m.agentsd {
+		if a.Host() == host {
+			return a.NC
+		}
+	}
+	return nil
+}
+
+// RestartAgent stops host's agent and starts it again with the key its
+// credentials file holds now, on the same simulated host (and bid book,
+// with Config.AgentState): what an operator's restart does after rotating
+// the agent's key (mrmarket bank principal rotate). Not concurrent with
+// Tick.
+func (m *Market) RestartAgent(ctx context.Context, host string) error {
+	i := slices.IndexFunc(m.Agents, func(a *agent.Agent) bool { return a.Host() == host })
+	if i < 0 {
+		return fmt.Errorf("market: no host %q", host)
+	}
+	s, err := m.keys.Signer(wire.RoleAgent, host)
+	if err != nil {
+		return err
+	}
+	m.agentStop[host].Stop()
+	m.agentKey[host] = s
+	spec := m.cfg.Hosts[slices.IndexFunc(m.cfg.Hosts, func(h HostSpec) bool { return h.ID == host })]
+	a, err := m.startAgent(ctx, spec)
+	if err != nil {
+		return err
+	}
+	if j := slices.Index(m.conns, m.agentsd[i].NC); j >= 0 {
+		m.conns[j] = a.NC
+	}
+	m.agentsd[i], m.Agents[i] = a, a.Agent
+	m.runMu.Lock()
+	defer m.runMu.Unlock()
+	if m.runCtx != nil {
+		return a.Run(m.runCtx)
 	}
 	return nil
 }
@@ -595,7 +654,7 @@ func heardAll(hosts []wire.HostPrice, n int, now time.Time) bool {
 		return false
 	}
 	for _, h := range hosts {
-		if h.Updated.Before(now) {
+		if h.Updated.Before(now) && !h.Retired { // a retired host's agent is silenced
 			return false
 		}
 	}
@@ -631,6 +690,9 @@ func (m *Market) Tick(ctx context.Context, now time.Time) error {
 // jobs), until ctx ends. The loops end then, or when the market closes;
 // Close waits for them.
 func (m *Market) Run(ctx context.Context) {
+	m.runMu.Lock()
+	m.runCtx = ctx
+	m.runMu.Unlock()
 	runs := []func(context.Context) error{m.bankd.Run, m.brokerd.Run}
 	for _, a := range m.agentsd {
 		runs = append(runs, a.Run)

@@ -8,7 +8,9 @@
 // in creds/ are NKey seeds): the server knows one NKey user per registered
 // principal and nothing else, so nobody connects anonymously. The users
 // are static NKey users generated from the bank's principal registry
-// (Users) and reloaded when a principal is added: the embedded server of
+// (Users, of its live keys) and reloaded when a principal is added or
+// revoked — a reload closes the connections of a key no longer there, and
+// the server refuses its reconnects: the embedded server of
 // `mrmarket up` reloads at once (natsutil.Reload), a standalone
 // nats-server is given a regenerated configuration (Config, `mrmarket nats
 // config`) and `nats-server --signal reload`. Static users were chosen
@@ -37,6 +39,10 @@
 //   - the agent of host H subscribes only to its own agent subjects
 //     (mrm.v1.agent.H.…), publishes only its own host state
 //     (mrm.v1.host.H.state) and its own MRM_HOSTS key;
+//   - the bank alone announces revoked keys (wire.RegistryRevoked), which
+//     the services that cache identities (bank, brokers, agents) hear —
+//     a notice counts only with the admin's records, so the permission
+//     guards against noise, not forgery;
 //   - services answer through allow_responses (a reply to a request they
 //     received), never through blanket publish rights on _INBOX.> — but
 //     the bank, whose answer to a principal's registration follows the
@@ -149,24 +155,24 @@ func Permissions(t Tables, p wire.Principal) *server.Permissions {
 			"$KV."+wire.BucketHosts+"."+p.Name,
 			"$JS.API.STREAM.INFO.KV_"+wire.BucketHosts,
 			events(p.Role))
-		sub = append(serves(t.Agent, p.Name), inbox, "$SRV.>")
+		sub = append(serves(t.Agent, p.Name), inbox, "$SRV.>", wire.RegistryRevoked)
 	case wire.RoleBroker:
 		pub = append(requests(t, p.Role), events(p.Role),
 			"$KV."+wire.BucketPlans+".>", "$KV."+wire.BucketNonces+".>")
 		pub = append(pub, jsRead("KV_"+wire.BucketPlans)...)
 		pub = append(pub, jsRead("KV_"+wire.BucketNonces)...)
 		pub = append(pub, jsRead("KV_"+wire.BucketHosts)...)
-		sub = append(serves(t.Broker, ""), wire.AllHostStates, inbox, "$SRV.>")
+		sub = append(serves(t.Broker, ""), wire.AllHostStates, inbox, "$SRV.>", wire.RegistryRevoked)
 	case wire.RoleBank:
 		// The bank also publishes on every inbox: its answer to `principal
 		// add` goes out after the server reloaded its users, and a reload
 		// forgets the replies allow_responses was expecting. The bank is the
 		// root of the money, and its replies are signed (clients that know
 		// the admin key believe only those).
-		pub = append(requests(t, p.Role), events(p.Role), "_INBOX.>")
+		pub = append(requests(t, p.Role), events(p.Role), "_INBOX.>", wire.RegistryRevoked)
 		// Its audit publisher reads the last bank event it fences behind.
 		pub = append(pub, "$JS.API.STREAM.INFO."+wire.StreamEvents, "$JS.API.STREAM.MSG.GET."+wire.StreamEvents)
-		sub = append(serves(t.Bank, ""), inbox, "$SRV.>")
+		sub = append(serves(t.Bank, ""), inbox, "$SRV.>", wire.RegistryRevoked)
 	default:
 		return nil
 	}

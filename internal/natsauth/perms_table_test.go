@@ -43,14 +43,15 @@ func TestJetStreamAPIPerRole(t *testing.T) {
 			publish: []string{
 				"mrm.v1.host.host-1.state", "$KV.MRM_HOSTS.host-1", "$JS.API.STREAM.INFO.KV_MRM_HOSTS", "mrm.v1.events.agent.>",
 			},
-			subscribe: []string{inbox, "$SRV.>"}, serves: tables().Agent},
+			subscribe: []string{inbox, "$SRV.>", "mrm.v1.registry.revoked"}, serves: tables().Agent},
 		{role: wire.RoleBroker, name: "broker",
 			publish: slices.Concat([]string{"mrm.v1.events.broker.>", "$KV.MRM_PLANS.>", "$KV.MRM_NONCES.>"},
 				jsRead("KV_MRM_PLANS"), jsRead("KV_MRM_NONCES"), jsRead("KV_MRM_HOSTS")),
-			subscribe: []string{"mrm.v1.host.*.state", inbox, "$SRV.>"}, serves: tables().Broker},
+			subscribe: []string{"mrm.v1.host.*.state", inbox, "$SRV.>", "mrm.v1.registry.revoked"}, serves: tables().Broker},
 		{role: wire.RoleBank, name: "bank",
-			publish:   []string{"mrm.v1.events.bank.>", "_INBOX.>", "$JS.API.STREAM.INFO.MRM_EVENTS", "$JS.API.STREAM.MSG.GET.MRM_EVENTS"},
-			subscribe: []string{inbox, "$SRV.>"}, serves: tables().Bank},
+			publish: []string{"mrm.v1.events.bank.>", "_INBOX.>", "$JS.API.STREAM.INFO.MRM_EVENTS", "$JS.API.STREAM.MSG.GET.MRM_EVENTS",
+				"mrm.v1.registry.revoked"},
+			subscribe: []string{inbox, "$SRV.>", "mrm.v1.registry.revoked"}, serves: tables().Bank},
 	} {
 		perms := natsauth.Permissions(tables(), wire.Principal{Key: tableKey, Name: c.name, Role: c.role})
 		var beyond []string
@@ -92,9 +93,11 @@ func TestJetStreamAPIPerRole(t *testing.T) {
 }
 
 // isRequest: s is a service's request subject (the tables' own, checked
-// by the tests of each role), not a stream, key, event, state or inbox.
+// by the tests of each role), not a stream, key, event, state, notice or
+// inbox.
 func isRequest(s string) bool {
-	return strings.HasPrefix(s, "mrm.v1.") && !strings.HasPrefix(s, "mrm.v1.events.") && !strings.HasPrefix(s, "mrm.v1.host.")
+	return strings.HasPrefix(s, "mrm.v1.") && !strings.HasPrefix(s, "mrm.v1.events.") && !strings.HasPrefix(s, "mrm.v1.host.") &&
+		!strings.HasPrefix(s, "mrm.v1.registry.")
 }
 
 func sorted(s []string) []string {

@@ -2,6 +2,7 @@ package natstest
 
 import (
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 
@@ -95,6 +96,19 @@ func (s *Secured) AddPrincipal(t testing.TB, ps ...wire.Principal) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.ps = append(s.ps, ps...)
+	s.opts.Users = natsauth.Users(s.tables, s.ps)
+	if err := natsutil.Reload(s.Server, s.opts); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Remove drops the principals of keys from the server's users, with one
+// reload: their connections are closed (a revocation).
+func (s *Secured) Remove(t testing.TB, keys ...string) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ps = slices.DeleteFunc(s.ps, func(p wire.Principal) bool { return slices.Contains(keys, p.Key) })
 	s.opts.Users = natsauth.Users(s.tables, s.ps)
 	if err := natsutil.Reload(s.Server, s.opts); err != nil {
 		t.Fatal(err)

@@ -35,7 +35,10 @@ Each component is also a nats.go/micro service: ` + "`$SRV.INFO.mrm-bank`" + `
 and the like list its endpoints, ` + "`$SRV.STATS.…`" + ` their request and error
 counts. The broker also subscribes to ` + "`mrm.v1.host.*.state`" + ` (agents'
 publications, not requests; every VM's owner and bids are in them, so
-only brokers and the admin may).`
+only brokers and the admin may). The bank announces each key it revoked on
+` + "`mrm.v1.registry.revoked`" + ` (` + "`wire.RevokedNotice`" + `, believed only with the admin's
+records), which the bank replicas, the brokers and the agents follow to
+forget the key at once.`
 
 // TestSubjectsDoc: docs/SUBJECTS.md is what the service tables say.
 func TestSubjectsDoc(t *testing.T) {

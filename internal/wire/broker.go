@@ -411,6 +411,9 @@ type HostPrice struct {
 	VMs     int       `json:"vms"`
 	Funded  int       `json:"funded"`
 	Updated time.Time `json:"updated"`
+	// Retired: the host's agent key was revoked (not rotated): the host is
+	// down, its VMs are offered to nobody and no bid goes there.
+	Retired bool `json:"retired,omitempty"`
 }
 
 // PriceReply answers a PriceRequest, hosts sorted by id.

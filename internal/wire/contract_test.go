@@ -117,6 +117,27 @@ var messages = []message{
 		"no key":      `{"v":1}`,
 		"account key": `{"v":1,"key":"` + accountKey + `"}`,
 	}},
+	{"principals", vs(&wire.PrincipalsRequest{}, &wire.PrincipalsRequest{Role: wire.RoleAgent, Name: "host-1", Live: true}), map[string]string{
+		"unknown role": `{"v":1,"role":"root"}`,
+		"dotted name":  `{"v":1,"name":"a.b"}`,
+	}},
+	{"principals", vs(revoke), map[string]string{
+		"not a key":    with(revoke, "key", "Uxyz"),
+		"account key":  with(revoke, "key", accountKey),
+		"unknown role": with(revoke, "role", "root"),
+		"no name":      with(revoke, "name", absent),
+	}},
+	{"principals", vs(rotate), map[string]string{
+		"the same key":  with(rotate, "key", otherUserKey),
+		"old not a key": with(rotate, "old", "Uxyz"),
+		"no old key":    with(rotate, "old", absent),
+		"unknown role":  with(rotate, "role", "root"),
+	}},
+	{"principals", vs(revoked, &wire.RevokedNotice{Key: userKey, Name: "alice", Role: wire.RoleUser, Record: sealed}), map[string]string{
+		"successor not a key": with(revoked, "successor", "Uxyz"),
+		"no key":              with(revoked, "key", absent),
+		"spaced name":         with(revoked, "name", "a b"),
+	}},
 	// broker.go
 	{"broker", vs(spend, workflowSpend), map[string]string{
 		"unknown strategy":      with(spend, "strategy", "greedy"),
@@ -212,6 +233,8 @@ var (
 
 	userKey    = publicKey(nkeys.CreateUser)
 	accountKey = publicKey(nkeys.CreateAccount)
+	// otherUserKey is a second user key: a rotation's old key.
+	otherUserKey = publicKey(nkeys.CreateUser)
 
 	signedSpend = &wire.SignedRequest{Subject: wire.BrokerSpend, Key: userKey, Time: "1767322245000000006", Nonce: "bm9uY2U",
 		Sig: "c2ln", Body: []byte(`{"v":1,"user":"alice"}`)}
@@ -224,6 +247,9 @@ var (
 	capture   = &wire.CaptureBatch{Host: "host-1", Tick: 3, Legs: []wire.CaptureLeg{{ID: "l-1", Hold: "h-1", VM: "vm1", Cumulative: 7, Owner: "alice"}}}
 	extend    = &wire.ExtendRequest{ID: "x-1", Hold: "h-1", User: "alice", Amount: 5, Mandate: signedSpend}
 	principal = &wire.PrincipalRequest{Key: userKey, Name: "alice", Role: wire.RoleUser, Cert: sealed}
+	revoke    = &wire.RevokeRequest{Key: userKey, Name: "alice", Role: wire.RoleUser, Cert: sealed}
+	rotate    = &wire.RotateRequest{Name: "alice", Role: wire.RoleUser, Old: otherUserKey, OldCert: sealed, Key: userKey, Cert: sealed}
+	revoked   = &wire.RevokedNotice{Key: otherUserKey, Name: "alice", Role: wire.RoleUser, Record: sealed, Successor: userKey, SuccessorRecord: sealed}
 	spend     = &wire.SpendRequest{ID: "p-1", User: "alice", Budget: 1000, Duration: wire.Duration(time.Hour), VMs: []string{"a1", "a2"},
 		Strategy: wire.StrategyBestResp, HostWeights: map[string]float64{"host-1": 1, "host-2": 0}}
 	workflowSpend = &wire.SpendRequest{User: "alice", Budget: 1000, Duration: wire.Duration(90 * time.Minute), Strategy: wire.StrategyStageBottleneck,
