@@ -14,6 +14,7 @@ import (
 
 	"github.com/mrmarket/mrmarket/bank"
 	"github.com/mrmarket/mrmarket/broker"
+	"github.com/mrmarket/mrmarket/internal/mandate"
 	"github.com/mrmarket/mrmarket/internal/money"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
@@ -186,6 +187,10 @@ func spendRequest(c *ucli.Context, user string) (*wire.SpendRequest, error) {
 	if req.HostWeights, err = parseHostWeights(c.StringSlice("host-weight")); err != nil {
 		return nil, err
 	}
+	// The user signs how fast the plan may spend, from its strategy: the
+	// bank captures and the agents charge no faster (package mandate). An
+	// unknown strategy signs none, and the broker says what is wrong.
+	_ = mandate.SignCaps(req)
 	req.V = wire.Version
 	return req, nil
 }
