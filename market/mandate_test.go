@@ -130,9 +130,10 @@ func TestBankChecksBrokersMandates(t *testing.T) {
 	spend := &wire.SpendRequest{ID: "pa", User: "alice", Budget: credits(t, "2"), Duration: wire.Duration(time.Hour), VMs: []string{"a1"}, Strategy: wire.StrategyFair}
 	good := signMandate(t, alice, wire.BrokerSpend, spend)
 	bobs := signMandate(t, bob, wire.BrokerSpend, &wire.SpendRequest{ID: "pa", User: "bob", Budget: credits(t, "2"), Duration: wire.Duration(time.Hour), VMs: []string{"b1"}, Strategy: wire.StrategyFair})
-	exp := clock.Add(2 * time.Hour)
+	exp := clock.Add(time.Hour) // within the mandate's period
 	hold := func(id, amount string, md *wire.SignedRequest) error {
-		_, err := asBroker.Hold(ctx, &wire.HoldRequest{ID: id, User: "alice", Amount: credits(t, amount), Expires: exp, Mandate: md})
+		_, err := asBroker.Hold(ctx, &wire.HoldRequest{ID: id, User: "alice", Amount: credits(t, amount), Expires: exp, Mandate: md,
+			Hosts: []string{"host-1"}, Placement: []wire.Placed{{VM: "a1", Host: "host-1"}}})
 		return err
 	}
 	l0 := checkLedger(t, bc)
@@ -360,7 +361,7 @@ func TestAdjustRetriedAppliesOnce(t *testing.T) {
 // replica restarted, is refused and holds nothing twice.
 func TestReplayToAnotherReplicaAndAfterRestart(t *testing.T) {
 	ctx := context.Background()
-	m, _, bc, _ := testMarket(t)
+	m, clock, bc, _ := testMarket(t)
 	grant(t, bc, "bob", "10")
 	replica := func(name string) func() {
 		nc, err := m.NC(name)
@@ -374,7 +375,7 @@ func TestReplayToAnotherReplicaAndAfterRestart(t *testing.T) {
 		}
 		brokerKey := signer(t, m, wire.RoleBroker, "broker")
 		b, err := broker.New(broker.Config{NC: nc, Bank: bank.Client{NC: nc, Signer: brokerKey}, Signer: brokerKey,
-			Identities: bank.Client{NC: nc}, Plans: plans, Replica: name})
+			Identities: bank.Client{NC: nc}, Plans: plans, Replica: name, Now: func() time.Time { return *clock }})
 		if err != nil {
 			t.Fatal(err)
 		}
