@@ -109,20 +109,8 @@ func stolenAgentKeyClass() class {
 				t.Fatalf("bank: alice paid %s, her schedule allows %s by now", spent, allowed)
 			}
 		}},
-		{"leg-for-a-vm-that-does-not-exist", func(t *testing.T, e *env) {
-			before := e.snapshot()
-			res := e.stolenCapture(t, wire.CaptureLeg{ID: e.alicePlan.Hold + "/host-1/ghost/1", Hold: e.alicePlan.Hold, VM: "ghost", Owner: "alice",
-				Cumulative: credits(1)})
-			legRefused(t, res, "does not place the VM")
-			e.unchanged(t, before)
-		}},
-		{"leg-for-bobs-vm-on-alices-hold", func(t *testing.T, e *env) {
-			before := e.snapshot()
-			res := e.stolenCapture(t, wire.CaptureLeg{ID: e.alicePlan.Hold + "/host-1/b1/1", Hold: e.alicePlan.Hold, VM: "b1", Owner: "alice",
-				Cumulative: credits(1)})
-			legRefused(t, res, "does not place the VM")
-			e.unchanged(t, before)
-		}},
+		{"leg-for-a-vm-that-does-not-exist", notPlaced("ghost")},
+		{"leg-for-bobs-vm-on-alices-hold", notPlaced("b1")},
 		{"leg-on-the-hold-of-a-user-with-no-vm", func(t *testing.T, e *env) {
 			admin := bank.Client{NC: e.adminNC.Conn, Signer: e.admin}
 			if _, err := admin.Grant(e.ctx, &wire.GrantRequest{ID: "g-mallory", User: "mallory", Amount: credits(5)}); err != nil {
@@ -140,6 +128,18 @@ func stolenAgentKeyClass() class {
 			e.unchanged(t, before)
 		}},
 	}}
+}
+
+// notPlaced is host-1's key capturing a credit from alice's hold for vm,
+// which her plan does not place on host-1: refused, nothing moved.
+func notPlaced(vm string) func(t *testing.T, e *env) {
+	return func(t *testing.T, e *env) {
+		before := e.snapshot()
+		res := e.stolenCapture(t, wire.CaptureLeg{ID: e.alicePlan.Hold + "/host-1/" + vm + "/1", Hold: e.alicePlan.Hold, VM: vm, Owner: "alice",
+			Cumulative: credits(1)})
+		legRefused(t, res, "does not place the VM")
+		e.unchanged(t, before)
+	}
 }
 
 // honestCharge is what host-1's agent has charged on vm for its bids by
