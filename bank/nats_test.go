@@ -232,7 +232,8 @@ func testBadRequestsOverNATS(t *testing.T, target string) {
 		{"capture as a wrong beneficiary", nil, nil, wire.CodeForbidden},
 		{"negative capture", s.signed(t, s.signer(t, wire.RoleAgent, "host-1"), wire.BankCapture, leg("h-bob", -5)), wire.ErrBadRequest, ""},
 		{"income by a user", s.signed(t, alice, wire.BankIncome, &wire.IncomeSetRequest{Versioned: wire.Versioned{V: 1}, User: "alice", Amount: 5, Every: wire.Duration(time.Hour)}), signing.ErrRole, ""},
-		{"principal by a user", s.signed(t, alice, wire.BankPrincipal, &wire.PrincipalRequest{Versioned: wire.Versioned{V: 1}, Key: stranger.Public(), Name: "eve", Role: wire.RoleAdmin}), signing.ErrRole, ""},
+		{"principal by a user", s.signed(t, alice, wire.BankPrincipal,
+			&wire.PrincipalRequest{Versioned: wire.Versioned{V: 1}, Key: stranger.Public(), Name: "eve", Role: wire.RoleAdmin}), signing.ErrRole, ""},
 	}
 	// host-2 may not capture from h-bob (beneficiaries: host-1 only).
 	cases[25].msg = s.signed(t, s.signer(t, wire.RoleAgent, "host-2"), wire.BankCapture,
