@@ -11,7 +11,8 @@ ALTER TABLE holds ADD COLUMN vm_share BIGINT NOT NULL DEFAULT 0;
 
 -- A mandate hold's schedule: the hold's amount from its creation (ext ''),
 -- and each extension's from when it was made (ext: its id), each paid no
--- faster than evenly over its pace (Unix ns; the bank's clock).
+-- faster than evenly over its pace (Unix ns; the bank's clock). A capture
+-- reads them by hold id, as it reads the holds.
 CREATE TABLE hold_terms (
 	hold_user TEXT NOT NULL,
 	hold      TEXT NOT NULL,
@@ -21,6 +22,7 @@ CREATE TABLE hold_terms (
 	pace      BIGINT NOT NULL CHECK (pace > 0),
 	PRIMARY KEY (hold_user, hold, ext)
 );
+CREATE INDEX hold_terms_hold ON hold_terms (hold);
 
 -- A mandate hold's placement: the host each of its VMs runs on, the only
 -- host whose agent captures for it.
