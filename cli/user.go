@@ -129,7 +129,8 @@ func spendCommand() *ucli.Command {
 			"bottleneck (money moves from idle VMs to busy ones, --boost f in [0,1)), best-response\n" +
 			"(across hosts from their prices, --host-weight host=w) or stage-bottleneck (ours: stage\n" +
 			"weights across stages, bottleneck elimination within the active one). What is not spent when the plan\n" +
-			"ends goes back to you. A plan file is JSON:\n" +
+			"ends goes back to you. The request signs how fast the strategy may spend, in all and on one VM; the\n" +
+			"bank and the agents hold the broker to it. A plan file is JSON:\n" +
 			`  {"workflows": [{"name": "digg", "weight": 1, "stages": [{"name": "join", "weight": 20, "vms": ["a1", "a2"]}, …]}]}`,
 		Flags: marketFlags(
 			&ucli.StringFlag{Name: "budget", Usage: "credits to spend over the duration"},
