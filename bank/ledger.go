@@ -300,7 +300,8 @@ func (b *Bank) Hold(ctx context.Context, req *wire.HoldRequest) (wire.HoldReply,
 				return err
 			}
 			if _, err := t.exec(ctx, `INSERT INTO holds (user_id, id, amount, expires, status, beneficiaries, fingerprint, created, terms, vm_share)
-				VALUES (?, ?, ?, ?, 'open', ?, ?, ?, ?, ?)`, req.User, req.ID, int64(req.Amount), req.Expires.UnixNano(), benef, fp, now.UnixNano(), terms, share); err != nil {
+				VALUES (?, ?, ?, ?, 'open', ?, ?, ?, ?, ?)`,
+				req.User, req.ID, int64(req.Amount), req.Expires.UnixNano(), benef, fp, now.UnixNano(), terms, share); err != nil {
 				return err
 			}
 			if m != nil {

@@ -47,7 +47,8 @@ func TestPaceAndShareAreRead(t *testing.T) {
 		t.Errorf("hold until %s, want %s", got, want)
 	}
 	job := wire.JobSpec{Name: "etl", VMs: []string{"a1"}}
-	if m := read(wire.BrokerSubmit, &wire.SubmitRequest{ID: "j", User: "alice", BestEffort: true, Budget: 50, Job: job}); m.Pace != wire.MinPace || m.VMShare != wire.FullShare {
+	unpaced := read(wire.BrokerSubmit, &wire.SubmitRequest{ID: "j", User: "alice", BestEffort: true, Budget: 50, Job: job})
+	if m := unpaced; m.Pace != wire.MinPace || m.VMShare != wire.FullShare {
 		t.Errorf("unsigned submit: %v %d", m.Pace, m.VMShare)
 	}
 	dl := time.Now().Add(time.Hour)
