@@ -1,0 +1,357 @@
+package yarnfacade_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mrmarket/mrmarket/hadoopvm/worker"
+	"github.com/mrmarket/mrmarket/hadoopvm/workertest"
+	"github.com/mrmarket/mrmarket/hadoopvm/yarn"
+	"github.com/mrmarket/mrmarket/hadoopvm/yarnfacade"
+	"github.com/mrmarket/mrmarket/internal/testpoll"
+)
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return c
+}
+
+// wordCounts counts the words of texts the plainest way.
+func wordCounts(texts ...[]byte) map[string]int64 {
+	counts := map[string]int64{}
+	for _, b := range texts {
+		for _, w := range strings.Fields(string(b)) {
+			counts[w]++
+		}
+	}
+	return counts
+}
+
+// parseCounts reads "word\tcount\n" lines.
+func parseCounts(t *testing.T, b []byte) map[string]int64 {
+	t.Helper()
+	out := map[string]int64{}
+	for _, line := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
+		if line == "" {
+			continue
+		}
+		w, c, ok := strings.Cut(line, "\t")
+		n, err := strconv.ParseInt(c, 10, 64)
+		if !ok || err != nil {
+			t.Fatalf("output line %q", line)
+		}
+		if _, dup := out[w]; dup {
+			t.Fatalf("word %q twice in one reduce's output", w)
+		}
+		out[w] = n
+	}
+	return out
+}
+
+// TestWordCountOnInProcessWorkers: a word count over two workers' splits
+// gives the counts a plain count of the inputs gives, each word in one
+// reduce's output in byte order; the facade serves the job as the monitor
+// reads YARN, its ARIA profile included.
+func TestWordCountOnInProcessWorkers(t *testing.T) {
+	c := workertest.InProcess(t, workertest.Options{Inputs: []worker.Input{{Kind: worker.WordCount, Splits: 3, SplitBytes: 256 << 10, Seed: 7}}})
+	res, err := c.Run(ctx(t), c.Job("wc", worker.WordCount, 2, 0.5))
+	if err != nil || !res.Succeeded {
+		t.Fatalf("job: %+v %v", res, err)
+	}
+	var inputs [][]byte
+	for _, vm := range c.Workers {
+		b, err := c.Input(vm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inputs = append(inputs, b)
+	}
+	want := wordCounts(inputs...)
+	outs, err := c.Output(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for r, out := range outs {
+		lines := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+		if !slices.IsSorted(lines) {
+			t.Errorf("reduce %d's output is not in order", r)
+		}
+		for w, n := range parseCounts(t, out) {
+			if _, dup := got[w]; dup {
+				t.Errorf("word %q in two reduces' outputs", w)
+			}
+			got[w] = n
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("%d words counted, want %d", len(got), len(want))
+	}
+	for w, n := range want {
+		if got[w] != n {
+			t.Errorf("%q counted %d, want %d", w, got[w], n)
+		}
+	}
+	var total int64
+	for _, n := range want {
+		total += n
+	}
+	if res.MapCounters.RecordsIn != total || res.MapCounters.BytesRead != 6*256<<10 {
+		t.Errorf("map counters %+v, want %d words and all the input read", res.MapCounters, total)
+	}
+
+	// The monitor reads the finished job from the history server.
+	m := c.Monitor()
+	p, err := m.JobProgress(ctx(t), "alice", "wc")
+	if err != nil || !p.Done || !p.Succeeded || p.MapsDone != 6 || p.ReducesDone != 2 {
+		t.Fatalf("job progress %+v %v", p, err)
+	}
+	prof, err := m.ProfileJob(ctx(t), p.Job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dur := res.Finished.Sub(res.Started).Seconds()
+	if prof.Maps != 6 || prof.Reduces != 2 || prof.MapAvg <= 0 || prof.MapMax > dur || prof.ReduceAvg < 0 || prof.ShTypAvg > dur ||
+		prof.InputPerMap != 256<<10 || prof.MapSelectivity <= 0 || prof.ReduceSelectivity <= 0 {
+		t.Fatalf("profile %+v of a job of %.3f s", prof, dur)
+	}
+	for _, a := range res.Attempts {
+		if !a.OK || a.Finish.Before(a.Start) || a.Reduce && (a.ShuffleEnd.Before(a.Start) || a.MergeEnd.Before(a.ShuffleEnd) || a.Finish.Before(a.MergeEnd)) {
+			t.Errorf("attempt %+v", a)
+		}
+	}
+}
+
+// TestSortOnInProcessWorkers: a sort's reduces write the input's records,
+// each once, in key order across the reduces.
+func TestSortOnInProcessWorkers(t *testing.T) {
+	c := workertest.InProcess(t, workertest.Options{Inputs: []worker.Input{{Kind: worker.Sort, Splits: 2, SplitBytes: 128 << 10, Seed: 3}}})
+	res, err := c.Run(ctx(t), c.Job("sort", worker.Sort, 3, 1))
+	if err != nil || !res.Succeeded {
+		t.Fatalf("job: %+v %v", res, err)
+	}
+	var want [][]byte
+	for _, vm := range c.Workers {
+		b, err := c.Input(vm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range c.Splits(vm, worker.Sort) {
+			split := b[s.Offset : s.Offset+s.Length]
+			for r := 0; r+worker.RecordSize <= len(split) && split[r] != '\n'; r += worker.RecordSize {
+				want = append(want, split[r:r+worker.RecordSize])
+			}
+		}
+	}
+	slices.SortFunc(want, bytes.Compare)
+	outs, err := c.Output(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := bytes.Join(outs, nil)
+	if !bytes.Equal(got, bytes.Join(want, nil)) {
+		t.Fatalf("sorted output of %d bytes differs from the %d records sorted", len(got), len(want))
+	}
+	if res.ReduceCounters.ShuffleBytes != int64(len(got)) {
+		t.Errorf("shuffled %d bytes, want all %d", res.ReduceCounters.ShuffleBytes, len(got))
+	}
+}
+
+// TestMapsReadRemoteSplits: a job whose splits are all on one worker runs
+// maps on the other too, which reads them from the first's data server.
+func TestMapsReadRemoteSplits(t *testing.T) {
+	c := workertest.InProcess(t, workertest.Options{Slots: 1, Inputs: []worker.Input{{Kind: worker.WordCount, Splits: 6, SplitBytes: 64 << 10, Seed: 1}}})
+	spec := c.Job("remote", worker.WordCount, 1, 1)
+	spec.Splits = c.Splits(c.Workers[0], worker.WordCount)
+	res, err := c.Run(ctx(t), spec)
+	if err != nil || !res.Succeeded {
+		t.Fatalf("job: %+v %v", res, err)
+	}
+	remote := 0
+	for _, a := range res.Attempts {
+		if !a.Reduce && a.VM != c.Workers[0] {
+			remote++
+		}
+	}
+	in, err := c.Input(c.Workers[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	outs, err := c.Output(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, got := wordCounts(in), parseCounts(t, outs[0])
+	if remote == 0 || len(got) != len(want) {
+		t.Fatalf("%d maps ran remotely; %d words counted, want %d", remote, len(got), len(want))
+	}
+	for w, n := range want {
+		if got[w] != n {
+			t.Fatalf("%q counted %d, want %d", w, got[w], n)
+		}
+	}
+}
+
+// fakeWorker is a control channel's guest end answering the facade's
+// commands with answer (nil: no answer), for the facade's own behaviour.
+func fakeWorker(t *testing.T, f *yarnfacade.Facade, vm string, slots int, answer func(worker.Command) *worker.Event) net.Conn {
+	guestEnd, hostEnd := net.Pipe()
+	t.Cleanup(func() { guestEnd.Close() })
+	f.Attach(vm, hostEnd)
+	c := worker.NewConn(guestEnd)
+	go func() {
+		if c.Send(worker.Event{Type: worker.EvHello, VM: vm, Slots: slots}) != nil {
+			return
+		}
+		for {
+			var cmd worker.Command
+			if c.Recv(&cmd) != nil {
+				return
+			}
+			if ev := answer(cmd); ev != nil {
+				if c.Send(*ev) != nil {
+					return
+				}
+			}
+		}
+	}()
+	return guestEnd
+}
+
+func facade(t *testing.T) (*yarnfacade.Facade, *yarn.Monitor) {
+	f := yarnfacade.New(yarnfacade.Config{Logf: t.Logf})
+	t.Cleanup(f.Close)
+	srv := httptest.NewServer(f.Handler())
+	t.Cleanup(srv.Close)
+	return f, &yarn.Monitor{RM: srv.URL, History: srv.URL, Retries: 1, Backoff: 10 * time.Millisecond}
+}
+
+func splits(vm string, n int) []worker.Split {
+	return worker.Input{Kind: worker.WordCount, Splits: n, SplitBytes: worker.BlockSize}.SplitsOn(vm)
+}
+
+// TestFailedAttemptsRunAgain: an attempt that fails is run again and the
+// job succeeds; the REST shapes show both attempts. A task failing
+// MaxAttempts times fails its job.
+func TestFailedAttemptsRunAgain(t *testing.T) {
+	f, m := facade(t)
+	tries, order := map[string]int{}, map[string]int{} // order: the jobs as they came, from 1
+	fakeWorker(t, f, "w0", 2, func(cmd worker.Command) *worker.Event {
+		if cmd.Type != worker.CmdMap && cmd.Type != worker.CmdReduce {
+			return nil
+		}
+		if order[cmd.Job] == 0 {
+			order[cmd.Job] = len(order) + 1
+		}
+		key := fmt.Sprint(cmd.Job, cmd.Type, cmd.Index)
+		tries[key]++
+		first, doomed := order[cmd.Job] == 1, order[cmd.Job] == 2
+		if cmd.Type == worker.CmdMap && cmd.Index == 0 && (first && tries[key] == 1 || doomed) {
+			return &worker.Event{Type: worker.EvDone, Attempt: cmd.Attempt, Error: "disk on fire"}
+		}
+		return &worker.Event{Type: worker.EvDone, Attempt: cmd.Attempt, OK: true, Output: &worker.Extent{}}
+	})
+	if err := f.Ready(ctx(t), "w0"); err != nil {
+		t.Fatal(err)
+	}
+	app, err := f.Submit(yarnfacade.JobSpec{Name: "flaky", User: "bob", Kind: worker.WordCount, Splits: splits("w0", 2), Reduces: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := f.Wait(ctx(t), app)
+	if err != nil || !res.Succeeded {
+		t.Fatalf("job: %+v %v", res, err)
+	}
+	atts, err := m.Attempts(ctx(t), "", yarn.JobID(app), yarn.TaskID(app, yarn.TypeMap, 0))
+	if err != nil || len(atts) != 2 || atts[0].State != yarn.StateFailed || atts[0].Diagnostics != "disk on fire" || atts[1].State != yarn.StateSucceed {
+		t.Fatalf("map 0's attempts: %+v %v", atts, err)
+	}
+	// The second job's map 0 always fails: four attempts, then the job.
+	app2, err := f.Submit(yarnfacade.JobSpec{Name: "doomed", User: "bob", Kind: worker.WordCount, Splits: splits("w0", 2), Reduces: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err = f.Wait(ctx(t), app2)
+	if err != nil || res.Succeeded || !strings.Contains(res.Diagnostics, "failed 4 times") {
+		t.Fatalf("doomed job: %+v %v", res, err)
+	}
+	p, err := m.JobProgress(ctx(t), "bob", "doomed")
+	if err != nil || !p.Done || p.Succeeded {
+		t.Fatalf("doomed job's progress: %+v %v", p, err)
+	}
+}
+
+// TestLostWorkerFailsItsJobs: a worker whose channel ends fails the jobs
+// it had a part in, and its node is LOST.
+func TestLostWorkerFailsItsJobs(t *testing.T) {
+	f, m := facade(t)
+	fakeWorker(t, f, "w0", 1, func(cmd worker.Command) *worker.Event { return nil }) // takes tasks, never ends them
+	g := fakeWorker(t, f, "w1", 1, func(cmd worker.Command) *worker.Event { return nil })
+	if err := f.Ready(ctx(t), "w0", "w1"); err != nil {
+		t.Fatal(err)
+	}
+	app, err := f.Submit(yarnfacade.JobSpec{Name: "j", User: "bob", Kind: worker.WordCount, Splits: splits("w0", 4), Reduces: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var snap yarn.Snapshot
+	if err := testpoll.Wait(30*time.Second, 20*time.Millisecond, func() error {
+		snap, err = m.Snapshot(ctx(t))
+		if err != nil || len(snap.Nodes) != 2 || snap.Nodes[0].Running != 1 || snap.Nodes[1].Running != 1 {
+			return fmt.Errorf("snapshot %+v %v, want a map running on each worker", snap, err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	g.Close()
+	res, err := f.Wait(ctx(t), app)
+	if err != nil || res.Succeeded || !strings.Contains(res.Diagnostics, "w1 lost") {
+		t.Fatalf("job: %+v %v", res, err)
+	}
+	nodes, err := m.Nodes(ctx(t))
+	states := map[string]string{}
+	for _, nd := range nodes {
+		states[nd.NodeHostName] = nd.State
+	}
+	if err != nil || len(nodes) != 2 || states["w1"] != "LOST" || states["w0"] != "RUNNING" {
+		t.Fatalf("nodes %+v %v", nodes, err)
+	}
+}
+
+// TestReducesThatCouldHoldEverySlotAreRefused: slow start below 1 with as
+// many reduces as slots could wait forever; the job fails at once.
+func TestReducesThatCouldHoldEverySlotAreRefused(t *testing.T) {
+	f, _ := facade(t)
+	fakeWorker(t, f, "w0", 2, func(cmd worker.Command) *worker.Event { return nil })
+	if err := f.Ready(ctx(t), "w0"); err != nil {
+		t.Fatal(err)
+	}
+	app, err := f.Submit(yarnfacade.JobSpec{Name: "j", User: "bob", Kind: worker.WordCount, Splits: splits("w0", 4), Reduces: 2, SlowStart: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := f.Wait(ctx(t), app)
+	if err != nil || res.Succeeded || !strings.Contains(res.Diagnostics, "hold all 2 slots") {
+		t.Fatalf("job: %+v %v", res, err)
+	}
+	for _, bad := range []yarnfacade.JobSpec{
+		{Name: "j", User: "bob", Kind: "grep", Splits: splits("w0", 1), Reduces: 1},
+		{Name: "j", User: "bob", Kind: worker.Sort, Reduces: 1},
+		{Name: "j", User: "bob", Kind: worker.Sort, Splits: splits("w0", 1)},
+		{Name: "", User: "bob", Kind: worker.Sort, Splits: splits("w0", 1), Reduces: 1},
+	} {
+		if _, err := f.Submit(bad); err == nil {
+			t.Errorf("%+v accepted", bad)
+		}
+	}
+}
