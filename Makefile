@@ -5,12 +5,19 @@ TAGS        := libvirt_dlopen
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BIN         := bin/mrmarket
 
-.PHONY: all build demo up test fmt vet staticcheck unit faults bench results clean
+.PHONY: all build guest demo up test fmt vet staticcheck unit faults bench results clean
 
 all: build
 
 build:
 	$(GO) build -buildvcs=auto -tags $(TAGS) -o $(BIN) ./cli/mrmarket
+
+## guest: the worker guest (hadoopvm/worker) that `cluster create --guest` boots:
+## the distribution's kernel, an initramfs whose init is the static Go worker, and
+## mrm-guest (input images), into $(GUEST_DIR); reading Debian's kernel needs root
+GUEST_DIR ?= bin/guest
+guest:
+	bash .ci/guest.sh $(GUEST_DIR)
 
 ## demo: the whole market in one process, a scripted scenario in simulated time
 demo: build
