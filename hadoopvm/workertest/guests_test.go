@@ -1,0 +1,262 @@
+package workertest_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mrmarket/mrmarket/agent"
+	"github.com/mrmarket/mrmarket/cli"
+	"github.com/mrmarket/mrmarket/hadoopvm/cluster"
+	"github.com/mrmarket/mrmarket/hadoopvm/worker"
+	"github.com/mrmarket/mrmarket/hadoopvm/workertest"
+	"github.com/mrmarket/mrmarket/internal/testpoll"
+	"github.com/mrmarket/mrmarket/market"
+)
+
+// mrmarket runs the CLI in the test's process.
+func mrmarket(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	if code := cli.Main(append([]string{"mrmarket"}, args...), &out, &errb); code != 0 {
+		return out.String(), fmt.Errorf("mrmarket %s: exit %d: %s", strings.Join(args, " "), code, errb.String())
+	}
+	return out.String(), nil
+}
+
+// cliCreate creates the guests' cluster with `mrmarket cluster create`.
+func cliCreate(t *testing.T) func(cluster.Spec) ([]cluster.Node, error) {
+	return func(s cluster.Spec) ([]cluster.Node, error) {
+		u := func(n uint) string { return strconv.FormatUint(uint64(n), 10) }
+		args := []string{"cluster", "create", "--name", s.Name, "--owner", s.Owner, "--workers", strconv.Itoa(s.Workers),
+			"--host", s.Hosts[0].ID + "=" + s.Hosts[0].URI, "--guest", s.Guest, "--input-dir", s.InputDir, "--seed-dir", s.SeedDir,
+			"--images-dir", s.ImagesDir, "--bridge", s.Bridge, "--domain-type", s.DomainType, "--memory", u(s.MemoryMiB),
+			"--vcpus", u(s.VCPUs), "--scratch-mib", u(s.ScratchMiB), "--slots", strconv.Itoa(s.Slots)}
+		out, err := mrmarket(t, args...)
+		t.Logf("$ mrmarket %s\n%s", strings.Join(args, " "), out)
+		if err != nil {
+			return nil, err
+		}
+		members, err := mrmarket(t, "cluster", "list", "--host", s.Hosts[0].ID+"="+s.Hosts[0].URI, "--json")
+		if err != nil {
+			return nil, err
+		}
+		var ms []cluster.Member
+		if err := json.Unmarshal([]byte(members), &ms); err != nil {
+			return nil, err
+		}
+		nodes, err := cluster.Plan(s)
+		for _, n := range nodes {
+			if !slices.ContainsFunc(ms, func(m cluster.Member) bool { return m.VM == n.VM && m.Owner == s.Owner && m.Running }) {
+				return nil, fmt.Errorf("cluster list does not show %s running as %s's: %+v", n.VM, s.Owner, ms)
+			}
+		}
+		return nodes, err
+	}
+}
+
+// wordCounts counts the words of texts the plainest way.
+func wordCounts(texts ...[]byte) map[string]int64 {
+	counts := map[string]int64{}
+	for _, b := range texts {
+		for _, w := range strings.Fields(string(b)) {
+			counts[w]++
+		}
+	}
+	return counts
+}
+
+// TestJobsOnRealGuests boots two worker guests through `mrmarket cluster
+// create --guest --domain-type qemu` and runs a word count on them: the
+// maps read their splits from the guests' input disks, the reduces fetch
+// their partitions from both guests over the bridge, and the counts are a
+// plain count of the inputs'. `mrmarket jobs watch --yarn` follows the job
+// through the facade into a market's broker until it is done, and the YARN
+// monitor reads its ARIA profile from the facade's history server. A sort
+// on the same guests then shuffles all of its input between them.
+func TestJobsOnRealGuests(t *testing.T) {
+	wall := time.Now()
+	split := int64(4 << 20)
+	c := workertest.Guests(t, workertest.Options{Create: cliCreate(t), Inputs: []worker.Input{
+		{Kind: worker.WordCount, Splits: 4, SplitBytes: split, Seed: 11}, {Kind: worker.Sort, Splits: 2, SplitBytes: 2 << 20, Seed: 12}}})
+	booted := time.Since(wall)
+
+	// A market whose host has the guests as alice's VMs, for the watch to
+	// report to; its clock is the test's, so it moves only when ticked.
+	clock := time.Date(2026, 5, 1, 8, 0, 0, 0, time.UTC)
+	var vms []agent.VM
+	for _, vm := range c.Workers {
+		vms = append(vms, agent.VM{ID: vm, Owner: "alice"})
+	}
+	m, err := market.Start(context.Background(), market.Config{Dir: t.TempDir(), NATSPort: -1, Now: func() time.Time { return clock },
+		Hosts: []market.HostSpec{{ID: "host-1", CPUs: 2, VMs: vms}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	t.Setenv("MRM_CREDS", string(m.Keys()))
+	n := "--nats=" + m.URL
+	if _, err := mrmarket(t, "bank", "grant", n, "--user", "alice", "--amount", "100"); err != nil {
+		t.Fatal(err)
+	}
+	clock = clock.Add(10 * time.Second)
+	if err := m.Tick(context.Background(), clock); err != nil {
+		t.Fatal(err)
+	}
+	jobFile := filepath.Join(t.TempDir(), "wc.json")
+	vmList, _ := json.Marshal(c.Workers)
+	if err := os.WriteFile(jobFile, fmt.Appendf(nil, `{"name": "wc", "vms": %s, "maps": 8, "reduces": 2, "map_slots": 4, "reduce_slots": 4,
+		"profile": {"map_avg": 2, "map_max": 3, "reduce_avg": 1, "reduce_max": 2}}`, vmList), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := mrmarket(t, "submit", n, "--user", "alice", "--job", jobFile, "--budget", "50", "--id", "job-wc"); err != nil {
+		t.Fatal(err)
+	} else {
+		t.Logf("$ mrmarket submit --user alice --job wc.json --budget 50\n%s", out)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	jobStart := time.Now()
+	app, err := c.Facade.Submit(c.Job("wc", worker.WordCount, 2, 0.5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	watchArgs := []string{"jobs", "watch", n, "--user", "alice", "--job", jobFile, "--yarn", c.URL, "--history", c.URL, "--every", "1s"}
+	var wg sync.WaitGroup
+	var transcript string
+	var watchErr error
+	wg.Go(func() { transcript, watchErr = mrmarket(t, watchArgs...) })
+
+	// While the maps run, the monitor sees the guests busy.
+	mon := c.Monitor()
+	testpoll.CheckFor(t, time.Minute, 100*time.Millisecond, func() error {
+		snap, err := mon.Snapshot(ctx)
+		if err != nil {
+			return err
+		}
+		for _, nd := range snap.Nodes {
+			if nd.Running == 0 {
+				return fmt.Errorf("snapshot %+v: a guest idle", snap)
+			}
+		}
+		t.Logf("mid-job snapshot: %+v", snap)
+		return nil
+	})
+	res, err := c.Facade.Wait(ctx, app)
+	jobTime := time.Since(jobStart)
+	if err != nil || !res.Succeeded {
+		t.Fatalf("word count: %+v %v", res, err)
+	}
+	wg.Wait()
+	t.Logf("$ mrmarket jobs watch --user alice --job wc.json --yarn %s --history %s --every 1s\n%s", c.URL, c.URL, transcript)
+	if watchErr != nil || !strings.Contains(transcript, "job-wc wc: done, 100% (8/8 maps, 2/2 reduces)") {
+		t.Fatalf("jobs watch: %v", watchErr)
+	}
+
+	var inputs, texts [][]byte
+	for _, vm := range c.Workers {
+		b, err := c.Input(vm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inputs = append(inputs, b)
+		for _, s := range c.Splits(vm, worker.WordCount) {
+			texts = append(texts, b[s.Offset:s.Offset+s.Length])
+		}
+	}
+	want := wordCounts(texts...)
+	outs, err := c.Output(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for r, out := range outs {
+		for _, line := range strings.Split(strings.TrimSuffix(string(out), "\n"), "\n") {
+			w, cnt, ok := strings.Cut(line, "\t")
+			v, err := strconv.ParseInt(cnt, 10, 64)
+			if _, dup := got[w]; !ok || err != nil || dup {
+				t.Fatalf("reduce %d's output line %q", r, line)
+			}
+			got[w] = v
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("%d words counted, want %d", len(got), len(want))
+	}
+	for w, v := range want {
+		if got[w] != v {
+			t.Errorf("%q counted %d, want %d", w, got[w], v)
+		}
+	}
+	shuffledAcross := 0
+	for _, a := range res.Attempts {
+		if a.Reduce {
+			for _, mp := range res.Attempts {
+				if !mp.Reduce && mp.OK && mp.VM != a.VM {
+					shuffledAcross++
+				}
+			}
+		}
+		t.Logf("%s on %s: %.2f s %s", a.ID, a.VM, a.Finish.Sub(a.Start).Seconds(), phases(a.Start, a.ShuffleEnd, a.MergeEnd, a.Finish))
+	}
+	if shuffledAcross == 0 {
+		t.Error("no reduce fetched from the other guest")
+	}
+
+	// The ARIA profile, from the facade's history server.
+	prof, err := mon.ProfileJob(ctx, res.Job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobSecs := res.Finished.Sub(res.Started).Seconds()
+	t.Logf("ARIA profile of %s (%.1f s): %+v", res.Job, jobSecs, prof)
+	if prof.Maps != 8 || prof.Reduces != 2 || prof.MapMin <= 0 || prof.MapAvg < prof.MapMin || prof.MapMax < prof.MapAvg || prof.MapMax > jobSecs ||
+		prof.ReduceAvg <= 0 || prof.ReduceMax > jobSecs || prof.Sh1Max > jobSecs || prof.ShTypAvg <= 0 || prof.ShTypMax > jobSecs ||
+		prof.InputPerMap != split || prof.MapSelectivity <= 0 || prof.MapSelectivity >= 1 || prof.ReduceSelectivity <= 0 || prof.ReduceSelectivity >= 1 {
+		t.Errorf("the profile's phase times are not those of a %.1f s job of 8 maps and 2 reduces", jobSecs)
+	}
+
+	// A sort moves all of its input through the shuffle.
+	sortStart := time.Now()
+	sortSpec := c.Job("sort", worker.Sort, 2, 1)
+	sres, err := c.Run(ctx, sortSpec)
+	if err != nil || !sres.Succeeded {
+		t.Fatalf("sort: %+v %v", sres, err)
+	}
+	souts, err := c.Output(sres)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var records [][]byte
+	for _, s := range sortSpec.Splits {
+		in := inputs[slices.Index(c.Workers, s.VM)][s.Offset : s.Offset+s.Length]
+		for r := 0; r+worker.RecordSize <= len(in) && in[r] != '\n'; r += worker.RecordSize {
+			records = append(records, in[r:r+worker.RecordSize])
+		}
+	}
+	slices.SortFunc(records, bytes.Compare)
+	if !bytes.Equal(bytes.Join(souts, nil), bytes.Join(records, nil)) || len(records) == 0 {
+		t.Errorf("the sort's output is not the %d records in order", len(records))
+	}
+	t.Logf("wall times: boot %.1f s, word count %.1f s (%d MiB), sort %.1f s (%d MiB shuffled), test %.1f s",
+		booted.Seconds(), jobTime.Seconds(), res.MapCounters.BytesRead>>20, time.Since(sortStart).Seconds(),
+		sres.ReduceCounters.ShuffleBytes>>20, time.Since(wall).Seconds())
+}
+
+// phases shows a reduce's shuffle, merge and reduce times.
+func phases(start, shuffle, merge, end time.Time) string {
+	if shuffle.IsZero() {
+		return ""
+	}
+	return fmt.Sprintf("(shuffle %.2f, merge %.2f, reduce %.2f)", shuffle.Sub(start).Seconds(), merge.Sub(shuffle).Seconds(), end.Sub(merge).Seconds())
+}
