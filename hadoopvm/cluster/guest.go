@@ -115,7 +115,13 @@ func planGuests(s Spec) ([]Node, error) {
 func GuestFile(s Spec, vm, name string) string { return filepath.Join(s.SeedDir, vm, name) }
 
 // ScratchImage is a worker's scratch disk.
-func ScratchImage(s Spec, vm string) string { return filepath.Join(s.ImagesDir, vm+".scratch") }
+func ScratchImage(s Spec, vm string) string {
+	dir := s.ImagesDir
+	if dir == "" {
+		dir = s.SeedDir
+	}
+	return filepath.Join(dir, vm+".scratch")
+}
 
 // InputImage is a worker's input disk.
 func InputImage(s Spec, vm string) string { return filepath.Join(s.InputDir, vm+".img") }
