@@ -21,8 +21,8 @@ import (
 
 // Paths in the initramfs.
 const (
-	ModulesDir = "/modules"         // the virtio modules and their load-order
-	SeedDir    = "/seed"            // meta-data and user-data (a Config)
+	ModulesDir = "/modules" // the virtio modules and their load-order
+	SeedDir    = "/seed"    // meta-data and user-data (a Config)
 	UserData   = SeedDir + "/user-data"
 	LoadOrder  = ModulesDir + "/load-order"
 )

@@ -121,10 +121,10 @@ type Event struct {
 	Slots   int    `json:"slots,omitempty"`
 	Attempt string `json:"attempt,omitempty"`
 	// Progress is the attempt's, 0 to 1.
-	Progress float64 `json:"progress,omitempty"`
-	Phase    string  `json:"phase,omitempty"`
-	OK       bool    `json:"ok,omitempty"`
-	Error    string  `json:"error,omitempty"`
+	Progress float64  `json:"progress,omitempty"`
+	Phase    string   `json:"phase,omitempty"`
+	OK       bool     `json:"ok,omitempty"`
+	Error    string   `json:"error,omitempty"`
 	Counters Counters `json:"counters"`
 	// Output is where a reduce wrote its result on its scratch disk.
 	Output *Extent `json:"output,omitempty"`

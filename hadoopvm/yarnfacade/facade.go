@@ -145,8 +145,8 @@ type Facade struct {
 	model    *mapreduce.Cluster
 	attached []*node          // every channel attached, for Close
 	nodes    map[string]*node // the workers that said hello, by VM
-	jobs     map[string]*job // by application id
-	waiting  []*job          // submitted, some split's VM not up yet
+	jobs     map[string]*job  // by application id
+	waiting  []*job           // submitted, some split's VM not up yet
 	attempts map[string]*attempt
 	changed  chan struct{} // closed and replaced when a node or a job changes
 	closed   bool

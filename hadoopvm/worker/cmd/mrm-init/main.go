@@ -30,9 +30,7 @@ import (
 func main() {
 	log.SetFlags(0)
 	log.SetPrefix("mrm-init: ")
-	if err := run(); err != nil {
-		log.Print(err)
-	}
+	log.Print(run()) // it returns only on a fatal error
 	unix.Sync()
 	_ = unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
 	select {}
@@ -90,7 +88,8 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	log.Printf("%s: %s, input %d MiB, scratch %d MiB, control %s", cfg.VM, cfg.Address, input.Size()>>20, scratch.Size()>>20, path)
+	log.Printf("%s: %s, input %d MiB, scratch %d MiB, control %s, %d MiB available", cfg.VM, cfg.Address, input.Size()>>20, scratch.Size()>>20,
+		path, memAvailable()>>20)
 	ctx := context.Background()
 	for {
 		for r := retry.Start(ctx, sessionRetry); r.Next(); {
@@ -135,15 +134,23 @@ func (c *counting) Read(p []byte) (int, error) {
 // limitMemory keeps the Go heap within most of what the guest has: the
 // kernel and the initramfs hold the rest.
 func limitMemory() {
+	if avail := memAvailable(); avail > 0 {
+		debug.SetMemoryLimit(avail * 8 / 10)
+	}
+}
+
+// memAvailable is the guest's available memory in bytes (0: unknown).
+func memAvailable() int64 {
 	b, err := os.ReadFile("/proc/meminfo")
 	if err != nil {
-		return
+		return 0
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemAvailable:" {
 			if kb, err := strconv.ParseInt(f[1], 10, 64); err == nil {
-				debug.SetMemoryLimit(kb << 10 * 8 / 10)
+				return kb << 10
 			}
 		}
 	}
+	return 0
 }
