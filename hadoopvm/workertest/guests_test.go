@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -19,6 +21,8 @@ import (
 	"github.com/mrmarket/mrmarket/hadoopvm/cluster"
 	"github.com/mrmarket/mrmarket/hadoopvm/worker"
 	"github.com/mrmarket/mrmarket/hadoopvm/workertest"
+	"github.com/mrmarket/mrmarket/hadoopvm/yarn"
+	"github.com/mrmarket/mrmarket/hadoopvm/yarnfacade"
 	"github.com/mrmarket/mrmarket/internal/testpoll"
 	"github.com/mrmarket/mrmarket/market"
 )
@@ -226,12 +230,53 @@ func TestJobsOnRealGuests(t *testing.T) {
 		t.Errorf("the profile's phase times are not those of a %.1f s job of 8 maps and 2 reduces", jobSecs)
 	}
 
-	// A sort moves all of its input through the shuffle.
+	// A sort moves all of its input through the shuffle, here on links
+	// shaped into each guest at shuffleRate: the fetches from the other
+	// guest crawl, and their progress still arrives on the control channel.
+	const shuffleRate = 512 << 10
+	for _, vm := range c.Workers {
+		tap, err := c.Tap(vm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		shape(t, tap, shuffleRate)
+	}
 	sortStart := time.Now()
 	sortSpec := c.Job("sort", worker.Sort, 2, 1)
-	sres, err := c.Run(ctx, sortSpec)
+	sortApp, err := c.Facade.Submit(sortSpec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen time.Time // when a reduce was seen part way through its shuffle
+	testpoll.CheckFor(t, 2*time.Minute, 100*time.Millisecond, func() error {
+		for r := range 2 {
+			atts, err := mon.Attempts(ctx, sortApp, yarn.JobID(sortApp), yarn.TaskID(sortApp, yarn.TypeReduce, r))
+			if err != nil && !errors.Is(err, yarn.ErrNotFound) {
+				return err
+			}
+			for _, a := range atts {
+				if a.State == yarn.StateRunning && a.Progress > 0 && a.Progress < 100.0/3-1e-9 {
+					seen = time.Now()
+					return nil
+				}
+			}
+		}
+		return errors.New("no reduce seen part way through its shuffle")
+	})
+	sres, err := c.Facade.Wait(ctx, sortApp)
 	if err != nil || !sres.Succeeded {
 		t.Fatalf("sort: %+v %v", sres, err)
+	}
+	for _, a := range sres.Attempts {
+		t.Logf("%s on %s: %.2f s %s, %d KiB shuffled", a.ID, a.VM, a.Finish.Sub(a.Start).Seconds(), phases(a.Start, a.ShuffleEnd, a.MergeEnd, a.Finish),
+			a.Counters.ShuffleBytes>>10)
+		// Half of a reduce's input is on the other guest.
+		if a.Reduce && a.ShuffleEnd.Sub(a.Start).Seconds() < float64(a.Counters.ShuffleBytes)/2/shuffleRate/2 {
+			t.Errorf("%s shuffled %d KiB in %.2f s: the shaping did not hold", a.ID, a.Counters.ShuffleBytes>>10, a.ShuffleEnd.Sub(a.Start).Seconds())
+		}
+	}
+	if last := slices.MaxFunc(sres.Attempts, func(x, y yarnfacade.Attempt) int { return x.ShuffleEnd.Compare(y.ShuffleEnd) }); !last.ShuffleEnd.After(seen) {
+		t.Errorf("the reduces' progress was seen only after their shuffles (%v, last shuffle end %v)", seen, last.ShuffleEnd)
 	}
 	souts, err := c.Output(sres)
 	if err != nil {
@@ -248,9 +293,24 @@ func TestJobsOnRealGuests(t *testing.T) {
 	if !bytes.Equal(bytes.Join(souts, nil), bytes.Join(records, nil)) || len(records) == 0 {
 		t.Errorf("the sort's output is not the %d records in order", len(records))
 	}
-	t.Logf("wall times: boot %.1f s, word count %.1f s (%d MiB), sort %.1f s (%d MiB shuffled), test %.1f s",
+	t.Logf("wall times: boot %.1f s, word count %.1f s (%d MiB), sort %.1f s (%d MiB shuffled at %d KiB/s into each guest), test %.1f s",
 		booted.Seconds(), jobTime.Seconds(), res.MapCounters.BytesRead>>20, time.Since(sortStart).Seconds(),
-		sres.ReduceCounters.ShuffleBytes>>20, time.Since(wall).Seconds())
+		sres.ReduceCounters.ShuffleBytes>>20, shuffleRate>>10, time.Since(wall).Seconds())
+}
+
+// shape caps what enters a guest through its tap at rate bytes/s (HTB, as
+// the agent's network throttle does) until the test ends.
+func shape(t *testing.T, tap string, rate int) {
+	t.Helper()
+	for _, args := range [][]string{
+		{"qdisc", "replace", "dev", tap, "root", "handle", "1:", "htb", "default", "1"},
+		{"class", "add", "dev", tap, "parent", "1:", "classid", "1:1", "htb", "rate", fmt.Sprintf("%dbps", rate), "burst", "32k"},
+	} {
+		if out, err := exec.Command("tc", args...).CombinedOutput(); err != nil {
+			t.Fatalf("tc %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	t.Cleanup(func() { _ = exec.Command("tc", "qdisc", "del", "dev", tap, "root").Run() })
 }
 
 // phases shows a reduce's shuffle, merge and reduce times.

@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"libvirt.org/go/libvirt"
+	"libvirt.org/go/libvirtxml"
 
 	"github.com/mrmarket/mrmarket/hadoopvm/cluster"
 	"github.com/mrmarket/mrmarket/hadoopvm/worker"
@@ -115,6 +116,33 @@ type Cluster struct {
 	opts    Options
 	inputs  map[string]string // VM → input image
 	scratch map[string]string // VM → scratch image
+	conn    *libvirt.Connect  // Guests only
+}
+
+// Tap is a guest's tap on the bridge (Guests only): what the agent shapes.
+func (c *Cluster) Tap(vm string) (string, error) {
+	if c.conn == nil {
+		return "", fmt.Errorf("workertest: %s is not a guest", vm)
+	}
+	d, err := c.conn.LookupDomainByName(vm)
+	if err != nil {
+		return "", err
+	}
+	defer d.Free()
+	raw, err := d.GetXMLDesc(0)
+	if err != nil {
+		return "", err
+	}
+	var dom libvirtxml.Domain
+	if err := dom.Unmarshal(raw); err != nil {
+		return "", err
+	}
+	for _, i := range dom.Devices.Interfaces {
+		if i.Target != nil && i.Target.Dev != "" {
+			return i.Target.Dev, nil
+		}
+	}
+	return "", fmt.Errorf("workertest: %s has no tap", vm)
 }
 
 // inputsOf are a worker's inputs: the Options' with its seeds.
@@ -369,7 +397,7 @@ func Guests(t testing.TB, o Options) *Cluster {
 	bridge := bridgeName(o.Name)
 	makeBridge(t, bridge)
 
-	c := &Cluster{opts: o, Bridge: bridge, inputs: map[string]string{}, scratch: map[string]string{}}
+	c := &Cluster{opts: o, Bridge: bridge, inputs: map[string]string{}, scratch: map[string]string{}, conn: conn}
 	c.Spec = cluster.Spec{Name: o.Name, Owner: o.Owner, Workers: o.Workers, Hosts: []cluster.Host{{ID: "host-1", URI: QEMUURI}},
 		Guest: guest, InputDir: filepath.Join(dir, "inputs"), SeedDir: filepath.Join(dir, "seeds"), ImagesDir: dir,
 		Bridge: bridge, DomainType: "qemu", MemoryMiB: o.MemoryMiB, VCPUs: o.VCPUs, ScratchMiB: o.ScratchMiB, Slots: o.Slots}
@@ -391,7 +419,7 @@ func Guests(t testing.TB, o Options) *Cluster {
 		create = connector.Create
 	}
 	t.Cleanup(func() {
-		if t.Failed() {
+		if t.Failed() || testing.Verbose() {
 			for _, vm := range c.Workers {
 				if b, err := os.ReadFile(cluster.GuestFile(c.Spec, vm, "console.log")); err == nil {
 					t.Logf("%s console:\n%s", vm, b)
