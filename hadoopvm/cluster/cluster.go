@@ -152,6 +152,12 @@ type memberMeta struct {
 	Role    string   `xml:"role,attr"`
 }
 
+// metadata is a node's metadata element: its owner for the agent, its
+// cluster and role for List.
+func metadata(s Spec, n Node) *libvirtxml.DomainMetadata {
+	return &libvirtxml.DomainMetadata{XML: fmt.Sprintf(`<mrm:vm xmlns:mrm=%q owner=%q cluster=%q role=%q/>`, virt.Namespace, s.Owner, s.Name, n.Role)}
+}
+
 // DomainXML is the libvirt definition of a node.
 func DomainXML(s Spec, n Node) (string, error) {
 	if err := s.check(); err != nil {
@@ -160,32 +166,37 @@ func DomainXML(s Spec, n Node) (string, error) {
 	if s.Guest != "" {
 		return guestXML(s, n)
 	}
-	meta := fmt.Sprintf(`<mrm:vm xmlns:mrm=%q owner=%q cluster=%q role=%q/>`, virt.Namespace, s.Owner, s.Name, n.Role)
-	d := &libvirtxml.Domain{
-		Type:     s.DomainType,
-		Name:     n.VM,
-		Metadata: &libvirtxml.DomainMetadata{XML: meta},
-		Memory:   &libvirtxml.DomainMemory{Value: s.MemoryMiB, Unit: "MiB"},
-		VCPU:     &libvirtxml.DomainVCPU{Placement: "static", Value: s.VCPUs},
-		OS:       &libvirtxml.DomainOS{Type: &libvirtxml.DomainOSType{Arch: "x86_64", Type: "hvm"}},
-		Devices: &libvirtxml.DomainDeviceList{
-			Disks: []libvirtxml.DomainDisk{
-				{Device: "disk", Driver: &libvirtxml.DomainDiskDriver{Name: "qemu", Type: "qcow2"},
-					Source: &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: filepath.Join(s.ImagesDir, n.VM+".qcow2")}},
-					Target: &libvirtxml.DomainDiskTarget{Dev: "vda", Bus: "virtio"}},
-				{Device: "cdrom", Driver: &libvirtxml.DomainDiskDriver{Name: "qemu", Type: "raw"},
-					Source:   &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: seedISO(s, n)}},
-					Target:   &libvirtxml.DomainDiskTarget{Dev: "sda", Bus: "sata"},
-					ReadOnly: &libvirtxml.DomainDiskReadOnly{}},
-			},
-			Interfaces: []libvirtxml.DomainInterface{{
-				Source: &libvirtxml.DomainInterfaceSource{Network: &libvirtxml.DomainInterfaceSourceNetwork{Network: s.Network}},
-				Model:  &libvirtxml.DomainInterfaceModel{Type: "virtio"},
-			}},
-			MemBalloon: &libvirtxml.DomainMemBalloon{Model: "virtio"},
+	d := domain(s, n)
+	d.OS = &libvirtxml.DomainOS{Type: &libvirtxml.DomainOSType{Arch: "x86_64", Type: "hvm"}}
+	d.Devices = &libvirtxml.DomainDeviceList{
+		Disks: []libvirtxml.DomainDisk{
+			{Device: "disk", Driver: &libvirtxml.DomainDiskDriver{Name: "qemu", Type: "qcow2"},
+				Source: &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: filepath.Join(s.ImagesDir, n.VM+".qcow2")}},
+				Target: &libvirtxml.DomainDiskTarget{Dev: "vda", Bus: "virtio"}},
+			{Device: "cdrom", Driver: &libvirtxml.DomainDiskDriver{Name: "qemu", Type: "raw"},
+				Source:   &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: seedISO(s, n)}},
+				Target:   &libvirtxml.DomainDiskTarget{Dev: "sda", Bus: "sata"},
+				ReadOnly: &libvirtxml.DomainDiskReadOnly{}},
 		},
+		Interfaces: []libvirtxml.DomainInterface{{
+			Source: &libvirtxml.DomainInterfaceSource{Network: &libvirtxml.DomainInterfaceSourceNetwork{Network: s.Network}},
+			Model:  &libvirtxml.DomainInterfaceModel{Type: "virtio"},
+		}},
+		MemBalloon: &libvirtxml.DomainMemBalloon{Model: "virtio"},
 	}
 	return d.Marshal()
+}
+
+// domain is what every node's domain has: its name, type, size and
+// metadata.
+func domain(s Spec, n Node) *libvirtxml.Domain {
+	return &libvirtxml.Domain{
+		Type:     s.DomainType,
+		Name:     n.VM,
+		Metadata: metadata(s, n),
+		Memory:   &libvirtxml.DomainMemory{Value: s.MemoryMiB, Unit: "MiB"},
+		VCPU:     &libvirtxml.DomainVCPU{Placement: "static", Value: s.VCPUs},
+	}
 }
 
 func seedISO(s Spec, n Node) string { return filepath.Join(s.SeedDir, n.VM, "seed.iso") }

@@ -13,7 +13,6 @@ import (
 
 	"libvirt.org/go/libvirtxml"
 
-	"github.com/mrmarket/mrmarket/agent/virt"
 	"github.com/mrmarket/mrmarket/hadoopvm/worker"
 )
 
@@ -127,7 +126,6 @@ func ScratchImage(s Spec, vm string) string {
 func InputImage(s Spec, vm string) string { return filepath.Join(s.InputDir, vm+".img") }
 
 func guestXML(s Spec, n Node) (string, error) {
-	meta := fmt.Sprintf(`<mrm:vm xmlns:mrm=%q owner=%q cluster=%q role=%q/>`, virt.Namespace, s.Owner, s.Name, n.Role)
 	rawDisk := func(file, dev, serial string, readOnly bool) libvirtxml.DomainDisk {
 		d := libvirtxml.DomainDisk{Device: "disk",
 			Driver: &libvirtxml.DomainDiskDriver{Name: "qemu", Type: "raw", Cache: "none", IO: "native"},
@@ -145,31 +143,25 @@ func guestXML(s Spec, n Node) (string, error) {
 		iface.Source = &libvirtxml.DomainInterfaceSource{Network: &libvirtxml.DomainInterfaceSourceNetwork{Network: s.Network}}
 	}
 	port := uint(0)
-	d := &libvirtxml.Domain{
-		Type:     s.DomainType,
-		Name:     n.VM,
-		Metadata: &libvirtxml.DomainMetadata{XML: meta},
-		Memory:   &libvirtxml.DomainMemory{Value: s.MemoryMiB, Unit: "MiB"},
-		VCPU:     &libvirtxml.DomainVCPU{Placement: "static", Value: s.VCPUs},
-		OS: &libvirtxml.DomainOS{Type: &libvirtxml.DomainOSType{Arch: "x86_64", Machine: "pc", Type: "hvm"},
-			Kernel: filepath.Join(s.Guest, GuestKernel), Initrd: GuestFile(s, n.VM, GuestInitrd), Cmdline: "console=ttyS0 quiet panic=-1"},
-		OnReboot: "destroy",
-		Devices: &libvirtxml.DomainDeviceList{
-			Disks: []libvirtxml.DomainDisk{
-				rawDisk(ScratchImage(s, n.VM), "vda", worker.ScratchSerial, false),
-				rawDisk(InputImage(s, n.VM), "vdb", worker.InputSerial, true),
-			},
-			Interfaces: []libvirtxml.DomainInterface{iface},
-			Channels: []libvirtxml.DomainChannel{{
-				Source: &libvirtxml.DomainChardevSource{UNIX: &libvirtxml.DomainChardevSourceUNIX{Mode: "bind"}},
-				Target: &libvirtxml.DomainChannelTarget{VirtIO: &libvirtxml.DomainChannelTargetVirtIO{Name: worker.ControlPort}},
-			}},
-			Serials: []libvirtxml.DomainSerial{{
-				Source: &libvirtxml.DomainChardevSource{File: &libvirtxml.DomainChardevSourceFile{Path: GuestFile(s, n.VM, "console.log")}},
-				Target: &libvirtxml.DomainSerialTarget{Port: &port},
-			}},
-			MemBalloon: &libvirtxml.DomainMemBalloon{Model: "none"},
+	d := domain(s, n)
+	d.OS = &libvirtxml.DomainOS{Type: &libvirtxml.DomainOSType{Arch: "x86_64", Machine: "pc", Type: "hvm"},
+		Kernel: filepath.Join(s.Guest, GuestKernel), Initrd: GuestFile(s, n.VM, GuestInitrd), Cmdline: "console=ttyS0 quiet panic=-1"}
+	d.OnReboot = "destroy"
+	d.Devices = &libvirtxml.DomainDeviceList{
+		Disks: []libvirtxml.DomainDisk{
+			rawDisk(ScratchImage(s, n.VM), "vda", worker.ScratchSerial, false),
+			rawDisk(InputImage(s, n.VM), "vdb", worker.InputSerial, true),
 		},
+		Interfaces: []libvirtxml.DomainInterface{iface},
+		Channels: []libvirtxml.DomainChannel{{
+			Source: &libvirtxml.DomainChardevSource{UNIX: &libvirtxml.DomainChardevSourceUNIX{Mode: "bind"}},
+			Target: &libvirtxml.DomainChannelTarget{VirtIO: &libvirtxml.DomainChannelTargetVirtIO{Name: worker.ControlPort}},
+		}},
+		Serials: []libvirtxml.DomainSerial{{
+			Source: &libvirtxml.DomainChardevSource{File: &libvirtxml.DomainChardevSourceFile{Path: GuestFile(s, n.VM, "console.log")}},
+			Target: &libvirtxml.DomainSerialTarget{Port: &port},
+		}},
+		MemBalloon: &libvirtxml.DomainMemBalloon{Model: "none"},
 	}
 	return d.Marshal()
 }

@@ -121,32 +121,27 @@ func ConfigureNet(iface, cidr string) error {
 
 // FindDisk is the block device whose serial is serial (/dev/vdX).
 func FindDisk(serial string) (string, error) {
-	var found string
-	err := retry.Do(context.Background(), deviceWait, func(error) bool { return true }, func(context.Context) error {
-		devs, _ := filepath.Glob("/sys/block/*/serial")
-		for _, s := range devs {
-			if b, err := os.ReadFile(s); err == nil && strings.TrimSpace(string(b)) == serial {
-				found = "/dev/" + filepath.Base(filepath.Dir(s))
-				return nil
-			}
-		}
-		return fmt.Errorf("no disk with serial %s", serial)
-	})
-	return found, err
+	return findDevice("/sys/block/*/serial", serial, "disk with serial")
 }
 
 // FindPort is the virtio-serial port named name (/dev/vportNpM).
 func FindPort(name string) (string, error) {
+	return findDevice("/sys/class/virtio-ports/*/name", name, "virtio-serial port")
+}
+
+// findDevice waits for the device whose sysfs attribute (glob, one
+// device a match) reads want, and returns its /dev node.
+func findDevice(glob, want, what string) (string, error) {
 	var found string
 	err := retry.Do(context.Background(), deviceWait, func(error) bool { return true }, func(context.Context) error {
-		ports, _ := filepath.Glob("/sys/class/virtio-ports/*/name")
-		for _, p := range ports {
-			if b, err := os.ReadFile(p); err == nil && strings.TrimSpace(string(b)) == name {
-				found = "/dev/" + filepath.Base(filepath.Dir(p))
+		attrs, _ := filepath.Glob(glob)
+		for _, a := range attrs {
+			if b, err := os.ReadFile(a); err == nil && strings.TrimSpace(string(b)) == want {
+				found = "/dev/" + filepath.Base(filepath.Dir(a))
 				return nil
 			}
 		}
-		return fmt.Errorf("no virtio-serial port %s", name)
+		return fmt.Errorf("no %s %s", what, want)
 	})
 	return found, err
 }

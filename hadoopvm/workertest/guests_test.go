@@ -68,17 +68,6 @@ func cliCreate(t *testing.T) func(cluster.Spec) ([]cluster.Node, error) {
 	}
 }
 
-// wordCounts counts the words of texts the plainest way.
-func wordCounts(texts ...[]byte) map[string]int64 {
-	counts := map[string]int64{}
-	for _, b := range texts {
-		for _, w := range strings.Fields(string(b)) {
-			counts[w]++
-		}
-	}
-	return counts
-}
-
 // TestJobsOnRealGuests boots two worker guests through `mrmarket cluster
 // create --guest --domain-type qemu` and runs a word count on them: the
 // maps read their splits from the guests' input disks, the reduces fetch
@@ -167,40 +156,8 @@ func TestJobsOnRealGuests(t *testing.T) {
 		t.Fatalf("jobs watch: %v", watchErr)
 	}
 
-	var inputs, texts [][]byte
-	for _, vm := range c.Workers {
-		b, err := c.Input(vm)
-		if err != nil {
-			t.Fatal(err)
-		}
-		inputs = append(inputs, b)
-		for _, s := range c.Splits(vm, worker.WordCount) {
-			texts = append(texts, b[s.Offset:s.Offset+s.Length])
-		}
-	}
-	want := wordCounts(texts...)
-	outs, err := c.Output(res)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]int64{}
-	for r, out := range outs {
-		for _, line := range strings.Split(strings.TrimSuffix(string(out), "\n"), "\n") {
-			w, cnt, ok := strings.Cut(line, "\t")
-			v, err := strconv.ParseInt(cnt, 10, 64)
-			if _, dup := got[w]; !ok || err != nil || dup {
-				t.Fatalf("reduce %d's output line %q", r, line)
-			}
-			got[w] = v
-		}
-	}
-	if len(got) != len(want) {
-		t.Errorf("%d words counted, want %d", len(got), len(want))
-	}
-	for w, v := range want {
-		if got[w] != v {
-			t.Errorf("%q counted %d, want %d", w, got[w], v)
-		}
+	if err := c.CheckOutput(c.Job("wc", worker.WordCount, 2, 0.5), res); err != nil {
+		t.Error(err)
 	}
 	shuffledAcross := 0
 	for _, a := range res.Attempts {
@@ -278,20 +235,8 @@ func TestJobsOnRealGuests(t *testing.T) {
 	if last := slices.MaxFunc(sres.Attempts, func(x, y yarnfacade.Attempt) int { return x.ShuffleEnd.Compare(y.ShuffleEnd) }); !last.ShuffleEnd.After(seen) {
 		t.Errorf("the reduces' progress was seen only after their shuffles (%v, last shuffle end %v)", seen, last.ShuffleEnd)
 	}
-	souts, err := c.Output(sres)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var records [][]byte
-	for _, s := range sortSpec.Splits {
-		in := inputs[slices.Index(c.Workers, s.VM)][s.Offset : s.Offset+s.Length]
-		for r := 0; r+worker.RecordSize <= len(in) && in[r] != '\n'; r += worker.RecordSize {
-			records = append(records, in[r:r+worker.RecordSize])
-		}
-	}
-	slices.SortFunc(records, bytes.Compare)
-	if !bytes.Equal(bytes.Join(souts, nil), bytes.Join(records, nil)) || len(records) == 0 {
-		t.Errorf("the sort's output is not the %d records in order", len(records))
+	if err := c.CheckOutput(sortSpec, sres); err != nil {
+		t.Error(err)
 	}
 	t.Logf("wall times: boot %.1f s, word count %.1f s (%d MiB), sort %.1f s (%d MiB shuffled at %d KiB/s into each guest), test %.1f s",
 		booted.Seconds(), jobTime.Seconds(), res.MapCounters.BytesRead>>20, time.Since(sortStart).Seconds(),

@@ -21,6 +21,7 @@
 package workertest
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -29,6 +30,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -174,6 +176,19 @@ func (c *Cluster) Splits(vm, kind string) []worker.Split {
 
 // Input is the bytes of a worker's input disk.
 func (c *Cluster) Input(vm string) ([]byte, error) { return os.ReadFile(c.inputs[vm]) }
+
+// Inputs are the bytes of every worker's input disk, by VM.
+func (c *Cluster) Inputs() (map[string][]byte, error) {
+	out := map[string][]byte{}
+	for _, vm := range c.Workers {
+		b, err := c.Input(vm)
+		if err != nil {
+			return nil, err
+		}
+		out[vm] = b
+	}
+	return out, nil
+}
 
 // Job is a job of kind over every worker's splits of that kind, named
 // name, of the cluster's owner.
@@ -486,4 +501,93 @@ func makeBridge(t testing.TB, name string) {
 	if err := ip("link", "set", name, "up"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// CheckOutput checks a finished job's outputs against its splits
+// computed the plainest way: a word count's against a count of their
+// words (every word in one reduce's output, with its count, each output
+// in byte order), a sort's against their records sorted (the reduces'
+// outputs one after the other).
+func (c *Cluster) CheckOutput(spec yarnfacade.JobSpec, res yarnfacade.Result) error {
+	inputs, err := c.Inputs()
+	if err != nil {
+		return err
+	}
+	outs, err := c.Output(res)
+	if err != nil {
+		return err
+	}
+	splits := SplitBytes(inputs, spec.Splits)
+	switch spec.Kind {
+	case worker.WordCount:
+		return checkWordCount(WordCounts(splits...), outs)
+	case worker.Sort:
+		var recs [][]byte
+		for _, split := range splits {
+			recs = append(recs, records(split)...)
+		}
+		slices.SortFunc(recs, bytes.Compare)
+		if got := bytes.Join(outs, nil); !bytes.Equal(got, bytes.Join(recs, nil)) {
+			return fmt.Errorf("the sort's output (%d bytes) is not its %d records in order", len(got), len(recs))
+		}
+		return nil
+	}
+	return fmt.Errorf("workertest: no check for kind %q", spec.Kind)
+}
+
+// WordCounts counts the words of texts the plainest way.
+func WordCounts(texts ...[]byte) map[string]int64 {
+	counts := map[string]int64{}
+	for _, b := range texts {
+		for _, w := range strings.Fields(string(b)) {
+			counts[w]++
+		}
+	}
+	return counts
+}
+
+// checkWordCount checks a word count's outputs, one a reduce, against
+// want.
+func checkWordCount(want map[string]int64, outs [][]byte) error {
+	got := map[string]int64{}
+	for r, out := range outs {
+		var last string
+		for line := range strings.Lines(string(out)) {
+			w, c, ok := strings.Cut(strings.TrimSuffix(line, "\n"), "\t")
+			n, err := strconv.ParseInt(c, 10, 64)
+			if _, dup := got[w]; !ok || err != nil || dup || w <= last {
+				return fmt.Errorf("reduce %d's output line %q: malformed, out of order, or a word counted twice", r, line)
+			}
+			got[w], last = n, w
+		}
+	}
+	for w, n := range want {
+		if got[w] != n {
+			return fmt.Errorf("%q counted %d, want %d", w, got[w], n)
+		}
+	}
+	if len(got) != len(want) {
+		return fmt.Errorf("%d words counted, want %d", len(got), len(want))
+	}
+	return nil
+}
+
+// records are a split's records, as a sort's map reads them (up to the
+// padding).
+func records(split []byte) [][]byte {
+	var out [][]byte
+	for r := 0; r+worker.RecordSize <= len(split) && split[r] != '\n'; r += worker.RecordSize {
+		out = append(out, split[r:r+worker.RecordSize])
+	}
+	return out
+}
+
+// SplitBytes is the bytes of splits out of the workers' inputs (vm →
+// its input disk's bytes).
+func SplitBytes(inputs map[string][]byte, splits []worker.Split) [][]byte {
+	out := make([][]byte, len(splits))
+	for i, s := range splits {
+		out[i] = inputs[s.VM][s.Offset : s.Offset+s.Length]
+	}
+	return out
 }

@@ -231,29 +231,27 @@ func (s *Server) FinishAttempt(appID, attemptID string, at int64, ok bool, phase
 	return nil
 }
 
-// SetAppProgress sets an application's progress as its AM reports it
-// (percent).
-func (s *Server) SetAppProgress(appID string, progress float64) error {
+// withApp runs do on an application under the lock.
+func (s *Server) withApp(appID string, do func(a *serverApp)) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	a, ok := s.apps[appID]
 	if !ok {
 		return fmt.Errorf("yarn: no application %s", appID)
 	}
-	a.Progress = progress
+	do(a)
 	return nil
+}
+
+// SetAppProgress sets an application's progress as its AM reports it
+// (percent).
+func (s *Server) SetAppProgress(appID string, progress float64) error {
+	return s.withApp(appID, func(a *serverApp) { a.Progress = progress })
 }
 
 // SetCounters sets a job's counters (the history server and AM serve them).
 func (s *Server) SetCounters(appID string, groups []CounterGroup) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	a, ok := s.apps[appID]
-	if !ok {
-		return fmt.Errorf("yarn: no application %s", appID)
-	}
-	a.counters = groups
-	return nil
+	return s.withApp(appID, func(a *serverApp) { a.counters = groups })
 }
 
 // FinishApp ends an application successfully at at: its AM goes away and
@@ -263,20 +261,15 @@ func (s *Server) FinishApp(appID string, at int64) error { return s.EndApp(appID
 // EndApp ends an application at at, its job succeeded or failed: its AM
 // goes away and its job moves to the history server.
 func (s *Server) EndApp(appID string, at int64, succeeded bool) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	a, ok := s.apps[appID]
-	if !ok {
-		return fmt.Errorf("yarn: no application %s", appID)
-	}
-	a.State, a.FinalStatus, a.FinishedTime, a.amUp = StateFinished, "SUCCEEDED", at, false
-	a.job.State, a.job.FinishTime = StateSucceed, at
-	if succeeded {
-		a.Progress = 100
-	} else {
-		a.FinalStatus, a.job.State = StateFailed, StateFailed
-	}
-	return nil
+	return s.withApp(appID, func(a *serverApp) {
+		a.State, a.FinalStatus, a.FinishedTime, a.amUp = StateFinished, "SUCCEEDED", at, false
+		a.job.State, a.job.FinishTime = StateSucceed, at
+		if succeeded {
+			a.Progress = 100
+		} else {
+			a.FinalStatus, a.job.State = StateFailed, StateFailed
+		}
+	})
 }
 
 // Handler serves the ResourceManager's paths (with the AM proxy's) and the

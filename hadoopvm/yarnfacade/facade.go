@@ -46,11 +46,11 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 
@@ -418,7 +418,7 @@ func (f *Facade) admissible(j *job) bool {
 	}
 	var vms []*mapreduce.VM
 	slots := 0
-	for _, vm := range sortedKeys(f.nodes) {
+	for _, vm := range slices.Sorted(maps.Keys(f.nodes)) {
 		if n := f.nodes[vm]; n.up {
 			vms = append(vms, n.model)
 			j.vms = append(j.vms, vm)
@@ -438,15 +438,6 @@ func (f *Facade) admissible(j *job) bool {
 		Map: mapreduce.Dist{Mean: mapSecs}, Reduce: mapreduce.Dist{Mean: reduceSecs}}
 	j.model = f.model.Add(j.app, spec, vms, rand.New(rand.NewPCG(1, 2))) // constant Dists draw nothing
 	return true
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // schedule starts tasks on free slots; f.mu is held.
@@ -628,7 +619,7 @@ func (f *Facade) lost(n *node, err error) {
 	n.up = false
 	f.srv.SetNodeState(n.vm, "LOST")
 	f.logLocked("yarnfacade: lost %s: %v", n.vm, err)
-	for _, app := range sortedKeys(f.jobs) {
+	for _, app := range slices.Sorted(maps.Keys(f.jobs)) {
 		j := f.jobs[app]
 		if !j.ended && slices.Contains(j.vms, n.vm) {
 			f.end(j, false, fmt.Sprintf("worker %s lost: %v", n.vm, err))
