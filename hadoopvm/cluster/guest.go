@@ -37,7 +37,9 @@ import (
 //     on the libvirt Network; the worker's address is in its seed (the
 //     (10+i)-th of Subnet for worker i), as are every worker's, so the
 //     workers shuffle among themselves with no DHCP or DNS. The agent
-//     shapes those taps like any other.
+//     shapes those taps like any other. A cluster's workers trust each
+//     other (their data servers answer whoever asks): give each user's
+//     cluster a bridge of its own.
 //   - The control channel's socket is libvirt's to place (ControlSocket
 //     reads where from the live domain): QEMU listens, the facade
 //     connects.

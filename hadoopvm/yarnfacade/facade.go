@@ -35,6 +35,9 @@
 //     MaxAttempts (Hadoop's mapreduce.map.maxattempts); a worker lost
 //     (its channel ends) fails every job it had a part in: its map
 //     outputs are gone with it.
+//   - A worker speaks for its own attempts only: an event about another
+//     VM's attempt is dropped, so one guest cannot end or advance another
+//     guest's tasks.
 //   - A job whose reduces could hold every slot before its maps are done
 //     (SlowStart below 1 and as many reduces as slots) is refused: the
 //     model has no reduce preemption, so it could wait forever.
@@ -487,8 +490,8 @@ func (f *Facade) launch(t *mapreduce.Task) {
 // handle takes a worker's event; f.mu is held.
 func (f *Facade) handle(n *node, ev worker.Event) {
 	a := f.attempts[ev.Attempt]
-	if a == nil || !a.Finish.IsZero() || a.job.ended {
-		return // an attempt of a job that ended, or a second end
+	if a == nil || a.VM != n.vm || !a.Finish.IsZero() || a.job.ended {
+		return // an attempt of a job that ended, a second end, or another worker's (a guest speaks for its own only)
 	}
 	now := f.now()
 	switch ev.Type {
@@ -515,6 +518,13 @@ func (f *Facade) finish(a *attempt, now int64) {
 	a.Finish = time.UnixMilli(now)
 	var phases *yarn.ReducePhases
 	if a.Reduce && a.OK {
+		// A phase whose end was not reported ended with the next.
+		if a.MergeEnd.IsZero() {
+			a.MergeEnd = a.Finish
+		}
+		if a.ShuffleEnd.IsZero() {
+			a.ShuffleEnd = a.MergeEnd
+		}
 		phases = &yarn.ReducePhases{ShuffleFinish: a.ShuffleEnd.UnixMilli(), MergeFinish: a.MergeEnd.UnixMilli()}
 	}
 	if err := f.srv.FinishAttempt(j.app, a.ID, now, a.OK, phases, a.Error); err != nil {

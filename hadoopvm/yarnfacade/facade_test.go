@@ -117,8 +117,8 @@ func TestMapsReadRemoteSplits(t *testing.T) {
 }
 
 // fakeWorker is a control channel's guest end answering the facade's
-// commands with answer (nil: no answer), for the facade's own behaviour.
-func fakeWorker(t *testing.T, f *yarnfacade.Facade, vm string, slots int, answer func(worker.Command) *worker.Event) net.Conn {
+// commands with answer's events, for the facade's own behaviour.
+func fakeWorker(t *testing.T, f *yarnfacade.Facade, vm string, slots int, answer func(worker.Command) []worker.Event) net.Conn {
 	guestEnd, hostEnd := net.Pipe()
 	t.Cleanup(func() { guestEnd.Close() })
 	f.Attach(vm, hostEnd)
@@ -132,8 +132,8 @@ func fakeWorker(t *testing.T, f *yarnfacade.Facade, vm string, slots int, answer
 			if c.Recv(&cmd) != nil {
 				return
 			}
-			if ev := answer(cmd); ev != nil {
-				if c.Send(*ev) != nil {
+			for _, ev := range answer(cmd) {
+				if c.Send(ev) != nil {
 					return
 				}
 			}
@@ -160,7 +160,7 @@ func splits(vm string, n int) []worker.Split {
 func TestFailedAttemptsRunAgain(t *testing.T) {
 	f, m := facade(t)
 	tries, order := map[string]int{}, map[string]int{} // order: the jobs as they came, from 1
-	fakeWorker(t, f, "w0", 2, func(cmd worker.Command) *worker.Event {
+	fakeWorker(t, f, "w0", 2, func(cmd worker.Command) []worker.Event {
 		if cmd.Type != worker.CmdMap && cmd.Type != worker.CmdReduce {
 			return nil
 		}
@@ -171,9 +171,9 @@ func TestFailedAttemptsRunAgain(t *testing.T) {
 		tries[key]++
 		first, doomed := order[cmd.Job] == 1, order[cmd.Job] == 2
 		if cmd.Type == worker.CmdMap && cmd.Index == 0 && (first && tries[key] == 1 || doomed) {
-			return &worker.Event{Type: worker.EvDone, Attempt: cmd.Attempt, Error: "disk on fire"}
+			return []worker.Event{{Type: worker.EvDone, Attempt: cmd.Attempt, Error: "disk on fire"}}
 		}
-		return &worker.Event{Type: worker.EvDone, Attempt: cmd.Attempt, OK: true, Output: &worker.Extent{}}
+		return []worker.Event{{Type: worker.EvDone, Attempt: cmd.Attempt, OK: true, Output: &worker.Extent{}}}
 	})
 	if err := f.Ready(ctx(t), "w0"); err != nil {
 		t.Fatal(err)
@@ -209,8 +209,8 @@ func TestFailedAttemptsRunAgain(t *testing.T) {
 // it had a part in, and its node is LOST.
 func TestLostWorkerFailsItsJobs(t *testing.T) {
 	f, m := facade(t)
-	fakeWorker(t, f, "w0", 1, func(cmd worker.Command) *worker.Event { return nil }) // takes tasks, never ends them
-	g := fakeWorker(t, f, "w1", 1, func(cmd worker.Command) *worker.Event { return nil })
+	fakeWorker(t, f, "w0", 1, func(worker.Command) []worker.Event { return nil }) // takes tasks, never ends them
+	g := fakeWorker(t, f, "w1", 1, func(worker.Command) []worker.Event { return nil })
 	if err := f.Ready(ctx(t), "w0", "w1"); err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +247,7 @@ func TestLostWorkerFailsItsJobs(t *testing.T) {
 // many reduces as slots could wait forever; the job fails at once.
 func TestReducesThatCouldHoldEverySlotAreRefused(t *testing.T) {
 	f, _ := facade(t)
-	fakeWorker(t, f, "w0", 2, func(cmd worker.Command) *worker.Event { return nil })
+	fakeWorker(t, f, "w0", 2, func(worker.Command) []worker.Event { return nil })
 	if err := f.Ready(ctx(t), "w0"); err != nil {
 		t.Fatal(err)
 	}
@@ -268,5 +268,43 @@ func TestReducesThatCouldHoldEverySlotAreRefused(t *testing.T) {
 		if _, err := f.Submit(bad); err == nil {
 			t.Errorf("%+v accepted", bad)
 		}
+	}
+}
+
+// TestAWorkerSpeaksForItsOwnAttempts: a worker reporting another worker's
+// attempts done changes nothing of them.
+func TestAWorkerSpeaksForItsOwnAttempts(t *testing.T) {
+	f, m := facade(t)
+	fakeWorker(t, f, "w0", 1, func(worker.Command) []worker.Event { return nil })
+	forged := make(chan string, 1)
+	fakeWorker(t, f, "w1", 1, func(cmd worker.Command) []worker.Event {
+		if cmd.Type != worker.CmdMap {
+			return nil
+		}
+		// w0 runs map 0: its first attempt's id is this one's, for map 0.
+		// The forged end comes first, then w1's own.
+		other := strings.Replace(cmd.Attempt, fmt.Sprintf("_m_%06d_", cmd.Index), "_m_000000_", 1)
+		forged <- other
+		return []worker.Event{{Type: worker.EvDone, Attempt: other, OK: true}, {Type: worker.EvDone, Attempt: cmd.Attempt, OK: true}}
+	})
+	if err := f.Ready(ctx(t), "w0", "w1"); err != nil {
+		t.Fatal(err)
+	}
+	splits := append(splits("w0", 1), splits("w1", 1)...)
+	app, err := f.Submit(yarnfacade.JobSpec{Name: "j", User: "bob", Kind: worker.WordCount, Splits: splits, Reduces: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := <-forged
+	testpoll.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error { // w1's own end has been read, so the forged one was
+		p, err := m.JobProgress(ctx(t), "bob", "j")
+		if err != nil || p.MapsDone != 1 {
+			return fmt.Errorf("progress %+v %v, want w1's map done", p, err)
+		}
+		return nil
+	})
+	atts, err := m.Attempts(ctx(t), app, yarn.JobID(app), yarn.TaskID(app, yarn.TypeMap, 0))
+	if err != nil || len(atts) != 1 || atts[0].ID != id || atts[0].State != yarn.StateRunning || yarn.NodeOf(atts[0].NodeHTTPAddress) != "w0" {
+		t.Fatalf("map 0's attempts after w1 reported %s done: %+v %v", id, atts, err)
 	}
 }
