@@ -204,7 +204,8 @@ func TestGuestPlanSeedAndDomain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range []string{"<kernel>" + filepath.Join(s.Guest, "vmlinuz") + "</kernel>", "<initrd>" + cluster.GuestFile(s, "wc-worker-1", "initrd.img") + "</initrd>",
+	for _, w := range []string{"<kernel>" + filepath.Join(s.Guest, "vmlinuz") + "</kernel>",
+		"<initrd>" + cluster.GuestFile(s, "wc-worker-1", "initrd.img") + "</initrd>",
 		"<serial>mrm-scratch</serial>", "<serial>mrm-input</serial>", "<readonly></readonly>", `<source bridge="br-test">`,
 		`<target type="virtio" name="org.mrmarket.worker.0">`, `<memory unit="MiB">160</memory>`, `owner="alice"`, `cache="none"`} {
 		if !strings.Contains(x, w) {

@@ -40,7 +40,8 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: mrm-guest initramfs -init INIT -modules DIR -o FILE\n       mrm-guest data -kind wordcount|sort -splits N -split-mib M [-seed S] -o FILE")
+	fmt.Fprintln(os.Stderr, "usage: mrm-guest initramfs -init INIT -modules DIR -o FILE\n"+
+		"       mrm-guest data -kind wordcount|sort -splits N -split-mib M [-seed S] -o FILE")
 	os.Exit(2)
 }
 
@@ -53,7 +54,7 @@ func initramfs(args []string) error {
 	if *initPath == "" || *modules == "" || *out == "" {
 		usage()
 	}
-	init, err := os.ReadFile(*initPath)
+	initBin, err := os.ReadFile(*initPath)
 	if err != nil {
 		return err
 	}
@@ -61,7 +62,7 @@ func initramfs(args []string) error {
 	if err != nil {
 		return err
 	}
-	files := []worker.File{{Name: "init", Mode: 0o755, Data: init}, {Name: worker.LoadOrder, Data: order}}
+	files := []worker.File{{Name: "init", Mode: 0o755, Data: initBin}, {Name: worker.LoadOrder, Data: order}}
 	for _, m := range strings.Fields(string(order)) {
 		ko, err := os.ReadFile(filepath.Join(*modules, m+".ko"))
 		if err != nil {
