@@ -46,7 +46,7 @@
 //	08-replay            a signed spend replayed to the broker, a second replica, after a restart
 //	09-foreign-hold      bids (alice's; the broker key's, with her mandate or none), captures, releases
 //	10-foreign-read      bob's balance and statement, a provider's statement, the ledger, as alice
-//	11-flood             20k signed reads from bob; alice's balance and spend answered in 5s, in 1s
+//	11-flood             20k signed reads from bob; alice's balance and spend answered in 5s, not behind his backlog
 //	12-id-squat          alice takes bob's hold id (HoldIDFor), transfer id, plan id first: his still apply, once
 //	13-unknown-user      grants, income, a transfer to a name no user holds (or an agent's): not_found
 //	14-unaudited-money   a grant while the audit stream is deleted: its event arrives once the stream is back, once
