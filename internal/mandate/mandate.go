@@ -47,7 +47,17 @@
 // Duration/Pace, what the strategy's PlanCaps signs), so the spent S(t)
 // obeys dS/dt ≤ c·(A − S)/(D − t) and, comparing with the equality's
 // solution A·(1 − (1 − t/D)^c), S(t) ≤ c·A·t/D = A·t/Pace; an extension of
-// M at t_e adds at most M·(t − t_e)/(its pace) likewise.
+// M at t_e adds at most M·(t − t_e)/(its pace) likewise. An extension's
+// pace is what is left of the hold's pace, not of the plan: the same for a
+// plan spending evenly (its pace is its duration), and for one signed to
+// spend faster, the time by which it may have spent everything. A submit's
+// pace is its job's shortest run (strategies.DeadlinePace): DeadlineEDF
+// spends what is left over the job's predicted rest, work·(1 − progress)/q
+// with q at most strategies.MaxDeadlineShare, which is no shorter than what
+// is left of that run while the broker's estimate of the work is no lower
+// than the one signed and the job progresses no faster than its share.
+// The brokertest scripts run every strategy honestly and check each charge
+// against these bounds (its pace audit).
 //
 // A Mandate is therefore the terms read from the signed body, not the body:
 // what the checkers compare is a field of it, so binding more of the
