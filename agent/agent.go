@@ -498,7 +498,7 @@ func (a *Agent) capture(ctx context.Context, batch *wire.CaptureBatch) error {
 	a.mu.Unlock()
 	if m := a.cfg.Metrics; m != nil {
 		m.Captures.WithLabelValues(a.cfg.Host).Inc()
-		m.CapturedMicro.WithLabelValues(a.cfg.Host).Add(float64(rep.Applied))
+		m.CapturedCredits.WithLabelValues(a.cfg.Host).Add(rep.Applied.Credits())
 	}
 	return nil
 }
@@ -667,6 +667,10 @@ func (a *Agent) entitlement(vm string) float64 {
 	return min(a.desired[vm]*a.cfg.Capacity, cpus)
 }
 
+// bytesPerMB converts the caps' MB/s (MiB, as the throttles plan them) to
+// the metrics' bytes per second.
+const bytesPerMB = 1 << 20
+
 // snapshot builds the host's state at now from the book and records it;
 // under mu.
 func (a *Agent) snapshot(now time.Time) wire.HostState {
@@ -685,9 +689,9 @@ func (a *Agent) snapshot(now time.Time) wire.HostState {
 		st.VMs = append(st.VMs, vs)
 		if m != nil {
 			m.VMShare.WithLabelValues(a.cfg.Host, id).Set(vs.Share)
-			m.VMRate.WithLabelValues(a.cfg.Host, id).Set(vs.Rate)
+			m.VMRate.WithLabelValues(a.cfg.Host, id).Set(vs.Rate / float64(money.PerCredit))
 			for r, c := range vs.Caps {
-				m.VMCap.WithLabelValues(a.cfg.Host, id, r).Set(c)
+				m.VMCap.WithLabelValues(a.cfg.Host, id, r).Set(c * bytesPerMB)
 			}
 		}
 	}
@@ -706,7 +710,7 @@ func (a *Agent) snapshot(now time.Time) wire.HostState {
 		}
 	}
 	if m != nil {
-		m.HostPrice.WithLabelValues(a.cfg.Host).Set(st.Price)
+		m.HostPrice.WithLabelValues(a.cfg.Host).Set(st.Price / float64(money.PerCredit))
 	}
 	a.state = st
 	return copyState(st)

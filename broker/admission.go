@@ -276,6 +276,7 @@ func (b *Broker) Submit(ctx context.Context, req *wire.SubmitRequest) (wire.Subm
 	if v.rec == nil {
 		return wire.SubmitReply{}, fmt.Errorf("%w: job %s vanished", wire.ErrInternal, id)
 	}
+	b.cfg.Metrics.JobAdmitted(!req.BestEffort)
 	return wire.SubmitReply{Job: b.jobView(v.rec, now), Plan: rep.Plan}, nil
 }
 

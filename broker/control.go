@@ -35,8 +35,10 @@ func (b *Broker) JobProgress(ctx context.Context, req *wire.ProgressRequest) (wi
 		return wire.Job{}, fmt.Errorf("%w %q of %s", ErrUnknownJob, req.Job, req.User)
 	}
 	now := b.cfg.Now()
+	var finished bool // this report is the one that finished the job
 	rec, err := b.mutate(ctx, ref, func(rec *planRecord) error {
 		j := rec.Job
+		finished = req.Done && !j.Done
 		nj := *j
 		nj.Progress = max(j.Progress, req.Progress)
 		nj.MapsDone, nj.RedsDone = max(j.MapsDone, req.MapsDone), max(j.RedsDone, req.ReducesDone)
@@ -60,6 +62,9 @@ func (b *Broker) JobProgress(ctx context.Context, req *wire.ProgressRequest) (wi
 	})
 	if err != nil {
 		return wire.Job{}, err
+	}
+	if finished {
+		b.cfg.Metrics.JobFinished(rec.Job.Deadline, rec.Job.Finished)
 	}
 	return b.jobView(rec, now), nil
 }

@@ -31,7 +31,7 @@ func agentCommand() *ucli.Command {
 		&ucli.DurationFlag{Name: "tick", Usage: "charge, reconcile and publish every", Value: defaultTick},
 		&ucli.StringFlag{Name: "state", Usage: "state file keeping the bid book across restarts", Value: "/var/lib/mrmarket/agent.json",
 			DefaultText: "/var/lib/mrmarket/agent.json; with --sim .data/agents/<host>.json, where up keeps it", EnvVars: []string{"MRM_AGENT_STATE"}},
-		&ucli.StringFlag{Name: "http", Usage: "address for /metrics and /healthz (empty: none)", Value: "127.0.0.1:9466",
+		&ucli.StringFlag{Name: "http", Usage: "address for /metrics, /healthz and /readyz (empty: none)", Value: "127.0.0.1:9466",
 			DefaultText: "127.0.0.1:9466; with --sim none"},
 	}
 	flags = append(flags, libvirtFlags()...)
@@ -115,7 +115,7 @@ func runAgent(c *ucli.Context) error {
 		return err
 	}
 	if httpAddr != "" {
-		if _, err := serveHTTP(s, httpAddr, reg, map[string]obs.HealthFunc{"nats": natsHealth(a.NC)}); err != nil {
+		if _, err := serveHTTP(s, httpAddr, reg, map[string]obs.HealthFunc{"nats": natsHealth(a.NC)}, a.Ready()); err != nil {
 			return err
 		}
 	}
@@ -244,7 +244,7 @@ func brokerCommand() *ucli.Command {
 		Flags: []ucli.Flag{flagNATS(), flagCreds(), flagTLSCA(), flagAdminKey(),
 			&ucli.DurationFlag{Name: "tick", Usage: "end plans and release their holds every", Value: defaultTick},
 			&ucli.DurationFlag{Name: "settle", Usage: "wait after a plan's end for the agents' last captures", Value: 30 * time.Second},
-			&ucli.StringFlag{Name: "http", Usage: "address for /metrics and /healthz (empty: none)", Value: "127.0.0.1:9467"},
+			&ucli.StringFlag{Name: "http", Usage: "address for /metrics, /healthz and /readyz (empty: none)", Value: "127.0.0.1:9467"},
 			&ucli.Float64Flag{Name: "deadline-share", Usage: "the share of its hosts an admitted job holds while it runs (0–0.95)", Value: 0.8},
 			&ucli.StringFlag{Name: "job-order", Usage: "best-effort jobs' overlap order: maxsrpt, splitsrpt, klps or fifo", Value: "maxsrpt"},
 		},
@@ -278,7 +278,7 @@ func brokerCommand() *ucli.Command {
 				return err
 			}
 			if addr := c.String("http"); addr != "" {
-				if _, err := serveHTTP(s, addr, reg, map[string]obs.HealthFunc{"broker": b.Healthy}); err != nil {
+				if _, err := serveHTTP(s, addr, reg, map[string]obs.HealthFunc{"broker": b.Healthy}, b.Ready()); err != nil {
 					return err
 				}
 			}

@@ -30,7 +30,7 @@ func bankServeCommand() *ucli.Command {
 			"   mrmarket bank serve --store postgres://mrmarket@db:5432/bank --nats …   (run several: they share the load)",
 		Flags: []ucli.Flag{flagNATS(), flagCreds(), flagTLSCA(), flagAdminKey(),
 			&ucli.StringFlag{Name: "store", Usage: "sqlite:PATH or postgres://…", Value: "sqlite:.data/bank.db", EnvVars: []string{"MRM_BANK_STORE"}},
-			&ucli.StringFlag{Name: "http", Usage: "address for /metrics and /healthz (empty: none)", Value: "127.0.0.1:9465"},
+			&ucli.StringFlag{Name: "http", Usage: "address for /metrics, /healthz and /readyz (empty: none)", Value: "127.0.0.1:9465"},
 			&ucli.DurationFlag{Name: "tick", Usage: "how often to expire holds and pay income", Value: 5 * time.Second},
 		},
 		Action: func(c *ucli.Context) error {
@@ -61,11 +61,11 @@ func bankServeCommand() *ucli.Command {
 				return err
 			}
 			if addr := c.String("http"); addr != "" {
-				srv, err := serveHTTP(s, addr, reg, map[string]obs.HealthFunc{"store": b.Healthy})
+				srv, err := serveHTTP(s, addr, reg, map[string]obs.HealthFunc{"store": b.Healthy}, b.Ready())
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(c.App.Writer, "  metrics  http://%s/metrics   health  http://%s/healthz\n", srv.Addr(), srv.Addr())
+				fmt.Fprintf(c.App.Writer, "  metrics  http://%s/metrics   health  http://%s/healthz   ready  http://%s/readyz\n", srv.Addr(), srv.Addr(), srv.Addr())
 			}
 			fmt.Fprintf(c.App.Writer, "mrmarket bank serving %s on %s (admin key %s)\n", b.Store(), c.String("nats"), anchor)
 			if err := b.Run(c.Context); err != nil {

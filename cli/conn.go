@@ -186,13 +186,14 @@ func daemonEnv(c *ucli.Context, s *stop.Stopper, anchor string, reg *prometheus.
 		Connect: func(name string, signer *signing.Signer) (*nats.Conn, error) { return connectDaemon(c, name, signer) }}
 }
 
-// serveHTTP serves /metrics of reg and /healthz of checks on addr until s
-// stops.
-func serveHTTP(s *stop.Stopper, addr string, reg *prometheus.Registry, checks map[string]obs.HealthFunc) (*obs.Server, error) {
+// serveHTTP serves /metrics of reg, /healthz of checks and /readyz of deps
+// on addr until s stops.
+func serveHTTP(s *stop.Stopper, addr string, reg *prometheus.Registry, checks map[string]obs.HealthFunc, deps []obs.Dependency) (*obs.Server, error) {
 	srv, err := obs.Serve(addr, reg, checks)
 	if err != nil {
 		return nil, err
 	}
+	srv.Ready(deps...)
 	s.AddCloser(func() { _ = srv.Close() })
 	return srv, nil
 }

@@ -98,7 +98,7 @@ func upCommand() *ucli.Command {
 			&ucli.StringFlag{Name: "nats", Usage: "join this NATS (cluster) instead of embedding one: URL[,URL,…], e.g. nats://n1:4222,nats://n2:4222,nats://n3:4222; " +
 				"it must know the market's principals (mrmarket nats serve --data on this data directory); TLS verified with --tls-ca, else <data>/tls/ca.pem"},
 			flagJSReplicas(),
-			&ucli.StringFlag{Name: "http", Usage: "address for /metrics and /healthz", Value: "127.0.0.1:9464"},
+			&ucli.StringFlag{Name: "http", Usage: "address for /metrics, /healthz and /readyz", Value: "127.0.0.1:9464"},
 			&ucli.DurationFlag{Name: "tick", Usage: "agent tick period", Value: defaultTick},
 			flagIdleBelow(),
 		},
@@ -147,6 +147,7 @@ func upCommand() *ucli.Command {
 			if err != nil {
 				return err
 			}
+			srv.Ready(m.Ready()...)
 			defer srv.Close()
 			w := c.App.Writer
 			fmt.Fprintf(w, "mrmarket is up: %d hosts, %d VMs each, data in %s\n", len(hosts), c.Int("vms-per-host"), c.String("data"))
@@ -154,7 +155,7 @@ func upCommand() *ucli.Command {
 			fmt.Fprintf(w, "  JetStream replicas: %s\n", replicasText(m.Replicas))
 			fmt.Fprintf(w, "  creds    %s   (export MRM_CREDS=%s; each principal's NKey: it connects with it and signs every request that moves money)\n", m.Keys(), m.Keys())
 			fmt.Fprintf(w, "  TLS CA   %s   (NATS requires TLS; the CLI finds the CA next to the creds, or export MRM_TLS_CA=%s)\n", m.CAFile, m.CAFile)
-			fmt.Fprintf(w, "  metrics  http://%s/metrics   health  http://%s/healthz\n", srv.Addr(), srv.Addr())
+			fmt.Fprintf(w, "  metrics  http://%s/metrics   health  http://%s/healthz   ready  http://%s/readyz\n", srv.Addr(), srv.Addr(), srv.Addr())
 			fmt.Fprintf(w, "try:\n  mrmarket vms\n  mrmarket bank grant --user %s --amount 100\n", users[0])
 			if len(hosts) > 0 && len(hosts[0].VMs) > 0 {
 				fmt.Fprintf(w, "  mrmarket spend --user %s --budget 10 --duration 10m --vm %s\n", hosts[0].VMs[0].Owner, hosts[0].VMs[0].ID)

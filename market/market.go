@@ -734,6 +734,17 @@ func (m *Market) Health() map[string]obs.HealthFunc {
 	return checks
 }
 
+// Ready is what the market depends on, for /readyz: NATS (every
+// connection of its daemons), the store (the bank's ledger and the
+// broker's plans bucket); its hosts are simulated, so it uses no libvirt.
+func (m *Market) Ready() []obs.Dependency {
+	return []obs.Dependency{
+		{Name: obs.DepNATS, Check: m.Health()["nats"]},
+		{Name: obs.DepStore, Check: func() error { return errors.Join(m.Bank.Healthy(), m.brokerd.StoreReady()) }},
+		{Name: obs.DepLibvirt, Unused: "simulated hosts"},
+	}
+}
+
 // HostIDs lists the simulated hosts in order.
 func (m *Market) HostIDs() []string {
 	ids := make([]string, 0, len(m.Agents))

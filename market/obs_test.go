@@ -55,10 +55,10 @@ func TestMetricsAndHealth(t *testing.T) {
 	}
 	_, body = get("/metrics")
 	for _, want := range []string{
-		`mrm_host_price_micro_per_second{host="host-1"}`,
+		`mrm_host_price_credits_per_second{host="host-1"}`,
 		`mrm_vm_share{host="host-1",vm="a1"}`,
 		`mrm_captures_total{host="host-1"}`,
-		`mrm_captured_micro_total{host="host-1"}`,
+		`mrm_captured_credits_total{host="host-1"}`,
 		`mrm_requests_total{code="bad_request",component="bank",op="grant"}`,
 	} {
 		if !strings.Contains(body, want) {

@@ -26,9 +26,11 @@ type Options struct {
 	// Authorizer).
 	Auth *Authorizer
 	// Observe, when set, hears the outcome of every request, refused ones
-	// included: the endpoint's name and the reply code ("ok" or a wire
-	// error code).
-	Observe func(op, code string)
+	// included: the endpoint's name, the reply code ("ok" or a wire error
+	// code) and how long the request took from its arrival until it was
+	// answered (queued and handled; the reply is sent right after). It is the one place every endpoint's requests
+	// are measured: the metrics' counts and latency histograms.
+	Observe func(op, code string, took time.Duration)
 	// Logger hears every request refused or failed, one line each (who,
 	// what, the code and why), and, unless Slow is set, every slow one;
 	// LogAttrs are added to each line (an agent's host). nil: nothing is
@@ -148,12 +150,12 @@ func handler(nc *nats.Conn, service string, e *Endpoint, opts Options, sched *sc
 		}
 		serveAndReply(service, e, o, r, w, err, "", arrived)
 	}
-	busy := func(w responder, reply string) {
+	busy := func(w responder, reply string, arrived time.Time) {
 		// Refused at once, as cheaply as can be: the flood is what arrives
 		// here.
 		sched.stats[e.Name].Busy.Add(1)
 		if opts.Observe != nil {
-			opts.Observe(e.Name, wire.CodeUnavailable)
+			opts.Observe(e.Name, wire.CodeUnavailable, time.Since(arrived))
 		}
 		if reply != "" {
 			_ = w.Error(busyStatus, busyDescription, busyBody)
@@ -187,11 +189,11 @@ func handler(nc *nats.Conn, service string, e *Endpoint, opts Options, sched *sc
 			in.caller, in.verified = caller, true
 			key := fairKey(caller.Key, in.reply)
 			if !sched.submit(key, e, order, func() { serveAndReply(service, e, opts, in, reply, nil, key, arrived) }) {
-				busy(reply, in.reply)
+				busy(reply, in.reply, arrived)
 			}
 		}
 		if !sched.checks.submit(fairKey("", in.reply), e, order, check) {
-			busy(r, in.reply)
+			busy(r, in.reply, arrived)
 		}
 	}
 }
@@ -280,7 +282,8 @@ func serveAndReply(service string, e *Endpoint, opts Options, r request, w respo
 		code = wire.ToError(err).Code
 	}
 	if opts.Observe != nil {
-		opts.Observe(e.Name, code)
+		// Before the reply, so whoever got the reply finds it counted.
+		opts.Observe(e.Name, code, time.Since(arrived))
 	}
 	if err != nil {
 		logRefused(opts, service, e, r, in, code, err)
@@ -294,6 +297,7 @@ func serveAndReply(service string, e *Endpoint, opts Options, r request, w respo
 			_ = w.Respond(body, ro...)
 		}
 	}
+
 	if err == nil && e.Audit && opts.Audit != nil && in != nil {
 		opts.Audit.Audit(EventOf(component(service), *in, res))
 	}

@@ -200,7 +200,7 @@ func TestObserveHearsEveryOutcome(t *testing.T) {
 		func(_ context.Context, r *wire.BalanceRequest) (wire.BalanceReply, error) {
 			return wire.BalanceReply{}, nil
 		})},
-		service.Options{Observe: func(op, code string) { seen = append(seen, op+":"+code); done <- struct{}{} }})
+		service.Options{Observe: func(op, code string, _ time.Duration) { seen = append(seen, op+":"+code); done <- struct{}{} }})
 	ctx := context.Background()
 	_ = send(ctx, nc, &nats.Msg{Subject: "test.balance", Data: []byte(`{"v":1,"user":"alice"}`)})
 	_ = send(ctx, nc, &nats.Msg{Subject: "test.balance", Data: []byte(`{"v":1,"user":"a.b"}`)})
