@@ -15,6 +15,7 @@ import (
 	"github.com/mrmarket/mrmarket/agent"
 	"github.com/mrmarket/mrmarket/internal/obs"
 	"github.com/mrmarket/mrmarket/internal/wire"
+	"github.com/mrmarket/mrmarket/market"
 )
 
 var (
@@ -89,6 +90,17 @@ func (e exposed) checkQuery(expr, legendFormat string) []string {
 	return bad
 }
 
+// advance runs n ticks of m, each tick later on clock.
+func advance(t *testing.T, m *market.Market, clock *time.Time, tick time.Duration, n int) {
+	t.Helper()
+	for range n {
+		*clock = clock.Add(tick)
+		if err := m.Tick(context.Background(), *clock); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // dashboard is what the test reads of a Grafana dashboard.
 type dashboard struct {
 	Panels []struct {
@@ -133,12 +145,7 @@ func TestGrafanaDashboard(t *testing.T) {
 		VMs: []string{"h1-vm2", "h2-vm2", "h3-vm2"}, Strategy: wire.StrategyFair}); err != nil {
 		t.Fatal(err)
 	}
-	for range 3 {
-		*clock = clock.Add(tick)
-		if err := m.Tick(ctx, *clock); err != nil {
-			t.Fatal(err)
-		}
-	}
+	advance(t, m, clock, tick, 3)
 	spec := exampleJob(t, "etl.json")
 	q, err := brc.Quote(ctx, &wire.QuoteRequest{User: "alice", Job: spec})
 	if err != nil {
@@ -148,10 +155,7 @@ func TestGrafanaDashboard(t *testing.T) {
 	if _, err := brc.Submit(ctx, &wire.SubmitRequest{ID: "job-etl", User: "alice", Job: spec, Deadline: point.Deadline, MaxPrice: point.Price}); err != nil {
 		t.Fatal(err)
 	}
-	*clock = clock.Add(tick)
-	if err := m.Tick(ctx, *clock); err != nil {
-		t.Fatal(err)
-	}
+	advance(t, m, clock, tick, 1)
 	// A refused request, and a state no agent sealed (an error).
 	if _, err := bc.Balance(ctx, &wire.BalanceRequest{User: "a.b"}); err == nil {
 		t.Fatal("a bad user name was answered")

@@ -1,18 +1,15 @@
 package market_test
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/mrmarket/mrmarket/internal/money"
 	"github.com/mrmarket/mrmarket/internal/obs"
-	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
 // exposed is what a /metrics scrape shows: each series' labels, by
@@ -81,25 +78,7 @@ func httpGet(t *testing.T, srv *obs.Server, path string) (int, string) {
 // money in credits; /readyz lists NATS, the store and libvirt (unused:
 // simulated hosts) and answers 503 naming the store once it is down.
 func TestMetricsInBaseUnits(t *testing.T) {
-	ctx := context.Background()
-	m, clock, bc, brc := testMarket(t)
-	srv, err := obs.Serve("127.0.0.1:0", m.Registry, m.Health())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	srv.Ready(m.Ready()...)
-	if _, err := bc.Grant(ctx, &wire.GrantRequest{ID: "g", User: "alice", Amount: 50_000_000}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := brc.Spend(ctx, &wire.SpendRequest{User: "alice", Budget: 10_000_000, Duration: wire.Duration(time.Minute), VMs: []string{"a1"},
-		Strategy: wire.StrategyFair}); err != nil {
-		t.Fatal(err)
-	}
-	*clock = clock.Add(10 * time.Second)
-	if err := m.Tick(ctx, *clock); err != nil {
-		t.Fatal(err)
-	}
+	m, srv, bc := servedMarket(t)
 	led := checkLedger(t, bc)
 	_, body := httpGet(t, srv, "/metrics")
 	e := parseExposition(body)
