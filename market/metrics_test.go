@@ -1,15 +1,18 @@
 package market_test
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mrmarket/mrmarket/internal/money"
 	"github.com/mrmarket/mrmarket/internal/obs"
+	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
 // exposed is what a /metrics scrape shows: each series' labels, by
@@ -122,5 +125,48 @@ func TestMetricsInBaseUnits(t *testing.T) {
 	code, ready = httpGet(t, srv, "/readyz")
 	if code != http.StatusServiceUnavailable || !strings.Contains(ready, "\nstore down: ") || !strings.HasPrefix(ready, "nats ok\n") {
 		t.Fatalf("/readyz with the bank's store closed: %d %q", code, ready)
+	}
+}
+
+// TestJobMetricsCountEachJobOnce: a deadline job admitted and run to its
+// end by the market's simulated Hadoop counts once as admitted and once as
+// met (lateness 0), and a done report sent again counts nothing more.
+func TestJobMetricsCountEachJobOnce(t *testing.T) {
+	ctx := context.Background()
+	const tick = 5 * time.Second
+	m, clock, bc, brc := upMarket(t, tick)
+	srv, err := obs.Serve("127.0.0.1:0", m.Registry, m.Health())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	grant(t, bc, "alice", "100")
+	spec := exampleJob(t, "etl.json")
+	q, err := brc.Quote(ctx, &wire.QuoteRequest{User: "alice", Job: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	point := q.Curve[len(q.Curve)-1]
+	if _, err := brc.Submit(ctx, &wire.SubmitRequest{ID: "job-etl", User: "alice", Job: spec, Deadline: point.Deadline, MaxPrice: point.Price}); err != nil {
+		t.Fatal(err)
+	}
+	for clock.Before(point.Deadline) && jobOf(t, brc, "alice", "job-etl").Status != wire.JobDone {
+		advance(t, m, clock, tick, 1)
+	}
+	if j := jobOf(t, brc, "alice", "job-etl"); j.Status != wire.JobDone {
+		t.Fatalf("job not done by its deadline: %+v", j)
+	}
+	if _, err := brc.Progress(ctx, &wire.ProgressRequest{User: "alice", Job: spec.Name, Progress: 1, Done: true}); err == nil {
+		t.Fatal("a done job took a progress report")
+	}
+	_, body := httpGet(t, srv, "/metrics")
+	for _, want := range []string{
+		`mrm_jobs_admitted_total{kind="deadline"} 1`, `mrm_jobs_admitted_total{kind="best_effort"} 0`,
+		`mrm_job_deadlines_total{outcome="met"} 1`, `mrm_job_deadlines_total{outcome="missed"} 0`,
+		`mrm_job_lateness_seconds_bucket{le="0"} 1`, "mrm_job_lateness_seconds_count 1\n", "mrm_jobs_late 0\n",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
 	}
 }

@@ -187,3 +187,34 @@ func TestReadyz(t *testing.T) {
 		t.Fatalf("store down: %d %q", code, body)
 	}
 }
+
+// TestJobMetrics: a deadline job done by its deadline counts as met with
+// no lateness, one done after it as missed and how late; a best-effort job
+// (no deadline) counts as neither.
+func TestJobMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := obs.NewMetrics(reg)
+	srv, err := obs.Serve("127.0.0.1:0", reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	deadline := time.Date(2026, 11, 27, 9, 0, 0, 0, time.UTC)
+	m.JobAdmitted(true)
+	m.JobAdmitted(true)
+	m.JobAdmitted(false)
+	m.JobFinished(deadline, deadline.Add(-time.Minute))
+	m.JobFinished(deadline, deadline.Add(45*time.Second))
+	m.JobFinished(time.Time{}, deadline)
+	_, body := scrape(t, srv, "/metrics")
+	for _, want := range []string{
+		`mrm_jobs_admitted_total{kind="deadline"} 2`, `mrm_jobs_admitted_total{kind="best_effort"} 1`,
+		`mrm_job_deadlines_total{outcome="met"} 1`, `mrm_job_deadlines_total{outcome="missed"} 1`,
+		`mrm_job_lateness_seconds_bucket{le="0"} 1`, `mrm_job_lateness_seconds_bucket{le="30"} 1`,
+		`mrm_job_lateness_seconds_bucket{le="60"} 2`, "mrm_job_lateness_seconds_sum 45\n", "mrm_job_lateness_seconds_count 2\n",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
