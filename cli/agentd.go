@@ -141,6 +141,9 @@ func libvirtFlags() []ucli.Flag {
 	}
 }
 
+// The libvirt agent's /readyz checks libvirt (daemon.Agent.Ready).
+var _ daemon.Pinger = (*virt.Enforcer)(nil)
+
 // libvirtHost checks the libvirt host's flags and returns how to open it.
 func libvirtHost(c *ucli.Context, capacity float64) (func() (agentHost, error), error) {
 	if err := onlyWith(c, "--sim", simOnly...); err != nil {

@@ -224,3 +224,10 @@ func TestModesSayWhatIsDelivered(t *testing.T) {
 		}
 	}
 }
+
+// TestPing: a live libvirt connection answers the agent's /readyz check.
+func TestPing(t *testing.T) {
+	if err := testDriver(t).Ping(); err != nil {
+		t.Fatal(err)
+	}
+}
