@@ -27,11 +27,12 @@ type chart struct {
 	Unit     string // the y axis's label
 	From, To time.Time
 	Series   []series
+	Width    int // in SVG user units, as wide as the page draws it; 0: defaultChartW
 }
 
 // Chart geometry (SVG user units).
 const (
-	chartW, chartH                     = 720, 250
+	defaultChartW, chartH              = 720, 250
 	padLeft, padRight, padTop, padBott = 64, 18, 14, 46
 )
 
@@ -42,6 +43,10 @@ var palette = []string{"#0072b2", "#c34a00", "#00855f", "#b0488a", "#8a6a00", "#
 // svg draws the chart.
 func (c chart) svg() template.HTML {
 	var b strings.Builder
+	chartW := c.Width
+	if chartW <= 0 {
+		chartW = defaultChartW
+	}
 	plotW, plotH := float64(chartW-padLeft-padRight), float64(chartH-padTop-padBott)
 	top := 0.0
 	for _, s := range c.Series {

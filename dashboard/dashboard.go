@@ -68,6 +68,7 @@ type Dashboard struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	logins logins
+	prices priceHistory
 
 	mu       sync.Mutex
 	sessions map[string]session
@@ -95,7 +96,8 @@ func New(cfg Config) (*Dashboard, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	d := &Dashboard{cfg: cfg, ctx: ctx, cancel: cancel, sessions: map[string]session{}, views: map[rpc.As]*view{}}
+	d := &Dashboard{cfg: cfg, ctx: ctx, cancel: cancel, sessions: map[string]session{}, views: map[rpc.As]*view{},
+		prices: priceHistory{window: cfg.History}}
 	static, err := fs.Sub(assets, "assets/static")
 	if err != nil {
 		return nil, err

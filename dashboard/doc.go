@@ -57,10 +57,14 @@
 // charts as SVG, chart.go) and, when a section changed, sends the new
 // sections to every open page of that principal as server-sent events
 // (/live); the page's one small script puts them in place. A change in
-// the market reaches the page within a Period and a round trip. The views
-// keep the charts' history in memory (History, 30 minutes), from the
-// view's start: `up` starts the admin's with the market; a user's starts
-// at their first sign-in and stops 5 minutes after their last page.
+// the market reaches the page within a Period and a round trip. The charts'
+// history is kept in memory (History, 30 minutes). A principal's money is
+// recorded by their own view, from its start: `up` starts the admin's with
+// the market; a user's starts at their first sign-in and stops 5 minutes
+// after their last page. The hosts' prices are the one figure every
+// principal is told alike (they are public), so the dashboard keeps one
+// price history, fed by every view's answers, and a user who signs in
+// late sees the prices since the dashboard began.
 // /state.json is the session's latest snapshot as JSON.
 //
 // # Assets

@@ -78,9 +78,10 @@ func writeSections(w io.Writer, f frame, sent map[string]string) error {
 	return err
 }
 
-// renderSections renders every live section of s.
-func renderSections(s Snapshot, h *history) map[string]template.HTML {
-	m := newModel(s, h)
+// renderSections renders every live section of s, with the view's money
+// history h and the hosts' prices.
+func renderSections(s Snapshot, h *history, prices map[string][]point) map[string]template.HTML {
+	m := newModel(s, h, prices)
 	out := make(map[string]template.HTML, len(sectionIDs))
 	for _, id := range sectionIDs {
 		var b bytes.Buffer
@@ -174,13 +175,13 @@ type accountRow struct{ ID, Kind, Balance string }
 
 type eventRow struct{ At, Component, Op, Who, What string }
 
-func newModel(s Snapshot, h *history) model {
+func newModel(s Snapshot, h *history, prices map[string][]point) model {
 	now := s.At
 	m := model{Who: s.Who, At: s.At.UTC().Format("15:04:05") + " UTC", EventsRefused: s.EventsRefused}
 	for _, what := range slices.Sorted(maps.Keys(s.Errors)) {
 		m.Problems = append(m.Problems, what+": "+s.Errors[what])
 	}
-	m.charts(s, h)
+	m.charts(s, h, prices)
 	shares := m.shares(s)
 	for _, p := range s.Hosts {
 		m.Hosts = append(m.Hosts, hostRow{Host: p.Host, Price: fmt.Sprintf("%.2f", perHour(p.Price)), VMs: p.VMs, Funded: p.Funded,
@@ -216,11 +217,11 @@ var statusOrder = map[string]string{wire.PlanRunning: "0", "starting": "1"}
 
 // charts draws the price and money charts over the history's window up to
 // the snapshot.
-func (m *model) charts(s Snapshot, h *history) {
+func (m *model) charts(s Snapshot, h *history, prices map[string][]point) {
 	to := s.At
 	from := to.Add(-h.window)
 	first := to
-	for _, ps := range h.prices {
+	for _, ps := range prices {
 		if len(ps) > 0 && ps[0].T.Before(first) {
 			first = ps[0].T
 		}
@@ -228,15 +229,15 @@ func (m *model) charts(s Snapshot, h *history) {
 	m.Window = fmt.Sprintf("The last %s, a reading every %s.", span(h.window), span(h.period))
 	if first.After(from) { // young: the axis spans what there is, a minute at least
 		from = first
-		m.Window = fmt.Sprintf("Since %s UTC, when this view began: a reading every %s.", first.UTC().Format("15:04:05"), span(h.period))
+		m.Window = fmt.Sprintf("Since %s UTC, when the dashboard began: a reading every %s.", first.UTC().Format("15:04:05"), span(h.period))
 	}
 	if to.Sub(from) < time.Minute {
 		from = to.Add(-time.Minute)
 	}
 	var ps []series
-	for i, host := range slices.Sorted(maps.Keys(h.prices)) {
+	for i, host := range slices.Sorted(maps.Keys(prices)) {
 		c := palette[i%len(palette)]
-		pts := h.prices[host]
+		pts := upTo(prices[host], to) // another view may have read later than s
 		ps = append(ps, series{Name: host, Color: c, Points: pts})
 		m.PriceLegend = append(m.PriceLegend, legendItem{Name: host, Color: c, Value: lastValue(pts), Unit: "credits/h"})
 	}
@@ -254,7 +255,20 @@ func (m *model) charts(s Snapshot, h *history) {
 	if s.Who.Admin() {
 		title = "The market's money over time, credits"
 	}
-	m.MoneyChart = chart{Title: title, Unit: "credits", From: from, To: to, Series: ms}.svg()
+	// Narrower: the money chart's card is half the page, and its text
+	// keeps its size only when the drawing is not scaled down.
+	m.MoneyChart = chart{Title: title, Unit: "credits", From: from, To: to, Series: ms, Width: 560}.svg()
+}
+
+// upTo is ps up to and including t.
+func upTo(ps []point, t time.Time) []point {
+	i, _ := slices.BinarySearchFunc(ps, t, func(p point, t time.Time) int {
+		if p.T.After(t) {
+			return 1
+		}
+		return -1
+	})
+	return ps[:i]
 }
 
 func lastValue(ps []point) string {

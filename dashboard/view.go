@@ -206,6 +206,9 @@ func (v *view) poll(ctx context.Context, c clients) {
 	if len(s.Errors) == 0 {
 		s.Errors = nil
 	}
+	if _, failed := s.Errors["hosts"]; !failed {
+		v.d.prices.record(s.At, s.Hosts)
+	}
 	v.hist.record(s, s.Errors)
 	v.publish(s)
 }
@@ -224,7 +227,7 @@ func (v *view) failed(err error) {
 // publish renders s and makes it the view's frame, waking the live
 // streams when a section changed.
 func (v *view) publish(s Snapshot) {
-	sections := renderSections(s, &v.hist)
+	sections := renderSections(s, &v.hist, v.d.prices.snapshot())
 	v.mu.Lock()
 	changed := len(sections) != len(v.frame.Sections)
 	for id, html := range sections {
@@ -308,39 +311,69 @@ type point struct {
 	V float64
 }
 
-// history is what the charts draw: each host's price, and the money of the
-// view's principal, over the last window.
+// history is the money chart's figures of the view's principal over the
+// last window (the prices are the dashboard's: priceHistory).
 type history struct {
 	window time.Duration
-	period time.Duration      // between readings
-	prices map[string][]point // by host: credits per hour
-	money  [3][]point         // credits: see moneySeries
+	period time.Duration // between readings
+	money  [3][]point    // credits: see moneySeries
 }
 
-// record adds s's figures at s.At, those read this time only.
+// record adds s's money figures at s.At, when they were read this time.
 func (h *history) record(s Snapshot, errs map[string]string) {
-	if h.prices == nil {
-		h.prices = map[string][]point{}
-	}
-	if _, failed := errs["hosts"]; !failed {
-		for _, p := range s.Hosts {
-			h.prices[p.Host] = h.trim(append(h.prices[p.Host], point{s.At, perHour(p.Price)}))
-		}
-	}
 	vals, ok := moneyFigures(s, errs)
 	if ok {
 		for i := range h.money {
-			h.money[i] = h.trim(append(h.money[i], point{s.At, vals[i]}))
+			h.money[i] = trim(append(h.money[i], point{s.At, vals[i]}), h.window)
 		}
 	}
 }
 
-// trim drops points older than the window.
-func (h *history) trim(ps []point) []point {
+// priceHistory is each host's price over the last window, as every view
+// read it. Host prices are public — the broker tells every principal every
+// host's — so the dashboard keeps one history for all, and a user's chart
+// reaches back to the dashboard's start rather than to their sign-in.
+type priceHistory struct {
+	mu     sync.Mutex
+	window time.Duration
+	byHost map[string][]point // credits per hour
+}
+
+// record adds the prices read at at; a reading older than the host's last
+// (another view's, answered sooner) adds nothing.
+func (p *priceHistory) record(at time.Time, hosts []wire.HostPrice) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.byHost == nil {
+		p.byHost = map[string][]point{}
+	}
+	for _, h := range hosts {
+		ps := p.byHost[h.Host]
+		if len(ps) > 0 && !at.After(ps[len(ps)-1].T) {
+			continue
+		}
+		p.byHost[h.Host] = trim(append(ps, point{at, perHour(h.Price)}), p.window)
+	}
+}
+
+// snapshot is every host's points now; each slice is only ever appended to
+// or replaced, so the caller may read it while record goes on.
+func (p *priceHistory) snapshot() map[string][]point {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string][]point, len(p.byHost))
+	for h, ps := range p.byHost {
+		out[h] = slices.Clip(ps)
+	}
+	return out
+}
+
+// trim drops points older than window before the last.
+func trim(ps []point, window time.Duration) []point {
 	if len(ps) == 0 {
 		return ps
 	}
-	cut := ps[len(ps)-1].T.Add(-h.window)
+	cut := ps[len(ps)-1].T.Add(-window)
 	i, _ := slices.BinarySearchFunc(ps, cut, func(p point, t time.Time) int { return p.T.Compare(t) })
 	if i > 0 && i > len(ps)/2 { // copy rarely: only once half is stale
 		return slices.Clone(ps[i:])
