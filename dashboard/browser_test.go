@@ -16,15 +16,17 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/mrmarket/mrmarket/cli"
 	"github.com/mrmarket/mrmarket/dashboard"
-	"github.com/mrmarket/mrmarket/internal/rpc"
+	"github.com/mrmarket/mrmarket/internal/natstest"
+	"github.com/mrmarket/mrmarket/internal/signing"
+	"github.com/mrmarket/mrmarket/internal/testpoll"
 )
 
 // The dashboard in a real browser: headless Chromium, driven over the
-// DevTools protocol (chromedp), against a market running on the wall clock
-// as `mrmarket up` runs it. Screenshots go to $MRM_TEST_ARTEFACTS when it is
-// set (kept), else to the test's temporary directory; the test prints
-// where.
+// DevTools protocol (chromedp), against `mrmarket up` as a person starts
+// it. Screenshots go to $MRM_TEST_ARTEFACTS when it is set (kept), else to
+// the test's temporary directory; the test prints where.
 
 // chromium is the browser, or the test skips — but not in CI, where
 // .ci/run installs it and its absence is a failure.
@@ -35,7 +37,7 @@ func chromium(t *testing.T) string {
 			return p
 		}
 	}
-	if os.Getenv("CI") != "" {
+	if os.Getenv("CI") == "true" {
 		t.Fatal("Chromium is not installed (apt-get install chromium): the dashboard's browser test needs it")
 	}
 	t.Skip("Chromium is not installed (apt-get install chromium): skipping the dashboard's browser test")
@@ -137,15 +139,80 @@ func waitText(t *testing.T, ctx context.Context, sel, want string, within time.D
 	}
 }
 
-// signIn opens who's one-time link in ctx and waits for the dashboard,
-// live.
-func signIn(t *testing.T, ctx context.Context, l *live, who rpc.As) {
+// signIn opens a one-time link in ctx and waits for the dashboard, live.
+func signIn(t *testing.T, ctx context.Context, link string) {
 	t.Helper()
-	err := chromedp.Do(ctx, chromedp.Navigate(l.link(t, who)), chromedp.WaitVisible(chromedp.CSS("#summary .kpi")),
+	err := chromedp.Do(ctx, chromedp.Navigate(link), chromedp.WaitVisible(chromedp.CSS("#summary .kpi")),
 		chromedp.WaitReady(chromedp.CSS(`#live[data-state="live"]`)))
 	if err != nil {
-		t.Fatalf("signing in as %s: %v", who.Name, err)
+		t.Fatalf("signing in with %s: %v", link, err)
 	}
+}
+
+// upOutput is a daemon's output, written while the test reads it.
+type upOutput struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (o *upOutput) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.Write(p)
+}
+
+func (o *upOutput) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.String()
+}
+
+// upBanner is what the test reads of up's banner: where NATS and the
+// credentials are, where the dashboard is, and the admin's sign-in link.
+var upBanner = []*regexp.Regexp{
+	regexp.MustCompile(`(?m)^  NATS +(\S+)`),
+	regexp.MustCompile(`(?m)^  creds +(\S+)`),
+	regexp.MustCompile(`(?m)^  dashboard (http://\S+)/$`),
+	regexp.MustCompile(`(?m)^  sign in as the admin [^:]*: (\S+)$`),
+}
+
+// startUp runs `mrmarket up` as the README has a person run it (two hosts
+// with a VM of alice and one of bob each, a 1 s tick), on free ports,
+// until the test ends; the dashboard is the one up serves on its --http
+// address, and adminLink the sign-in link its banner prints.
+func startUp(t *testing.T) (l *live, adminLink string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	out, done := &upOutput{}, make(chan struct{})
+	args := []string{"mrmarket", "up", "--data", filepath.Join(t.TempDir(), "data"), "--hosts", "2", "--vms-per-host", "2",
+		"--users", "alice,bob", "--listen", fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t)), "--http", "127.0.0.1:0"}
+	go func() {
+		defer close(done)
+		if err := cli.App(out, out).RunContext(ctx, args); err != nil {
+			fmt.Fprintf(out, "EXIT: %v\n", err)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	testpoll.CheckFor(t, 60*time.Second, 20*time.Millisecond, func() error {
+		select {
+		case <-done:
+			return fmt.Errorf("mrmarket up exited:\n%s", out)
+		default:
+		}
+		if !strings.Contains(out.String(), "\ntry:\n") {
+			return fmt.Errorf("mrmarket up printed no banner within 60s:\n%s", out)
+		}
+		return nil
+	})
+	var found []string
+	for _, re := range upBanner {
+		m := re.FindStringSubmatch(out.String())
+		if m == nil {
+			t.Fatalf("up's banner has no %s:\n%s", re, out)
+		}
+		found = append(found, m[1])
+	}
+	return &live{nats: found[0], keys: signing.CredsDir(found[1]), url: found[2]}, found[3]
 }
 
 func screenshot(t *testing.T, ctx context.Context, path string) {
@@ -160,11 +227,12 @@ func screenshot(t *testing.T, ctx context.Context, path string) {
 	t.Logf("screenshot %s", path)
 }
 
-// TestDashboardInABrowser: the admin's page loads with no console error
-// and shows the hosts and users; a spend is on it within 2 s; bob's page
-// shows none of alice's plans (nor her name); every text stands 4.5:1
-// against its background; the charts and tables are labelled; signing
-// out ends the session.
+// TestDashboardInABrowser: signed in with the link up prints, the admin's
+// page loads with no console error and shows the hosts and users; a spend
+// is on it within 2 s; bob's page shows none of alice's plans (nor her
+// name) and the hosts' prices from before he signed in; every text stands
+// 4.5:1 against its background; the charts and tables are labelled;
+// signing out ends the session.
 func TestDashboardInABrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a market and a browser (go test -short skips it)")
@@ -172,7 +240,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	start := time.Now()
 	b := newBrowser(t)
 	out := artefacts(t)
-	l := startLive(t)
+	l, adminLink := startUp(t)
 	l.mrmarket(t, "bank", "grant", "--user", "alice", "--amount", "100")
 	l.mrmarket(t, "bank", "grant", "--user", "bob", "--amount", "100")
 	l.mrmarket(t, "spend", "--user", "bob", "--budget", "10", "--duration", "10m", "--vm", "h1-vm2,h2-vm2", "--id", "bob-web")
@@ -181,7 +249,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	l.mrmarket(t, "submit", "--user", "alice", "--job", jobFile(t), "--deadline", "45m", "--id", "etl-1")
 
 	adminTab := b.tab(t, "admin")
-	signIn(t, adminTab, l, admin)
+	signIn(t, adminTab, adminLink)
 	for _, want := range []string{"host-1", "host-2", "alice", "bob", "bob-web", "etl"} {
 		waitText(t, adminTab, "main", want, 2*time.Second)
 	}
@@ -212,9 +280,16 @@ func TestDashboardInABrowser(t *testing.T) {
 	screenshot(t, adminTab, filepath.Join(out, "dashboard-admin.png"))
 
 	bobTab := b.tab(t, "bob")
-	signIn(t, bobTab, l, bob)
+	bobSince := time.Now()
+	signIn(t, bobTab, l.link(t, bob))
 	for _, want := range []string{"bob-web", "other users", "host-1", "refused it to bob"} {
 		waitText(t, bobTab, "main", want, 2*time.Second)
+	}
+	// The hosts' prices are public: bob's chart has them from before he
+	// signed in, as the admin's view read them since up started.
+	since := regexp.MustCompile(`Since (\d\d:\d\d:\d\d) UTC`).FindStringSubmatch(text(t, bobTab, "#prices"))
+	if since == nil || since[1] >= bobSince.UTC().Format("15:04:05") {
+		t.Errorf("bob's price chart does not reach back before his sign-in at %s: %q", bobSince.UTC().Format("15:04:05"), text(t, bobTab, "#prices"))
 	}
 	page := text(t, bobTab, "body")
 	for _, never := range []string{"alice", "etl"} {

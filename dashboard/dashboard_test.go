@@ -91,7 +91,7 @@ func get(t *testing.T, c *http.Client, u string) string {
 // is an HttpOnly, SameSite=Strict cookie; signing out ends it.
 func TestSignIn(t *testing.T) {
 	l := startLive(t)
-	keys := l.m.Keys()
+	keys := l.keys
 	sign := func(role, name string, by *signing.Signer) string {
 		t.Helper()
 		tok, err := dashboard.LoginToken(by, asOf(role, name))

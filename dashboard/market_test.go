@@ -34,9 +34,9 @@ var (
 // 1 s tick, its data directory), and its dashboard served on a loopback
 // port, as up serves it.
 type live struct {
-	m   *market.Market
-	d   *dashboard.Dashboard
-	url string // the dashboard's, http://127.0.0.1:port
+	nats string
+	keys signing.CredsDir
+	url  string // the dashboard's, http://127.0.0.1:port
 }
 
 // startLive starts two hosts with a VM of alice and one of bob each, and
@@ -66,7 +66,7 @@ func startLive(t *testing.T) *live {
 	srv := httptest.NewServer(d)
 	t.Cleanup(srv.Close)
 	t.Cleanup(d.Close) // first: it ends the live streams the server waits on
-	return &live{m: m, d: d, url: srv.URL}
+	return &live{nats: m.URL, keys: m.Keys(), url: srv.URL}
 }
 
 // mrmarket runs the command line against the market, as a user would in
@@ -74,7 +74,7 @@ func startLive(t *testing.T) *live {
 func (l *live) mrmarket(t *testing.T, args ...string) string {
 	t.Helper()
 	var out, errs bytes.Buffer
-	full := append(append([]string{"mrmarket"}, args...), "--nats", l.m.URL, "--creds", string(l.m.Keys()))
+	full := append(append([]string{"mrmarket"}, args...), "--nats", l.nats, "--creds", string(l.keys))
 	if code := cli.Main(full, &out, &errs); code != 0 {
 		t.Fatalf("mrmarket %s: exit %d\n%s%s", strings.Join(args, " "), code, out.String(), errs.String())
 	}
@@ -85,7 +85,7 @@ func (l *live) mrmarket(t *testing.T, args ...string) string {
 // prints it.
 func (l *live) link(t *testing.T, who rpc.As) string {
 	t.Helper()
-	args := []string{"mrmarket", "dashboard", "login", "--creds", string(l.m.Keys()), "--url", l.url}
+	args := []string{"mrmarket", "dashboard", "login", "--creds", string(l.keys), "--url", l.url}
 	if who.Role == wire.RoleUser {
 		args = append(args, "--user", who.Name)
 	}
