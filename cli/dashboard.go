@@ -118,7 +118,9 @@ func serveDashboard(c *ucli.Context) error {
 	defer d.Close() // before the server: it ends the live streams, which the server's Close would wait on
 	w := c.App.Writer
 	fmt.Fprintf(w, "mrmarket dashboard on http://%s/ for the market at %s, acting as: %s\n", srv.Addr(), url, strings.Join(held, ", "))
-	printSignIn(w, d, srv.Addr().String(), slices.Contains(held, wire.RoleAdmin))
+	// The admin's link only to a person's terminal: run as a service, this
+	// output is a journal that others may read within the link's lifetime.
+	printSignIn(w, d, srv.Addr().String(), slices.Contains(held, wire.RoleAdmin) && isTerminal(w))
 	<-c.Context.Done()
 	return nil
 }

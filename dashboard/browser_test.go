@@ -16,11 +16,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/mrmarket/mrmarket/cli"
 	"github.com/mrmarket/mrmarket/dashboard"
-	"github.com/mrmarket/mrmarket/internal/natstest"
-	"github.com/mrmarket/mrmarket/internal/signing"
-	"github.com/mrmarket/mrmarket/internal/testpoll"
 )
 
 // The dashboard in a real browser: headless Chromium, driven over the
@@ -147,72 +143,6 @@ func signIn(t *testing.T, ctx context.Context, link string) {
 	if err != nil {
 		t.Fatalf("signing in with %s: %v", link, err)
 	}
-}
-
-// upOutput is a daemon's output, written while the test reads it.
-type upOutput struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (o *upOutput) Write(p []byte) (int, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.b.Write(p)
-}
-
-func (o *upOutput) String() string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.b.String()
-}
-
-// upBanner is what the test reads of up's banner: where NATS and the
-// credentials are, where the dashboard is, and the admin's sign-in link.
-var upBanner = []*regexp.Regexp{
-	regexp.MustCompile(`(?m)^  NATS +(\S+)`),
-	regexp.MustCompile(`(?m)^  creds +(\S+)`),
-	regexp.MustCompile(`(?m)^  dashboard (http://\S+)/$`),
-	regexp.MustCompile(`(?m)^  sign in as the admin [^:]*: (\S+)$`),
-}
-
-// startUp runs `mrmarket up` as the README has a person run it (two hosts
-// with a VM of alice and one of bob each, a 1 s tick), on free ports,
-// until the test ends; the dashboard is the one up serves on its --http
-// address, and adminLink the sign-in link its banner prints.
-func startUp(t *testing.T) (l *live, adminLink string) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	out, done := &upOutput{}, make(chan struct{})
-	args := []string{"mrmarket", "up", "--data", filepath.Join(t.TempDir(), "data"), "--hosts", "2", "--vms-per-host", "2",
-		"--users", "alice,bob", "--listen", fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t)), "--http", "127.0.0.1:0"}
-	go func() {
-		defer close(done)
-		if err := cli.App(out, out).RunContext(ctx, args); err != nil {
-			fmt.Fprintf(out, "EXIT: %v\n", err)
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	testpoll.CheckFor(t, 60*time.Second, 20*time.Millisecond, func() error {
-		select {
-		case <-done:
-			return fmt.Errorf("mrmarket up exited:\n%s", out)
-		default:
-		}
-		if !strings.Contains(out.String(), "\ntry:\n") {
-			return fmt.Errorf("mrmarket up printed no banner within 60s:\n%s", out)
-		}
-		return nil
-	})
-	var found []string
-	for _, re := range upBanner {
-		m := re.FindStringSubmatch(out.String())
-		if m == nil {
-			t.Fatalf("up's banner has no %s:\n%s", re, out)
-		}
-		found = append(found, m[1])
-	}
-	return &live{nats: found[0], keys: signing.CredsDir(found[1]), url: found[2]}, found[3]
 }
 
 func screenshot(t *testing.T, ctx context.Context, path string) {

@@ -3,6 +3,7 @@ package dashboard_test
 import (
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mrmarket/mrmarket/dashboard"
+	"github.com/mrmarket/mrmarket/internal/natstest"
 	"github.com/mrmarket/mrmarket/internal/rpc"
 	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
@@ -208,3 +210,39 @@ func rawLink(t *testing.T, l *live, s *signing.Signer, body string) string {
 }
 
 func asOf(role, name string) rpc.As { return rpc.As{Role: role, Name: name} }
+
+// TestDashboardCommand: `mrmarket dashboard --nats …` serves the market up
+// runs, acting as the principals whose keys are in up's credentials: alice,
+// signed in with her link, sees her plan and not bob's. Its output is no
+// terminal, so it prints no admin link.
+func TestDashboardCommand(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a market (go test -short skips it)")
+	}
+	up, _ := startUp(t)
+	up.mrmarket(t, "bank", "grant", "--user", "alice", "--amount", "100")
+	up.mrmarket(t, "bank", "grant", "--user", "bob", "--amount", "100")
+	up.mrmarket(t, "spend", "--user", "alice", "--budget", "20", "--duration", "10m", "--vm", "h1-vm1", "--id", "alice-web")
+	up.mrmarket(t, "spend", "--user", "bob", "--budget", "10", "--duration", "10m", "--vm", "h1-vm2", "--id", "bob-web")
+
+	addr := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
+	out := runDaemon(t, "mrmarket dashboard on http://", "dashboard", "--nats", up.nats, "--creds", string(up.keys), "--listen", addr)
+	if strings.Contains(out.String(), "/login?t=") {
+		t.Errorf("mrmarket dashboard printed a sign-in link to what is not a terminal:\n%s", out)
+	}
+	if !strings.Contains(out.String(), "acting as: admin, alice, bob") {
+		t.Errorf("mrmarket dashboard does not say whom it acts as:\n%s", out)
+	}
+	l := &live{nats: up.nats, keys: up.keys, url: "http://" + addr}
+	s := l.waitState(t, l.session(t, alice), 5*time.Second, func(s dashboard.Snapshot) bool { return len(s.Plans) > 0 && len(s.Hosts) == 2 })
+	var plans []string
+	for _, p := range s.Plans {
+		plans = append(plans, p.User+"/"+p.ID)
+	}
+	if !slices.Equal(plans, []string{"alice/alice-web"}) || len(s.Hosts) != 2 || s.Balance == nil || s.Balance.User != "alice" {
+		t.Errorf("alice's view through mrmarket dashboard: plans %v, %d hosts, balance %+v", plans, len(s.Hosts), s.Balance)
+	}
+	if page := get(t, http.DefaultClient, l.url+"/healthz"); strings.TrimSpace(page) != "ok" {
+		t.Errorf("mrmarket dashboard's /healthz: %q", page)
+	}
+}

@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,9 +20,11 @@ import (
 
 	"github.com/mrmarket/mrmarket/cli"
 	"github.com/mrmarket/mrmarket/dashboard"
+	"github.com/mrmarket/mrmarket/internal/natstest"
 	"github.com/mrmarket/mrmarket/internal/natsutil"
 	"github.com/mrmarket/mrmarket/internal/rpc"
 	"github.com/mrmarket/mrmarket/internal/signing"
+	"github.com/mrmarket/mrmarket/internal/testpoll"
 	"github.com/mrmarket/mrmarket/internal/wire"
 	"github.com/mrmarket/mrmarket/market"
 )
@@ -159,4 +164,77 @@ func jobFile(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// daemonOutput is a daemon's output, written while the test reads it.
+type daemonOutput struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (o *daemonOutput) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.Write(p)
+}
+
+func (o *daemonOutput) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.String()
+}
+
+// runDaemon runs a long-running mrmarket command until the test ends, and
+// waits for its output to show ready.
+func runDaemon(t *testing.T, ready string, args ...string) *daemonOutput {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	out, done := &daemonOutput{}, make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := cli.App(out, out).RunContext(ctx, append([]string{"mrmarket"}, args...)); err != nil {
+			fmt.Fprintf(out, "EXIT: %v\n", err)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	testpoll.CheckFor(t, 60*time.Second, 20*time.Millisecond, func() error {
+		select {
+		case <-done:
+			return fmt.Errorf("mrmarket %s exited:\n%s", args[0], out)
+		default:
+		}
+		if !strings.Contains(out.String(), ready) {
+			return fmt.Errorf("mrmarket %s did not print %q within 60s:\n%s", args[0], ready, out)
+		}
+		return nil
+	})
+	return out
+}
+
+// upBanner is what the tests read of up's banner: where NATS and the
+// credentials are, where the dashboard is, and the admin's sign-in link.
+var upBanner = []*regexp.Regexp{
+	regexp.MustCompile(`(?m)^  NATS +(\S+)`),
+	regexp.MustCompile(`(?m)^  creds +(\S+)`),
+	regexp.MustCompile(`(?m)^  dashboard (http://\S+)/$`),
+	regexp.MustCompile(`(?m)^  sign in as the admin [^:]*: (\S+)$`),
+}
+
+// startUp runs `mrmarket up` as the README has a person run it (two hosts
+// with a VM of alice and one of bob each, a 1 s tick), on free ports,
+// until the test ends; the dashboard is the one up serves on its --http
+// address, and adminLink the sign-in link its banner prints.
+func startUp(t *testing.T) (l *live, adminLink string) {
+	t.Helper()
+	out := runDaemon(t, "\ntry:\n", "up", "--data", filepath.Join(t.TempDir(), "data"), "--hosts", "2", "--vms-per-host", "2",
+		"--users", "alice,bob", "--listen", fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t)), "--http", "127.0.0.1:0")
+	var found []string
+	for _, re := range upBanner {
+		m := re.FindStringSubmatch(out.String())
+		if m == nil {
+			t.Fatalf("up's banner has no %s:\n%s", re, out)
+		}
+		found = append(found, m[1])
+	}
+	return &live{nats: found[0], keys: signing.CredsDir(found[1]), url: found[2]}, found[3]
 }
