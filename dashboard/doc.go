@@ -32,7 +32,9 @@
 // only the admin and users sign in. Holding the key proves the right to
 // see what that key sees, so anyone on the machine who can reach the port
 // but not the key cannot sign in. `up` prints the admin's link as it
-// starts (it holds the admin's key).
+// starts (it holds the admin's key); `mrmarket dashboard` prints it only
+// to a terminal, since a service's output is a journal others may read
+// while the link is good. docs/SECURITY.md states the same for operators.
 //
 // A signed-in browser has a session cookie: random, HttpOnly,
 // SameSite=Strict, kept in memory for 12 hours. The pages only read;
