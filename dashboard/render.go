@@ -348,25 +348,18 @@ func (m *model) vms(s Snapshot) {
 // throttle's caps now, the kernel's weights, or nothing — never a share
 // nothing enforces.
 func delivered(v wire.HostVM, resources ...string) string {
-	mode := wire.ModeNone
-	for _, r := range v.Resources {
-		if r.Resource == resources[0] {
-			mode = r.Mode
-		}
-	}
-	switch mode {
-	case wire.ModeWeights:
+	mode, caps := v.Delivery(resources...)
+	switch {
+	case mode == wire.ModeWeights:
 		return "by weight"
-	case wire.ModeThrottle:
-		var caps []string
-		for _, r := range resources {
-			c, ok := v.Caps[r]
-			if !ok {
-				return "throttled"
-			}
-			caps = append(caps, fmt.Sprintf("%.1f", c))
+	case mode == wire.ModeThrottle && caps == nil:
+		return "throttled"
+	case mode == wire.ModeThrottle:
+		s := make([]string, len(caps))
+		for i, c := range caps {
+			s[i] = fmt.Sprintf("%.1f", c)
 		}
-		return "cap " + strings.Join(caps, " / ") + " MB/s"
+		return "cap " + strings.Join(s, " / ") + " MB/s"
 	}
 	return "not governed"
 }
