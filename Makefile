@@ -59,16 +59,23 @@ ARTEFACTS ?= bin/test-artefacts
 # speeds the tests set (a guest alone no longer fills the shared disk): they
 # run without it; the enforcer is raced by the package's other tests.
 IOSHARES := ^(TestDiskSharesOnRealGuests|TestNetShares)$$
+# Each step prints what go test prints without -v, and under each package the
+# tests it skipped and why (a suite skipped for want of libvirt, PostgreSQL or
+# Chromium would otherwise print the same "ok" line as one that ran). A step
+# that fails does not stop the later ones; unit fails at the end.
+TESTREPORT = $(GO) run ./internal/testreport
 
 unit:
-	$(GO) test -tags $(TAGS) -race -count=1 -timeout 30m $$($(GO) list -tags $(TAGS) ./... | grep -Ev '$(ALONE)')
-	$(GO) test -tags $(TAGS) -race -count=1 -timeout 30m -skip '$(IOSHARES)' ./agent/virt/
-	$(GO) test -tags $(TAGS) -count=1 -timeout 30m -run '$(IOSHARES)' ./agent/virt/
-	$(GO) test -tags $(TAGS) -race -count=1 -timeout 30m ./attack/
-	$(GO) test -tags $(TAGS) -race -count=1 -timeout 30m ./hadoopvm/workertest/
-	MRM_TEST_ARTEFACTS=$(CURDIR)/$(ARTEFACTS)/dashboard $(GO) test -tags $(TAGS) -race -count=1 -timeout 30m ./dashboard/
-	$(GO) test -tags $(TAGS) -race -count=1 -timeout 30m -run 'Jockey' $(EXPERIMENTS)
-	$(GO) test -tags $(TAGS) -count=1 -timeout 30m $(EXPERIMENTS)
+	@fail=0; \
+	$(TESTREPORT) $(GO) test -json -tags $(TAGS) -race -count=1 -timeout 30m $$($(GO) list -tags $(TAGS) ./... | grep -Ev '$(ALONE)') || fail=1; \
+	$(TESTREPORT) $(GO) test -json -tags $(TAGS) -race -count=1 -timeout 30m -skip '$(IOSHARES)' ./agent/virt/ || fail=1; \
+	$(TESTREPORT) $(GO) test -json -tags $(TAGS) -count=1 -timeout 30m -run '$(IOSHARES)' ./agent/virt/ || fail=1; \
+	$(TESTREPORT) $(GO) test -json -tags $(TAGS) -race -count=1 -timeout 30m ./attack/ || fail=1; \
+	$(TESTREPORT) $(GO) test -json -tags $(TAGS) -race -count=1 -timeout 30m ./hadoopvm/workertest/ || fail=1; \
+	MRM_TEST_ARTEFACTS=$(CURDIR)/$(ARTEFACTS)/dashboard $(TESTREPORT) $(GO) test -json -tags $(TAGS) -race -count=1 -timeout 30m ./dashboard/ || fail=1; \
+	$(TESTREPORT) $(GO) test -json -tags $(TAGS) -race -count=1 -timeout 30m -run 'Jockey' $(EXPERIMENTS) || fail=1; \
+	$(TESTREPORT) $(GO) test -json -tags $(TAGS) -count=1 -timeout 30m $(EXPERIMENTS) || fail=1; \
+	exit $$fail
 
 ## faults: the distributed market as separate processes (3 NATS nodes, 2 banks on a
 ## PostgreSQL primary + standby, 2 brokers, 3 simulated agents) while each is killed in turn
