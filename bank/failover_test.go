@@ -326,11 +326,16 @@ func TestFailover(t *testing.T) {
 		ms(gap), ms(gapAt.Sub(start)), ms(standbyPause+failoverDetect), ms(baseline), slowID, ms(slow))
 	// The gap is the detection time plus the bank's own recovery; the
 	// bank's part (first acknowledgement after the promotion) must be short.
-	if gap > 10*time.Second {
-		t.Errorf("the bank acknowledged nothing for %v (want < 10s)", gap)
+	// On a machine busy enough that the clients already waited long with
+	// both servers up, the bounds are that wait's multiples: a bank that
+	// waited out a dead connection (a statement or TCP time-out) would
+	// still exceed them.
+	gapLimit, firstLimit := max(10*time.Second, 20*baseline), max(5*time.Second, 10*baseline)
+	if gap > gapLimit {
+		t.Errorf("the bank acknowledged nothing for %v (want < %v)", gap, gapLimit)
 	}
-	if firstAfter > 5*time.Second {
-		t.Errorf("the first acknowledgement came %v after the promotion began (want < 5s)", firstAfter)
+	if firstAfter > firstLimit {
+		t.Errorf("the first acknowledgement came %v after the promotion began (want < %v)", firstAfter, firstLimit)
 	}
 }
 
@@ -385,14 +390,30 @@ func TestFailoverPassesSilentHost(t *testing.T) {
 	if !strings.Contains(dsn, "@127.0.0.1:") {
 		t.Fatalf("unexpected test URL %s", dsn)
 	}
-	url := strings.Replace(dsn, "@127.0.0.1:", "@"+l.Addr().String()+",127.0.0.1:", 1) + "&target_session_attrs=read-write"
+	// What opening and a first grant cost on this machine now, with no
+	// silent host: the bound below is that plus a few connect_timeouts the
+	// silent host may cost, so a loaded machine does not fail it and a
+	// bank waiting for a request's deadline on the silent host still does.
 	start := time.Now()
+	direct, err := bank.Open(dsn, bank.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := direct.Grant(ctx, &wire.GrantRequest{ID: "g0", User: "u", Amount: 10}); err != nil {
+		t.Fatalf("grant on the direct URL: %v", err)
+	}
+	direct.Close()
+	baseline := time.Since(start)
+	url := strings.Replace(dsn, "@127.0.0.1:", "@"+l.Addr().String()+",127.0.0.1:", 1) + "&target_session_attrs=read-write"
+	start = time.Now()
 	b, err := bank.Open(url, bank.Options{})
 	if err != nil {
 		t.Fatalf("opening through a silent first host: %v", err)
 	}
 	defer b.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := b.Grant(ctx, &wire.GrantRequest{ID: "g1", User: "u", Amount: 10}); err != nil {
 		t.Fatalf("grant through a silent first host: %v", err)
@@ -405,7 +426,7 @@ func TestFailoverPassesSilentHost(t *testing.T) {
 	if n == 0 {
 		t.Fatal("the silent host was never tried: the test tests nothing")
 	}
-	if took > 8*time.Second {
-		t.Fatalf("took %v", took)
+	if limit := baseline + 8*time.Second; took > limit { // a few connect_timeouts of 2 s
+		t.Fatalf("took %v, want < %v (the same on the direct URL: %v)", took, limit, baseline.Round(time.Millisecond))
 	}
 }

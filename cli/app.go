@@ -151,6 +151,7 @@ func App(stdout, stderr io.Writer) *ucli.App {
 			ledgerCommand(),
 			natsCommand(),
 			eventsCommand(),
+			dashboardCommand(),
 			versionCommand(),
 			completionCommand(),
 		},

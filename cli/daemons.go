@@ -143,12 +143,18 @@ func upCommand() *ucli.Command {
 				return err
 			}
 			defer m.Close()
-			srv, err := obs.Serve(c.String("http"), m.Registry, m.Health())
+			dash, err := upDashboard(c, m)
 			if err != nil {
+				return err
+			}
+			srv, err := obs.ServeWith(c.String("http"), m.Registry, m.Health(), dash)
+			if err != nil {
+				dash.Close()
 				return err
 			}
 			srv.Ready(m.Ready()...)
 			defer srv.Close()
+			defer dash.Close() // before the server: it ends the live streams
 			w := c.App.Writer
 			fmt.Fprintf(w, "mrmarket is up: %d hosts, %d VMs each, data in %s\n", len(hosts), c.Int("vms-per-host"), c.String("data"))
 			fmt.Fprintf(w, "  NATS     %s   (export MRM_NATS_URL=%s)\n", m.URL, m.URL)
@@ -156,6 +162,8 @@ func upCommand() *ucli.Command {
 			fmt.Fprintf(w, "  creds    %s   (export MRM_CREDS=%s; each principal's NKey: it connects with it and signs every request that moves money)\n", m.Keys(), m.Keys())
 			fmt.Fprintf(w, "  TLS CA   %s   (NATS requires TLS; the CLI finds the CA next to the creds, or export MRM_TLS_CA=%s)\n", m.CAFile, m.CAFile)
 			fmt.Fprintf(w, "  metrics  http://%s/metrics   health  http://%s/healthz   ready  http://%s/readyz\n", srv.Addr(), srv.Addr(), srv.Addr())
+			fmt.Fprintf(w, "  dashboard http://%s/\n", srv.Addr())
+			printSignIn(w, dash, srv.Addr().String(), true)
 			fmt.Fprintf(w, "try:\n  mrmarket vms\n  mrmarket bank grant --user %s --amount 100\n", users[0])
 			if len(hosts) > 0 && len(hosts[0].VMs) > 0 {
 				fmt.Fprintf(w, "  mrmarket spend --user %s --budget 10 --duration 10m --vm %s\n", hosts[0].VMs[0].Owner, hosts[0].VMs[0].ID)

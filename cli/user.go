@@ -501,25 +501,18 @@ func printVMs(w *out, rep wire.VMsReply) error {
 // throttle's caps now (MB/s), "weights" where the kernel divides by its
 // share, "-" where nothing governs it — never a share nothing delivers.
 func delivered(v wire.HostVM, resources ...string) string {
-	mode := wire.ModeNone
-	for _, r := range v.Resources {
-		if r.Resource == resources[0] {
-			mode = r.Mode
-		}
-	}
-	switch mode {
-	case wire.ModeWeights:
+	mode, caps := v.Delivery(resources...)
+	switch {
+	case mode == wire.ModeWeights:
 		return "weights " + pct(v.Share)
-	case wire.ModeThrottle:
-		var caps []string
-		for _, r := range resources {
-			c, ok := v.Caps[r]
-			if !ok {
-				return "throttle"
-			}
-			caps = append(caps, fmt.Sprintf("%.1f", c))
+	case mode == wire.ModeThrottle && caps == nil:
+		return "throttle"
+	case mode == wire.ModeThrottle:
+		s := make([]string, len(caps))
+		for i, c := range caps {
+			s[i] = fmt.Sprintf("%.1f", c)
 		}
-		return strings.Join(caps, "/") + " MB/s"
+		return strings.Join(s, "/") + " MB/s"
 	}
 	return "-"
 }

@@ -52,7 +52,7 @@ type cluster struct {
 	dir, creds, ca, url string
 	keys                signing.CredsDir
 	admin               *signing.Signer
-	pg                  *pgtest.Pair
+	pg                  *pgtest.Patroni
 	layout              []market.HostSpec
 	replicas            int // of every JetStream asset
 
@@ -67,7 +67,7 @@ type cluster struct {
 func startCluster(t testing.TB, natsNodes int) *cluster {
 	t.Helper()
 	bin := binary(t)
-	c := &cluster{dir: t.TempDir(), pg: pgtest.StartPair(t)}
+	c := &cluster{dir: t.TempDir(), pg: pgtest.StartPatroni(t)}
 	store := c.pg.DSN(t, "bank")
 	c.creds = filepath.Join(c.dir, "creds")
 	c.keys = signing.CredsDir(c.creds)

@@ -135,6 +135,12 @@ type Server struct {
 // or 503 with the failing checks) and the dependencies on /readyz (see
 // Server.Ready).
 func Serve(addr string, gather prometheus.Gatherer, checks map[string]HealthFunc) (*Server, error) {
+	return ServeWith(addr, gather, checks, nil)
+}
+
+// ServeWith is Serve with pages answering every other path (up's
+// dashboard); nil answers them not found.
+func ServeWith(addr string, gather prometheus.Gatherer, checks map[string]HealthFunc, pages http.Handler) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("obs: listening on %s: %w", addr, err)
@@ -159,6 +165,9 @@ func Serve(addr string, gather prometheus.Gatherer, checks map[string]HealthFunc
 		}
 		fmt.Fprintln(w, "ok")
 	})
+	if pages != nil {
+		mux.Handle("/", pages)
+	}
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -3,8 +3,8 @@ package rpc_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -72,14 +72,15 @@ func TestCallTrustedIgnoresForgedReplies(t *testing.T) {
 	}
 }
 
-// TestCallTrustedWithNobodyAnswering fails fast as unavailable.
+// TestCallTrustedWithNobodyAnswering fails fast as unavailable: on NATS's
+// no-responders status, not at the end of the attempt's time-out (which
+// says "no answer … in time"), whatever the machine's load.
 func TestCallTrustedWithNobodyAnswering(t *testing.T) {
 	_, nc := natstest.Start(t)
 	admin := signer(t)
-	start := time.Now()
 	_, err := rpc.Request[struct{}](context.Background(), nc, "nobody", nil, rpc.Verbatim(nats.NewMsg("nobody")),
 		rpc.Trusted(signing.TrustRole(admin.Public(), wire.RoleBank), nil))
-	if !errors.Is(err, wire.ErrUnavailable) || time.Since(start) > 2*time.Second {
-		t.Fatalf("nobody answering: %v after %s", err, time.Since(start))
+	if !errors.Is(err, wire.ErrUnavailable) || !strings.Contains(err.Error(), "nothing answers") {
+		t.Fatalf("nobody answering: %v", err)
 	}
 }

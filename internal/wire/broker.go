@@ -484,6 +484,30 @@ type HostVM struct {
 	Resources []ResourceMode `json:"resources,omitempty"`
 }
 
+// Delivery is how v's host delivers its share of resources (the first
+// names the mode) and, under a throttle, each one's cap now in MB/s; nil
+// caps when one has none yet. Whoever shows a share shows this with it, so
+// no one is shown a share nothing enforces.
+func (v HostVM) Delivery(resources ...string) (mode string, caps []float64) {
+	mode = ModeNone
+	for _, r := range v.Resources {
+		if r.Resource == resources[0] {
+			mode = r.Mode
+		}
+	}
+	if mode != ModeThrottle {
+		return mode, nil
+	}
+	for _, r := range resources {
+		c, ok := v.Caps[r]
+		if !ok {
+			return mode, nil
+		}
+		caps = append(caps, c)
+	}
+	return mode, caps
+}
+
 // VMsReply answers a VMsRequest, sorted by host then VM. To a user, VMs
 // are its own and Others, by host, what it may see of everyone else's;
 // the admin's and the brokers' answers list every VM and no Others.
