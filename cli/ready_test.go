@@ -5,12 +5,10 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/mrmarket/mrmarket/agent/virt"
 	"github.com/mrmarket/mrmarket/internal/testpoll"
 )
 
@@ -47,14 +45,7 @@ func readyz(t *testing.T, addr, want string) {
 // NATS and the plans bucket.
 func TestDaemonsReadyz(t *testing.T) {
 	t.Run("agent", func(t *testing.T) {
-		if e, err := virt.New(virt.Config{URI: "test:///default"}); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("libvirt is required in CI: %v", err)
-			}
-			t.Skipf("libvirt not available (apt-get install libvirt0): %v", err)
-		} else {
-			e.Close()
-		}
+		needLibvirt(t)
 		w := newDaemonWorld(t)
 		addr := freeAddr(t)
 		runDaemon(t, "agent", "--host", "host-9", "--libvirt", "test:///default", "--nats", w.url, "--creds", string(w.keys),

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mrmarket/mrmarket/agent"
+	"github.com/mrmarket/mrmarket/broker"
 	"github.com/mrmarket/mrmarket/internal/obs"
 	"github.com/mrmarket/mrmarket/internal/wire"
 	"github.com/mrmarket/mrmarket/market"
@@ -90,6 +91,35 @@ func (e exposed) checkQuery(expr, legendFormat string) []string {
 	return bad
 }
 
+// serve serves m's metrics and readiness until the test ends.
+func serve(t *testing.T, m *market.Market) *obs.Server {
+	t.Helper()
+	srv, err := obs.Serve("127.0.0.1:0", m.Registry, m.Health())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	srv.Ready(m.Ready()...)
+	return srv
+}
+
+// submitETL submits examples/etl.json for alice as job-etl, with the
+// latest deadline its quote offers, and returns the job and that point.
+func submitETL(t *testing.T, brc broker.Client) (wire.JobSpec, wire.QuotePoint) {
+	t.Helper()
+	ctx := context.Background()
+	spec := exampleJob(t, "etl.json")
+	q, err := brc.Quote(ctx, &wire.QuoteRequest{User: "alice", Job: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	point := q.Curve[len(q.Curve)-1]
+	if _, err := brc.Submit(ctx, &wire.SubmitRequest{ID: "job-etl", User: "alice", Job: spec, Deadline: point.Deadline, MaxPrice: point.Price}); err != nil {
+		t.Fatal(err)
+	}
+	return spec, point
+}
+
 // advance runs n ticks of m, each tick later on clock.
 func advance(t *testing.T, m *market.Market, clock *time.Time, tick time.Duration, n int) {
 	t.Helper()
@@ -129,12 +159,7 @@ func TestGrafanaDashboard(t *testing.T) {
 	ctx := context.Background()
 	const tick = 5 * time.Second
 	m, clock, bc, brc := upMarket(t, tick)
-	srv, err := obs.Serve("127.0.0.1:0", m.Registry, m.Health())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	srv.Ready(m.Ready()...)
+	srv := serve(t, m)
 	sim := m.Sims["host-1"]
 	sim.SetThrottled(true, false)
 	sim.SetIO("h1-vm1", agent.IOUse{Disk: 50})
@@ -146,15 +171,7 @@ func TestGrafanaDashboard(t *testing.T) {
 		t.Fatal(err)
 	}
 	advance(t, m, clock, tick, 3)
-	spec := exampleJob(t, "etl.json")
-	q, err := brc.Quote(ctx, &wire.QuoteRequest{User: "alice", Job: spec})
-	if err != nil {
-		t.Fatal(err)
-	}
-	point := q.Curve[len(q.Curve)-1]
-	if _, err := brc.Submit(ctx, &wire.SubmitRequest{ID: "job-etl", User: "alice", Job: spec, Deadline: point.Deadline, MaxPrice: point.Price}); err != nil {
-		t.Fatal(err)
-	}
+	submitETL(t, brc)
 	advance(t, m, clock, tick, 1)
 	// A refused request, and a state no agent sealed (an error).
 	if _, err := bc.Balance(ctx, &wire.BalanceRequest{User: "a.b"}); err == nil {

@@ -135,21 +135,9 @@ func TestJobMetricsCountEachJobOnce(t *testing.T) {
 	ctx := context.Background()
 	const tick = 5 * time.Second
 	m, clock, bc, brc := upMarket(t, tick)
-	srv, err := obs.Serve("127.0.0.1:0", m.Registry, m.Health())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv := serve(t, m)
 	grant(t, bc, "alice", "100")
-	spec := exampleJob(t, "etl.json")
-	q, err := brc.Quote(ctx, &wire.QuoteRequest{User: "alice", Job: spec})
-	if err != nil {
-		t.Fatal(err)
-	}
-	point := q.Curve[len(q.Curve)-1]
-	if _, err := brc.Submit(ctx, &wire.SubmitRequest{ID: "job-etl", User: "alice", Job: spec, Deadline: point.Deadline, MaxPrice: point.Price}); err != nil {
-		t.Fatal(err)
-	}
+	spec, point := submitETL(t, brc)
 	for clock.Before(point.Deadline) && jobOf(t, brc, "alice", "job-etl").Status != wire.JobDone {
 		advance(t, m, clock, tick, 1)
 	}

@@ -89,6 +89,20 @@ func TestBaseUnits(t *testing.T) {
 	}
 }
 
+// served is fresh metrics on a registry of their own, served until the
+// test ends.
+func served(t *testing.T) (*obs.Metrics, *obs.Server) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m := obs.NewMetrics(reg)
+	srv, err := obs.Serve("127.0.0.1:0", reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	return m, srv
+}
+
 func scrape(t *testing.T, srv *obs.Server, path string) (int, string) {
 	t.Helper()
 	resp, err := http.Get("http://" + srv.Addr().String() + path)
@@ -107,13 +121,7 @@ func scrape(t *testing.T, srv *obs.Server, path string) (int, string) {
 // process collectors are there, and the gauges read when scraped appear
 // only with a source, and only while it reads.
 func TestServeExports(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	m := obs.NewMetrics(reg)
-	srv, err := obs.Serve("127.0.0.1:0", reg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	m, srv := served(t)
 	m.Request("bank", "grant", "ok", 3*time.Millisecond)
 	_, body := scrape(t, srv, "/metrics")
 	for _, want := range []string{
@@ -192,13 +200,7 @@ func TestReadyz(t *testing.T) {
 // no lateness, one done after it as missed and how late; a best-effort job
 // (no deadline) counts as neither.
 func TestJobMetrics(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	m := obs.NewMetrics(reg)
-	srv, err := obs.Serve("127.0.0.1:0", reg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	m, srv := served(t)
 	deadline := time.Date(2026, 11, 27, 9, 0, 0, 0, time.UTC)
 	m.JobAdmitted(true)
 	m.JobAdmitted(true)
