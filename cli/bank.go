@@ -365,7 +365,8 @@ func revokePrincipal(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
-	revoke := func(ctx context.Context, cl clients, key string) (wire.RevokeReply, error) {
+	key := c.String("key") // the live key, once found: a try asked again revokes the same one
+	revoke := func(ctx context.Context, cl clients, _ string) (wire.RevokeReply, error) {
 		if key == "" {
 			var err error
 			if key, err = liveKey(ctx, cl, role, name); err != nil {
@@ -412,7 +413,8 @@ func setAside(path, key string) error {
 // of a daemon's key (the bank's own) may close the connection its answer
 // would come on, and a key the bank registered must not be lost with the
 // answer. An unanswered request is asked again (the bank answers a done
-// rotation as done); a refused one removes the pending seed.
+// rotation as done: call asks again); a refused one removes the pending
+// seed.
 func rotatePrincipal(c *ucli.Context) error {
 	name, role, err := principalFlags(c)
 	if err != nil {
@@ -444,7 +446,7 @@ func rotatePrincipal(c *ucli.Context) error {
 		return cl.bank.RotatePrincipal(ctx, req)
 	}
 	done := func(ctx context.Context, cl clients, x string) (wire.RotateReply, error) {
-		rep, err := retried(rotate)(ctx, cl, x)
+		rep, err := rotate(ctx, cl, x)
 		switch {
 		case err == nil:
 			if err = os.Rename(path+".new", path); err != nil {
@@ -482,7 +484,7 @@ func transferCommand() *ucli.Command {
 				return err
 			}
 			req := &wire.TransferRequest{ID: idOrNew(c, "transfer"), From: from, To: c.String("to"), Amount: amount, Memo: c.String("memo")}
-			return call(c, retried(onBank(bank.Client.Transfer)), req, func(w *out, rep wire.TransferReply) error {
+			return call(c, onBank(bank.Client.Transfer), req, func(w *out, rep wire.TransferReply) error {
 				_, err := fmt.Fprintf(w, "moved %s from %s to %s; %s's balance %s (transfer %s)\n", amount, from, req.To, from, rep.Balance, rep.Transfer)
 				return err
 			})

@@ -173,7 +173,7 @@ func submitCommand() *ucli.Command {
 				return badInput("--deadline or --budget is required (see `mrmarket quote`)")
 			}
 			req.V = wire.Version
-			return call(c, retried(submit), req, printSubmit)
+			return call(c, submit, req, printSubmit)
 		},
 	}
 }
