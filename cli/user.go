@@ -59,7 +59,7 @@ func bankCommand() *ucli.Command {
 					return err
 				}
 				req := &wire.GrantRequest{ID: idOrNew(c, "grant"), User: user, Amount: amount, Memo: c.String("memo")}
-				return call(c, retried(onBank(bank.Client.Grant)), req, printGrant)
+				return call(c, onBank(bank.Client.Grant), req, printGrant)
 			},
 		}, bankServeCommand(), incomeCommand(), principalCommand()},
 	}
@@ -157,9 +157,20 @@ func spendCommand() *ucli.Command {
 			if err != nil {
 				return err
 			}
-			return call(c, retried(onBroker(broker.Client.Spend)), req, printSpend)
+			return call(c, startPlan, req, printSpend)
 		},
 	}
+}
+
+// startPlan is a spend whose plan runs: its id again after the plan was
+// cancelled or ended is the broker's replay of that plan, which starts
+// nothing — a refusal, saying so, rather than a success.
+func startPlan(ctx context.Context, cl clients, req *wire.SpendRequest) (wire.SpendReply, error) {
+	rep, err := cl.broker.Spend(ctx, req)
+	if p := rep.Plan; err == nil && (p.Status == wire.PlanCancelled || p.Status == wire.PlanDone) {
+		err = wire.Errorf(wire.ErrConflict, "plan %s is %s (ended %s): its id starts nothing again; spend with a new --id", p.ID, p.Status, stamp(p.End))
+	}
+	return rep, err
 }
 
 // spendRequest is the plan the flags describe, checked.
@@ -284,7 +295,7 @@ func adjustPlan(c *ucli.Context, user string) error {
 			return err
 		}
 	}
-	return call(c, retried(onBroker(broker.Client.Adjust)), req, func(w *out, p wire.Plan) error {
+	return call(c, onBroker(broker.Client.Adjust), req, func(w *out, p wire.Plan) error {
 		_, err := fmt.Fprintf(w, "plan %s now spends %s (spent %s, held %s, given back %s), ends %s (adjustment %s)\n",
 			p.ID, p.Budget-p.Released, p.Spent, p.Held, p.Released, stamp(p.End), req.ID)
 		return err
@@ -315,7 +326,7 @@ func cancelCommand() *ucli.Command {
 				return badInput("--plan is required (see `mrmarket plans`)")
 			}
 			req := &wire.CancelRequest{Plan: c.String("plan"), User: user, ID: idOrNew(c, "cancel")}
-			return call(c, retried(onBroker(broker.Client.Cancel)), req, func(w *out, p wire.Plan) error {
+			return call(c, onBroker(broker.Client.Cancel), req, func(w *out, p wire.Plan) error {
 				_, err := fmt.Fprintf(w, "plan %s %s; spent %s, %s released to %s\n", p.ID, p.Status, p.Spent, p.Released, p.User)
 				return err
 			})
