@@ -305,8 +305,11 @@ func (b *Broker) replaySubmit(ctx context.Context, id string, req *wire.SubmitRe
 	if !ok || v.rec.Job == nil || v.rec.Plan.Status == wire.PlanFailed {
 		return rep, false, nil
 	}
-	if fp := v.rec.Job.Request; v.rec.Job.Spec.Name != req.Job.Name || fp != "" && fp != submitFingerprint(req) {
-		return rep, true, fmt.Errorf("%w: job %q was admitted for another submit (job file, deadline or budget): submit with a new id", ErrPlanReused, id)
+	if v.rec.Job.Spec.Name != req.Job.Name {
+		return rep, true, ErrPlanReused
+	}
+	if fp := v.rec.Job.Request; fp != "" && fp != submitFingerprint(req) {
+		return rep, true, fmt.Errorf("%w: job %q was admitted with another job file, deadline or budget: submit with a new id", ErrPlanReused, id)
 	}
 	if v.rec.Plan.Status == planStarting {
 		// Admitted, but its start was cut off: carry it on (plans.go).

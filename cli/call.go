@@ -85,7 +85,7 @@ func withClients(c *ucli.Context, use func(cl clients) error) error {
 	outer := c.Context
 	c.Context = ctx
 	defer func() { c.Context = outer }()
-	keys := credsDir(c)
+	keys := localKeys{credsDir(c)}
 	anchor := clientAdminKey(c) // answers count only signed by the bank or the broker
 	err = use(clients{bank: bank.Client{NC: nc, Keys: keys, AdminKey: anchor},
 		broker: broker.Client{NC: nc, Keys: keys, AdminKey: anchor, Reader: reader(c)}, warn: c.App.ErrWriter})

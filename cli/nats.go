@@ -78,9 +78,13 @@ func natsAssets(c *ucli.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w (the admin's key creates the assets)", err)
 	}
-	nc, err := natsutil.ConnectWith(url, natsutil.ConnectOptions{Name: "mrmarket-nats-assets", Signer: admin, CAFile: tlsCA(c, keys), Timeout: 3 * time.Second})
+	ca, err := checkCA(c, keys)
 	if err != nil {
-		return connectError(url, err)
+		return err
+	}
+	nc, err := natsutil.ConnectWith(url, natsutil.ConnectOptions{Name: "mrmarket-nats-assets", Signer: admin, CAFile: ca, Timeout: 3 * time.Second})
+	if err != nil {
+		return clientConnectError(url, ca, keys, err)
 	}
 	defer nc.Close()
 	if err := natsutil.SetReplicas(nc, replicas); err != nil {
