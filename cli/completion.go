@@ -60,8 +60,9 @@ compdef _PROG_zsh_autocomplete PROG
 
 func completionCommand() *ucli.Command {
 	return &ucli.Command{
-		Name:  "completion",
-		Usage: "print the shell completion script for bash, zsh or fish",
+		Name:      "completion",
+		ArgsUsage: "SHELL",
+		Usage:     "print the shell completion script for bash, zsh or fish",
 		UsageText: "source <(mrmarket completion bash)     (in ~/.bashrc)\n" +
 			"   source <(mrmarket completion zsh)      (in ~/.zshrc)\n" +
 			"   mrmarket completion fish > ~/.config/fish/completions/mrmarket.fish",

@@ -263,3 +263,41 @@ func TestPrincipalAddWritesNoKeyWhenRefused(t *testing.T) {
 		t.Fatalf("principal add carol again: %+v, first %+v", r2, r)
 	}
 }
+
+// TestCommandLineAsWritten: the connection flags are read before or after
+// the command; a mistyped command is told the closest one; an argument a
+// command would not read is refused — each a clear line, exit 2.
+func TestCommandLineAsWritten(t *testing.T) {
+	m, _ := startMarket(t)
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	grant(t, "--nats="+m.URL, "7", "alice")
+	conf := filepath.Join(t.TempDir(), "config")
+	if err := os.WriteFile(conf, []byte("nats = "+m.URL+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"balance", "--nats", m.URL, "--user", "alice", "--tls-ca", m.CAFile},
+		{"--nats", m.URL, "--user=alice", "--creds", string(m.Keys()), "balance"},
+		{"--tls-ca=" + m.CAFile, "balance", "--config", conf, "--user", "alice"},
+		{"--config", conf, "--user", "alice", "balance", "--json"},
+	} {
+		if r := mrmarket(args...); r.code != 0 || !strings.Contains(r.stdout, "7") {
+			t.Errorf("%v: %+v", args, r)
+		}
+	}
+	// A command's own --tls-ca stays its own.
+	if r := mrmarket("nats", "assets", "--nats=nats://127.0.0.1:1", "--tls-ca", m.CAFile); r.code != cli.ExitUnavailable {
+		t.Errorf("nats assets --tls-ca: %+v", r)
+	}
+	bad := func(msg string, args ...string) refusal { return refusal{args, cli.ExitBadInput, msg} }
+	refuse(t, m, []refusal{
+		bad("did you mean `mrmarket spend`?", "spned"),
+		bad("did you mean `mrmarket balance`?", "balanse", "--user", "alice"),
+		bad("did you mean `mrmarket bank grant`?", "bank", "grnat", "--user", "alice", "--amount", "1"),
+		bad("did you mean `mrmarket jobs watch`?", "jobs", "wacth"),
+		bad(`has no command "frobnicate" (see`, "frobnicate"),
+		bad(`takes no arguments, only flags: "extra"`, "vms", "--nats="+m.URL, "extra"),
+		bad(`"5 --budget 3" would not be read`, "bank", "grant", "--nats="+m.URL, "--user", "alice", "--amount", "1", "5", "--budget", "3"),
+		bad("flag provided but not defined: -user (see `mrmarket ledger --help`)", "--user", "alice", "ledger", "--nats="+m.URL),
+	})
+}

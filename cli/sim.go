@@ -72,6 +72,7 @@ type experimentInfo struct {
 func simDescribeCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "describe",
+		ArgsUsage: "EXPERIMENT",
 		Usage:     "an experiment's source and the parameters `sim run --set` changes, with their defaults",
 		UsageText: "mrmarket sim describe mrm-pricing",
 		Flags:     outputFlags(),
@@ -102,8 +103,9 @@ func simDescribeCommand() *ucli.Command {
 
 func simRunCommand() *ucli.Command {
 	return &ucli.Command{
-		Name:  "run",
-		Usage: "run an experiment: the paper's figure beside ours (mean ± sd over runs) and their ratio",
+		Name:      "run",
+		ArgsUsage: "EXPERIMENT [flags]",
+		Usage:     "run an experiment: the paper's figure beside ours (mean ± sd over runs) and their ratio",
 		UsageText: "mrmarket sim run s003-stage [--seed 1] [--runs 25] [--set name=value ...] [--json] [--out results/]\n\n" +
 			"Each run is a seed; the same seed gives the same numbers. --out writes EXPERIMENT.json and .svg.\n" +
 			"`mrmarket sim describe NAME` lists the parameters --set changes.",

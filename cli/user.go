@@ -467,9 +467,19 @@ func vmsCommand() *ucli.Command {
 			&ucli.StringFlag{Name: "host", Usage: "only this host's VMs"},
 		),
 		Action: func(c *ucli.Context) error {
-			return call(c, onBroker(broker.Client.VMs), &wire.VMsRequest{Owner: c.String("owner"), Host: c.String("host")}, printVMs)
+			return call(c, hostVMs, &wire.VMsRequest{Owner: c.String("owner"), Host: c.String("host")}, printVMs)
 		},
 	}
+}
+
+// hostVMs are the VMs req asks for; none of a --host the broker does not
+// know is that host unknown (as price says), not an empty table.
+func hostVMs(ctx context.Context, cl clients, req *wire.VMsRequest) (wire.VMsReply, error) {
+	rep, err := cl.broker.VMs(ctx, req)
+	if err == nil && req.Host != "" && len(rep.VMs) == 0 && len(rep.Others) == 0 {
+		_, err = cl.broker.Price(ctx, &wire.PriceRequest{Host: req.Host})
+	}
+	return rep, err
 }
 
 // printVMs is a row per bid: a VM funded by several plans has a row for
