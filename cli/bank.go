@@ -499,9 +499,12 @@ func statementCommand() *ucli.Command {
 		UsageText: "mrmarket statement --user alice\n   mrmarket statement --account provider:host-1 --limit 20",
 		Flags: marketFlags(
 			&ucli.StringFlag{Name: "account", Usage: "any account id instead of a user (provider:<host>, escrow, mint)"},
-			&ucli.IntFlag{Name: "limit", Usage: "entries", Value: 50},
+			&ucli.IntFlag{Name: "limit", Usage: "entries, newest first", Value: wire.DefaultStatement},
 		),
 		Action: func(c *ucli.Context) error {
+			if l := c.Int("limit"); l < 1 || l > wire.MaxStatement {
+				return badInput("--limit must be 1 to %d (default %d), got %d", wire.MaxStatement, wire.DefaultStatement, l)
+			}
 			req := &wire.StatementRequest{Account: c.String("account"), Limit: c.Int("limit")}
 			if req.Account == "" {
 				req.User = setting(c, "user")

@@ -165,6 +165,8 @@ func TestBadInputToEveryCommand(t *testing.T) {
 		{[]string{"transfer", n, "--user", "alice", "--to", "nobody", "--amount", "1"}, cli.ExitRefused, "nobody"},
 		{[]string{"transfer", n, "--user", "mallory", "--to", "alice", "--amount", "1"}, cli.ExitBadInput, "no credentials"},
 		{[]string{"statement", n}, cli.ExitBadInput, "exactly one of user or account"},
+		{[]string{"statement", n, "--user", "alice", "--limit", "0"}, cli.ExitBadInput, "--limit must be 1 to 10000 (default 100)"},
+		{[]string{"statement", n, "--user", "alice", "--limit", "10001"}, cli.ExitBadInput, "--limit must be 1 to 10000 (default 100)"},
 		{[]string{"statement", n, "--account", "provider:none"}, cli.ExitRefused, "unknown account"},
 		{[]string{"bank", "income", "set", n, "--user", "alice", "--amount", "5", "--every", "1s"}, cli.ExitBadInput, "income period"},
 		{[]string{"bank", "income", "set", n, "--user", "alice", "--amount", "-5"}, cli.ExitBadInput, "greater than zero"},
