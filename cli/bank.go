@@ -183,12 +183,12 @@ func printIncome(w *out, rep wire.IncomeSetReply, req *wire.IncomeSetRequest, no
 	var err error
 	switch {
 	case set == nil:
-		_, err = fmt.Fprintf(w, "no more income for %s\n", who)
+		err = w.note("no more income for %s\n", who)
 	case !nextPayment(*set).After(now):
-		_, err = fmt.Fprintf(w, "income for %s: %s every %s; the first period is paid at once (at the bank's next tick), the next at %s\n",
+		err = w.note("income for %s: %s every %s; the first period is paid at once (at the bank's next tick), the next at %s\n",
 			who, set.Amount, span(set.Every.D()), stamp(nextPayment(*set).Add(set.Every.D())))
 	default:
-		_, err = fmt.Fprintf(w, "income for %s: %s every %s; the next is paid at %s\n", who, set.Amount, span(set.Every.D()), stamp(nextPayment(*set)))
+		err = w.note("income for %s: %s every %s; the next is paid at %s\n", who, set.Amount, span(set.Every.D()), stamp(nextPayment(*set)))
 	}
 	return err
 }
@@ -515,7 +515,9 @@ func statementCommand() *ucli.Command {
 }
 
 func printStatement(w *out, rep wire.StatementReply) error {
-	fmt.Fprintf(w, "%s: balance %s\n", rep.Account, rep.Balance)
+	if err := w.note("%s: balance %s\n", rep.Account, rep.Balance); err != nil {
+		return err
+	}
 	t := w.table("AT", "KIND", "AMOUNT", "COUNTERPARTY", "TRANSFER", "MEMO")
 	for _, e := range rep.Entries {
 		amt := e.Amount.String()

@@ -150,6 +150,34 @@ func TestNoHeaders(t *testing.T) {
 	}
 }
 
+// TestNoHeadersPrintsRowsOnly: --no-headers leaves out the lines around a
+// table too — a preamble, a summary, a note — so that what is printed is
+// the table's rows and nothing else.
+func TestNoHeadersPrintsRowsOnly(t *testing.T) {
+	m, _ := startMarket(t)
+	n := "--nats=" + m.URL
+	grant(t, n, "100", "alice")
+	job := writeFile(t, `{"name": "etl", "vms": ["a1"], "maps": 4, "reduces": 0, "map_slots": 1, "profile": {"map_avg": 60, "map_max": 60}}`)
+	for around, args := range map[string][]string{
+		"alice: balance": {"statement", n, "--user", "alice"},
+		"invariant":      {"ledger", n},
+		"spends 1 over":  {"spend", n, "--user", "alice", "--budget", "1", "--duration", "1h", "--vm", "a1"},
+		"income for":     {"bank", "income", "set", n, "--user", "alice", "--amount", "1", "--every", "24h"},
+		"earliest":       {"quote", n, "--user", "alice", "--job", job},
+		"runs by":        {"sim", "describe", "s003-stage"},
+	} {
+		r := mrmarket(args...)
+		if r.code != 0 || !strings.Contains(r.stdout, around) {
+			t.Errorf("%v: %+v", args, r)
+			continue
+		}
+		r = mrmarket(append(args, "--no-headers")...)
+		if r.code != 0 || strings.Contains(r.stdout, around) || strings.Contains(r.stdout, "\n\n") || strings.HasPrefix(r.stdout, "\n") {
+			t.Errorf("%v --no-headers: %+v, want its rows without %q", args, r, around)
+		}
+	}
+}
+
 // TestPlansAndJobsShowTheBank: plans shows the bank's spent, released and
 // held, durations rounded; a best-effort job's plan is not "deadline".
 func TestPlansAndJobsShowTheBank(t *testing.T) {

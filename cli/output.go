@@ -18,7 +18,8 @@ import (
 // came over the wire (its money fields name their unit: *_micro are
 // micro-credits, *_micro_per_s micro-credits per second), otherwise for
 // people — credits, credits per hour, durations rounded to the second, and
-// tables whose header line --no-headers leaves out.
+// tables whose header line --no-headers leaves out, with the lines around
+// them (out.note): with it, only the tables' rows are printed.
 
 // out is where a command prints for people, and how.
 type out struct {
@@ -34,6 +35,16 @@ func (o *out) table(header ...string) *table {
 		t.row(header...)
 	}
 	return t
+}
+
+// note prints a line that is not a table's row — a preamble, a summary, a
+// blank line between tables — unless --no-headers asks for the rows alone.
+func (o *out) note(format string, args ...any) error {
+	if o.noHeaders {
+		return nil
+	}
+	_, err := fmt.Fprintf(o, format, args...)
+	return err
 }
 
 // show prints rep: JSON with --json, otherwise human's rendering.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -106,7 +105,7 @@ func printBalance(w *out, rep wire.BalanceReply) error {
 		return err
 	}
 	if len(rep.Holds) > 0 {
-		fmt.Fprintln(w)
+		w.note("\n")
 		t = w.table("HOLD", "STATUS", "AMOUNT", "CAPTURED", "RELEASED", "EXPIRES")
 		for _, h := range rep.Holds {
 			t.row(h.ID, h.Status, h.Amount.String(), h.Captured.String(), h.Released.String(), stamp(h.Expires))
@@ -248,7 +247,7 @@ func parseHostWeights(flags []string) (map[string]float64, error) {
 
 func printSpend(w *out, rep wire.SpendReply) error {
 	p := rep.Plan
-	fmt.Fprintf(w, "plan %s: %s spends %s over %s (%s), hold %s, ends %s\n",
+	w.note("plan %s: %s spends %s over %s (%s), hold %s, ends %s\n",
 		p.ID, p.User, p.Budget, span(p.Duration.D()), p.Strategy, p.Hold, stamp(p.End))
 	return printPlanVMs(w, p)
 }
@@ -408,8 +407,7 @@ func printPlans(w *out, m plansView) error {
 	if err := t.flush(); err != nil || !estimates {
 		return err
 	}
-	_, err := fmt.Fprintln(w, "* the broker's estimate: the bank could not be asked")
-	return err
+	return w.note("* the broker's estimate: the bank could not be asked\n")
 }
 
 func priceCommand() *ucli.Command {
@@ -573,12 +571,11 @@ func printLedger(w *out, rep wire.LedgerReply) error {
 	return printInvariant(w, rep)
 }
 
-func printInvariant(w io.Writer, rep wire.LedgerReply) error {
+func printInvariant(w *out, rep wire.LedgerReply) error {
 	verdict := "holds"
 	if len(rep.Violations) > 0 {
 		verdict = "VIOLATED: " + strings.Join(rep.Violations, "; ")
 	}
-	_, err := fmt.Fprintf(w, "\ninvariant: Σ balances %s + Σ open holds %s = Σ granted %s … %s\n",
+	return w.note("\ninvariant: Σ balances %s + Σ open holds %s = Σ granted %s … %s\n",
 		rep.Balances, rep.OpenHolds, rep.Granted, verdict)
-	return err
 }
