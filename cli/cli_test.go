@@ -386,6 +386,14 @@ func TestDemo(t *testing.T) {
 	if len(rep.Ledger.Violations) != 0 || rep.Ratio < 2-1e-9 || rep.Ratio > 2+1e-9 {
 		t.Fatalf("demo report: ratio %v, violations %v", rep.Ratio, rep.Ledger.Violations)
 	}
+	var raw map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &raw); err != nil {
+		t.Fatal(err)
+	}
+	wall, _ := raw["wall_time"].(string)
+	if d, err := time.ParseDuration(wall); raw["snapshot_at"] != "30m0s" || raw["end_at"] != "1h0m40s" || err != nil || d != d.Round(time.Millisecond) {
+		t.Errorf("demo --json: durations are Go duration strings to the millisecond: snapshot_at %v, end_at %v, wall_time %v", raw["snapshot_at"], raw["end_at"], raw["wall_time"])
+	}
 	want := map[string]string{"alice": "24", "bob": "12", "batch": "6"}
 	for _, u := range rep.Users {
 		if u.Spent.String() != want[u.User] || u.Held != 0 || u.Balance+u.Spent != u.Granted {

@@ -205,8 +205,13 @@ func TestPlansAndJobsShowTheBank(t *testing.T) {
 	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &ps) != nil || len(ps.Plans) != 2 {
 		t.Fatalf("plans --json: %+v", r)
 	}
-	if !strings.Contains(r.stdout, `"spent_micro"`) || !strings.Contains(r.stdout, `"held_micro"`) || strings.Contains(r.stdout, "best-effort") {
+	if !strings.Contains(r.stdout, `"spent_micro"`) || !strings.Contains(r.stdout, `"held_micro"`) {
 		t.Fatalf("plans --json is the wire reply: %s", r.stdout)
+	}
+	for _, p := range ps.Plans {
+		if want := map[string]string{"p-bob": "fair", "j-be": wire.StrategyBestEffort}[p.ID]; p.Strategy != want {
+			t.Errorf("plans --json: plan %s's strategy %q, want %q", p.ID, p.Strategy, want)
+		}
 	}
 	r = mrmarket("plans", n, "--no-headers")
 	if r.code != 0 {

@@ -58,6 +58,9 @@ func TestDeadlineCommands(t *testing.T) {
 	if q.Work != 240 || q.Source != "profile" {
 		t.Fatalf("quote: work %v from %s, want ARIA's upper bound 240 s from the profile", q.Work, q.Source)
 	}
+	if !strings.Contains(r.stdout, `"work_s": 240`) && !strings.Contains(r.stdout, `"work_s":240`) {
+		t.Errorf("quote --json names its work's unit (work_s): %s", r.stdout)
+	}
 	r = mrmarket("quote", n, "--user", "alice", "--job", alice)
 	t.Log(r.stdout)
 	if r.code != 0 || !strings.Contains(r.stdout, "DEADLINE") || strings.Contains(r.stdout, "pays for none") {

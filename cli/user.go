@@ -380,17 +380,12 @@ func byID[T any](items []T, id func(T) string) map[string]T {
 
 // strategy is what a plan spends by: its strategy, or for a job's plan
 // (whose strategy is the deadline service's) the kind of job: deadline or
-// best-effort.
+// best-effort (which the broker's answer names already).
 func (v plansView) strategy(p wire.Plan) string {
-	j, ok := v.jobs[p.ID]
-	switch {
-	case !ok:
-		return p.Strategy
-	case j.Deadline.IsZero():
-		return "best-effort"
-	default:
-		return wire.StrategyDeadline
+	if j, ok := v.jobs[p.ID]; ok && j.Deadline.IsZero() {
+		return wire.StrategyBestEffort
 	}
+	return p.Strategy
 }
 
 func printPlans(w *out, m plansView) error {
