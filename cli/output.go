@@ -91,11 +91,14 @@ func perHour(rate float64) string {
 
 func pct(f float64) string { return fmt.Sprintf("%.2f%%", 100*f) }
 
+// stamp is a time for people, in the one format the CLI shows and reads:
+// RFC 3339 in UTC to the second — as events, the services' messages and
+// --deadline have it, so a time shown can be given back.
 func stamp(t time.Time) string {
 	if t.IsZero() {
 		return "-"
 	}
-	return t.UTC().Format("2006-01-02 15:04:05Z")
+	return t.UTC().Format(time.RFC3339)
 }
 
 // span is a duration for people: whole seconds (56m15s, not
