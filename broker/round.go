@@ -81,6 +81,7 @@ func (b *Broker) Tick(ctx context.Context, now time.Time) error {
 	if _, err := b.recoverHolds(ctx, now); err != nil {
 		b.cfg.Metrics.Error("broker", "recover")
 	}
+	b.logStaleHosts(now)
 	r := &round{now: now, replica: b.cfg.Replica, tick: b.cfg.Tick, settle: b.cfg.Settle, beats: b.store.heartbeats(),
 		view: roundView{boosts: b.cappedBoosts(), jobs: b.edf()}, startingHere: b.startingHere()}
 	plans := r.candidates(b.store)

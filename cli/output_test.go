@@ -304,3 +304,31 @@ func TestOneTimestampFormat(t *testing.T) {
 		t.Fatalf("event line %q (%v), want it to start with %s", buf.String(), err, stamp(at))
 	}
 }
+
+// A host whose agent went silent is marked stale in vms and price, with a
+// note of what that means (and how to retire a host for good); --no-headers
+// keeps the mark on the rows and drops the note.
+func TestStaleHostsMarked(t *testing.T) {
+	at := time.Date(2026, 5, 1, 9, 0, 0, 0, time.UTC)
+	rep := wire.VMsReply{
+		VMs: []wire.HostVM{{Host: "host-1", VMState: wire.VMState{VM: "a1", Owner: "alice", Rate: 1, Share: 0.5}, Updated: at},
+			{Host: "host-2", VMState: wire.VMState{VM: "a2", Owner: "alice", Rate: 1, Share: 0.5}, Updated: at, Stale: true}},
+		Others: []wire.OtherVMs{{Host: "host-2", VMs: 1, Rate: 1, Share: 0.5, Updated: at, Stale: true}},
+	}
+	var buf bytes.Buffer
+	if err := printVMs(&out{Writer: &buf}, rep); err != nil {
+		t.Fatal(err)
+	}
+	got := buf.String()
+	if strings.Count(got, "host-2 stale") != 2 || strings.Contains(got, "host-1 stale") || !strings.Contains(got, "stale: no state from the agent of host-2 ") ||
+		!strings.Contains(got, "principal revoke") {
+		t.Fatalf("vms with a stale host:\n%s", got)
+	}
+	buf.Reset()
+	if err := printVMs(&out{Writer: &buf, noHeaders: true}, rep); err != nil {
+		t.Fatal(err)
+	}
+	if got := buf.String(); strings.Count(got, "host-2 stale") != 2 || strings.Contains(got, "no state") {
+		t.Fatalf("vms --no-headers with a stale host:\n%s", got)
+	}
+}

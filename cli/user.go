@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -425,10 +426,22 @@ func priceCommand() *ucli.Command {
 			}
 			return call(c, onBroker(broker.Client.Price), &wire.PriceRequest{Host: c.String("host")}, func(w *out, rep wire.PriceReply) error {
 				t := w.table("HOST", "PRICE", "VMS", "FUNDED", "UPDATED")
+				var stale []string
 				for _, h := range rep.Hosts {
-					t.row(h.Host, perHour(h.Price), fmt.Sprint(h.VMs), fmt.Sprint(h.Funded), stamp(h.Updated))
+					updated := stamp(h.Updated)
+					switch {
+					case h.Retired:
+						updated += " retired"
+					case h.Stale:
+						updated += " stale"
+						stale = append(stale, h.Host)
+					}
+					t.row(h.Host, perHour(h.Price), fmt.Sprint(h.VMs), fmt.Sprint(h.Funded), updated)
 				}
-				return t.flush()
+				if err := t.flush(); err != nil {
+					return err
+				}
+				return noteStale(w, stale)
 			})
 		},
 	}
@@ -481,6 +494,7 @@ func hostVMs(ctx context.Context, cl clients, req *wire.VMsRequest) (wire.VMsRep
 // users' VMs there together, "(others)", with only their count, rate and
 // share.
 func printVMs(w *out, rep wire.VMsReply) error {
+	var stale []string
 	t := w.table("HOST", "VM", "OWNER", "RATE", "SHARE", "UTIL", "DISK", "NET IN/OUT", "PLAN", "BID", "CHARGED", "ENDS")
 	others := func(host string) { // the other users' rows of hosts up to host, in order
 		for len(rep.Others) > 0 && (host == "" || rep.Others[0].Host < host) {
@@ -488,7 +502,14 @@ func printVMs(w *out, rep wire.VMsReply) error {
 			if o.VMs == 1 {
 				vms = "VM"
 			}
-			t.row(o.Host, fmt.Sprintf("(%d %s)", o.VMs, vms), "(others)", perHour(o.Rate), pct(o.Share), "-", "-", "-", "-", "-", "-", "-")
+			host := o.Host
+			if o.Stale {
+				host += " stale"
+				if !slices.Contains(stale, o.Host) {
+					stale = append(stale, o.Host)
+				}
+			}
+			t.row(host, fmt.Sprintf("(%d %s)", o.VMs, vms), "(others)", perHour(o.Rate), pct(o.Share), "-", "-", "-", "-", "-", "-", "-")
 			rep.Others = rep.Others[1:]
 		}
 	}
@@ -498,7 +519,14 @@ func printVMs(w *out, rep wire.VMsReply) error {
 		if v.Idle {
 			util += " idle"
 		}
-		vm := []string{v.Host, v.VM, v.Owner, perHour(v.Rate), pct(v.Share), util,
+		host := v.Host
+		if v.Stale {
+			host += " stale"
+			if !slices.Contains(stale, v.Host) {
+				stale = append(stale, v.Host)
+			}
+		}
+		vm := []string{host, v.VM, v.Owner, perHour(v.Rate), pct(v.Share), util,
 			delivered(v, wire.ResourceDisk), delivered(v, wire.ResourceNetIn, wire.ResourceNetOut)}
 		if len(v.Bids) == 0 {
 			t.row(append(vm, "-", "-", "-", "-")...)
@@ -508,7 +536,20 @@ func printVMs(w *out, rep wire.VMsReply) error {
 		}
 	}
 	others("")
-	return t.flush()
+	if err := t.flush(); err != nil {
+		return err
+	}
+	return noteStale(w, stale)
+}
+
+// noteStale says, after a table, what its "stale" hosts' rows are: the
+// last their agents said, not what they do now.
+func noteStale(w *out, hosts []string) error {
+	if len(hosts) == 0 {
+		return nil
+	}
+	return w.note("stale: no state from the agent of %s for several of its ticks; its rows are as of its last state "+
+		"(`mrmarket price` says when; `mrmarket bank principal revoke` of its agent's key retires a host for good)\n", strings.Join(hosts, ", "))
 }
 
 // delivered says how v's host delivers its share of resources: a
