@@ -127,8 +127,13 @@ func App(stdout, stderr io.Writer) *ucli.App {
 		ErrWriter:            stderr,
 		HideHelpCommand:      true,
 		EnableBashCompletion: true,
-		Flags:                []ucli.Flag{flagTLSCA(), flagConfig()},
-		Before:               loadConfig,
+		Flags:                []ucli.Flag{flagTLSCA(), flagConfig(), flagLogLevel(), flagLogFormat()},
+		Before: func(c *ucli.Context) error {
+			if err := checkLogFlags(c); err != nil {
+				return err
+			}
+			return loadConfig(c)
+		},
 		Commands: []*ucli.Command{
 			demoCommand(),
 			upCommand(),

@@ -8,7 +8,7 @@ import (
 )
 
 // The command line, as a person writes it. urfave/cli reads the app's flags
-// (--tls-ca, --config) only before the command and a command's flags only
+// (--tls-ca, --config, --log-level, --log-format) only before the command and a command's flags only
 // after it, and it stops at the first argument that is not a flag; a
 // mistyped command showed "No help topic", and an argument nobody reads
 // was ignored. So: the connection flags go in either place (placeFlags
@@ -19,7 +19,7 @@ import (
 // the connection flags of the commands, read after it. Each is accepted in
 // both places.
 var (
-	appFlags     = []string{"tls-ca", "config"}
+	appFlags     = []string{"tls-ca", "config", "log-level", "log-format"}
 	commandFlags = []string{"nats", "creds", "user"}
 )
 

@@ -65,14 +65,15 @@ func bankServeCommand() *ucli.Command {
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(c.App.Writer, "  metrics  http://%s/metrics   health  http://%s/healthz\n", srv.Addr(), srv.Addr())
+				addr := srv.Addr().String()
+				env.Logger.Info("mrmarket bank: metrics and health", "metrics", "http://"+addr+"/metrics", "health", "http://"+addr+"/healthz")
 			}
-			fmt.Fprintf(c.App.Writer, "mrmarket bank serving %s on %s (admin key %s)\n", b.Store(), c.String("nats"), anchor)
+			env.Logger.Info("mrmarket bank serving", "store", b.Store(), "nats", c.String("nats"), "admin_key", anchor)
 			if err := b.Run(c.Context); err != nil {
 				return err
 			}
 			<-c.Context.Done()
-			fmt.Fprintln(c.App.Writer, "mrmarket bank: stopping")
+			env.Logger.Info("mrmarket bank: stopping")
 			return nil
 		},
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -214,13 +215,13 @@ func clientConnectError(url, ca string, keys signing.CredsDir, err error) error 
 
 // connectDaemon connects a daemon as signer, retrying forever once
 // connected (natsutil's policy).
-func connectDaemon(c *ucli.Context, name string, signer *signing.Signer) (*nats.Conn, error) {
+func connectDaemon(c *ucli.Context, name string, signer *signing.Signer, log *slog.Logger) (*nats.Conn, error) {
 	url := setting(c, "nats")
 	ca, err := checkCA(c, credsDir(c))
 	if err != nil {
 		return nil, err
 	}
-	nc, err := natsutil.ConnectWith(url, natsutil.ConnectOptions{Name: name, Signer: signer, CAFile: ca})
+	nc, err := natsutil.ConnectWith(url, natsutil.ConnectOptions{Name: name, Signer: signer, CAFile: ca, Logger: log})
 	if err != nil {
 		return nil, connectError(url, err)
 	}
@@ -256,8 +257,11 @@ func bankConnSigner(ctx context.Context, b *bank.Bank, keys signing.CredsDir, ad
 // from the command's flags (connectDaemon), the anchor, metrics on reg and
 // the process's logger, everything owned by s.
 func daemonEnv(c *ucli.Context, s *stop.Stopper, anchor string, reg *prometheus.Registry) daemon.Env {
-	return daemon.Env{Stopper: s, AdminKey: anchor, Metrics: obs.NewMetrics(reg), Logger: daemonLogger(c),
-		Connect: func(name string, signer *signing.Signer) (*nats.Conn, error) { return connectDaemon(c, name, signer) }}
+	log := daemonLogger(c)
+	return daemon.Env{Stopper: s, AdminKey: anchor, Metrics: obs.NewMetrics(reg), Logger: log,
+		Connect: func(name string, signer *signing.Signer) (*nats.Conn, error) {
+			return connectDaemon(c, name, signer, log)
+		}}
 }
 
 // serveHTTP serves /metrics of reg and /healthz of checks on addr until s

@@ -167,15 +167,16 @@ func natsServe(c *ucli.Context) error {
 	s := stop.New()
 	defer s.Stop()
 	s.AddCloser(node.Shutdown)
-	w := c.App.Writer
-	fmt.Fprintf(w, "mrmarket nats serve: node %s, clients %s, config %s\n", opts.Name, node.Server.ClientURL(), conf)
+	log := daemonLogger(c)
+	about := []any{"clients", node.Server.ClientURL(), "config", conf}
 	if addr := node.Server.ClusterAddr(); addr != nil {
-		fmt.Fprintf(w, "  routes %s (cluster %s), JetStream in %s\n", addr, opts.ClusterName, opts.StoreDir)
+		about = append(about, "routes", addr.String(), "cluster", opts.ClusterName, "jetstream", opts.StoreDir)
 	}
+	log.Info("mrmarket nats serve: node "+opts.Name, about...)
 	if every := c.Duration("follow"); every > 0 {
 		// A failed refresh keeps the node on its last good configuration;
 		// the next one tries again.
-		follow := stop.Ticker{Component: "nats serve", Period: every, Logger: daemonLogger(c)}
+		follow := stop.Ticker{Component: "nats serve", Period: every, Logger: log}
 		err := s.RunTicker(c.Context, "nats serve follow", follow, func(ctx context.Context, _ time.Time) error {
 			if _, err := node.Refresh(ctx); err != nil {
 				return fmt.Errorf("keeping the last configuration: %w", err)
@@ -187,7 +188,7 @@ func natsServe(c *ucli.Context) error {
 		}
 	}
 	<-c.Context.Done()
-	fmt.Fprintln(w, "mrmarket nats serve: stopping")
+	log.Info("mrmarket nats serve: stopping")
 	return nil
 }
 
