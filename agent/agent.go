@@ -562,7 +562,7 @@ func (a *Agent) vmBids(now time.Time) map[string][]wire.VMBid {
 		if now.Before(b.end()) {
 			rate = money.Rate(b.Budget, b.Duration.D())
 		}
-		out[k.vm] = append(out[k.vm], wire.VMBid{Plan: b.Plan, Hold: b.Hold, Rate: rate, Budget: b.Budget, Charged: b.charged(now), Ends: b.end()})
+		out[k.vm] = append(out[k.vm], wire.VMBid{Plan: b.Plan, Hold: b.Hold, Rate: rate, Budget: b.Budget, Charged: b.base + b.charged(now), Ends: b.end()})
 	}
 	for _, bs := range out {
 		sort.Slice(bs, func(i, j int) bool { return bs[i].Plan < bs[j].Plan })

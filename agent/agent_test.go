@@ -462,3 +462,41 @@ func TestUtilisationWithinTheHost(t *testing.T) {
 		}
 	}
 }
+
+// A plan's re-bid on a VM starts a bid afresh, but what the VM shows
+// charged is the plan's on it so far: it never goes back.
+func TestChargedCarriesAcrossRebids(t *testing.T) {
+	h := newHost(t, agent.VM{ID: "vm1", Owner: "alice"})
+	h.fund(t, "alice", "hold", 7200)
+	ctx := context.Background()
+	bid := func(budget money.Micro) {
+		t.Helper()
+		if _, err := h.a.SetBids(ctx, bidReq(wire.Bid{VM: "vm1", Owner: "alice", Plan: "p", Hold: "hold", Budget: budget, Duration: wire.Duration(time.Hour)})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	charged := func() money.Micro {
+		t.Helper()
+		st := h.a.State()
+		if len(st.VMs) != 1 || len(st.VMs[0].Bids) != 1 {
+			t.Fatalf("state: %+v", st)
+		}
+		return st.VMs[0].Bids[0].Charged
+	}
+	bid(3600)
+	*h.clock = t0.Add(30 * time.Minute)
+	h.tick(t)
+	before := charged()
+	if before != 1800 {
+		t.Fatalf("charged %s after half the bid, want 1800 micro", before)
+	}
+	bid(3000) // the re-bid: what is left, at another rate
+	if got := charged(); got != before {
+		t.Fatalf("charged %s right after the re-bid, want %s", got, before)
+	}
+	*h.clock = t0.Add(60 * time.Minute)
+	h.tick(t)
+	if got := charged(); got <= before || got != h.captured(t, "hold") {
+		t.Fatalf("charged %s after the re-bid ran, want more than %s and what the bank captured (%s)", got, before, h.captured(t, "hold"))
+	}
+}
