@@ -27,11 +27,14 @@ func bankServeCommand() *ucli.Command {
 		Name:  "serve",
 		Usage: "run the bank daemon on a store (SQLite file or PostgreSQL/CockroachDB)",
 		UsageText: "mrmarket bank serve --store sqlite:/var/lib/mrmarket/bank.db --nats nats://nats-1:4222 --creds /etc/mrmarket/creds\n" +
-			"   mrmarket bank serve --store postgres://mrmarket@db:5432/bank --nats …   (run several: they share the load)",
+			"   mrmarket bank serve --store postgres://mrmarket@db:5432/bank --nats …   (run several: they share the load)\n" +
+			"   mrmarket bank serve --init --store postgres://mrmarket@db:5432/bank --creds ./creds   (the bootstrap: no NATS yet)",
 		Flags: []ucli.Flag{flagNATS(), flagCreds(), flagTLSCA(), flagAdminKey(),
 			&ucli.StringFlag{Name: "store", Usage: "sqlite:PATH or postgres://…", Value: "sqlite:.data/bank.db", EnvVars: []string{"MRM_BANK_STORE"}},
 			&ucli.StringFlag{Name: "http", Usage: "address for /metrics and /healthz (empty: none)", Value: "127.0.0.1:9465"},
 			&ucli.DurationFlag{Name: "tick", Usage: "how often to expire holds and pay income", Value: 5 * time.Second},
+			&ucli.BoolFlag{Name: "init", Usage: "make the store (its migrations) and register the admin and the bank's key in it, then exit: " +
+				"the bootstrap, before any NATS node runs"},
 		},
 		Action: func(c *ucli.Context) error {
 			if c.Duration("tick") < tickMin || c.Duration("tick") > tickMax {
@@ -55,6 +58,10 @@ func bankServeCommand() *ucli.Command {
 				return wire.Errorf(wire.ErrUnavailable, "%v", err)
 			}
 			if err := registerBank(c, b.Bank, anchor, admin, self); err != nil {
+				return err
+			}
+			if c.Bool("init") {
+				_, err := fmt.Fprintf(c.App.Writer, "mrmarket bank: store %s ready: the admin %s and the bank %s registered\n", b.Store(), anchor, self.Public())
 				return err
 			}
 			if err := b.Serve(c.Context, bankConnSigner(c.Context, b.Bank, keys, admin)); err != nil {
