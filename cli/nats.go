@@ -63,7 +63,7 @@ func natsAssetsCommand() *ucli.Command {
 			"update, delete or purge a stream. Creates MRM_HOSTS, MRM_PLANS, MRM_NONCES and MRM_EVENTS, or\n" +
 			"opens them and raises their replicas (3 on a cluster, 1 on one server, or --js-replicas).\n" +
 			"Run it again after adding NATS nodes, or to make again a bucket that was deleted.",
-		Flags:  []ucli.Flag{flagNATS(), flagCreds(), flagTLSCA(), flagJSReplicas()},
+		Flags:  []ucli.Flag{flagNATS(), flagCreds(), flagTLSCA(), flagJSReplicas(), flagJSON()},
 		Action: natsAssets,
 	}
 }
@@ -93,6 +93,11 @@ func natsAssets(c *ucli.Context) error {
 	assets, err := natsutil.EnsureAssets(c.Context, nc)
 	if err != nil {
 		return wire.Errorf(wire.ErrUnavailable, "%v", err)
+	}
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, struct {
+			Replicas map[string]int `json:"replicas"`
+		}{assets.Replicas})
 	}
 	fmt.Fprintf(c.App.Writer, "mrmarket nats assets: %s\n", replicasText(assets.Replicas))
 	return nil
