@@ -166,6 +166,7 @@ func App(stdout, stderr io.Writer) *ucli.App {
 	}
 	quietUsage("mrmarket", app.Commands)
 	strictArgs("mrmarket", app.Commands)
+	withValueCompletion(app.Commands)
 	return app
 }
 

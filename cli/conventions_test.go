@@ -58,6 +58,27 @@ func TestShellCompletion(t *testing.T) {
 	if r := complete("spend", "--bu", "--generate-bash-completion"); r.code != 0 || !strings.Contains(r.stdout, "--budget") {
 		t.Errorf("completing a flag: %+v", r)
 	}
+	if r := complete("spend", "--strategy", "--generate-bash-completion"); r.code != 0 || r.stdout != strings.Join(wire.Strategies, "\n")+"\n" {
+		t.Errorf("completing a strategy: %+v", r)
+	}
+	m, _ := startMarket(t)
+	n := "--nats=" + m.URL
+	grant(t, n, "100", "alice")
+	if r := mrmarket("spend", n, "--user", "alice", "--budget", "1", "--duration", "1h", "--vm", "a1", "--id", "p-a"); r.code != 0 {
+		t.Fatalf("spend: %+v", r)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"spend", n, "--user", "alice", "--vm"}, "a1\n"},
+		{[]string{"vms", n, "--host"}, "host-1\n"},
+		{[]string{"cancel", n, "--user", "alice", "--plan"}, "p-a\n"},
+	} {
+		if r := complete(append(c.args, "--generate-bash-completion")...); r.code != 0 || r.stdout != c.want {
+			t.Errorf("completing %v: %+v, want %q", c.args, r, c.want)
+		}
+	}
 }
 
 // TestConfigFile: connection and identity from the config file, below the
