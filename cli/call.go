@@ -114,14 +114,17 @@ func withClients(c *ucli.Context, use func(cl clients) error) error {
 // client's (docs/HA.md): the other replica answers a retry at once. Later
 // attempts grow to rpc.DefaultTimeout, the time a service gives its
 // handler, so a live but slow answer (a large statement or ledger) still
-// comes.
+// comes. The pauses stay short, as the daemons' (a fixed 20 ms): an answer
+// "unavailable" that comes at once (a plan still starting on the replica
+// that took the first try) is asked again within a quarter of a second,
+// not after a pause grown to a second.
 var asking = struct {
 	attempts retry.Options // attempts.Backoff(n) bounds try n
 	pauses   retry.Options // the pause after each unavailable try
 	patience time.Duration // the whole command's asking
 }{
 	attempts: retry.Options{InitialBackoff: 2 * time.Second, Multiplier: 1.5, MaxBackoff: rpc.DefaultTimeout},
-	pauses:   retry.Options{InitialBackoff: 100 * time.Millisecond, Multiplier: 2, MaxBackoff: time.Second, Jitter: 0.5},
+	pauses:   retry.Options{InitialBackoff: 50 * time.Millisecond, Multiplier: 2, MaxBackoff: 250 * time.Millisecond, Jitter: 0.5},
 	patience: 30 * time.Second,
 }
 
