@@ -11,10 +11,10 @@ import (
 )
 
 // Every command that prints an answer takes --json; the README names the
-// others: the daemons, which log (--log-format json), and the three that
-// write a script, a configuration or files.
+// others: the daemons, which log (--log-format json), and those that write
+// a script, a configuration, files or a sign-in link.
 func TestEveryAnsweringCommandTakesJSON(t *testing.T) {
-	notAnswers := []string{"up", "agent", "broker", "bank serve", "nats serve", "completion", "nats config", "sim results"}
+	notAnswers := []string{"up", "agent", "broker", "bank serve", "nats serve", "completion", "nats config", "sim results", "dashboard login"}
 	var walk func(prefix string, cs []*ucli.Command)
 	walk = func(prefix string, cs []*ucli.Command) {
 		for _, c := range cs {
