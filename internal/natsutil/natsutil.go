@@ -221,8 +221,10 @@ func ConnectWith(url string, o ConnectOptions) (*nats.Conn, error) {
 		opts = append(opts, nats.Timeout(o.Timeout))
 	}
 	if l := o.Logger; l != nil {
-		opts = append(opts, nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
-			l.Warn("nats: connection lost; reconnecting", "conn", o.Name, "server", nc.ConnectedUrlRedacted(), "err", err)
+		opts = append(opts, nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil { // nil: closed on purpose
+				l.Warn("nats: connection lost; reconnecting", "conn", o.Name, "err", err)
+			}
 		}), nats.ReconnectHandler(func(nc *nats.Conn) {
 			l.Info("nats: reconnected", "conn", o.Name, "server", nc.ConnectedUrlRedacted())
 		}))

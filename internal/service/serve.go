@@ -411,6 +411,9 @@ func logMoney(opts Options, service string, e *Endpoint, r request, in *Incoming
 	case err == nil && in != nil && in.Principal.Role == wire.RoleAgent:
 		level = slog.LevelDebug // every host's captures, every tick: their sums are in the metrics
 	}
+	if !opts.Logger.Enabled(context.Background(), level) {
+		return // nothing decoded for a line nobody reads
+	}
 	attrs := []any{"principal", principalOf(in, r), "op", e.Name}
 	var body map[string]json.RawMessage
 	_ = json.Unmarshal(r.Data(), &body) // a body that does not decode was refused bad_request: the line says so
