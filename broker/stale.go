@@ -10,12 +10,16 @@ import (
 // VMs' rates and shares as they were. The answers say so (Stale) once the
 // agent has missed staleTicks of its ticks, its tick read from its states'
 // times (their tick counter and clock), or the broker's own tick until two
-// states have come; and the broker logs when a host goes silent and when
-// it is heard again. A host taken out for good is retired (retire.go).
+// states have come (and at least staleAfter); and the broker logs when a
+// host goes silent and when it is heard again. A host taken out for good is retired (retire.go).
 
 // staleTicks is how many of its agent's ticks a host may miss before its
-// state is shown as stale: one late state is not silence.
-const staleTicks = 3
+// state is shown as stale, and staleAfter the least silence that is: one
+// late state, or a second's hiccup of a loaded machine, is not silence.
+const (
+	staleTicks = 3
+	staleAfter = 5 * time.Second
+)
 
 // notePeriod learns the host's tick from two of its states in order; b.mu
 // must be held.
@@ -29,7 +33,7 @@ func (b *Broker) notePeriod(old, st wire.HostState) {
 // must be held.
 func (b *Broker) stale(st wire.HostState, now time.Time) bool {
 	period := max(b.periods[st.Host], b.cfg.Tick)
-	return now.Sub(st.Time) > staleTicks*period
+	return now.Sub(st.Time) > max(staleTicks*period, staleAfter)
 }
 
 // logStaleHosts logs each host that went stale, or was heard again, since
