@@ -471,7 +471,8 @@ func TestChargedCarriesAcrossRebids(t *testing.T) {
 	ctx := context.Background()
 	bid := func(budget money.Micro) {
 		t.Helper()
-		if _, err := h.a.SetBids(ctx, bidReq(wire.Bid{VM: "vm1", Owner: "alice", Plan: "p", Hold: "hold", Budget: budget, Duration: wire.Duration(time.Hour)})); err != nil {
+		b := wire.Bid{VM: "vm1", Owner: "alice", Plan: "p", Hold: "hold", Budget: budget, Duration: wire.Duration(time.Hour)}
+		if _, err := h.a.SetBids(ctx, bidReq(b)); err != nil {
 			t.Fatal(err)
 		}
 	}

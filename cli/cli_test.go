@@ -392,7 +392,8 @@ func TestDemo(t *testing.T) {
 	}
 	wall, _ := raw["wall_time"].(string)
 	if d, err := time.ParseDuration(wall); raw["snapshot_at"] != "30m0s" || raw["end_at"] != "1h0m40s" || err != nil || d != d.Round(time.Millisecond) {
-		t.Errorf("demo --json: durations are Go duration strings to the millisecond: snapshot_at %v, end_at %v, wall_time %v", raw["snapshot_at"], raw["end_at"], raw["wall_time"])
+		t.Errorf("demo --json: durations are Go duration strings to the millisecond: snapshot_at %v, end_at %v, wall_time %v",
+			raw["snapshot_at"], raw["end_at"], raw["wall_time"])
 	}
 	want := map[string]string{"alice": "24", "bob": "12", "batch": "6"}
 	for _, u := range rep.Users {
