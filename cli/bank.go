@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -57,7 +58,7 @@ func bankServeCommand() *ucli.Command {
 			if err != nil {
 				return wire.Errorf(wire.ErrUnavailable, "%v", err)
 			}
-			if err := registerBank(c, b.Bank, anchor, admin, self); err != nil {
+			if err := registerBank(c, b.Bank, anchor, admin, self, env.Logger); err != nil {
 				return err
 			}
 			if c.Bool("init") {
@@ -115,14 +116,14 @@ func bankAnchor(c *ucli.Context, keys signing.CredsDir) (string, *signing.Signer
 // registerBank registers the anchor as the admin and, when the admin's
 // seed is at hand, the bank's own key with a fresh record, so its signed
 // replies are believed; else it says how to register it.
-func registerBank(c *ucli.Context, b *bank.Bank, anchor string, admin, self *signing.Signer) error {
+func registerBank(c *ucli.Context, b *bank.Bank, anchor string, admin, self *signing.Signer, log *slog.Logger) error {
 	if _, err := b.AddPrincipal(c.Context, &wire.PrincipalRequest{Key: anchor, Name: "admin", Role: wire.RoleAdmin}); err != nil {
 		return err
 	}
 	if admin == nil {
 		if p, err := b.Whois(c.Context, self.Public()); err != nil || p.Role != wire.RoleBank || p.Cert == nil {
-			fmt.Fprintf(c.App.ErrWriter, "mrmarket bank: its key %s is not registered: agents will not believe its answers "+
-				"until the admin runs `mrmarket bank principal add --name bank --role bank` with this key\n", self.Public())
+			log.Warn("mrmarket bank: its key is not registered: agents will not believe its answers "+
+				"until the admin runs `mrmarket bank principal add --name bank --role bank` with this key", "key", self.Public())
 		}
 		return nil
 	}
