@@ -562,7 +562,7 @@ func (a *Agent) vmBids(now time.Time) map[string][]wire.VMBid {
 		if now.Before(b.end()) {
 			rate = money.Rate(b.Budget, b.Duration.D())
 		}
-		out[k.vm] = append(out[k.vm], wire.VMBid{Plan: b.Plan, Hold: b.Hold, Rate: rate, Budget: b.Budget, Charged: b.charged(now), Ends: b.end()})
+		out[k.vm] = append(out[k.vm], wire.VMBid{Plan: b.Plan, Hold: b.Hold, Rate: rate, Budget: b.Budget, Charged: b.base + b.charged(now), Ends: b.end()})
 	}
 	for _, bs := range out {
 		sort.Slice(bs, func(i, j int) bool { return bs[i].Plan < bs[j].Plan })
@@ -598,9 +598,20 @@ func (a *Agent) measure(ctx context.Context, now time.Time) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if dt := now.Sub(a.lastTick).Seconds(); dt > 0 {
+		total := 0.0
+		for vm, u := range use {
+			total += (u - a.lastUse[vm]).Seconds() / dt / a.cfg.Capacity
+		}
 		for vm, u := range use {
 			used := (u - a.lastUse[vm]).Seconds() / dt // CPUs
 			a.util[vm] = used / a.cfg.Capacity
+			if total > 1 {
+				// A host gives at most all of itself: more is the
+				// measurement's timing (CPU time read later than the
+				// tick's time, or counted with the VM's own threads),
+				// taken back in proportion.
+				a.util[vm] /= total
+			}
 			e := a.entitlement(vm)
 			if x, ok := io[vm]; ok && e > 0 {
 				// Its disk or network share used as much as its CPU

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -250,7 +251,7 @@ func (b *Broker) Submit(ctx context.Context, req *wire.SubmitRequest) (wire.Subm
 	if err != nil {
 		return wire.SubmitReply{}, err
 	}
-	job := &jobRec{Spec: req.Job, Work: p.work, Admitted: now, Price: price}
+	job := &jobRec{Spec: req.Job, Work: p.work, Admitted: now, Price: price, Request: submitFingerprint(req)}
 	// A late job keeps running, for a quarter of its window past its
 	// deadline; a best-effort one for ten runs (at least an hour); a done
 	// one ends its plan at once.
@@ -280,6 +281,19 @@ func (b *Broker) Submit(ctx context.Context, req *wire.SubmitRequest) (wire.Subm
 	return wire.SubmitReply{Job: b.jobView(v.rec, now), Plan: rep.Plan}, nil
 }
 
+// submitFingerprint is what a submit asks, compared when its id comes
+// again: the job file, and the deadline or budget it is admitted for (not
+// the max price and pace the CLI signs from a quote, which may move
+// between two tries of one submit).
+func submitFingerprint(r *wire.SubmitRequest) string {
+	spec, _ := json.Marshal(r.Job)
+	var deadline int64
+	if !r.Deadline.IsZero() {
+		deadline = r.Deadline.UnixNano()
+	}
+	return fmt.Sprint(r.User, deadline, int64(r.Budget), r.BestEffort, string(spec))
+}
+
 // replaySubmit answers a submit of the user's plan id that was admitted
 // already (done: the answer is rep, err): the job as it is, carried on if
 // its start was cut off; a plan id of another job's is refused. fresh
@@ -294,6 +308,9 @@ func (b *Broker) replaySubmit(ctx context.Context, id string, req *wire.SubmitRe
 	}
 	if v.rec.Job.Spec.Name != req.Job.Name {
 		return rep, true, ErrPlanReused
+	}
+	if fp := v.rec.Job.Request; fp != "" && fp != submitFingerprint(req) {
+		return rep, true, fmt.Errorf("%w: job %q was admitted with another job file, deadline or budget: submit with a new id", ErrPlanReused, id)
 	}
 	if v.rec.Plan.Status == planStarting {
 		// Admitted, but its start was cut off: carry it on (plans.go).

@@ -21,6 +21,10 @@ type jobRec struct {
 	Admitted time.Time    `json:"admitted"`
 	Deadline time.Time    `json:"deadline"`
 	Price    money.Micro  `json:"price"`
+	// Request is what the submit asked (submitFingerprint): its id again
+	// with another job, deadline or budget is refused. Empty in a record of
+	// an older broker.
+	Request string `json:"request,omitempty"`
 	// Commit is the admission's token on its hosts' commitment records
 	// (commit.go).
 	Commit   string    `json:"commit,omitempty"`

@@ -81,6 +81,7 @@ func (b *Broker) Tick(ctx context.Context, now time.Time) error {
 	if _, err := b.recoverHolds(ctx, now); err != nil {
 		b.cfg.Metrics.Error("broker", "recover")
 	}
+	b.logStaleHosts(now)
 	r := &round{now: now, replica: b.cfg.Replica, tick: b.cfg.Tick, settle: b.cfg.Settle, beats: b.store.heartbeats(),
 		view: roundView{boosts: b.cappedBoosts(), jobs: b.edf()}, startingHere: b.startingHere()}
 	plans := r.candidates(b.store)
@@ -174,12 +175,14 @@ func (r *round) decide(v versioned, want func() strategies.Decision) step {
 func (b *Broker) execute(ctx context.Context, r *round, st step) []error {
 	rec, rev := st.plan.rec.clone(), st.plan.rev
 	if st.takeOver {
+		from := rec.Plan.Owner
 		rec.Plan.Owner = b.cfg.Replica
 		nrev, err := b.store.update(ctx, rec, rev)
 		if err != nil {
 			return nil // another replica won it, or it changed
 		}
 		rev = nrev
+		b.logPlan("taken over: its replica is silent", rec.Plan, "from", from)
 	}
 	switch st.action {
 	case actFail:

@@ -109,7 +109,8 @@ func runAgent(c *ucli.Context) error {
 	defer s.Stop()
 	s.AddCloser(h.close)
 	reg := prometheus.NewRegistry()
-	a, err := daemon.StartAgent(c.Context, daemon.AgentConfig{Env: daemonEnv(c, s, anchor, reg), Host: host, Signer: signer, Enforcer: h.enforcer,
+	env := daemonEnv(c, s, anchor, reg)
+	a, err := daemon.StartAgent(c.Context, daemon.AgentConfig{Env: env, Host: host, Signer: signer, Enforcer: h.enforcer,
 		Capacity: h.capacity, IdleBelow: c.Float64("idle-below"), StateFile: state, Tick: c.Duration("tick")})
 	if err != nil {
 		return err
@@ -119,7 +120,7 @@ func runAgent(c *ucli.Context) error {
 			return err
 		}
 	}
-	fmt.Fprintf(c.App.Writer, "mrmarket agent %s: %s, CPUs %g, NATS %s, state %s\n", host, h.about, h.capacity, c.String("nats"), state)
+	env.Logger.Info(fmt.Sprintf("mrmarket agent %s: %s", host, h.about), "cpus", h.capacity, "nats", c.String("nats"), "state", state)
 	if err := a.Run(c.Context); err != nil {
 		return err
 	}
@@ -285,7 +286,7 @@ func brokerCommand() *ucli.Command {
 					return err
 				}
 			}
-			fmt.Fprintf(c.App.Writer, "mrmarket broker on %s\n", c.String("nats"))
+			env.Logger.Info("mrmarket broker on "+c.String("nats"), "replica", b.Replica())
 			if err := b.Run(c.Context); err != nil {
 				return err
 			}

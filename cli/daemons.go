@@ -44,37 +44,37 @@ func demoCommand() *ucli.Command {
 }
 
 func printDemo(w *out, rep *market.DemoReport) error {
-	fmt.Fprintf(w, "mrmarket demo: %d ticks of simulated time (%s), %s of wall time\n\n",
-		rep.Ticks, span(rep.EndAt), span(rep.Elapsed))
-	fmt.Fprintln(w, "Spending:")
+	w.note("mrmarket demo: %d ticks of simulated time (%s), %s of wall time\n\n",
+		rep.Ticks, span(rep.EndAt.D()), span(rep.Elapsed.D()))
+	w.note("Spending:\n")
 	t := w.table("  USER", "BUDGET", "DURATION", "VMS")
 	for _, u := range []string{"alice", "bob", "batch"} {
 		s := rep.Spends[u]
-		t.row("  "+u, s.Budget.String(), span(s.Duration), strings.Join(s.VMs, ","))
+		t.row("  "+u, s.Budget.String(), span(s.Duration.D()), strings.Join(s.VMs, ","))
 	}
 	t.flush()
 
-	fmt.Fprintf(w, "\nAt t=%s — hosts (price = Σ rates):\n", span(rep.SnapshotAt))
+	w.note("\nAt t=%s — hosts (price = Σ rates):\n", span(rep.SnapshotAt.D()))
 	t = w.table("  HOST", "PRICE")
 	for _, h := range rep.Hosts {
 		t.row("  "+h.Host, perHour(h.Price))
 	}
 	t.flush()
-	fmt.Fprintf(w, "\nAt t=%s — VMs (share = rate / price; CPU = what the simulated host gave it):\n", span(rep.SnapshotAt))
+	w.note("\nAt t=%s — VMs (share = rate / price; CPU = what the simulated host gave it):\n", span(rep.SnapshotAt.D()))
 	t = w.table("  HOST", "VM", "OWNER", "RATE", "SHARE", "CPU")
 	for _, v := range rep.VMs {
 		t.row("  "+v.Host, v.VM, v.Owner, perHour(v.Rate), pct(v.Share), pct(v.CPU))
 	}
 	t.flush()
-	fmt.Fprintf(w, "  alice's share / bob's share on host-2: %.4f (bids 2:1)\n", rep.Ratio)
+	w.note("  alice's share / bob's share on host-2: %.4f (bids 2:1)\n", rep.Ratio)
 
-	fmt.Fprintf(w, "\nAt t=%s — plans ended, remainders released:\n", span(rep.EndAt))
+	w.note("\nAt t=%s — plans ended, remainders released:\n", span(rep.EndAt.D()))
 	t = w.table("  USER", "GRANTED", "SPENT", "BALANCE", "HELD")
 	for _, u := range rep.Users {
 		t.row("  "+u.User, u.Granted.String(), u.Spent.String(), u.Balance.String(), u.Held.String())
 	}
 	t.flush()
-	fmt.Fprintln(w, "\nLedger:")
+	w.note("\nLedger:\n")
 	t = w.table("  ACCOUNT", "KIND", "BALANCE")
 	for _, a := range rep.Ledger.Accounts {
 		t.row("  "+a.ID, a.Kind, a.Balance.String())

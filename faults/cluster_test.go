@@ -50,6 +50,7 @@ const grantEach = 1000 * money.PerCredit
 // cluster is the distributed market, each daemon its own process.
 type cluster struct {
 	dir, creds, ca, url string
+	bin                 string // the mrmarket the daemons and the CLI's users run
 	keys                signing.CredsDir
 	admin               *signing.Signer
 	pg                  *pgtest.Patroni
@@ -67,7 +68,7 @@ type cluster struct {
 func startCluster(t testing.TB, natsNodes int) *cluster {
 	t.Helper()
 	bin := binary(t)
-	c := &cluster{dir: t.TempDir(), pg: pgtest.StartPatroni(t)}
+	c := &cluster{dir: t.TempDir(), bin: bin, pg: pgtest.StartPatroni(t)}
 	store := c.pg.DSN(t, "bank")
 	c.creds = filepath.Join(c.dir, "creds")
 	c.keys = signing.CredsDir(c.creds)

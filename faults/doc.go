@@ -20,7 +20,9 @@
 // no kind of operation goes without an answer for more than MaxGap after a
 // kill — after the database's primary, Patroni's own failover time (ttl +
 // loop_wait) plus MaxGap; it prints the longest gap of each kind for each
-// kill.
+// kill. Beside the workload's clients, a user runs the CLI (`mrmarket
+// transfer`, `mrmarket spend`, each a new process) in a loop: no single
+// command of theirs may take longer than its row's bound either.
 //
 // It runs with `make faults` (MRM_FAULTS=1), which CI runs after `make
 // test`; without MRM_FAULTS it skips, being minutes long. It needs the

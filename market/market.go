@@ -608,7 +608,7 @@ func (m *Market) connect(name string, signer *signing.Signer) (*nats.Conn, error
 	}
 	deadline := time.Now().Add(wait)
 	for {
-		nc, err := natsutil.ConnectWith(m.URL, natsutil.ConnectOptions{Name: name, Signer: signer, CAFile: m.CAFile})
+		nc, err := natsutil.ConnectWith(m.URL, natsutil.ConnectOptions{Name: name, Signer: signer, CAFile: m.CAFile, Logger: m.cfg.Logger})
 		if err == nil {
 			return nc, nil
 		}
