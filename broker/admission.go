@@ -26,7 +26,7 @@ const (
 	controlSlack         = 1.2
 	maxHistory           = 200
 	upperZ               = 1.64 // the estimate's one-sided 95 % bound
-	marginZ              = 4.26 // the margin: the measured misses' one-sided 1 − 10⁻⁵ point, were they normal
+	marginTail           = 1e-5 // the margin: the chance a job's miss passes it, were the misses normal
 )
 
 // jobHosts checks the job's VMs are known and the user's, and gives their hosts.

@@ -94,9 +94,10 @@
 // no slack to absorb a miss; so admission plans the regression's bound
 // times a safety margin measured from its own errors: each finished job's
 // measured work over the bound it was admitted at, the margin the largest
-// of 1, the largest such miss, and their mean plus 4.26 standard deviations
-// (one-sided 1 − 10⁻⁵ were they normal); until MinHistory misses are
-// measured, at the larger of its bound and the profile's. The admitted jobs
+// of 1, the largest such miss, and the bound a next miss passes with
+// chance 10⁻⁵ were they normal (Student's t over the misses measured);
+// until MinHistory misses are measured, at the larger of its bound and the
+// profile's. The admitted jobs
 // sharing a host with the new one form MRM's single-server queue at the
 // reserved share Φ (DeadlineShare, 0.8): each needs work/Φ seconds, and the
 // earliest finish is MRM's lazy placement. A deadline's price is the cost

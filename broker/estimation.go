@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"gonum.org/v1/gonum/stat"
+	"gonum.org/v1/gonum/stat/distuv"
 
 	"github.com/mrmarket/mrmarket/internal/wire"
 	"github.com/mrmarket/mrmarket/strategies"
@@ -42,17 +43,21 @@ type estimated struct {
 // The regression's bound is planned with a safety margin measured from its
 // own errors. A finished job's miss is its measured work over the bound it
 // was admitted at, out of sample (the bound came before the job ran); the
-// margin is the largest of 1, the largest miss, and the misses' mean plus
-// marginZ standard deviations. The bound's own z assumes errors that are
+// margin is the largest of 1, the largest miss, and the one-sided
+// prediction bound a next miss passes with chance marginTail, were the
+// misses normal: their mean plus Student's t (n − 1 degrees of freedom)
+// standard deviations × √(1 + 1/n). The bound's own z assumes errors that are
 // normal and as wide as the regression says; a job admitted at its
 // earliest finish is late whenever its work passes what admission planned,
 // and so is every job queued behind it, so the margin is taken from what
 // the estimates actually missed by, with a tail beyond the worst seen.
-// marginZ is deep, the point one miss in 100,000 would pass were the
-// misses normal, because a market admits thousands of jobs and the misses'
-// tail is heavier than a normal one. Until MinHistory misses are measured
-// there is no margin to take: the regression's jobs are planned at the
-// larger of its bound and the profile's.
+// marginTail is small because a market admits thousands of jobs and the
+// misses' tail is heavier than a normal one; Student's t because the
+// misses' spread is itself estimated, from as few as MinHistory of them
+// (a few alike jobs can look tighter than the jobs to come). Until
+// MinHistory misses are measured there is no margin to take: the
+// regression's jobs are planned at the larger of its bound and the
+// profile's.
 func (b *Broker) estimate(s wire.JobSpec) (estimated, error) {
 	type done struct {
 		at     time.Time
@@ -98,7 +103,9 @@ func (b *Broker) estimate(s wire.JobSpec) (estimated, error) {
 				return e, nil
 			}
 			m, sdm := stat.MeanStdDev(misses, nil)
-			e.margin = max(1, slices.Max(misses), m+marginZ*sdm)
+			n := float64(len(misses))
+			t := distuv.StudentsT{Mu: 0, Sigma: 1, Nu: n - 1}.Quantile(1 - marginTail)
+			e.margin = max(1, slices.Max(misses), m+t*sdm*math.Sqrt(1+1/n))
 			e.work = e.upper * e.margin
 			return e, nil
 		}
