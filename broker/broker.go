@@ -193,6 +193,10 @@ type Broker struct {
 	stats map[string]*strategies.PriceStats
 	// beStats is each host's best-effort price history (bestEffortPrice).
 	beStats map[string]*strategies.PriceStats
+	// used is each VM's share-seconds of its host used, as its agent's
+	// states report (Util over the time between them), since this replica
+	// started: what a job's VMs used is how much work it did (usedWork).
+	used map[string]float64
 	// retired are the hosts whose agent key was revoked, and when (the
 	// signing clock): states sealed before are refused (retire.go).
 	retired map[string]time.Time
@@ -265,7 +269,7 @@ func New(cfg Config) (*Broker, error) {
 		return nil, err
 	}
 	b := &Broker{cfg: cfg, hosts: map[string]wire.HostState{}, vmAt: map[string]vmPlace{}, inStart: map[planRef]int{},
-		stats: map[string]*strategies.PriceStats{}, beStats: map[string]*strategies.PriceStats{}, retired: map[string]time.Time{},
+		stats: map[string]*strategies.PriceStats{}, beStats: map[string]*strategies.PriceStats{}, used: map[string]float64{}, retired: map[string]time.Time{},
 		periods: map[string]time.Duration{}, staleSeen: map[string]bool{}, sealWhois: service.NewWhoisCache(whoisTTL, whoisSize)}
 	b.cfg.Agents = retiredAgents{Agents: b.cfg.Agents, b: b}
 	if cfg.Plans != nil {
@@ -314,7 +318,8 @@ func (b *Broker) Observe(st wire.HostState) {
 // b.mu must be held.
 func (b *Broker) setHost(st wire.HostState) {
 	delete(b.retired, st.Host) // a state of a new agent key: the host is back
-	if old, ok := b.hosts[st.Host]; ok {
+	old, known := b.hosts[st.Host]
+	if known {
 		b.notePeriod(old, st)
 		for _, v := range old.VMs {
 			if b.vmAt[v.VM].host == st.Host {
@@ -323,6 +328,11 @@ func (b *Broker) setHost(st wire.HostState) {
 		}
 	}
 	st.VMs = b.unclaimed(st)
+	if dt := st.Time.Sub(old.Time).Seconds(); known && dt > 0 {
+		for _, v := range st.VMs {
+			b.used[v.VM] += v.Util * dt
+		}
+	}
 	b.hosts[st.Host] = st
 	for i, v := range st.VMs {
 		b.vmAt[v.VM] = vmPlace{st.Host, i}

@@ -43,11 +43,11 @@ func (b *Broker) JobProgress(ctx context.Context, req *wire.ProgressRequest) (wi
 		nj.Progress = max(j.Progress, req.Progress)
 		nj.MapsDone, nj.RedsDone = max(j.MapsDone, req.MapsDone), max(j.RedsDone, req.ReducesDone)
 		if nj.MapWork == 0 && nj.MapsDone >= j.Spec.Maps {
-			nj.MapWork = j.held(now)
+			nj.MapWork = max(j.held(now), b.usedWork(j))
 		}
 		if req.Done {
 			nj.Done, nj.Finished, nj.Progress = true, now, 1
-			nj.Held, nj.RunFrom, nj.RunShare = j.held(now), time.Time{}, 0
+			nj.Held, nj.RunFrom, nj.RunShare = max(j.held(now), b.usedWork(j), nj.MapWork), time.Time{}, 0
 			if nj.MapWork == 0 {
 				nj.MapWork = nj.Held
 			}
