@@ -106,10 +106,8 @@ func TestARIAAloneMeetsDeadline(t *testing.T) {
 // misses at every threshold from 100 % (more than W1), and W2 misses more
 // at 110 % than at 85 % — misses grow with the load. What Table 3 has
 // and this does not (W2 none below 100 %, W1 some at 100 and 105 %) is in
-// notes/conclusions.md. Mutations that fail it: the allocation solved on
-// the lower bound (ariaAlloc with bound 0: W1 misses below 100 %), and the
-// spare slots kept idle (schedule without its second pass: both miss at
-// every threshold).
+// notes/conclusions.md. Mutation that fails it: Eq. 15's allocation
+// halved (ARIASlots solving for half the slots): W1 misses below 100 %.
 func TestARIATable3ShapePerSeed(t *testing.T) {
 	ths := []string{"85", "90", "95", "100", "105", "110"}
 	perSeed(t, "aria", 25, map[string]string{"threshold": "0.85,0.9,0.95,1,1.05,1.1", "variants": "false"}, func(seed uint64, res experiments.Result) {

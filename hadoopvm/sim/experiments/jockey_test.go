@@ -74,8 +74,8 @@ const jockeyMargin = 2
 // start, held) and than Jockey w/o simulator (the same controller on
 // Amdahl's law). Mutations that fail it: a controller that keeps its
 // first allocation (Step returning the allocation it started with) ties
-// w/o adaptation; C(p, a) read from a single simulation (jockeyTableRuns 1)
-// loses to w/o simulator.
+// w/o adaptation; C(p, a) the fastest of its simulations rather than the
+// slowest loses to w/o simulator.
 func TestJockeyBeatsBothAblationsPerSeed(t *testing.T) {
 	perSeed(t, "jockey", 20, nil, func(seed uint64, res experiments.Result) {
 		jobs := 20.0 * 8

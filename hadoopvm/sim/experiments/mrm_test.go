@@ -61,10 +61,11 @@ func TestMRMDeterministicAndSane(t *testing.T) {
 }
 
 // TestMRMConclusionsPerSeed: MRM §6.3's conclusions (Tables 5, 6, 8)
-// on each of five seeds at the high load: a DS user who pays more (larger
-// α) pays a larger premium and buys less slack, and more of the jobs are
-// tardy — never fewer — as α grows. Pricing that ignored α would give one
-// premium for all three and fail.
+// on each test seed at the high load: a DS user who pays more (larger α)
+// pays a larger premium and buys less slack, and more of the jobs are
+// tardy — never fewer — as α grows. Mutation that fails it: Eq. 13's
+// first term without the slack (a deadline costs κ·p however far it is),
+// so buying less slack costs nothing more.
 func TestMRMConclusionsPerSeed(t *testing.T) {
 	alphas := []string{"1.1", "1.5", "2"}
 	perSeed(t, "mrm-pricing", 1, map[string]string{"alpha": strings.Join(alphas, ","), "gap": "50"}, func(seed uint64, res experiments.Result) {

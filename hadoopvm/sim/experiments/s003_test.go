@@ -93,9 +93,9 @@ func TestWorkflowPriorityConclusionsPerSeed(t *testing.T) {
 // together a risk-averse user (γ = 3) gains less than a risk-neutral one
 // (r = 2), a risk-seeking one (γ = −3) more: the risk attitudes, like
 // rates a factor of two apart, differ by less than a few runs' noise on a
-// seed. Mutation that fails it: the strategies
-// spending like fair share (Series and Bottleneck returning Fair's request)
-// gain nothing at any r.
+// seed. Mutation that fails it: Eq. 4's utility without its decay rate
+// (every user as delay sensitive as r = 1), which makes the gain the same
+// at every r.
 func TestSensitivityConclusionsPerSeed(t *testing.T) {
 	rates := []string{"0.5", "2", "8"}
 	pooled := map[string]float64{}
