@@ -5,12 +5,19 @@ TAGS        := libvirt_dlopen
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BIN         := bin/mrmarket
 
-.PHONY: all build demo up test fmt vet staticcheck unit faults bench results mutations clean
+.PHONY: all build guest demo up test fmt vet staticcheck unit faults bench results mutations clean
 
 all: build
 
 build:
 	$(GO) build -buildvcs=auto -tags $(TAGS) -o $(BIN) ./cli/mrmarket
+
+## guest: the worker guest (hadoopvm/worker) that `cluster create --guest` boots:
+## the distribution's kernel, an initramfs whose init is the static Go worker, and
+## mrm-guest (input images), into $(GUEST_DIR); reading Debian's kernel needs root
+GUEST_DIR ?= bin/guest
+guest:
+	bash .ci/guest.sh $(GUEST_DIR)
 
 ## demo: the whole market in one process, a scripted scenario in simulated time
 demo: build
@@ -35,11 +42,13 @@ staticcheck:
 # Packages whose tests measure time or CPU fractions run each alone, not
 # beside the others (go test runs packages side by side): the real QEMU
 # guests' shares (agent/virt) and the attack suite's latency bounds would
-# otherwise measure the machine's other tests. The experiments are
+# otherwise measure the machine's other tests. The worker guests' jobs
+# (hadoopvm/workertest: TCG guests, which fill both cores) run alone too,
+# so as not to slow those tests down. The experiments are
 # single-goroutine simulations but for Jockey's C(p, a) builds: those run
 # under the race detector, the whole package without it (the detector
 # makes it five times slower and finds nothing to race).
-ALONE = /agent/virt$$|/attack$$|/hadoopvm/sim/experiments$$
+ALONE = /agent/virt$$|/attack$$|/hadoopvm/sim/experiments$$|/hadoopvm/workertest$$
 EXPERIMENTS = ./hadoopvm/sim/experiments/
 # The disk and network share tests measure throughput through the test's own
 # devices (an NBD server, TCP peers), which the race detector slows below the
@@ -52,6 +61,7 @@ unit:
 	$(GO) test -tags $(TAGS) -race -count=1 -timeout 30m -skip '$(IOSHARES)' ./agent/virt/
 	$(GO) test -tags $(TAGS) -count=1 -timeout 30m -run '$(IOSHARES)' ./agent/virt/
 	$(GO) test -tags $(TAGS) -race -count=1 -timeout 30m ./attack/
+	$(GO) test -tags $(TAGS) -race -count=1 -timeout 30m ./hadoopvm/workertest/
 	$(GO) test -tags $(TAGS) -race -count=1 -timeout 30m -run 'Jockey' $(EXPERIMENTS)
 	$(GO) test -tags $(TAGS) -count=1 -timeout 30m $(EXPERIMENTS)
 

@@ -31,30 +31,8 @@ kver=${kernel#/boot/vmlinuz-}
 mods=/var/lib/libvirt/images/mrm-modules
 rm -rf "$mods.new"
 mkdir -p "$mods.new"
-declare -A seen=()
-order=()
-addmod() {
-	local m=$1 dep
-	[[ -n ${seen[$m]:-} ]] && return
-	seen[$m]=1
-	local deps
-	deps=$(modinfo -k "$kver" -F depends "$m")
-	for dep in ${deps//,/ }; do addmod "$dep"; done
-	local f
-	f=$(modinfo -k "$kver" -n "$m")
-	case $f in
-	/*.ko) install -m 0644 "$f" "$mods.new/$m.ko" ;;
-	/*.ko.xz) xz -dc "$f" >"$mods.new/$m.ko" ;;
-	/*.ko.zst) zstd -qdc "$f" >"$mods.new/$m.ko" ;;
-	/*.ko.gz) gzip -dc "$f" >"$mods.new/$m.ko" ;;
-	*) return ;; # built in
-	esac
-	chmod 0644 "$mods.new/$m.ko"
-	order+=("$m")
-}
-for m in virtio_pci virtio_blk virtio_net; do addmod "$m"; done
-printf '%s\n' "${order[@]}" >"$mods.new/load-order"
-echo "$kver" >"$mods.new/kernel-release"
+. "$(dirname "$0")/kmods.sh"
+collect_modules "$kver" "$mods.new" virtio_pci virtio_blk virtio_net
 rm -rf "$mods"
 mv "$mods.new" "$mods"
 

@@ -116,10 +116,13 @@
 // broker (or an admin), once each: a bid names the hold it charges, so a bid
 // from anyone else could spend another user's money. Nor is the broker's
 // signature enough: a bid is charged only with its owner's mandate (the
-// user's signed spend or submit) naming the VM, funding the bid's hold and
-// covering its period, and the VM must be that user's on this host
-// (mandate.go); capture legs name the VM's owner, so the bank never
-// captures into another user's hold.
+// user's signed spend or submit) naming the VM, funding the bid's hold,
+// covering its period and spending no faster than the mandate lets one VM
+// (with the plan's signed spend --more the bid carries), and the VM must
+// be that user's on this host (mandate.go); capture legs name the VM's
+// owner, so the bank never captures into another user's hold. A leg the
+// bank cuts to its hold's schedule (LegResult.Cut) is not a refusal: the
+// bid stays, and the next tick's cumulative leg asks for the rest.
 // With Config.AdminKey too, an identity counts only with the admin's record
 // of it (service.Certified): a forged whois answer makes nobody a broker.
 // Identities are cached a minute and forgotten at once when the bank

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mrmarket/mrmarket/internal/mandate"
+	"github.com/mrmarket/mrmarket/internal/money"
 	"github.com/mrmarket/mrmarket/internal/service"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
@@ -13,10 +14,15 @@ import (
 // Mandates (see package mandate): an agent that knows identities charges a
 // bid only when it carries its owner's signed spend or submit and that
 // mandate allows it — signed by the bid's owner (or an admin), naming the
-// VM, funding the bid's hold (mandate.HoldIDFor), and the bid ending within
-// the mandate's period. That the VM is the owner's on this host is
-// checkBids' (under mu); the budget is the bank's to bound (it captures no
-// more than the user's signed requests put in the hold).
+// VM, funding the bid's hold (mandate.HoldIDFor), the bid ending within
+// the mandate's period and spending no faster than the mandate allows one
+// VM (mandate.RateCap: its VM share of its budget over its pace, with the
+// owner's signed spend --more of the plan the bid carries). That the VM is
+// the owner's on this host is checkBids' (under mu); the money is the
+// bank's to bound (it captures no more than the mandate's schedule allows
+// from the user's hold). The rate check keeps a stolen broker key from
+// making an honest agent give a VM more of its host than its owner signed
+// for, even where the bank would not let the money follow.
 //
 // Mandates are read once per signature (mandate.Cache) and their
 // signers' identities cached, so a round of many bids of one plan costs
@@ -41,30 +47,40 @@ func (a *Agent) checkMandates(ctx context.Context, req *wire.BidRequest) error {
 	// By owner and plan: plan ids are each user's, so two users' plans may
 	// share one.
 	type plan struct{ owner, id string }
-	byPlan := map[plan]*wire.SignedRequest{}
+	byPlan := map[plan]*wire.Bid{}
 	for i := range req.Set {
-		if m := req.Set[i].Mandate; m != nil {
-			byPlan[plan{req.Set[i].Owner, req.Set[i].Plan}] = m
+		if req.Set[i].Mandate != nil {
+			byPlan[plan{req.Set[i].Owner, req.Set[i].Plan}] = &req.Set[i]
 		}
 	}
+	added := map[*wire.Bid][]mandate.Mandate{} // by the bid carrying them
 	for i := range req.Set {
 		b := &req.Set[i]
-		s := b.Mandate
-		if s == nil {
-			s = byPlan[plan{b.Owner, b.Plan}]
+		carrier := b
+		if b.Mandate == nil {
+			carrier = byPlan[plan{b.Owner, b.Plan}]
 		}
-		if s == nil {
+		if carrier == nil {
 			return fmt.Errorf("%w for the bid on %q", mandate.ErrMissing, b.VM)
 		}
-		if err := a.checkMandate(ctx, b, s, now()); err != nil {
+		adds, ok := added[carrier]
+		if !ok {
+			var err error
+			if adds, err = a.additions(ctx, carrier, now()); err != nil {
+				return err
+			}
+			added[carrier] = adds
+		}
+		if err := a.checkMandate(ctx, b, carrier.Mandate, adds, now()); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// checkMandate checks one bid against its mandate s.
-func (a *Agent) checkMandate(ctx context.Context, b *wire.Bid, s *wire.SignedRequest, now time.Time) error {
+// checkMandate checks one bid against its mandate s and the signed
+// additions to its plan adds.
+func (a *Agent) checkMandate(ctx context.Context, b *wire.Bid, s *wire.SignedRequest, adds []mandate.Mandate, now time.Time) error {
 	m, err := a.mandates.Read(s)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrMandate, err)
@@ -82,11 +98,39 @@ func (a *Agent) checkMandate(ctx context.Context, b *wire.Bid, s *wire.SignedReq
 		!m.MarketClock && now.Add(b.Duration.D()).After(m.Until):
 		return fmt.Errorf("%w: the bid runs past its period (until %s)", ErrMandate, m.Until.UTC().Format(time.RFC3339))
 	}
+	if rc := mandate.RateCap(m, adds); !mandate.Allows(rc, b.Budget, b.Duration.D()) {
+		return fmt.Errorf("%w: the bid on %q spends %.0f µ/s, its mandate allows one VM %.0f µ/s", ErrMandate, b.VM,
+			money.Rate(b.Budget, b.Duration.D()), rc)
+	}
 	p, err := a.whois(ctx, m.Signer.Key, now)
 	if err != nil {
 		return err
 	}
 	return m.SignedBy(p)
+}
+
+// additions reads the signed spend --more bid b carries for its plan:
+// each must be of that plan, signed by its owner (or an admin).
+func (a *Agent) additions(ctx context.Context, b *wire.Bid, now time.Time) ([]mandate.Mandate, error) {
+	out := make([]mandate.Mandate, 0, len(b.More))
+	for i := range b.More {
+		m, err := a.mandates.Read(&b.More[i])
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("%w: an addition: %v", ErrMandate, err)
+		case m.Subject != wire.BrokerAdjust || m.User != b.Owner || m.Plan != b.Plan:
+			return nil, fmt.Errorf("%w: an addition signed for %s of %s's plan %q, the bid is on %s's plan %q", ErrMandate, m.Subject, m.User, m.Plan, b.Owner, b.Plan)
+		}
+		p, err := a.whois(ctx, m.Signer.Key, now)
+		if err != nil {
+			return nil, err
+		}
+		if err := m.SignedBy(p); err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	return out, nil
 }
 
 // whois resolves a mandate's signer through the agent's cache, believing

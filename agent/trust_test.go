@@ -15,6 +15,7 @@ import (
 
 	"github.com/mrmarket/mrmarket/agent"
 	"github.com/mrmarket/mrmarket/bank"
+	"github.com/mrmarket/mrmarket/internal/mandate"
 	"github.com/mrmarket/mrmarket/internal/money"
 	"github.com/mrmarket/mrmarket/internal/natstest"
 	"github.com/mrmarket/mrmarket/internal/obs"
@@ -144,7 +145,7 @@ func TestForgedCaptureReplyKeepsTheBid(t *testing.T) {
 	ns, nc := natstest.Start(t)
 	clock := t0
 	now := func() time.Time { return clock }
-	admin, bankKey, hostKey, mallory := newSigner(t), newSigner(t), newSigner(t), newSigner(t)
+	admin, bankKey, hostKey, mallory, alice := newSigner(t), newSigner(t), newSigner(t), newSigner(t), newSigner(t)
 	bk, err := bank.Open(filepath.Join(t.TempDir(), "bank.db"), bank.Options{Now: now, AdminKey: admin.Public(), Signer: bankKey})
 	if err != nil {
 		t.Fatal(err)
@@ -154,7 +155,7 @@ func TestForgedCaptureReplyKeepsTheBid(t *testing.T) {
 	for _, p := range []struct {
 		s          *signing.Signer
 		name, role string
-	}{{bankKey, "bank", wire.RoleBank}, {hostKey, "host-1", wire.RoleAgent}, {mallory, "mallory", wire.RoleUser}, {newSigner(t), "alice", wire.RoleUser}} {
+	}{{bankKey, "bank", wire.RoleBank}, {hostKey, "host-1", wire.RoleAgent}, {mallory, "mallory", wire.RoleUser}, {alice, "alice", wire.RoleUser}} {
 		req := &wire.PrincipalRequest{Key: p.s.Public(), Name: p.name, Role: p.role, Cert: signing.SealPrincipal(admin, p.s.Public(), p.name, p.role)}
 		if _, err := bk.AddPrincipal(ctx, req); err != nil {
 			t.Fatal(err)
@@ -163,7 +164,16 @@ func TestForgedCaptureReplyKeepsTheBid(t *testing.T) {
 	if _, err := bk.Grant(ctx, &wire.GrantRequest{ID: "g", User: "alice", Amount: 1_000_000}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bk.Hold(ctx, &wire.HoldRequest{ID: "h", User: "alice", Amount: 1_000_000, Expires: t0.Add(24 * time.Hour)}); err != nil {
+	// Alice's hold, bound to her signed spend as a broker places it: only
+	// such a hold is captured where the bank knows identities.
+	spend, err := mandate.Sign(alice, wire.BrokerSpend, &wire.SpendRequest{ID: "p", User: "alice", Budget: 1_000_000,
+		Duration: wire.Duration(time.Hour), VMs: []string{"vm1"}, Strategy: wire.StrategyFair})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold := mandate.HoldIDFor("alice", "p")
+	if _, err := bk.Hold(ctx, &wire.HoldRequest{ID: hold, User: "alice", Amount: 1_000_000, Expires: t0.Add(time.Hour), Hosts: []string{"host-1"},
+		Mandate: spend, Placement: []wire.Placed{{VM: "vm1", Host: "host-1"}}}); err != nil {
 		t.Fatal(err)
 	}
 	// The forgers hear every capture and answer at once.
@@ -197,7 +207,7 @@ func TestForgedCaptureReplyKeepsTheBid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bid := wire.Bid{VM: "vm1", Owner: "alice", Plan: "p", Hold: "h", Budget: 600_000, Duration: wire.Duration(time.Hour)}
+	bid := wire.Bid{VM: "vm1", Owner: "alice", Plan: "p", Hold: hold, Budget: 600_000, Duration: wire.Duration(time.Hour)}
 	if _, err := a.SetBids(ctx, bidReq(bid)); err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +222,7 @@ func TestForgedCaptureReplyKeepsTheBid(t *testing.T) {
 	if got := errorsCounted(t, reg, "agent", "untrusted_reply"); got != 3 {
 		t.Fatalf("forged replies counted: %v, want 3 (tick: %v)", got, err)
 	}
-	if st := a.State(); len(st.VMs[0].Bids) != 1 || st.VMs[0].Bids[0].Hold != "h" || st.VMs[0].Rate == 0 {
+	if st := a.State(); len(st.VMs[0].Bids) != 1 || st.VMs[0].Bids[0].Hold != hold || st.VMs[0].Rate == 0 {
 		t.Fatalf("the bid was dropped on a forged answer: %+v", st.VMs[0])
 	}
 	// Tick 2: the bank answers too, after the forgers.
@@ -239,7 +249,7 @@ func TestForgedCaptureReplyKeepsTheBid(t *testing.T) {
 	if captured != want {
 		t.Fatalf("captured %d, want %d (both ticks' charge)", captured, want)
 	}
-	if st := a.State(); len(st.VMs[0].Bids) != 1 || st.VMs[0].Bids[0].Hold != "h" || st.VMs[0].Rate == 0 {
+	if st := a.State(); len(st.VMs[0].Bids) != 1 || st.VMs[0].Bids[0].Hold != hold || st.VMs[0].Rate == 0 {
 		t.Fatalf("the bid is gone after the bank's answer: %+v", st.VMs[0])
 	}
 }

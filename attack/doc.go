@@ -25,8 +25,9 @@
 //
 // Every attack is a subtest of TestAttack (classes 01 to 15), of
 // TestAttackTransport (16 to 20, the transport's authority) or of
-// TestAttackPrivacy (21 to 24, reading another user's money) and
-// TestAttackKeys (25 to 27, the key lifecycle), named
+// TestAttackPrivacy (21 to 24, reading another user's money),
+// TestAttackKeys (25 to 27, the key lifecycle) and TestAttackMandates (28
+// and 29, what a stolen agent or broker key can spend), named
 // "<class>/<attack>", so
 // `go test -tags libvirt_dlopen ./attack -v -run TestAttack` prints the
 // table: one "--- PASS" or "--- FAIL" line per attack, the reason on
@@ -45,7 +46,7 @@
 //	08-replay            a signed spend replayed to the broker, a second replica, after a restart
 //	09-foreign-hold      bids (alice's; the broker key's, with her mandate or none), captures, releases
 //	10-foreign-read      bob's balance and statement, a provider's statement, the ledger, as alice
-//	11-flood             20k signed reads from bob; alice's balance and spend answered in 5s, in 1s
+//	11-flood             20k signed reads from bob; alice's balance and spend answered in 5s, not behind his backlog
 //	12-id-squat          alice takes bob's hold id (HoldIDFor), transfer id, plan id first: his still apply, once
 //	13-unknown-user      grants, income, a transfer to a name no user holds (or an agent's): not_found
 //	14-unaudited-money   a grant while the audit stream is deleted: its event arrives once the stream is back, once
@@ -64,6 +65,10 @@
 //	26-revoked-agent     host-2's key revoked: its connection closed, the host retired (no bids), its captures and states refused
 //	27-rotated-agent     host-1's key rotated: the agent restarted with the new key charges on, its provider account keeps its
 //	                     history, the old key's captures are refused
+//	28-stolen-agent-key  host-1's key: a leg far above alice's VM's charge (cut to its share of her schedule), for a VM that does
+//	                     not exist, for bob's VM on her hold, from the own hold of a user with no VM (refused)
+//	29-stolen-broker-key the broker's key: a bid spending her 10-minute budget in 5 s, a hold expiring in 2036 or for any host,
+//	                     her spend --more of one plan into another's hold: refused
 //
 // Classes 12 to 14 cannot be "refused" in the usual sense: alice's hold,
 // transfer and plan of her own money are hers to make, and the grant is the
@@ -77,10 +82,12 @@
 // makes a signature check many times dearer). In 21 a user's answer is
 // not refused but narrowed: what is asserted is that it names no other
 // user's VM, plan or hold, and that its per-host aggregates are the
-// public price's.
-// makes a signature check many times dearer). 25 to 27 tick the market and
-// check the money themselves: a revocation releases the revoked user's
-// hold, and a rotated agent must go on charging.
+// public price's. 25 to 27 tick the market and check the money
+// themselves: a revocation releases the revoked user's hold, and a
+// rotated agent must go on charging. So does 28, whose first row is not
+// refused but cut: what is asserted is that the stolen key takes no more
+// than the VM's share of its plan's schedule (mandate.Allowed), what the
+// honest agent could have charged 30 s later.
 //
 // BenchmarkSignedSpend measures one signed spend's round trip through a
 // running market (ns/op, p50 and p99), for before/after comparisons.

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/mrmarket/mrmarket/agent"
+	"github.com/mrmarket/mrmarket/internal/mandate"
 	"github.com/mrmarket/mrmarket/internal/money"
 	"github.com/mrmarket/mrmarket/internal/rpc"
 	"github.com/mrmarket/mrmarket/internal/signing"
@@ -160,10 +161,14 @@ func (e *env) key(role, name string) *signing.Signer {
 	return s
 }
 
-// spend sends req signed by s on nc, as a user's CLI would, and returns the
-// signed message and the reply.
+// spend sends req signed by s on nc, as a user's CLI would (signing the
+// pace and VM share of its strategy), and returns the signed message and
+// the reply.
 func (e *env) spend(s *signing.Signer, nc *conn, req *wire.SpendRequest) (*nats.Msg, wire.SpendReply) {
 	e.t.Helper()
+	if err := mandate.SignCaps(req); err != nil {
+		e.t.Fatal(err)
+	}
 	req.V = wire.Version
 	body, err := json.Marshal(req)
 	if err != nil {

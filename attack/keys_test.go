@@ -150,8 +150,11 @@ func revokedUserClass() class {
 			refusedWithin(t, "broker: bob's plans", func() error {
 				return call(e.ctx, relay, e.bob, wire.BrokerPlans, &wire.PlansRequest{User: "bob"}, &wire.PlansReply{})
 			})
+			// A user's connection may not ask an agent at all (only brokers
+			// and the admin read an agent's state): relayed through the
+			// admin's, the agent itself must refuse bob's key.
 			refusedWithin(t, "agent: host-1's state, as bob", func() error {
-				return call(e.ctx, relay, e.bob, wire.AgentStateSubject("host-1"), &wire.StateRequest{}, &wire.HostState{})
+				return call(e.ctx, e.adminNC, e.bob, wire.AgentStateSubject("host-1"), &wire.StateRequest{}, &wire.HostState{})
 			})
 			// The market goes on: bob's plan captures nothing more.
 			spent := e.balance("bob")

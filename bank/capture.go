@@ -60,20 +60,20 @@ func (b *Bank) capture(ctx context.Context, t tx, batch *wire.CaptureBatch) (wir
 	if err != nil {
 		return wire.CaptureReply{Legs: make([]wire.LegResult, len(batch.Legs))}, err
 	}
-	d := decideCapture(batch, in, now)
+	d := decideCapture(batch, in, now, b.adminKey != "")
 	return d.rep, writeCapture(ctx, t, batch, in.totals, d, now)
 }
 
 // captureInput is everything a batch touches, read before anything is decided.
 type captureInput struct {
-	holds  map[string][]*wire.HoldInfo // by id: every user's hold of that id
-	totals map[capKey]money.Micro      // captured so far on the batch's host
-	seen   map[string]seenLeg          // legs of the batch's host already applied, by id
+	holds  map[string][]*capHold  // by id: every user's hold of that id
+	totals map[capKey]money.Micro // captured so far on the batch's host
+	seen   map[string]seenLeg     // legs of the batch's host already applied, by id
 }
 
 // hold is the hold leg captures from: the VM owner's hold of that id when
 // the leg names the owner, else the one hold of that id.
-func (in *captureInput) hold(leg wire.CaptureLeg) (*wire.HoldInfo, error) {
+func (in *captureInput) hold(leg wire.CaptureLeg) (*capHold, error) {
 	cands := in.holds[leg.Hold]
 	switch {
 	case len(cands) == 0:
@@ -92,7 +92,7 @@ func (in *captureInput) hold(leg wire.CaptureLeg) (*wire.HoldInfo, error) {
 }
 
 func readCapture(ctx context.Context, t tx, batch *wire.CaptureBatch) (*captureInput, error) {
-	in := &captureInput{holds: map[string][]*wire.HoldInfo{}, totals: map[capKey]money.Micro{}, seen: map[string]seenLeg{}}
+	in := &captureInput{holds: map[string][]*capHold{}, totals: map[capKey]money.Micro{}, seen: map[string]seenLeg{}}
 	var holdIDs, legIDs []string
 	for _, l := range batch.Legs {
 		holdIDs = append(holdIDs, l.Hold)
@@ -102,13 +102,16 @@ func readCapture(ctx context.Context, t tx, batch *wire.CaptureBatch) (*captureI
 	holdIDs = slices.Compact(holdIDs)
 	for part := range slices.Chunk(holdIDs, chunk) {
 		err := eachRow(ctx, t, func(r *sql.Rows) error {
-			h, err := scanHold(r)
+			h, err := scanCapHold(r)
 			if err == nil {
-				in.holds[h.ID] = append(in.holds[h.ID], &h)
+				in.holds[h.ID] = append(in.holds[h.ID], h)
 			}
 			return err
-		}, `SELECT `+holdColumns+` FROM holds WHERE id IN (`+inList(len(part))+`) ORDER BY id, user_id`, anys(part)...)
+		}, `SELECT `+capHoldColumns+` FROM holds WHERE id IN (`+inList(len(part))+`) ORDER BY id, user_id`, anys(part)...)
 		if err != nil {
+			return nil, err
+		}
+		if err := readTerms(ctx, t, in, batch.Host, part); err != nil {
 			return nil, err
 		}
 		err = eachRow(ctx, t, func(r *sql.Rows) error {
@@ -160,8 +163,9 @@ type newLeg struct {
 }
 
 // decideCapture applies the capture rule to every leg in order, updating
-// in's holds and totals as it goes (later legs of a hold see earlier ones).
-func decideCapture(batch *wire.CaptureBatch, in *captureInput, now time.Time) captureDecision {
+// in's holds and totals as it goes (later legs of a hold see earlier ones);
+// strict: the bank knows identities (a hold without terms is not captured).
+func decideCapture(batch *wire.CaptureBatch, in *captureInput, now time.Time, strict bool) captureDecision {
 	d := captureDecision{rep: wire.CaptureReply{Legs: make([]wire.LegResult, len(batch.Legs))}, holdDelta: map[holdRef]money.Micro{}}
 	for i, leg := range batch.Legs {
 		res := wire.LegResult{ID: leg.ID, Hold: leg.Hold, VM: leg.VM}
@@ -181,8 +185,12 @@ func decideCapture(batch *wire.CaptureBatch, in *captureInput, now time.Time) ca
 			d.rep.Legs[i] = res // a replay moves nothing
 			continue
 		}
-		c := CaptureLeg(in.totals[k], leg.Cumulative, h.Remaining())
-		if refusal := refuseLeg(h, batch.Host, now, c); refusal != nil {
+		c := CaptureLeg(in.totals[k], leg.Cumulative, h.Remaining(), h.bound(in.totals[k], now))
+		refusal := refuseLeg(&h.HoldInfo, batch.Host, now, c)
+		if refusal == nil {
+			refusal = h.refusal(leg.VM, batch.Host, strict)
+		}
+		if refusal != nil {
 			res.Error = wire.ToError(refusal)
 			d.rep.Legs[i] = res
 			continue
@@ -198,7 +206,7 @@ func decideCapture(batch *wire.CaptureBatch, in *captureInput, now time.Time) ca
 			}
 		}
 		d.fresh = append(d.fresh, newLeg{leg, h.User, c.Applied})
-		res.Applied, res.Captured, res.Exhausted = c.Applied, c.Total, c.Exhausted
+		res.Applied, res.Captured, res.Exhausted, res.Cut = c.Applied, c.Total, c.Exhausted, c.Cut
 		d.rep.Legs[i] = res
 	}
 	return d

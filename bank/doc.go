@@ -34,8 +34,14 @@
 // cut to what remains and reports the hold exhausted, and a leg on an
 // exhausted, closed, expired or foreign hold is refused on its own while the
 // rest of the batch applies. A batch is a handful of statements whatever its
-// size and one transfer. Release returns a hold's remainder to its owner;
-// Tick releases expired holds, pays income and forgets old nonces.
+// size and one transfer. A hold placed with its user's mandate keeps the
+// mandate's terms (terms.go, migration 0006): every leg is checked in the
+// capture's transaction against where the mandate places its VM and
+// against its schedule (its pace and VM share), a leg asking more cut to
+// that bound through the same capture rule (CaptureLeg, which the
+// simulator's ledger charges by too). Release returns a hold's remainder
+// to its owner; Tick releases expired holds, pays income and forgets old
+// nonces.
 //
 // # Idempotency
 //
@@ -105,10 +111,13 @@
 // its own money; the broker holds and releases for users (it acts only on
 // spends those users signed, and carries the spend as its mandate: the
 // bank holds and extends no more than the user signed, under the hold id
-// derived from it — mandate.go); only host H's agent captures, and only to
-// H's provider account, and never into a hold of another user than the
-// VM's owner the leg names. Reads are signed too, as replayable reads (no
-// nonce is stored): a balance by its user, an admin or the broker; a
+// derived from it, within its period, for its VMs' hosts — mandate.go);
+// only host H's agent captures, and only to H's provider account, never
+// into a hold of another user than the VM's owner the leg names, and —
+// where the bank has an admin key — only from a hold with its mandate's
+// terms, for the VMs it places on H, within their schedule (terms.go).
+// Reads are signed too, as replayable reads (no nonce is stored): a
+// balance by its user, an admin or the broker; a
 // statement by an admin, its user or, for a provider account, that host's
 // agent; the ledger by an admin; open holds by the broker or an admin.
 // whois stays open to every (authenticated) connection: its answer is the

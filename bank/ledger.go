@@ -268,7 +268,8 @@ func (b *Bank) Hold(ctx context.Context, req *wire.HoldRequest) (wire.HoldReply,
 	if err := req.Validate(); err != nil {
 		return wire.HoldReply{}, err
 	}
-	if err := b.checkHoldMandate(ctx, req); err != nil {
+	m, err := b.checkHoldMandate(ctx, req)
+	if err != nil {
 		return wire.HoldReply{}, err
 	}
 	hosts := slices.Clone(req.Hosts)
@@ -276,8 +277,15 @@ func (b *Bank) Hold(ctx context.Context, req *wire.HoldRequest) (wire.HoldReply,
 	hosts = slices.Compact(hosts)
 	benef := strings.Join(hosts, ",")
 	fp := fingerprint("hold", req.User, int64(req.Amount), req.Expires.UnixNano(), benef, req.Memo)
+	terms, share := termsNone, int64(0)
+	if m != nil {
+		// The terms count in the fingerprint: a retry placing the VMs
+		// elsewhere, or under another pace, is another request.
+		terms, share = termsMandate, m.VMShare
+		fp = fingerprint("hold", req.User, int64(req.Amount), req.Expires.UnixNano(), benef, req.Memo, placementOf(req.Placement), int64(m.Pace), share)
+	}
 	var rep wire.HoldReply
-	err := b.audited(ctx, func() any { return rep }, func(t tx) error {
+	err = b.audited(ctx, func() any { return rep }, func(t tx) error {
 		replayed, err := checkReplay(ctx, t, `SELECT fingerprint FROM holds WHERE user_id = ? AND id = ?`, fp, req.User, req.ID)
 		if err != nil {
 			return err
@@ -291,9 +299,15 @@ func (b *Bank) Hold(ctx context.Context, req *wire.HoldRequest) (wire.HoldReply,
 			if err := transfer(ctx, t, "hold:"+req.ID, "hold", acct, EscrowAccount, req.Amount, fp, req.Memo, now); err != nil {
 				return err
 			}
-			if _, err := t.exec(ctx, `INSERT INTO holds (user_id, id, amount, expires, status, beneficiaries, fingerprint, created) VALUES (?, ?, ?, ?, 'open', ?, ?, ?)`,
-				req.User, req.ID, int64(req.Amount), req.Expires.UnixNano(), benef, fp, now.UnixNano()); err != nil {
+			if _, err := t.exec(ctx, `INSERT INTO holds (user_id, id, amount, expires, status, beneficiaries, fingerprint, created, terms, vm_share)
+				VALUES (?, ?, ?, ?, 'open', ?, ?, ?, ?, ?)`,
+				req.User, req.ID, int64(req.Amount), req.Expires.UnixNano(), benef, fp, now.UnixNano(), terms, share); err != nil {
 				return err
+			}
+			if m != nil {
+				if err := writeTerms(ctx, t, req, m, now); err != nil {
+					return err
+				}
 			}
 		}
 		rep.Replayed = replayed
@@ -310,20 +324,24 @@ const holdColumns = `id, user_id, amount, captured, released, expires, status, b
 
 func scanHold(row interface{ Scan(...any) error }) (wire.HoldInfo, error) {
 	var (
-		h                          wire.HoldInfo
+		id, user, status, benef    string
 		amount, captured, released int64
 		expires                    int64
-		benef                      string
 	)
-	if err := row.Scan(&h.ID, &h.User, &amount, &captured, &released, &expires, &h.Status, &benef); err != nil {
-		return h, err
+	if err := row.Scan(&id, &user, &amount, &captured, &released, &expires, &status, &benef); err != nil {
+		return wire.HoldInfo{}, err
 	}
-	h.Amount, h.Captured, h.Released = money.Micro(amount), money.Micro(captured), money.Micro(released)
-	h.Expires = time.Unix(0, expires).UTC()
+	return holdInfo(id, user, amount, captured, released, expires, status, benef), nil
+}
+
+// holdInfo is a hold from its row's columns (holdColumns).
+func holdInfo(id, user string, amount, captured, released, expires int64, status, benef string) wire.HoldInfo {
+	h := wire.HoldInfo{ID: id, User: user, Amount: money.Micro(amount), Captured: money.Micro(captured), Released: money.Micro(released),
+		Expires: time.Unix(0, expires).UTC(), Status: status}
 	if benef != "" {
 		h.Hosts = strings.Split(benef, ",")
 	}
-	return h, nil
+	return h
 }
 
 // getHold is user's hold id.
@@ -606,6 +624,9 @@ func (b *Bank) Extend(ctx context.Context, req *wire.ExtendRequest) (wire.HoldRe
 				return err
 			}
 			if _, err := t.exec(ctx, `UPDATE holds SET amount = amount + ? WHERE user_id = ? AND id = ?`, int64(req.Amount), req.User, req.Hold); err != nil {
+				return err
+			}
+			if err := extendTerms(ctx, t, h, req.ID, req.Amount, b.now()); err != nil {
 				return err
 			}
 		}

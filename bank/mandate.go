@@ -3,6 +3,7 @@ package bank
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/mrmarket/mrmarket/internal/mandate"
 	"github.com/mrmarket/mrmarket/internal/service"
@@ -16,15 +17,21 @@ import (
 //
 //   - hold: a spend or submit signed by the user whose money it is (or an
 //     admin), the hold id derived from it (mandate.HoldIDFor), the amount no
-//     more than its budget (a submit's budget or max price);
+//     more than its budget (a submit's budget or max price), expiring no
+//     later than its period's end (Mandate.HoldUntil), with a placement of
+//     VMs it names only and the placement's hosts as the hold's;
 //   - extend: a spend --more of that user, the extension id derived from
-//     it (wire.AdjustPlanID), the amount no more than it adds.
+//     it (wire.AdjustPlanID), the amount no more than it adds, and only
+//     into the hold of the plan it names (mandate.HoldIDFor(user, plan)).
 //
-// A user (or an admin) holding money itself needs no mandate: its own
-// signature is one. Captures are bounded by the hold, so no broker, plan
-// record or replay makes a user pay more than the user signed for; and a
-// capture leg naming the VM's owner (agents that know identities send it)
-// is refused unless the hold is that owner's.
+// A hold carrying a mandate keeps its terms (terms.go), whoever places it:
+// every capture leg is checked against its pace, its VM share and its
+// placement. A user (or an admin) holding money itself needs no mandate:
+// its own signature is one, but a hold without one has no terms, and a
+// bank that knows identities lets no agent capture it. So no broker, plan record or replay makes a user pay
+// more, faster, longer or elsewhere than the user signed for; and a capture
+// leg naming the VM's owner (agents that know identities send it) is
+// refused unless the hold is that owner's.
 
 // byBroker reports whether the request ctx serves was signed by a broker.
 func byBroker(ctx context.Context) bool {
@@ -52,30 +59,44 @@ func (b *Bank) mandate(ctx context.Context, s *wire.SignedRequest, user string) 
 	return m, m.SignedBy(p)
 }
 
-// checkHoldMandate refuses a broker's hold its mandate does not allow.
-func (b *Bank) checkHoldMandate(ctx context.Context, req *wire.HoldRequest) error {
-	if !byBroker(ctx) {
-		return nil
+// checkHoldMandate refuses a hold its mandate does not allow, and gives
+// the mandate: nil for a hold without one, which only its user (or an
+// admin, or an in-process caller) may place, and which gets no terms.
+func (b *Bank) checkHoldMandate(ctx context.Context, req *wire.HoldRequest) (*mandate.Mandate, error) {
+	if !byBroker(ctx) && req.Mandate == nil {
+		return nil, nil
 	}
 	m, err := b.mandate(ctx, req.Mandate, req.User)
 	switch {
 	case err != nil:
-		return err
+		return nil, err
 	case m.Subject != wire.BrokerSpend && m.Subject != wire.BrokerSubmit:
-		return fmt.Errorf("%w: signed for %s, not a spend or a submit", mandate.ErrNotAllowed, m.Subject)
+		return nil, fmt.Errorf("%w: signed for %s, not a spend or a submit", mandate.ErrNotAllowed, m.Subject)
 	case req.ID != m.Hold:
-		return fmt.Errorf("%w: hold %q is not the one it funds (%q)", mandate.ErrNotAllowed, req.ID, m.Hold)
+		return nil, fmt.Errorf("%w: hold %q is not the one it funds (%q)", mandate.ErrNotAllowed, req.ID, m.Hold)
 	case m.Budget == 0:
-		return fmt.Errorf("%w: it signs no budget or max price", mandate.ErrNotAllowed)
+		return nil, fmt.Errorf("%w: it signs no budget or max price", mandate.ErrNotAllowed)
 	case req.Amount > m.Budget:
-		return fmt.Errorf("%w: hold of %s, the user signed for %s", mandate.ErrNotAllowed, req.Amount, m.Budget)
+		return nil, fmt.Errorf("%w: hold of %s, the user signed for %s", mandate.ErrNotAllowed, req.Amount, m.Budget)
+	case len(req.Placement) == 0:
+		return nil, fmt.Errorf("%w: a broker's hold names where its VMs run (placement)", mandate.ErrNotAllowed)
 	}
-	return nil
+	for _, p := range req.Placement {
+		if !m.VMs[p.VM] {
+			return nil, fmt.Errorf("%w: it does not name VM %q", mandate.ErrNotAllowed, p.VM)
+		}
+	}
+	if until := m.HoldUntil(b.now(), b.signingNow()); req.Expires.After(until) {
+		return nil, fmt.Errorf("%w: the hold expires %s, its period ends %s", mandate.ErrNotAllowed,
+			req.Expires.UTC().Format(time.RFC3339), until.UTC().Format(time.RFC3339))
+	}
+	return &m, nil
 }
 
-// checkExtendMandate refuses a broker's extension its mandate does not allow.
+// checkExtendMandate refuses an extension its mandate does not allow; a
+// broker's needs one.
 func (b *Bank) checkExtendMandate(ctx context.Context, req *wire.ExtendRequest) error {
-	if !byBroker(ctx) {
+	if !byBroker(ctx) && req.Mandate == nil {
 		return nil
 	}
 	m, err := b.mandate(ctx, req.Mandate, req.User)
@@ -86,6 +107,8 @@ func (b *Bank) checkExtendMandate(ctx context.Context, req *wire.ExtendRequest) 
 		return fmt.Errorf("%w: signed for %s, not a spend --more", mandate.ErrNotAllowed, m.Subject)
 	case req.ID != wire.AdjustPlanID(m.Plan, m.RequestID):
 		return fmt.Errorf("%w: extension %q is not the one it asks for", mandate.ErrNotAllowed, req.ID)
+	case req.Hold != mandate.HoldIDFor(m.User, m.Plan):
+		return fmt.Errorf("%w: it adds to plan %q, not to hold %q", mandate.ErrNotAllowed, m.Plan, req.Hold)
 	case req.Amount > m.Budget:
 		return fmt.Errorf("%w: extension of %s, the user signed for %s", mandate.ErrNotAllowed, req.Amount, m.Budget)
 	}

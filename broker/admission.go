@@ -226,6 +226,9 @@ func (b *Broker) Submit(ctx context.Context, req *wire.SubmitRequest) (wire.Subm
 	}
 	id := req.ID
 	if id == "" {
+		id = b.signedID(ctx) // the hold's name (mandate.go)
+	}
+	if id == "" {
 		id = "job-" + randomHex()
 	}
 	if rep, done, err := b.replaySubmit(ctx, id, req, false); done {

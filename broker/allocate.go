@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/mrmarket/mrmarket/internal/mandate"
 	"github.com/mrmarket/mrmarket/internal/money"
 	"github.com/mrmarket/mrmarket/strategies"
 )
@@ -25,15 +26,23 @@ func remaining(rec *planRecord, now time.Time) money.Micro {
 
 // allocate runs the plan's registered strategy on a snapshot of the plan:
 // what to spend over the time left, and the active stages. The budgets
-// never sum above the remainder. It does not change rec: stored records
-// are shared.
+// never sum above the remainder, nor spend faster on a VM than the plan's
+// mandate allows (rateCap). It does not change rec: stored records are
+// shared.
 func (b *Broker) allocate(rec *planRecord, now time.Time, v roundView) strategies.Decision {
 	left, rest := rec.Plan.End.Sub(now), remaining(rec, now)
 	st, err := strategies.ByName(rec.Plan.Strategy)
 	if err != nil || left <= 0 || rest <= 0 {
 		return strategies.Decision{Stage: slices.Clone(rec.Plan.Stage)}
 	}
-	return st.Allocate(b.snapshot(rec, now, st.Reads(), v, rest, left))
+	d := st.Allocate(b.snapshot(rec, now, st.Reads(), v, rest, left))
+	if rc, ok := b.rateCap(rec); ok {
+		for i := range d.Allocs {
+			d.Allocs[i].Budget = mandate.Clamp(rc, d.Allocs[i].Budget, d.Allocs[i].Duration)
+		}
+		d.Allocs = slices.DeleteFunc(d.Allocs, func(a strategies.Allocation) bool { return a.Budget <= 0 })
+	}
+	return d
 }
 
 // snapshot gathers what a strategy reads of a plan at now: the plan's VMs

@@ -81,7 +81,8 @@ func bidChanges(rec *planRecord, want []strategies.Allocation, now time.Time) []
 		c := changes[h]
 		sort.Slice(c.set, func(i, j int) bool { return c.set[i].VM < c.set[j].VM })
 		if len(c.set) > 0 {
-			c.set[0].Mandate = rec.Mandate // the request's other bids take it from this one
+			// The request's other bids take them from this one.
+			c.set[0].Mandate, c.set[0].More = rec.Mandate, rec.More
 		}
 		sort.Strings(c.cancel)
 		req := &wire.BidRequest{Versioned: wire.Versioned{V: wire.Version}, Set: c.set, Cancel: c.cancel}

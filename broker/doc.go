@@ -30,8 +30,9 @@
 //
 // Spend checks that every VM is known and owned by the user, records the
 // plan, holds the whole budget in the bank (expiring Settle+HoldGrace after
-// the plan's end, so money is never stranded) and runs the plan's first
-// round; if any host refuses its first bids, they are cancelled and the hold
+// the plan's end, so money is never stranded, or at the end of its
+// mandate's period if sooner; naming where its VMs run, mandate.go) and
+// runs the plan's first round; if any host refuses its first bids, they are cancelled and the hold
 // released: a plan runs whole or not at all. Spend --more extends the hold;
 // --less lowers what the plan may spend and gives that back at once (a
 // partial release of the hold, once per adjustment id).
@@ -56,7 +57,10 @@
 // bottleneck elimination, best response (across the plan's hosts, against
 // the others' rates), our stage-bottleneck (stage priority across a
 // workflow's stages, bottleneck elimination among the active stage's
-// VMs), or deadline (below).
+// VMs), or deadline (below). A plan with a mandate bids no VM faster than
+// the mandate lets one VM spend (mandate.RateCap): agents refuse faster
+// bids, and the broker clamps them rather than have them refused, so a
+// plan that fell behind catches up only at its signed rate.
 //
 // A round is a planner and an executor, as in Nomad's scheduler. The
 // planner (round.decide) is a pure function of the round, the plan and

@@ -15,12 +15,19 @@ import (
 )
 
 // Mandates: a plan started by a signed spend or submit keeps that signed
-// request (planRecord.Mandate) and passes it on with its hold and every
-// bid; its hold is the one the mandate funds (mandate.HoldIDFor), so agents
-// and the bank can check the plan against what the user signed (see
-// package mandate). A plan started by an unsigned request (a broker
-// without identities: the simulator, tests) carries none, and its hold id
-// is random as before.
+// request (planRecord.Mandate), and the user's signed spend --more of it
+// (planRecord.More), and passes them on with its hold and every bid; its
+// hold is the one the mandate funds (mandate.HoldIDFor), so agents and the
+// bank can check the plan against what the user signed (see package
+// mandate). A signed request without an id gets its nonce as the plan's
+// id, the hold's name, so that a spend --more naming the plan names the
+// hold. The hold names where the plan's VMs run (its placement, from the
+// registry) and expires no later than the mandate's period; the plan's
+// bids are clamped to the most a VM may spend by the mandate
+// (mandate.RateCap, mandate.Clamp), which agents refuse to exceed. A plan
+// started by an unsigned request (a broker without identities: the
+// simulator, tests) carries none, its hold id is random as before and its
+// bids are what its strategy wants.
 
 // signedHere is the signed request ctx serves, if any: the mandate a
 // handler passes on.
@@ -48,6 +55,61 @@ func (b *Broker) mandateOf(ctx context.Context, user string) (*wire.SignedReques
 		return nil, "", fmt.Errorf("%w: signed for user %q, not %q", mandate.ErrNotAllowed, m.User, user)
 	}
 	return s, m.Hold, nil
+}
+
+// signedID is the id of the signed spend or submit ctx serves: its id, or
+// its nonce when it has none (the request the mandate's hold is named
+// after, so a spend --more of the plan names its hold); "" unsigned.
+func (b *Broker) signedID(ctx context.Context) string {
+	s := signedHere(ctx)
+	if s == nil || s.Subject != wire.BrokerSpend && s.Subject != wire.BrokerSubmit {
+		return ""
+	}
+	m, err := b.mandates.Read(s)
+	if err != nil {
+		return ""
+	}
+	return m.RequestID
+}
+
+// rateCap is the most a bid of rec's plan may spend per second on one VM
+// by its mandate and the signed additions to it (mandate.RateCap); ok is
+// false for a plan without a mandate, whose bids nobody bounds.
+func (b *Broker) rateCap(rec *planRecord) (rateCap float64, ok bool) {
+	if rec.Mandate == nil {
+		return 0, false
+	}
+	m, err := b.mandates.Read(rec.Mandate)
+	if err != nil {
+		return 0, false // its bids are refused anyway
+	}
+	more := make([]mandate.Mandate, 0, len(rec.More))
+	for i := range rec.More {
+		if a, err := b.mandates.Read(&rec.More[i]); err == nil {
+			more = append(more, a)
+		}
+	}
+	return mandate.RateCap(m, more), true
+}
+
+// holdTerms are what rec's hold asks of the bank besides its amount: its
+// expiry (no later than the mandate's period) and, with a mandate, where
+// its VMs run.
+func (b *Broker) holdTerms(rec *planRecord) (time.Time, []wire.Placed) {
+	expires := rec.Plan.End.Add(b.cfg.Settle + b.cfg.HoldGrace)
+	if rec.Mandate == nil {
+		return expires, nil
+	}
+	if m, err := b.mandates.Read(rec.Mandate); err == nil {
+		if end := m.HoldEnd(rec.Plan.Start); end.Before(expires) {
+			expires = end
+		}
+	}
+	placement := make([]wire.Placed, len(rec.Plan.VMs))
+	for i, v := range rec.Plan.VMs {
+		placement[i] = wire.Placed{VM: v.VM, Host: v.Host}
+	}
+	return expires, placement
 }
 
 // nonces is where Serve records nonces: Config.Nonces, or the MRM_NONCES

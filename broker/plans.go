@@ -43,6 +43,9 @@ func (b *Broker) spend(ctx context.Context, req *wire.SpendRequest, job *jobRec)
 	}
 	id := req.ID
 	if id == "" {
+		id = b.signedID(ctx)
+	}
+	if id == "" {
 		id = "plan-" + randomHex()
 	}
 	ref := planRef{req.User, id}
@@ -121,8 +124,9 @@ func (b *Broker) spend(ctx context.Context, req *wire.SpendRequest, job *jobRec)
 // running, its bids to come. reused says the id was a failed plan's.
 func (b *Broker) start(ctx context.Context, rec *planRecord, rev uint64, now time.Time, reused bool) (wire.SpendReply, error) {
 	defer b.starting(refOf(&rec.Plan))()
+	expires, placement := b.holdTerms(rec)
 	if _, err := b.cfg.Bank.Hold(ctx, &wire.HoldRequest{ID: rec.Plan.Hold, User: rec.Plan.User, Amount: rec.Plan.Budget,
-		Expires: rec.Plan.End.Add(b.cfg.Settle + b.cfg.HoldGrace), Hosts: planHosts(rec), Memo: planMemo + rec.Plan.ID, Mandate: rec.Mandate}); err != nil {
+		Expires: expires, Hosts: planHosts(rec), Memo: planMemo + rec.Plan.ID, Mandate: rec.Mandate, Placement: placement}); err != nil {
 		if errors.Is(err, wire.ErrConflict) && reused {
 			err = fmt.Errorf("%w (plan %q failed after its hold was placed: spend with a new id)", err, rec.Plan.ID)
 		}
@@ -473,9 +477,12 @@ func (b *Broker) Adjust(ctx context.Context, req *wire.AdjustRequest) (wire.Plan
 		return wire.Plan{}, fmt.Errorf("%w: %q is %s", ErrNotRunning, req.Plan, v.rec.Plan.Status)
 	case v.rec.Adjusts[req.ID]:
 		return v.rec.Plan, nil
+	case req.More > 0 && len(v.rec.More) >= wire.MaxMore:
+		return wire.Plan{}, wire.Errorf(wire.ErrBadRequest, "plan %q has had %d additions, the most a plan takes: start another", req.Plan, wire.MaxMore)
 	}
+	signed := signedHere(ctx)
 	if req.More > 0 {
-		ext := &wire.ExtendRequest{ID: wire.AdjustPlanID(req.Plan, req.ID), Hold: v.rec.Plan.Hold, User: req.User, Amount: req.More, Mandate: signedHere(ctx)}
+		ext := &wire.ExtendRequest{ID: wire.AdjustPlanID(req.Plan, req.ID), Hold: v.rec.Plan.Hold, User: req.User, Amount: req.More, Mandate: signed}
 		if _, err := b.cfg.Bank.Extend(ctx, ext); err != nil {
 			return wire.Plan{}, err
 		}
@@ -493,6 +500,9 @@ func (b *Broker) Adjust(ctx context.Context, req *wire.AdjustRequest) (wire.Plan
 		}
 		rec.Adjusts[req.ID] = true
 		rec.Plan.Budget += req.More - req.Less
+		if req.More > 0 && signed != nil && signed.Subject == wire.BrokerAdjust {
+			rec.More = append(rec.More, *signed) // its bids may spend faster now
+		}
 		// Re-plan now: after --less the bids in force would commit more
 		// than the new budget until the owner's next round.
 		rec.untried = false

@@ -19,6 +19,11 @@ func TestScripts(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
 		h := brokertest.New(t, broker.Config{})
 		datadriven.RunTest(t, path, h.Run)
+		// Honest plans keep to what their users sign (brokertest's pace
+		// audit): no leg of theirs would be cut, no bid refused.
+		for _, b := range h.Audit() {
+			t.Errorf("pace audit: %s", b)
+		}
 	})
 }
 

@@ -34,6 +34,10 @@ type planRecord struct {
 	// it came signed): every bid and the hold carry it, so agents and the
 	// bank check what the user asked for themselves.
 	Mandate *wire.SignedRequest `json:"mandate,omitempty"`
+	// More are the user's signed spend --more of the plan, each raising
+	// what its bids may spend per second (mandate.RateCap): every bid
+	// carries them too.
+	More []wire.SignedRequest `json:"more,omitempty"`
 	// untried: no try of start has sent this plan's bids yet (a record
 	// the spend at hand just created; never stored).
 	untried bool
@@ -63,6 +67,7 @@ func (r *planRecord) clone() *planRecord {
 	c.untried = false // a copy is a stored record's
 	c.Plan.VMs = slices.Clone(r.Plan.VMs)
 	c.Plan.Stage = slices.Clone(r.Plan.Stage)
+	c.More = slices.Clone(r.More)
 	c.Bids = make(map[string]bidRec, len(r.Bids))
 	for k, v := range r.Bids {
 		c.Bids[k] = v

@@ -12,6 +12,7 @@ import (
 
 	"github.com/mrmarket/mrmarket/broker"
 	"github.com/mrmarket/mrmarket/hadoopvm/yarn"
+	"github.com/mrmarket/mrmarket/internal/mandate"
 	"github.com/mrmarket/mrmarket/internal/money"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
@@ -153,7 +154,8 @@ func submitCommand() *ucli.Command {
 			if err != nil {
 				return err
 			}
-			req := &wire.SubmitRequest{ID: idOrNew(c, "job"), User: user, Job: spec, BestEffort: c.Bool("best-effort")}
+			// The pace signed is the job's shortest run (package mandate).
+			req := &wire.SubmitRequest{ID: idOrNew(c, "job"), User: user, Job: spec, BestEffort: c.Bool("best-effort"), Pace: mandate.JobPace(spec, 0)}
 			switch {
 			case req.BestEffort && c.String("deadline") != "":
 				return badInput("a --best-effort job has no --deadline")
@@ -342,5 +344,6 @@ func signMaxPrice(ctx context.Context, cl clients, req *wire.SubmitRequest) erro
 		}
 	}
 	req.MaxPrice = min(money.Micro(float64(price)*maxPriceSlack)+1, money.Max)
+	req.Pace = mandate.JobPace(req.Job, q.Work) // the broker's estimate may be below the profile's
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mrmarket/mrmarket/bank"
 	"github.com/mrmarket/mrmarket/broker"
+	"github.com/mrmarket/mrmarket/internal/mandate"
 	"github.com/mrmarket/mrmarket/internal/money"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
@@ -128,7 +129,8 @@ func spendCommand() *ucli.Command {
 			"bottleneck (money moves from idle VMs to busy ones, --boost f in [0,1)), best-response\n" +
 			"(across hosts from their prices, --host-weight host=w) or stage-bottleneck (ours: stage\n" +
 			"weights across stages, bottleneck elimination within the active one). What is not spent when the plan\n" +
-			"ends goes back to you. A plan file is JSON:\n" +
+			"ends goes back to you. The request signs how fast the strategy may spend, in all and on one VM; the\n" +
+			"bank and the agents hold the broker to it. A plan file is JSON:\n" +
 			`  {"workflows": [{"name": "digg", "weight": 1, "stages": [{"name": "join", "weight": 20, "vms": ["a1", "a2"]}, …]}]}`,
 		Flags: marketFlags(
 			&ucli.StringFlag{Name: "budget", Usage: "credits to spend over the duration"},
@@ -186,6 +188,10 @@ func spendRequest(c *ucli.Context, user string) (*wire.SpendRequest, error) {
 	if req.HostWeights, err = parseHostWeights(c.StringSlice("host-weight")); err != nil {
 		return nil, err
 	}
+	// The user signs how fast the plan may spend, from its strategy: the
+	// bank captures and the agents charge no faster (package mandate). An
+	// unknown strategy signs none, and the broker says what is wrong.
+	_ = mandate.SignCaps(req)
 	req.V = wire.Version
 	return req, nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/mrmarket/mrmarket/bank"
 	"github.com/mrmarket/mrmarket/broker"
 	"github.com/mrmarket/mrmarket/internal/mandate"
+	"github.com/mrmarket/mrmarket/internal/money"
 	"github.com/mrmarket/mrmarket/internal/rpc"
 	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/testpoll"
@@ -129,9 +130,10 @@ func TestBankChecksBrokersMandates(t *testing.T) {
 	spend := &wire.SpendRequest{ID: "pa", User: "alice", Budget: credits(t, "2"), Duration: wire.Duration(time.Hour), VMs: []string{"a1"}, Strategy: wire.StrategyFair}
 	good := signMandate(t, alice, wire.BrokerSpend, spend)
 	bobs := signMandate(t, bob, wire.BrokerSpend, &wire.SpendRequest{ID: "pa", User: "bob", Budget: credits(t, "2"), Duration: wire.Duration(time.Hour), VMs: []string{"b1"}, Strategy: wire.StrategyFair})
-	exp := clock.Add(2 * time.Hour)
+	exp := clock.Add(time.Hour) // within the mandate's period
 	hold := func(id, amount string, md *wire.SignedRequest) error {
-		_, err := asBroker.Hold(ctx, &wire.HoldRequest{ID: id, User: "alice", Amount: credits(t, amount), Expires: exp, Mandate: md})
+		_, err := asBroker.Hold(ctx, &wire.HoldRequest{ID: id, User: "alice", Amount: credits(t, amount), Expires: exp, Mandate: md,
+			Hosts: []string{"host-1"}, Placement: []wire.Placed{{VM: "a1", Host: "host-1"}}})
 		return err
 	}
 	l0 := checkLedger(t, bc)
@@ -359,7 +361,7 @@ func TestAdjustRetriedAppliesOnce(t *testing.T) {
 // replica restarted, is refused and holds nothing twice.
 func TestReplayToAnotherReplicaAndAfterRestart(t *testing.T) {
 	ctx := context.Background()
-	m, _, bc, _ := testMarket(t)
+	m, clock, bc, _ := testMarket(t)
 	grant(t, bc, "bob", "10")
 	replica := func(name string) func() {
 		nc, err := m.NC(name)
@@ -373,7 +375,7 @@ func TestReplayToAnotherReplicaAndAfterRestart(t *testing.T) {
 		}
 		brokerKey := signer(t, m, wire.RoleBroker, "broker")
 		b, err := broker.New(broker.Config{NC: nc, Bank: bank.Client{NC: nc, Signer: brokerKey}, Signer: brokerKey,
-			Identities: bank.Client{NC: nc}, Plans: plans, Replica: name})
+			Identities: bank.Client{NC: nc}, Plans: plans, Replica: name, Now: func() time.Time { return *clock }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -457,5 +459,64 @@ func TestDeletedPlanBucketIsRecreated(t *testing.T) {
 	}
 	if p, err := brc.Adjust(ctx, &wire.AdjustRequest{Plan: "pa", User: "alice", ID: "m", More: credits(t, "1")}); err != nil || p.Budget != credits(t, "3") {
 		t.Fatalf("the restored plan cannot change: %+v %v", p, err)
+	}
+}
+
+// TestBidsNoFasterThanSigned: an agent takes a bid only as fast as its
+// mandate lets one VM spend (the broker's key cannot make it charge a
+// 10-minute budget in seconds); the user's signed spend --more of the plan
+// raises that, one of another plan does not. The broker's own spend
+// --more is carried with the plan's bids, so an adjusted plan's faster
+// bids are taken.
+func TestBidsNoFasterThanSigned(t *testing.T) {
+	ctx := context.Background()
+	m, clock, bc, brc := testMarket(t)
+	grant(t, bc, "alice", "20")
+	nc, err := m.NC("rogue-broker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	brokerKey, alice := signer(t, m, wire.RoleBroker, "broker"), signer(t, m, wire.RoleUser, "alice")
+	spend := &wire.SpendRequest{ID: "pa", User: "alice", Budget: credits(t, "3"), Duration: wire.Duration(10 * time.Minute), VMs: []string{"a1"},
+		Strategy: wire.StrategyFair}
+	if err := mandate.SignCaps(spend); err != nil {
+		t.Fatal(err)
+	}
+	signed := signMandate(t, alice, wire.BrokerSpend, spend)
+	more := func(plan string) wire.SignedRequest {
+		return *signMandate(t, alice, wire.BrokerAdjust, &wire.AdjustRequest{Plan: plan, User: "alice", ID: "m-" + plan, More: credits(t, "6")})
+	}
+	bid := func(budget money.Micro, d time.Duration, adds ...wire.SignedRequest) error {
+		b := wire.Bid{VM: "a1", Owner: "alice", Plan: "pa", Hold: mandate.HoldIDFor("alice", "pa"), Budget: budget, Duration: wire.Duration(d),
+			Mandate: signed, More: adds}
+		_, err := rpc.Request[struct{}](ctx, nc, wire.AgentBidSubject("host-1"), &wire.BidRequest{Versioned: wire.Versioned{V: wire.Version}, Set: []wire.Bid{b}},
+			rpc.SignedBy(brokerKey))
+		return err
+	}
+	if err := bid(credits(t, "3"), 5*time.Second); !errors.Is(err, wire.ErrForbidden) {
+		t.Fatalf("3 credits in 5 s on a 10-minute budget of 3: %v, want forbidden", err)
+	}
+	if err := bid(credits(t, "3"), 5*time.Minute, more("pb")); !errors.Is(err, wire.ErrForbidden) {
+		t.Fatalf("twice the rate with another plan's spend --more: %v, want forbidden", err)
+	}
+	if err := bid(credits(t, "3"), 5*time.Minute, more("pa")); err != nil {
+		t.Fatalf("twice the rate with the plan's own spend --more of 6: %v", err)
+	}
+	if err := bid(credits(t, "3"), 10*time.Minute); err != nil {
+		t.Fatalf("the signed rate: %v", err)
+	}
+	// Through the broker: a plan given more spends faster, its agents
+	// taking the bids since they carry the spend --more.
+	if _, err := brc.Spend(ctx, &wire.SpendRequest{ID: "pc", User: "alice", Budget: credits(t, "2"), Duration: wire.Duration(10 * time.Minute),
+		VMs: []string{"a2"}, Strategy: wire.StrategyFair}); err != nil {
+		t.Fatal(err)
+	}
+	*clock = clock.Add(5 * time.Minute)
+	p, err := brc.Adjust(ctx, &wire.AdjustRequest{Plan: "pc", User: "alice", ID: "more-1", More: credits(t, "8")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.VMs) != 1 || p.VMs[0].Rate < 2*money.Rate(credits(t, "2"), 10*time.Minute) {
+		t.Fatalf("plan pc after 8 more: %+v, want its bid faster than before", p.VMs)
 	}
 }

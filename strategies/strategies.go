@@ -106,6 +106,9 @@ type Strategy interface {
 	Reads() Reads
 	// Allocate decides one plan's round.
 	Allocate(s Snapshot) Decision
+	// Caps is how fast it spends a plan of shape s at most (caps.go):
+	// what its user signs as the plan's pace and VM share.
+	Caps(s Shape) Caps
 }
 
 // Reads names the optional parts of a Snapshot.

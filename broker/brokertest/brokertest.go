@@ -61,6 +61,13 @@ type Harness struct {
 	bank    bankState
 	sent    map[string][]wire.BidRequest // host → every request it was sent
 	log     []string
+	// The pace audit (audit.go): what each plan's user signs, by
+	// "user/plan"; each hold's schedule, by hold id; what replaced and
+	// cancelled bids charged, by (hold, VM); the breaches found.
+	signs     map[string]signedCaps
+	paced     map[string]*pacedHold
+	vmSettled map[[2]string]money.Micro
+	breaches  []string
 }
 
 type host struct {
@@ -122,7 +129,8 @@ func New(t testing.TB, cfg broker.Config) *Harness {
 		cfg.Settle = 20 * time.Second
 	}
 	h := &Harness{t: t, cfg: cfg, plans: broker.NewMemoryPlans(), stop: make(chan struct{}), now: T0,
-		settled: map[string]money.Micro{}, sent: map[string][]wire.BidRequest{}, bank: bankState{users: map[string]*account{}, holds: map[string]*holdRec{}}}
+		settled: map[string]money.Micro{}, sent: map[string][]wire.BidRequest{}, bank: bankState{users: map[string]*account{}, holds: map[string]*holdRec{}},
+		signs: map[string]signedCaps{}, paced: map[string]*pacedHold{}, vmSettled: map[[2]string]money.Micro{}}
 	t.Cleanup(func() {
 		close(h.stop)
 		h.hung.Wait()
@@ -292,6 +300,7 @@ func (h *Harness) Tick(d time.Duration) {
 	h.mu.Lock()
 	h.now = h.now.Add(d)
 	now := h.now
+	h.audit() // the agents capture what their bids charged by now
 	h.mu.Unlock()
 	h.publish()
 	for _, r := range h.replicas {

@@ -79,6 +79,7 @@ func (h *Harness) applyBids(ho *host, req *wire.BidRequest) error {
 	settle := func(v *vm) {
 		if v.bid != nil {
 			h.settled[v.bid.hold] += v.bid.charged(h.now)
+			h.vmSettled[[2]string{v.bid.hold, v.name}] += v.bid.charged(h.now)
 			v.bid = nil
 		}
 	}
@@ -87,10 +88,12 @@ func (h *Harness) applyBids(ho *host, req *wire.BidRequest) error {
 			settle(v)
 		}
 	}
+	h.audit() // what the settled bids charged is captured now
 	for _, b := range req.Set {
 		v := find(b.VM)
 		settle(v)
 		v.bid = &bid{plan: b.Plan, hold: b.Hold, budget: b.Budget, duration: b.Duration.D(), start: h.now}
+		h.auditBid(ho, b)
 	}
 	return nil
 }
@@ -184,6 +187,7 @@ func (k Bank) Hold(_ context.Context, req *wire.HoldRequest) (wire.HoldReply, er
 	}
 	a.balance -= req.Amount
 	h.bank.holds[req.ID] = &holdRec{user: req.User, amount: req.Amount, extends: map[string]bool{}}
+	h.placed(req)
 	h.log = append(h.log, fmt.Sprintf("bank: hold %s %s %s", holdName(req.ID), req.User, req.Amount))
 	return wire.HoldReply{Hold: wire.HoldInfo{ID: req.ID, User: req.User, Amount: req.Amount}, Balance: a.balance}, nil
 }
@@ -204,6 +208,7 @@ func (k Bank) Extend(_ context.Context, req *wire.ExtendRequest) (wire.HoldReply
 		hr.extends[req.ID] = true
 		a.balance -= req.Amount
 		hr.amount += req.Amount
+		h.extended(req.Hold, req.Amount)
 		h.log = append(h.log, fmt.Sprintf("bank: extend %s +%s", holdName(req.Hold), req.Amount))
 	}
 	return wire.HoldReply{Hold: wire.HoldInfo{ID: req.Hold, User: hr.user, Amount: hr.amount}, Balance: a.balance}, nil

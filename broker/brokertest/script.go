@@ -12,6 +12,7 @@ import (
 	"github.com/cockroachdb/datadriven"
 
 	"github.com/mrmarket/mrmarket/broker"
+	"github.com/mrmarket/mrmarket/internal/mandate"
 	"github.com/mrmarket/mrmarket/internal/money"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
@@ -195,6 +196,10 @@ func cmdSpend(h *Harness, d *datadriven.TestData, say func(string, ...any)) {
 			d.Fatalf(h.t, "workflows: %v", err)
 		}
 	}
+	signed := *req // what the user's CLI signs: the pace audit's (audit.go)
+	if err := mandate.SignCaps(&signed); err == nil {
+		h.expect(req.User, req.ID, signed.Pace.D(), signed.VMShare)
+	}
 	r := h.live(optStr(d, "replica", ""))
 	say("%s", h.call(r, "spending "+req.ID, func(b *broker.Broker) string {
 		rep, err := b.Spend(context.Background(), req)
@@ -330,6 +335,7 @@ func cmdSubmit(h *Harness, d *datadriven.TestData, say func(string, ...any)) {
 	if d.HasArg("deadline") {
 		req.Deadline = h.Now().Add(duration(h, d, "deadline", 0))
 	}
+	h.expect(req.User, req.ID, mandate.JobPace(req.Job, 0).D(), wire.FullShare)
 	say("%s", h.call(h.live(optStr(d, "replica", "")), "submitting "+req.ID, func(b *broker.Broker) string {
 		rep, err := b.Submit(context.Background(), req)
 		if err != nil {

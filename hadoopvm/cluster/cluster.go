@@ -18,6 +18,9 @@
 //   - Domains are persistent (defined) and started; delete destroys and
 //     undefines them. Membership is read back from the metadata, so list
 //     and delete work from any machine that reaches the hosts.
+//   - Spec.Guest boots mrmarket's own worker guest instead of a Hadoop
+//     image (guest.go): workers only, the master being the YARN facade on
+//     the host (hadoopvm/yarnfacade).
 package cluster
 
 import (
@@ -66,6 +69,14 @@ type Spec struct {
 	SeedDir        string // where the seeds are written
 	BuildSeedImage bool   // pack each seed as a cidata ISO
 	DomainType     string // libvirt domain type; default "kvm" ("qemu" for TCG, "test" for the test driver)
+
+	// The project's worker guest (guest.go), in place of Image.
+	Guest      string // directory of `make guest`: vmlinuz and initrd.img
+	InputDir   string // each worker's input disk: <InputDir>/<vm>.img
+	ScratchMiB uint   // each worker's scratch disk; default 1024
+	Bridge     string // a host bridge for the workers' taps, in place of Network
+	Subnet     string // the workers' addresses, worker i at the (10+i)-th; default 10.83.0.0/16
+	Slots      int    // task slots a worker offers; default 2
 }
 
 // Node is one VM of a cluster.
@@ -73,6 +84,8 @@ type Node struct {
 	VM   string `json:"vm"`
 	Role string `json:"role"`
 	Host string `json:"host"`
+	// Address is a worker guest's, with its prefix.
+	Address string `json:"address,omitempty"`
 }
 
 func (s *Spec) check() error {
@@ -87,6 +100,9 @@ func (s *Spec) check() error {
 	}
 	if len(s.Hosts) == 0 {
 		return fmt.Errorf("%w: at least one host", ErrSpec)
+	}
+	if s.Guest != "" {
+		return s.checkGuest()
 	}
 	if s.Image == "" || s.SeedDir == "" {
 		return fmt.Errorf("%w: an image and a seed directory are required", ErrSpec)
@@ -114,6 +130,9 @@ func Plan(s Spec) ([]Node, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
+	if s.Guest != "" {
+		return planGuests(s)
+	}
 	nodes := []Node{{VM: s.Name + "-master-0", Role: Master, Host: s.Hosts[0].ID}}
 	for i := range s.Workers {
 		h := s.Hosts[(1+i)%len(s.Hosts)]
@@ -133,37 +152,51 @@ type memberMeta struct {
 	Role    string   `xml:"role,attr"`
 }
 
+// metadata is a node's metadata element: its owner for the agent, its
+// cluster and role for List.
+func metadata(s Spec, n Node) *libvirtxml.DomainMetadata {
+	return &libvirtxml.DomainMetadata{XML: fmt.Sprintf(`<mrm:vm xmlns:mrm=%q owner=%q cluster=%q role=%q/>`, virt.Namespace, s.Owner, s.Name, n.Role)}
+}
+
 // DomainXML is the libvirt definition of a node.
 func DomainXML(s Spec, n Node) (string, error) {
 	if err := s.check(); err != nil {
 		return "", err
 	}
-	meta := fmt.Sprintf(`<mrm:vm xmlns:mrm=%q owner=%q cluster=%q role=%q/>`, virt.Namespace, s.Owner, s.Name, n.Role)
-	d := &libvirtxml.Domain{
-		Type:     s.DomainType,
-		Name:     n.VM,
-		Metadata: &libvirtxml.DomainMetadata{XML: meta},
-		Memory:   &libvirtxml.DomainMemory{Value: s.MemoryMiB, Unit: "MiB"},
-		VCPU:     &libvirtxml.DomainVCPU{Placement: "static", Value: s.VCPUs},
-		OS:       &libvirtxml.DomainOS{Type: &libvirtxml.DomainOSType{Arch: "x86_64", Type: "hvm"}},
-		Devices: &libvirtxml.DomainDeviceList{
-			Disks: []libvirtxml.DomainDisk{
-				{Device: "disk", Driver: &libvirtxml.DomainDiskDriver{Name: "qemu", Type: "qcow2"},
-					Source: &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: filepath.Join(s.ImagesDir, n.VM+".qcow2")}},
-					Target: &libvirtxml.DomainDiskTarget{Dev: "vda", Bus: "virtio"}},
-				{Device: "cdrom", Driver: &libvirtxml.DomainDiskDriver{Name: "qemu", Type: "raw"},
-					Source:   &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: seedISO(s, n)}},
-					Target:   &libvirtxml.DomainDiskTarget{Dev: "sda", Bus: "sata"},
-					ReadOnly: &libvirtxml.DomainDiskReadOnly{}},
-			},
-			Interfaces: []libvirtxml.DomainInterface{{
-				Source: &libvirtxml.DomainInterfaceSource{Network: &libvirtxml.DomainInterfaceSourceNetwork{Network: s.Network}},
-				Model:  &libvirtxml.DomainInterfaceModel{Type: "virtio"},
-			}},
-			MemBalloon: &libvirtxml.DomainMemBalloon{Model: "virtio"},
+	if s.Guest != "" {
+		return guestXML(s, n)
+	}
+	d := domain(s, n)
+	d.OS = &libvirtxml.DomainOS{Type: &libvirtxml.DomainOSType{Arch: "x86_64", Type: "hvm"}}
+	d.Devices = &libvirtxml.DomainDeviceList{
+		Disks: []libvirtxml.DomainDisk{
+			{Device: "disk", Driver: &libvirtxml.DomainDiskDriver{Name: "qemu", Type: "qcow2"},
+				Source: &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: filepath.Join(s.ImagesDir, n.VM+".qcow2")}},
+				Target: &libvirtxml.DomainDiskTarget{Dev: "vda", Bus: "virtio"}},
+			{Device: "cdrom", Driver: &libvirtxml.DomainDiskDriver{Name: "qemu", Type: "raw"},
+				Source:   &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: seedISO(s, n)}},
+				Target:   &libvirtxml.DomainDiskTarget{Dev: "sda", Bus: "sata"},
+				ReadOnly: &libvirtxml.DomainDiskReadOnly{}},
 		},
+		Interfaces: []libvirtxml.DomainInterface{{
+			Source: &libvirtxml.DomainInterfaceSource{Network: &libvirtxml.DomainInterfaceSourceNetwork{Network: s.Network}},
+			Model:  &libvirtxml.DomainInterfaceModel{Type: "virtio"},
+		}},
+		MemBalloon: &libvirtxml.DomainMemBalloon{Model: "virtio"},
 	}
 	return d.Marshal()
+}
+
+// domain is what every node's domain has: its name, type, size and
+// metadata.
+func domain(s Spec, n Node) *libvirtxml.Domain {
+	return &libvirtxml.Domain{
+		Type:     s.DomainType,
+		Name:     n.VM,
+		Metadata: metadata(s, n),
+		Memory:   &libvirtxml.DomainMemory{Value: s.MemoryMiB, Unit: "MiB"},
+		VCPU:     &libvirtxml.DomainVCPU{Placement: "static", Value: s.VCPUs},
+	}
 }
 
 func seedISO(s Spec, n Node) string { return filepath.Join(s.SeedDir, n.VM, "seed.iso") }
@@ -172,6 +205,9 @@ func seedISO(s Spec, n Node) string { return filepath.Join(s.SeedDir, n.VM, "see
 func WriteSeed(s Spec, n Node, nodes []Node) error {
 	if err := s.check(); err != nil {
 		return err
+	}
+	if s.Guest != "" {
+		return writeGuestSeed(s, n, nodes)
 	}
 	dir := filepath.Join(s.SeedDir, n.VM)
 	if err := os.MkdirAll(dir, 0o755); err != nil {

@@ -7,7 +7,11 @@
 // runner (market) advances it by the CPU time its simulated hosts
 // delivered. Both set each running task's Rate, move it on (Task.Advance)
 // and hand its phase's end back to the model (Task.End, Cluster.Release,
-// Cluster.Done).
+// Cluster.Done). The facade of the project's worker guests
+// (hadoopvm/yarnfacade) uses only its structure: where and when tasks
+// start (Schedule, StartOn), which finished (Release, Done) and the job's
+// progress, the tasks themselves running for real in the guests; its maps
+// go where their input is (Spec.MapVMs).
 //
 // A job's tasks. A map reads its input from disk, works and writes its
 // output; a reduce fetches its shuffle over the network, shuffles and
@@ -125,6 +129,13 @@ type Spec struct {
 	MapRead, MapWrite, ShuffleMB, ReduceWrite float64
 	// MapSlots and ReduceSlots are the job's own slots, with JobSlots.
 	MapSlots, ReduceSlots int
+	// MapVMs, when set, is where each map's input is: map i's on the VM
+	// whose ID is MapVMs[i] ("": anywhere). A job's next map then goes
+	// where its input is while a slot is free there (node-local, as
+	// YARN's MapReduce AM asks for containers), and to the VM Placement
+	// picks only when no VM holding a waiting map's input has one: a
+	// free slot is not left idle for locality (no delay scheduling).
+	MapVMs []string
 }
 
 // ProfileSpec is a job whose task times are drawn from its ARIA profile
@@ -447,20 +458,46 @@ func (c *Cluster) Schedule() []*Task {
 // cluster's Order, with a task waiting and a free slot for it there.
 func (c *Cluster) StartOn(v *VM) *Task {
 	for _, j := range c.queue {
-		if !j.Held && len(j.Pending) > 0 && slices.Contains(j.vms, v) && c.free(j, v) > 0 {
+		if !j.Held && len(j.Pending) > 0 && slices.Contains(j.vms, v) && c.free(j, v, j.Pending[c.nextOn(j, v)].Reduce) > 0 {
 			return c.start(j, v)
 		}
 	}
 	return nil
 }
 
+// nextOn is which of the job's waiting tasks a slot on v takes: its first
+// map whose input is on v (Spec.MapVMs) while v has a map slot free, else
+// the first in its line.
+func (c *Cluster) nextOn(j *Job, v *VM) int {
+	if j.Spec.MapVMs != nil && c.free(j, v, false) > 0 {
+		for k, t := range j.Pending {
+			if !t.Reduce && j.Spec.MapVMs[t.Index] == v.ID {
+				return k
+			}
+		}
+	}
+	return 0
+}
+
 // place is the VM that takes the job's next task, nil when none has a free
-// slot for it.
+// slot for it: where a waiting map's input is, else by the Placement.
 func (c *Cluster) place(j *Job) *VM {
+	if j.Spec.MapVMs != nil {
+		for _, t := range j.Pending {
+			if t.Reduce {
+				continue
+			}
+			for _, v := range j.vms {
+				if v.ID == j.Spec.MapVMs[t.Index] && c.free(j, v, false) > 0 {
+					return v
+				}
+			}
+		}
+	}
 	var best *VM
 	bestFree := 0
 	for _, v := range j.vms {
-		free := c.free(j, v)
+		free := c.free(j, v, j.Pending[0].Reduce)
 		if free <= 0 {
 			continue
 		}
@@ -474,12 +511,11 @@ func (c *Cluster) place(j *Job) *VM {
 	return best
 }
 
-// free is how many more of the job's tasks like its next one v can run.
-func (c *Cluster) free(j *Job, v *VM) int {
+// free is how many more of the job's maps (or reduces) v can run.
+func (c *Cluster) free(j *Job, v *VM, reduce bool) int {
 	if c.cfg.Slots == VMSlots {
 		return v.Slots - len(v.Running)
 	}
-	reduce := j.Pending[0].Reduce
 	n := j.Slots(v, reduce)
 	for _, t := range v.Running {
 		if t.Job == j && t.Reduce == reduce {
@@ -490,8 +526,13 @@ func (c *Cluster) free(j *Job, v *VM) int {
 }
 
 func (c *Cluster) start(j *Job, v *VM) *Task {
-	t := j.Pending[0]
-	j.Pending = j.Pending[1:]
+	k := c.nextOn(j, v)
+	t := j.Pending[k]
+	if k == 0 {
+		j.Pending = j.Pending[1:]
+	} else {
+		j.Pending = slices.Delete(j.Pending, k, k+1)
+	}
 	t.VM = v
 	t.Attempts++
 	j.Attempts++

@@ -183,3 +183,38 @@ func TestProfileTimes(t *testing.T) {
 		t.Errorf("progress with the map done %v, want %v", got, want)
 	}
 }
+
+// TestMapsGoWhereTheirInputIs: with MapVMs a free slot takes a map whose
+// input is on its VM, in the job's line; a VM whose inputs are all taken
+// takes another VM's map rather than stay idle; reduces have no input.
+func TestMapsGoWhereTheirInputIs(t *testing.T) {
+	cl := mapreduce.New(mapreduce.Config{Slots: mapreduce.VMSlots})
+	a, b := cl.AddVM("a", 1), cl.AddVM("b", 1)
+	spec := mapreduce.Spec{Maps: 5, Reduces: 1, Map: mapreduce.Dist{Mean: 1}, Reduce: mapreduce.Dist{Mean: 1},
+		MapVMs: []string{"b", "b", "a", "b", "b"}}
+	j := cl.Add("j", spec, []*mapreduce.VM{a, b}, rng())
+	first := cl.Schedule()
+	got := map[string]*mapreduce.Task{}
+	for _, tk := range first {
+		got[tk.VM.ID] = tk
+	}
+	if len(first) != 2 || got["a"].Index != 2 || got["b"].Index != 0 {
+		t.Fatalf("first wave: %v, want map 2 on a and map 0 on b", on(first))
+	}
+	finish := func(tk *mapreduce.Task) {
+		cl.Release(tk)
+		cl.Done(tk)
+	}
+	finish(got["a"]) // a is free; its only input is done: it takes b's next
+	tk := cl.StartOn(a)
+	if tk == nil || tk.Reduce || tk.Index != 1 {
+		t.Fatalf("a took %+v, want map 1 (b's input, read remotely)", tk)
+	}
+	finish(got["b"])
+	if tk := cl.StartOn(b); tk == nil || tk.Index != 3 {
+		t.Fatalf("b took %+v, want map 3", tk)
+	}
+	if j.MapsDone != 2 {
+		t.Fatalf("maps done %d", j.MapsDone)
+	}
+}

@@ -137,7 +137,7 @@ func (l *Ledger) Capture(_ context.Context, b *wire.CaptureBatch) (wire.CaptureR
 		if amount, held := l.holds[leg.Hold]; held {
 			left = amount - l.paid[leg.Hold]
 		}
-		c := bank.CaptureLeg(l.totals[k], leg.Cumulative, left)
+		c := bank.CaptureLeg(l.totals[k], leg.Cumulative, left, bank.NoBound) // no holds here carry a mandate's terms
 		l.totals[k] = c.Total
 		l.paid[leg.Hold] += c.Applied
 		rep.Applied += c.Applied

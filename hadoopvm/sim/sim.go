@@ -64,7 +64,7 @@ type Config struct {
 }
 
 // HostSpec is a simulated host. Background is the cores a CPU-hungry
-// background VM wants on it (seed 003 §6), BackgroundRate that VM's
+// background VM wants on it (Sandholm and Lai §6), BackgroundRate that VM's
 // spending rate (micro-credits per second; 0: it has only the floor share).
 //
 // Disk and Net are the host's disk bandwidth and network bandwidth (into
@@ -76,7 +76,7 @@ type Config struct {
 //
 // DiskFair and NetFair leave that resource outside the market: the host
 // has the bandwidth but divides it equally among the VMs using it,
-// whatever they pay — a device's own fair queueing, as seed 003's testbed
+// whatever they pay — a device's own fair queueing, as Sandholm and Lai's testbed
 // did with the disk it could not govern (§7.2).
 //
 // DiskThrottle and NetThrottle are how mrmarket's agents govern such a

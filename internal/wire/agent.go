@@ -41,7 +41,14 @@ type Bid struct {
 	// other bids take it from that one (a mandate naming thousands of VMs
 	// travels once per request).
 	Mandate *SignedRequest `json:"mandate,omitempty"`
+	// More are the owner's signed spend --more of the plan: each adds to
+	// what the plan may spend per second, so an agent takes a faster bid
+	// only with them. Carried like Mandate, by one bid of each plan.
+	More []SignedRequest `json:"more,omitempty"`
 }
+
+// MaxMore bounds the adjustments a bid carries.
+const MaxMore = 1000
 
 // Validate checks one bid's fields.
 func (b *Bid) Validate() error {
@@ -59,6 +66,9 @@ func (b *Bid) Validate() error {
 	}
 	if err := checkAmount("bid budget", b.Budget); err != nil {
 		return err
+	}
+	if len(b.More) > MaxMore {
+		return Errorf(ErrBadRequest, "a bid carries at most %d adjustments, got %d", MaxMore, len(b.More))
 	}
 	return CheckDuration(b.Duration)
 }

@@ -77,6 +77,14 @@ type StageSpec struct {
 // ID, when given, makes the request idempotent. Boost is bottleneck
 // elimination's f ∈ [0, 1); HostWeights are best response's preferences
 // (default 1 per host).
+//
+// Pace and VMShare bound how fast the plan may spend, as its user signs
+// them (package mandate): by time t after its hold was placed, the bank
+// lets no more than Budget·t/Pace be captured from it, and no more than
+// VMShare of that for one VM; agents take no bid on a VM faster than
+// VMShare·Budget/Pace. The CLI fills both from the strategy
+// (strategies.PlanCaps): a strategy that spends faster than evenly, as
+// stage priority does, needs a Pace shorter than Duration.
 type SpendRequest struct {
 	Versioned
 	ID          string             `json:"id,omitempty"`
@@ -88,6 +96,27 @@ type SpendRequest struct {
 	Strategy    string             `json:"strategy"`
 	Boost       float64            `json:"boost,omitempty"`
 	HostWeights map[string]float64 `json:"host_weights,omitempty"`
+	// Pace is the shortest time the budget may be spent over, MinPace to
+	// Duration; absent, Duration.
+	Pace Duration `json:"pace,omitempty"`
+	// VMShare is the most one VM may spend of the plan's rate, in
+	// millionths (FullShare: all of it, the default when absent).
+	VMShare int64 `json:"vm_share_ppm,omitempty"`
+}
+
+// MinPace is the shortest pace a request may sign: about an agent's tick,
+// the finest time charges are made in.
+const MinPace = time.Second
+
+// FullShare is a VM share of all of a plan's rate, in millionths.
+const FullShare = 1_000_000
+
+// checkPace checks a signed pace: absent, or MinPace to longest.
+func checkPace(p Duration, longest time.Duration) error {
+	if p != 0 && (p.D() < MinPace || p.D() > longest) {
+		return Errorf(ErrBadRequest, "pace must be between %s and %s, got %s", MinPace, longest, p.D())
+	}
+	return nil
 }
 
 func (r *SpendRequest) Validate() error {
@@ -139,6 +168,12 @@ func (r *SpendRequest) Validate() error {
 	}
 	if len(r.HostWeights) > 0 && hostWeights == 0 {
 		return Errorf(ErrBadRequest, "host weights are all 0: the plan could fund no host")
+	}
+	if err := checkPace(r.Pace, r.Duration.D()); err != nil {
+		return err
+	}
+	if r.VMShare < 0 || r.VMShare > FullShare {
+		return Errorf(ErrBadRequest, "vm share must be between 0 and %d millionths, got %d", FullShare, r.VMShare)
 	}
 	return r.checkStrategy()
 }

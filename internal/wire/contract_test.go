@@ -69,7 +69,11 @@ var messages = []message{
 		"limit too high":   `{"v":1,"user":"alice","limit":10001}`,
 	}},
 	// holds.go
-	{"holds", vs(hold), map[string]string{
+	{"holds", vs(hold, placedHold), map[string]string{
+		"vm twice":      with(placedHold, "placement", []wire.Placed{{VM: "a1", Host: "host-1"}, {VM: "a1", Host: "host-1"}}),
+		"dotted place":  with(placedHold, "placement", []wire.Placed{{VM: "a1", Host: "a.b"}}),
+		"hosts differ":  with(placedHold, "hosts", []string{"host-1"}),
+		"place no host": with(placedHold, "placement", []wire.Placed{{VM: "a1"}}),
 		"no expiry":     with(hold, "expires", absent),
 		"dotted host":   with(hold, "hosts", []string{"a.b"}),
 		"no amount":     with(hold, "amount_micro", 0),
@@ -139,7 +143,11 @@ var messages = []message{
 		"spaced name":         with(revoked, "name", "a b"),
 	}},
 	// broker.go
-	{"broker", vs(spend, workflowSpend), map[string]string{
+	{"broker", vs(spend, workflowSpend, pacedSpend), map[string]string{
+		"pace over duration":    with(pacedSpend, "pace", "2h"),
+		"pace below 1s":         with(pacedSpend, "pace", "10ms"),
+		"share above all":       with(pacedSpend, "vm_share_ppm", wire.FullShare+1),
+		"negative share":        with(pacedSpend, "vm_share_ppm", -1),
 		"unknown strategy":      with(spend, "strategy", "greedy"),
 		"vms and workflows":     with(workflowSpend, "vms", []string{"a1"}),
 		"a vm twice":            with(spend, "vms", []string{"a1", "a1"}),
@@ -179,7 +187,8 @@ var messages = []message{
 		"no host":           `{"v":1,"query":"price","performance":0.5,"guarantee":0.9}`,
 	}},
 	// agent.go
-	{"agent", vs(&bid), map[string]string{
+	{"agent", vs(&bid, &moreBid), map[string]string{
+		"many more":   with(&moreBid, "more", make([]wire.SignedRequest, wire.MaxMore+1)),
 		"no budget":   with(&bid, "budget_micro", 0),
 		"no duration": with(&bid, "duration", "0s"),
 		"no vm":       with(&bid, "vm", absent),
@@ -209,7 +218,9 @@ var messages = []message{
 		"too many points": `{"v":1,"user":"alice","points":1001,"job":` + jsonOf(job) + `}`,
 		"no job":          `{"v":1,"user":"alice"}`,
 	}},
-	{"jobs", vs(submit, &wire.SubmitRequest{ID: "j-2", User: "alice", Job: job, BestEffort: true, Budget: 100}), map[string]string{
+	{"jobs", vs(submit, &wire.SubmitRequest{ID: "j-2", User: "alice", Job: job, BestEffort: true, Budget: 100},
+		&wire.SubmitRequest{ID: "j-3", User: "alice", Job: job, Deadline: t0, MaxPrice: 70, Pace: wire.Duration(90 * time.Second)}), map[string]string{
+		"pace below 1s":               with(submit, "pace", "1ms"),
 		"neither deadline nor budget": with(submit, "deadline", absent),
 		"best effort with a deadline": with(submit, "best_effort", true),
 		"negative max price":          with(submit, "max_price_micro", -1),
@@ -265,6 +276,17 @@ var (
 		Profile: strategies.JobProfile{MapAvg: 10, MapMax: 20, Sh1Avg: 1, Sh1Max: 2, ShTypAvg: 3, ShTypMax: 4, ReduceAvg: 5, ReduceMax: 6},
 		Table:   &wire.JockeyTable{Progress: []float64{0, 1}, Alloc: []float64{0.5, 1}, Remaining: [][]float64{{10, 5}, {0, 0}}}}
 	submit = &wire.SubmitRequest{ID: "j-1", User: "alice", Job: job, Deadline: t0, MaxPrice: 70}
+)
+
+// Values of the fields that bind a mandate: its pace and VM share, the
+// hold's placement, the additions a bid carries.
+var (
+	placedHold = &wire.HoldRequest{ID: "h-2", User: "alice", Amount: 500, Expires: t0, Hosts: []string{"host-1", "host-2"}, Memo: "plan p-2",
+		Mandate: signedSpend, Placement: []wire.Placed{{VM: "a1", Host: "host-1"}, {VM: "a2", Host: "host-2"}, {VM: "a3", Host: "host-1"}}}
+	moreBid = wire.Bid{VM: "a1", Owner: "alice", Plan: "p-1", Hold: "h-1", Budget: 100, Duration: wire.Duration(time.Hour), Mandate: signedSpend,
+		More: []wire.SignedRequest{*signedSpend}}
+	pacedSpend = &wire.SpendRequest{ID: "p-2", User: "alice", Budget: 1000, Duration: wire.Duration(time.Hour), VMs: []string{"a1", "a2"},
+		Strategy: wire.StrategyFair, Pace: wire.Duration(40 * time.Minute), VMShare: 500_000}
 )
 
 func publicKey(create func() (nkeys.KeyPair, error)) string {

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"maps"
 	"time"
 
 	"github.com/mrmarket/mrmarket/internal/money"
@@ -31,6 +32,17 @@ type HoldRequest struct {
 	// broker places it: the bank holds only mandate.HoldIDFor(user, its
 	// request id), no more than it allows (see package mandate).
 	Mandate *SignedRequest `json:"mandate,omitempty"`
+	// Placement is where each VM of the plan runs, from the broker's
+	// registry, with Mandate: every VM must be one the mandate names, Hosts
+	// must be exactly the placement's hosts, and an agent captures only for
+	// a VM placed on its own host.
+	Placement []Placed `json:"placement,omitempty"`
+}
+
+// Placed is a VM and the host it runs on.
+type Placed struct {
+	VM   string `json:"vm"`
+	Host string `json:"host"`
 }
 
 func (r *HoldRequest) Validate() error {
@@ -54,7 +66,43 @@ func (r *HoldRequest) Validate() error {
 	if r.Expires.IsZero() {
 		return Errorf(ErrBadRequest, "hold needs an expiry time")
 	}
+	if err := checkPlacement(r.Placement, r.Hosts); err != nil {
+		return err
+	}
 	return checkAmount("hold amount", r.Amount)
+}
+
+// checkPlacement checks a hold's placement: at most MaxPlanVMs VMs, each
+// once, on a named host; and its hosts, when it has any, are the hold's.
+func checkPlacement(placement []Placed, hosts []string) error {
+	if len(placement) == 0 {
+		return nil
+	}
+	if len(placement) > MaxPlanVMs {
+		return Errorf(ErrBadRequest, "a placement names at most %d VMs, got %d", MaxPlanVMs, len(placement))
+	}
+	seen := make(map[string]bool, len(placement))
+	on := map[string]bool{}
+	for _, p := range placement {
+		if err := CheckName("vm", p.VM); err != nil {
+			return err
+		}
+		if err := CheckName("host", p.Host); err != nil {
+			return err
+		}
+		if seen[p.VM] {
+			return Errorf(ErrBadRequest, "vm %q placed twice", p.VM)
+		}
+		seen[p.VM], on[p.Host] = true, true
+	}
+	benef := map[string]bool{}
+	for _, h := range hosts {
+		benef[h] = true
+	}
+	if !maps.Equal(on, benef) {
+		return Errorf(ErrBadRequest, "a hold's hosts must be its placement's hosts")
+	}
+	return nil
 }
 
 // MaxHoldHosts bounds a hold's beneficiaries.
@@ -154,9 +202,13 @@ const MaxLegs = 100_000
 
 // LegResult is the outcome of one leg. Applied is what this leg moved now;
 // Captured is the total captured for (hold, host, vm) after it. Exhausted
-// says the hold has nothing left: the agent must zero its bids on it. Error
-// is set when the leg was refused (unknown, closed or expired hold); the other
-// legs of the batch still apply.
+// says the hold has nothing left: the agent must zero its bids on it. Cut
+// is what the leg asked beyond what the hold's mandate allows by now (its
+// pace, its VM share): not captured, and not refused either — a later leg
+// of the same cumulative total captures it once the mandate allows. Error
+// is set when the leg was refused (unknown, closed or expired hold, a VM
+// its mandate does not place on the host); the other legs of the batch
+// still apply.
 type LegResult struct {
 	ID        string      `json:"id"`
 	Hold      string      `json:"hold"`
@@ -164,6 +216,7 @@ type LegResult struct {
 	Applied   money.Micro `json:"applied_micro"`
 	Captured  money.Micro `json:"captured_micro"`
 	Exhausted bool        `json:"exhausted,omitempty"`
+	Cut       money.Micro `json:"cut_micro,omitempty"`
 	Error     *Error      `json:"error,omitempty"`
 }
 

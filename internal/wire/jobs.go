@@ -214,6 +214,11 @@ type SubmitRequest struct {
 	// lets be held for it (the CLI signs the quoted price). With neither, a
 	// broker that knows identities cannot get the bank to hold the price.
 	MaxPrice money.Micro `json:"max_price_micro,omitempty"`
+	// Pace is the shortest time the job's money may be spent over (see
+	// SpendRequest.Pace): the CLI signs the job's shortest run, its ARIA
+	// lower bound at strategies.MaxDeadlineShare (strategies.DeadlinePace).
+	// Absent (an older client), only the total binds.
+	Pace Duration `json:"pace,omitempty"`
 }
 
 func (r *SubmitRequest) Validate() error {
@@ -240,6 +245,9 @@ func (r *SubmitRequest) Validate() error {
 		if err := checkAmount("max price", r.MaxPrice); err != nil {
 			return err
 		}
+	}
+	if err := checkPace(r.Pace, MaxDuration); err != nil {
+		return err
 	}
 	return r.Job.Validate()
 }
