@@ -17,12 +17,16 @@ import (
 //   - The cluster is the testbed's: 64 workers × 4 map and 4 reduce slots
 //     (§4.1), 256 map and 256 reduce slots [recon: §7.2 gives no size;
 //     with 2 or 3 slots a worker W2 jobs miss even at 95 %].
-//   - A job's reduce tasks start when its map stage is over (§7.2: "the
-//     reduce tasks do not start till the map tasks are completed"); a reduce
-//     task's duration covers its shuffle, sort and reduce, so the profile has
-//     no separate shuffle (Sh1 = Shtyp = 0) [recon].
+//   - A job's reduces take their slots once one of its maps has finished
+//     (Algorithm 1, line 15) and start their work when its map stage is
+//     over (§7.2: "the reduce tasks do not start till the map tasks are
+//     completed"); a reduce task's duration covers its shuffle, sort and
+//     reduce, so the profile has no separate shuffle (Sh1 = Shtyp = 0)
+//     [recon]. Taking the slots only when the map stage is over is a
+//     labelled variant.
 //   - The profile is the job's own (the paper's jobs have "known job
-//     profiles"): averages and maxima of its tasks' durations [recon].
+//     profiles"): averages and maxima of its tasks' durations [recon]; a
+//     past run's profile (§3.2) is a labelled variant.
 //   - W2: counts N(154, 558) and N(19, 145), durations N(100, 20) s and
 //     N(300, 30) s, all truncated to ≥ 1 by redrawing (a truncated normal,
 //     not a clamp), counts rounded [recon].
@@ -50,20 +54,19 @@ import (
 //   - Allocation: strategies.ARIASlots (Eq. 15) at arrival and whenever one
 //     of the job's tasks finishes, with the unfinished tasks and the time
 //     left (Algorithm 1, lines 22–24). ARIASlots solves the lower bound; the
-//     default solves the upper bound (§5.2, Fig. 5: the allocations with
-//     which every run met its deadline), so it is given the deadline less
-//     C_up − C_low (see ariaAlloc) [recon: on the average of the bounds,
-//     ARIA's §5.2 choice, a job alone on an idle cluster under Algorithm 1
-//     misses its deadline often — a single-wave stage takes its longest
-//     task, longer than the average bound counts — so no threshold gives
-//     Table 3's none at 95 %]. The average and the
-//     lower bound are labelled variants. A job past its deadline, or whose
-//     pair exceeds the capacity, gets (up to) the whole capacity [recon].
-//   - Scheduler: EDF; each job launches tasks while it runs fewer than its
-//     (m, r) and no more (Algorithm 1; §6 gives spare slots to jobs without
-//     deadlines, of which the simulation has none) [recon: with the spare
-//     slots given to the EDF jobs too, the average load is far above Table
-//     3's; that is the "spare slots" variant].
+//     default solves the average of the bounds, ARIA's choice (§4.3,
+//     §5.1–5.2), so it is given the deadline less (C_up − C_low)/2 (see
+//     ariaAlloc). The lower bound and the upper bound (under Algorithm 1
+//     alone, the former default, which no job missed on at any threshold)
+//     are labelled variants. A job past its deadline, or whose pair exceeds
+//     the capacity, gets (up to) the whole capacity [recon].
+//   - Scheduler: EDF; each job launches tasks up to its (m, r), then the
+//     spare slots go to the jobs in EDF order (§6 gives spare slots to the
+//     jobs without deadlines; here the deadline jobs are the only class)
+//     [recon: under Algorithm 1 alone the average bound misses as many jobs
+//     at every threshold as alone — a wave rounded up costs a job 3–4 % of
+//     its deadline — which Table 3's zeros below 100 % rule out; that is
+//     the "no spare slots" variant].
 //   - Relative deadline exceeded is §7.2's utility Σ (T_J − D_J)/D_J over
 //     the jobs that missed, per run, in %. Average load is the time average
 //     of running map and reduce tasks over all 512 slots until the last job
@@ -811,5 +814,6 @@ func ariaRows(got ariaGot, thresholds []float64, variants []ariaVariant) []Row {
 // ariaNotes are the [recon] decisions the report states (notes/aria.md).
 func ariaNotes(v ariaVariant) []string {
 	return notes("aria", map[string]any{"Jobs": ariaJobsPerRun, "Slots": v.slots, "PerWorker": v.slots / ariaWorkers,
-		"DefaultRuns": ariaDefaultRuns, "All": v.all, "Admit": v.admit, "Bound": v.bound, "Spare": v.spare})
+		"DefaultRuns": ariaDefaultRuns, "All": v.all, "Admit": v.admit, "Bound": v.bound, "Spare": v.spare,
+		"Past": v.past, "Early": v.early})
 }
