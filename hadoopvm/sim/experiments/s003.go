@@ -441,20 +441,25 @@ func diggSpendRows(runs []scored, boosted int, f float64, tag string) []Row {
 
 // diggDiskRows are the disk bandwidth each user got while the strategic
 // user's join ran (MB/s a host), with both users fair and with the join
-// weighted f: what the competitor received.
+// weighted f: what the competitor received; and the join's part of the
+// first user's workflow time, which bounds what boosting it can gain (CI
+// ≈ that part × the join's own speedup).
 func diggDiskRows(fair, strat []scored, f float64) []Row {
 	var out []Row
 	for _, c := range []struct {
 		tag  string
 		runs []scored
 	}{{"both fair", fair}, {fmt.Sprintf("stage 1 ×%g", f), strat}} {
-		var mine, other []float64
+		var mine, other, part []float64
 		for _, run := range c.runs {
-			d, secs := run.diskAt["u1-0-join"], run.jobs["u1-0-join"].Seconds()*diggHosts
+			join := run.jobs["u1-0-join"].Seconds()
+			d, secs := run.diskAt["u1-0-join"], join*diggHosts
 			mine, other = append(mine, d[0]/secs), append(other, d[1]/secs)
+			part = append(part, join/run.t[0])
 		}
 		out = append(out, row("disk a host while the first user's join runs, first user, MB/s ("+c.tag+")", math.NaN(), "", "", mine),
-			row("disk a host while the first user's join runs, the other (fair-share) user, MB/s ("+c.tag+")", math.NaN(), "", "", other))
+			row("disk a host while the first user's join runs, the other (fair-share) user, MB/s ("+c.tag+")", math.NaN(), "", "", other),
+			row("the first user's join, part of its workflow's time ("+c.tag+")", math.NaN(), "", "%", part))
 	}
 	return out
 }
@@ -608,7 +613,7 @@ var sensitivityRates = []float64{0.5, 1, 2, 4, 8}
 
 // sensitivityParams are s003-sensitivity's settings.
 type sensitivityParams struct {
-	Rates []float64   `json:"rates" doc:"the decay rates r the gains are rescored at (the paper's runs: 2)"`
+	Rates []float64   `json:"rates" doc:"the decay rates r, each scored on runs of its own (the paper's runs: 2)"`
 	Gamma float64     `json:"gamma" doc:"the risk attitude |γ|: rows at γ (risk averse) and −γ (risk seeking) (the paper: 3)"`
 	IO    workload.IO `json:"io" doc:"Digg's I/O model: paper, governed, throttled or none (see s003-stage)"`
 }
