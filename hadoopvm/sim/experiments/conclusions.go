@@ -12,7 +12,8 @@ import (
 // TuningSeeds are the seeds the experiments' constants (table depths,
 // sizes, margins) were chosen on; TestSeeds, the seeds each conclusion's
 // test checks it on, are others; ReportSeeds, TestSeeds and five more
-// held out, are where the results page gives each conclusion seed by seed.
+// held out, are the seeds the results page's conclusions table gives its
+// numbers on (notes/conclusions.md).
 var (
 	TuningSeeds = []uint64{1, 11, 22, 33, 44}
 	TestSeeds   = []uint64{101, 202, 303, 404, 505}

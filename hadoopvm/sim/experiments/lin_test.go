@@ -10,8 +10,8 @@ import (
 // seed, over 20,000-job traces at loads 0.75 and 0.9: MaxSRPT and
 // SplitSRPT both have a far lower mean response than k-LPS (Hadoop's Fair
 // Scheduler), and the lower bound is below every policy. Mutation that
-// fails it: MaxSRPT serving the job with the most work left first
-// (allocate's order reversed).
+// fails it: MaxSRPT serving the jobs in arrival order (allocate without
+// its order by the least work left).
 func TestLinConclusionsPerSeed(t *testing.T) {
 	perSeed(t, "lin", 1, map[string]string{"jobs": "20000", "lengths": ""}, func(seed uint64, res experiments.Result) {
 		for _, load := range []string{"0.75", "0.9"} {

@@ -79,8 +79,8 @@ func TestMarketExperimentsDeterministic(t *testing.T) {
 // over k-LPS is thin on light traces; the reversals once seen came from
 // the simulator no longer ticking after the cluster first went idle
 // (notes/conclusions.md, lin-market). Mutation that fails it: MaxSRPT
-// serving the job with the most work left first (allocate's order
-// reversed, which the broker's job order calls).
+// serving the jobs in arrival order (allocate, which the broker's job
+// order calls, without its order by the least work left).
 func TestLinMarketMaxSRPTConclusion(t *testing.T) {
 	perSeed(t, "lin-market", 1, map[string]string{"jobs": "60", "load": "0.9", "policies": `["fifo","klps","maxsrpt"]`}, func(seed uint64, res experiments.Result) {
 		mx := metric(t, res, "mean response, maxsrpt, load 0.9, market")

@@ -116,11 +116,12 @@ func writeConclusions(w io.Writer) {
 	fmt.Fprintf(w, "A paper's numbers depend on its testbed, its conclusions should not. Each is checked by the test named\n")
 	fmt.Fprintf(w, "(`go test -tags libvirt_dlopen -run NAME ./hadoopvm/sim/experiments/`) on the test seed sets (%s),\n", seeds(TestSeeds))
 	fmt.Fprintf(w, "none of them a seed any constant of the experiments was chosen on: those, the tuning seeds, are %s.\n", seeds(TuningSeeds))
+	fmt.Fprintf(w, "The numbers in the table are over the report seed sets (%s) unless it names others.\n", seeds(ReportSeeds))
 	fmt.Fprintf(w, "Each test fails under the mutation of the mechanism it claims named beside it (`make mutations` applies each\n")
 	fmt.Fprintf(w, "of hadoopvm/sim/experiments/mutations/ in turn and runs the tests it names). The verdict is the claim as the paper\n")
 	fmt.Fprintf(w, "states it: *holds*, *holds only reframed* (what holds instead is in the next column, and is not counted as the\n")
 	fmt.Fprintf(w, "paper's) or *does not hold*; where not as stated, the last column gives the measured cause.\n\n")
-	fmt.Fprintf(w, "| experiment | the paper's conclusion | verdict | what holds on the test seeds | test | fails under | divergence and its cause |\n")
+	fmt.Fprintf(w, "| experiment | the paper's conclusion | verdict | what holds | test | fails under | divergence and its cause |\n")
 	fmt.Fprintf(w, "|---|---|---|---|---|---|---|\n")
 	for _, c := range Conclusions {
 		test := "—"
