@@ -97,10 +97,8 @@ func TestLinMarketMaxSRPTConclusion(t *testing.T) {
 // 100 s between arrivals), every job whose budget pays its quote's
 // cheapest point is admitted, no job pays more than the price held for
 // it, and a job's price is at least the quote's cheapest point. Mutation
-// that fails it: the quotes' earliest finish computed on an empty queue
-// (strategies.EarliestFinish without the committed jobs in
-// broker/admission.go): deadlines are sold that the committed ones leave
-// no room for, and the broker's queue no longer fits.
+// that fails it: the broker holding half the price its own quote gives
+// for the deadline it admits (pricing.terms on a budget).
 func TestMRMMarketSanity(t *testing.T) {
 	perSeed(t, "mrm-market", 1, map[string]string{"jobs": "40", "gap": "100"}, func(seed uint64, res experiments.Result) {
 		tag := "gap 100 s, α=2"
