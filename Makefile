@@ -5,7 +5,7 @@ TAGS        := libvirt_dlopen
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BIN         := bin/mrmarket
 
-.PHONY: all build guest demo up test fmt vet staticcheck unit faults bench results clean
+.PHONY: all build guest demo up test fmt vet staticcheck unit faults bench results mutations clean
 
 all: build
 
@@ -85,6 +85,11 @@ faults: build
 ## bench: benchmarks (agent tick for 1, 100 and 1,000 VMs, …)
 bench:
 	$(GO) test -tags $(TAGS) -run '^$$' -bench . -benchmem ./...
+
+## mutations: each conclusion test fails under the mutation of the mechanism it claims
+## (hadoopvm/sim/experiments/mutations/*.patch, applied one at a time; a clean tree)
+mutations:
+	./hadoopvm/sim/experiments/mutations/check.sh
 
 ## results: every paper's experiment on the simulator → docs/RESULTS.md and docs/results/
 results: build
