@@ -120,30 +120,13 @@ type hotResult struct {
 func (w *world) hotRun(t *testing.T, name string) hotResult {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	a, b := w.clusters["alice"], w.clusters["bob"]
-	stop := make(chan struct{})
-	var bobs sync.WaitGroup
-	var bobErr error
-	bobs.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if _, err := w.run(ctx, "bob", b.Job(name+"-rival", worker.WordCount, 2, 1)); err != nil {
-				bobErr = err
-				return
-			}
-		}
-	})
-	time.Sleep(3 * time.Second) // bob's maps are running
+	a := w.clusters["alice"]
+	stop := w.compete(ctx, name+"-rival")
 	smp := w.sample(time.Second)
 	spec := hotJob(a, name)
 	res, err := w.run(ctx, "alice", spec)
 	samples := smp.end()
-	close(stop)
-	bobs.Wait() // his job in flight ends too: the next case has the guests to itself
+	_, bobErr := stop() // his job in flight ends too: the next case has the guests to itself
 	if err := errors.Join(err, bobErr); err != nil {
 		t.Fatal(err)
 	}
@@ -167,4 +150,35 @@ func meanShare(samples []sample, vm string, from, to time.Time) float64 {
 		return 0
 	}
 	return sum / float64(n)
+}
+
+// compete keeps bob's workers busy with word counts named name until the
+// returned stop is called, and returns once his first job's maps are
+// running; stop waits for his job in flight and returns how many ran and
+// the first failure.
+func (w *world) compete(ctx context.Context, name string) (stop func() (int, error)) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	var runs int
+	var failed error
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if _, err := w.run(ctx, "bob", w.clusters["bob"].Job(name, worker.WordCount, 2, 1)); err != nil {
+				failed = err
+				return
+			}
+			runs++
+		}
+	})
+	time.Sleep(3 * time.Second)
+	return func() (int, error) {
+		close(done)
+		wg.Wait()
+		return runs, failed
+	}
 }

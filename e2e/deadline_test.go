@@ -28,7 +28,7 @@ import (
 func (w *world) caseDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	a, b := w.clusters["alice"], w.clusters["bob"]
+	a := w.clusters["alice"]
 	const name = "wc-deadline"
 	spec := a.Job(name, worker.WordCount, 2, 1)
 	res, err := w.run(ctx, "alice", spec)
@@ -77,22 +77,7 @@ func (w *world) caseDeadline(t *testing.T) {
 	deadline := time.Now().Add(window * 3 / 2).Truncate(time.Second)
 	sub := mustJSON[wire.SubmitReply](t, w, "submit", "--user", "alice", "--job", file, "--deadline", deadline.Format(time.RFC3339), "--id", "wc-deadline")
 	t.Logf("admitted %s: deadline %s, price %s, share %.2f", sub.Job.ID, sub.Job.Deadline.Format(time.TimeOnly), sub.Job.Price, sub.Job.Share)
-	stop := make(chan struct{})
-	var bobs sync.WaitGroup
-	bobRuns := 0
-	bobs.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if r, err := b.Run(ctx, b.Job("wc-competes", worker.WordCount, 2, 1)); err == nil && r.Succeeded {
-				bobRuns++
-			}
-		}
-	})
-	time.Sleep(2 * time.Second) // bob's maps are running
+	stop := w.compete(ctx, "wc-competes")
 	smp := w.sample(time.Second)
 	app, err := a.Facade.Submit(spec)
 	if err != nil {
@@ -108,8 +93,10 @@ func (w *world) caseDeadline(t *testing.T) {
 		t.Fatalf("alice's %s: %+v %v", name, res, err)
 	}
 	watch.Wait()
-	close(stop)
-	bobs.Wait()
+	bobRuns, bobErr := stop()
+	if bobErr != nil {
+		t.Error(bobErr)
+	}
 	t.Logf("timeline:\n%s", timeline(smp.end(), w.vms(), res.Submitted))
 	t.Logf("$ mrmarket %s\n%s", strings.Join(args, " "), transcript)
 	if watchErr != nil {

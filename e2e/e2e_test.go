@@ -256,9 +256,9 @@ func (w *world) caseRestart(t *testing.T, cpuTime float64) {
 	ra, rb := w.pair(t, "wc-restart", func(time.Time) {
 		time.Sleep(time.Duration(0.25 * cpuTime * float64(time.Second)))
 		killed = time.Now()
-		w.agent.kill()
+		w.agent.Kill()
 		time.Sleep(down)
-		spawned = w.agent.start(t)
+		spawned = w.agent.Start(t)
 		back = time.Now()
 	})
 	// The agent's last charges reach the bank within a few ticks.

@@ -8,13 +8,11 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"text/tabwriter"
 	"time"
@@ -28,6 +26,7 @@ import (
 	"github.com/mrmarket/mrmarket/hadoopvm/yarnfacade"
 	"github.com/mrmarket/mrmarket/internal/retry"
 	"github.com/mrmarket/mrmarket/internal/testpoll"
+	"github.com/mrmarket/mrmarket/internal/testproc"
 	"github.com/mrmarket/mrmarket/internal/wire"
 	"github.com/mrmarket/mrmarket/market"
 )
@@ -45,7 +44,7 @@ type world struct {
 	dir   string
 	creds string
 	bin   string
-	agent *proc
+	agent *testproc.Proc
 	conn  *libvirt.Connect
 	// clusters are the users' clusters, by user.
 	clusters map[string]*workertest.Cluster
@@ -164,7 +163,7 @@ func newWorld(t *testing.T, inputs []worker.Input, users ...string) *world {
 		need(t, "libvirtd not reachable at %s: %v (run .ci/libvirt.sh as root)", workertest.QEMUURI, err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	w := &world{t: t, conn: conn, clusters: map[string]*workertest.Cluster{}, taps: map[string]string{}, bin: binary(t)}
+	w := &world{t: t, conn: conn, clusters: map[string]*workertest.Cluster{}, taps: map[string]string{}, bin: testproc.Binary(t)}
 	w.waitAlone()
 
 	dir, err := os.MkdirTemp("", "mrm-e2e-")
@@ -270,12 +269,12 @@ func (w *world) waitAlone() {
 
 // startAgent starts the host's agent.
 func (w *world) startAgent() {
-	w.agent = &proc{name: "agent", bin: w.bin, ready: "mrmarket agent " + host, log: filepath.Join(w.dir, "agent.log"),
-		args: []string{"agent", "--host", host, "--libvirt", workertest.QEMUURI, "--nats", w.m.URL, "--creds", w.creds,
+	w.agent = &testproc.Proc{Name: "agent", Bin: w.bin, Ready: "mrmarket agent " + host, Log: filepath.Join(w.dir, "agent.log"),
+		Args: []string{"agent", "--host", host, "--libvirt", workertest.QEMUURI, "--nats", w.m.URL, "--creds", w.creds,
 			"--capacity", fmt.Sprint(runtime.NumCPU()), "--tick", "1s", "--state", filepath.Join(w.dir, "agent.json"), "--http", "",
 			"--link-kibps", fmt.Sprint(linkKiBps)}}
-	w.t.Cleanup(w.agent.stop)
-	w.agent.start(w.t)
+	w.t.Cleanup(w.agent.Stop)
+	w.agent.Start(w.t)
 	// The broker knows every guest.
 	testpoll.CheckFor(w.t, time.Minute, 200*time.Millisecond, func() error {
 		vms := w.m.Broker.VMs(&wire.VMsRequest{})
@@ -311,99 +310,6 @@ func (w *world) run(ctx context.Context, user string, spec yarnfacade.JobSpec) (
 		err = fmt.Errorf("%s's %s failed: %s", user, spec.Name, res.Diagnostics)
 	}
 	return res, err
-}
-
-// binary is the mrmarket binary the agent runs: $MRM_BIN (make e2e
-// passes the one it built), else one built for this test.
-func binary(t testing.TB) string {
-	t.Helper()
-	if bin := os.Getenv("MRM_BIN"); bin != "" {
-		abs, err := filepath.Abs(bin)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return abs
-	}
-	bin := filepath.Join(t.TempDir(), "mrmarket")
-	cmd := exec.Command("go", "build", "-tags", "libvirt_dlopen", "-o", bin, "github.com/mrmarket/mrmarket/cli/mrmarket")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building mrmarket: %v\n%s", err, out)
-	}
-	return bin
-}
-
-// proc is a daemon that can be killed and started again.
-type proc struct {
-	name, bin, ready, log string
-	args                  []string
-
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
-// start starts the daemon and waits until it is ready; it returns when
-// the process was spawned.
-func (p *proc) start(t testing.TB) time.Time {
-	t.Helper()
-	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fmt.Fprintf(f, "=== %s start %s\n", time.Now().Format(time.StampMilli), strings.Join(p.args, " "))
-	offset, _ := f.Seek(0, 2)
-	cmd := exec.Command(p.bin, p.args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	spawned := time.Now()
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		t.Fatalf("%s: %v", p.name, err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); f.Close(); close(done) }()
-	p.mu.Lock()
-	p.cmd, p.done = cmd, done
-	p.mu.Unlock()
-	testpoll.CheckFor(t, 60*time.Second, 20*time.Millisecond, func() error {
-		out, _ := os.ReadFile(p.log)
-		if int64(len(out)) > offset && bytes.Contains(out[offset:], []byte(p.ready)) {
-			return nil
-		}
-		select {
-		case <-done:
-			return fmt.Errorf("%s exited before it was ready:\n%s", p.name, out)
-		default:
-		}
-		return fmt.Errorf("%s not ready within 60s:\n%s", p.name, out)
-	})
-	return spawned
-}
-
-func (p *proc) kill() {
-	p.mu.Lock()
-	cmd, done := p.cmd, p.done
-	p.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	<-done
-}
-
-func (p *proc) stop() {
-	p.mu.Lock()
-	cmd, done := p.cmd, p.done
-	p.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		p.kill()
-	}
 }
 
 // vms are every user's workers, alice's first.
