@@ -103,6 +103,10 @@ func (w *world) caseBottleneck(t *testing.T) {
 		fmt.Sprintf("%.1f s with bottleneck elimination (fair took %.1f s)", want, fairCPU),
 		fmt.Sprintf("%.1f s on the CPU's clock; wall %.1f s, model %.1f s (fair %.1f s); guests had %.0f %% of the CPU",
 			got, wallGot, wallWant, fairWall, 100*part)})
+	// The money moved: the busy worker's share rose.
+	if share(boosted) <= share(fair) {
+		t.Errorf("bottleneck elimination did not raise the busy worker's share: %.3f, %.3f fair", share(boosted), share(fair))
+	}
 	check(t, "the job's time under bottleneck elimination", got, want, wallGot, wallWant, part)
 	if got >= fairCPU {
 		t.Errorf("bottleneck elimination did not speed the job up: %.1f s against %.1f s fair (the CPU's clock)", got, fairCPU)
