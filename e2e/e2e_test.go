@@ -190,9 +190,12 @@ func (w *world) caseShares(t *testing.T) float64 {
 }
 
 // caseMore: bob tops his plan up (spend --more) while both jobs run; his
-// job's remaining time is what his new share leaves it. The model's work
-// is calibrated on alice's finish in the same run (her share moved too),
-// so the machine's speed is measured, not assumed.
+// job's remaining time is what his new share leaves it. The top-up is
+// large enough for him to overtake alice: of two jobs on a work-conserving
+// resource the last one ends when their work is done, whatever the
+// shares, so only the first one's end shows a share. The model's work is
+// calibrated on alice's finish in the same run (her share moved too), so
+// the machine's speed is measured, not assumed.
 func (w *world) caseMore(t *testing.T, cpuTime float64) {
 	q0 := w.cpuShares()
 	var more time.Time
@@ -200,7 +203,7 @@ func (w *world) caseMore(t *testing.T, cpuTime float64) {
 	smp := w.sample(time.Second)
 	ra, rb := w.pair(t, "wc-more", func(t0 time.Time) {
 		time.Sleep(time.Duration(0.3 * cpuTime * float64(time.Second)))
-		w.must(t, "spend", "--user", "bob", "--id", "bob-fair", "--more", "30", "--adjust-id", "bob-more")
+		w.must(t, "spend", "--user", "bob", "--id", "bob-fair", "--more", "200", "--adjust-id", "bob-more")
 		// From when the agent's shares moved: the model's change.
 		testpoll.CheckFor(t, 30*time.Second, 100*time.Millisecond, func() error {
 			if q := w.cpuShares(); q["bob"] <= q0["bob"]*1.05 {
