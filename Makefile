@@ -5,7 +5,7 @@ TAGS        := libvirt_dlopen
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BIN         := bin/mrmarket
 
-.PHONY: all build guest demo up test fmt vet staticcheck unit faults bench results mutations clean
+.PHONY: all build guest demo up test fmt vet staticcheck unit faults e2e bench results mutations clean
 
 all: build
 
@@ -81,6 +81,12 @@ unit:
 ## PostgreSQL primary + standby, 2 brokers, 3 simulated agents) while each is killed in turn
 faults: build
 	MRM_FAULTS=1 MRM_BIN=$(CURDIR)/$(BIN) $(GO) test -tags $(TAGS) -count=1 -run '^TestFaults$$' -v -timeout 20m ./faults/
+
+## e2e: the market on real worker guests (TCG, 160 MiB): alice's and bob's clusters
+## boot through `cluster create`, the agent governs them, and each case reports what
+## the agent's shares predict beside what was measured (docs/E2E.md); minutes, alone
+e2e: build
+	MRM_E2E=1 MRM_BIN=$(CURDIR)/$(BIN) $(GO) test -tags $(TAGS) -count=1 -run '^TestE2E$$' -v -timeout 40m ./e2e/
 
 ## bench: benchmarks (agent tick for 1, 100 and 1,000 VMs, …)
 bench:

@@ -17,6 +17,7 @@ import (
 	"github.com/mrmarket/mrmarket/internal/money"
 	"github.com/mrmarket/mrmarket/internal/pgtest"
 	"github.com/mrmarket/mrmarket/internal/testpoll"
+	"github.com/mrmarket/mrmarket/internal/testproc"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -52,7 +53,7 @@ func TestFaults(tt *testing.T) {
 	c.waitVMs(t, nc)
 	w := startWorkload(t, c)
 
-	restart := func(p *proc) func(t testing.TB) { return func(t testing.TB) { p.start(t) } }
+	restart := func(p *testproc.Proc) func(t testing.TB) { return func(t testing.TB) { p.Start(t) } }
 	replicated := func(t testing.TB) { c.waitReplicated(t, time.Minute) }
 	var faults []fault
 	// The node leading the plans bucket first: every spend, cancel and
@@ -66,20 +67,20 @@ func TestFaults(tt *testing.T) {
 	}
 	for k, i := range order {
 		p := c.nats[i]
-		name := "NATS node " + p.name
+		name := "NATS node " + p.Name
 		if k == 0 {
 			name += " (plans leader)"
 		}
-		faults = append(faults, fault{name: name, kill: func(testing.TB) { p.kill() }, down: 5 * time.Second, heal: restart(p), after: replicated})
+		faults = append(faults, fault{name: name, kill: func(testing.TB) { p.Kill() }, down: 5 * time.Second, heal: restart(p), after: replicated})
 	}
 	for _, p := range c.brokers {
-		faults = append(faults, fault{name: p.name, kill: func(testing.TB) { p.kill() }, down: 3 * time.Second, heal: restart(p)})
+		faults = append(faults, fault{name: p.Name, kill: func(testing.TB) { p.Kill() }, down: 3 * time.Second, heal: restart(p)})
 	}
 	for _, p := range c.banks {
-		faults = append(faults, fault{name: p.name, kill: func(testing.TB) { p.kill() }, down: 3 * time.Second, heal: restart(p)})
+		faults = append(faults, fault{name: p.Name, kill: func(testing.TB) { p.Kill() }, down: 3 * time.Second, heal: restart(p)})
 	}
 	agent := c.agents[1]
-	faults = append(faults, fault{name: agent.name, kill: func(testing.TB) { agent.kill() }, down: 3 * time.Second, heal: restart(agent)})
+	faults = append(faults, fault{name: agent.Name, kill: func(testing.TB) { agent.Kill() }, down: 3 * time.Second, heal: restart(agent)})
 	// The database's primary machine is lost; Patroni, not the test,
 	// promotes the synchronous standby once the leader key expires. That
 	// row's bound is Patroni's own, ttl + loop_wait, plus MaxGap for the
