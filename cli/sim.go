@@ -156,19 +156,43 @@ func simResultsCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "results",
 		Usage:     "run every experiment and write RESULTS.md with its tables and plots (make results)",
-		UsageText: "mrmarket sim results --out docs [--runs N] [--seed 1]",
+		UsageText: "mrmarket sim results --out docs [--runs N] [--seed 1] [--only mrm-market,aria-market]\n\n" +
+			"--only runs the experiments named and takes the others' results from the JSON a run before wrote in --out's results/.",
 		Flags: []ucli.Flag{
 			&ucli.StringFlag{Name: "out", Usage: "directory for RESULTS.md; the data and plots go in its results/", Value: "docs"},
 			&ucli.IntFlag{Name: "runs", Usage: "runs per configuration (default: each experiment's)"},
 			&ucli.Uint64Flag{Name: "seed", Usage: "the first run's seed", Value: 1},
+			&ucli.StringSliceFlag{Name: "only", Usage: "run only these experiments; the page takes the others' last results"},
 		},
 		Action: func(c *ucli.Context) error {
 			if err := checkRuns(c); err != nil {
 				return err
 			}
 			dir := c.String("out")
+			only := map[string]bool{}
+			for _, name := range c.StringSlice("only") {
+				if _, err := experiments.Get(name); err != nil {
+					return badInput("--only: %v", err)
+				}
+				only[name] = true
+			}
+			var saved map[string]experiments.Result
+			if len(only) > 0 {
+				var err error
+				if saved, err = experiments.Load(filepath.Join(dir, "results")); err != nil {
+					return err
+				}
+			}
 			var all []experiments.Result
 			for _, e := range experiments.List() {
+				if len(only) > 0 && !only[e.Name] {
+					res, ok := saved[e.Name]
+					if !ok {
+						return badInput("--only: no earlier result of %s in %s: run sim results without --only first", e.Name, filepath.Join(dir, "results"))
+					}
+					all = append(all, res)
+					continue
+				}
 				res, err := e.Run(c.Context, experiments.Config{Seed: c.Uint64("seed"), Runs: c.Int("runs"), Progress: progressBar(c.App.ErrWriter, e.Name)})
 				if err != nil {
 					return err

@@ -30,7 +30,7 @@ func TestSimCommands(t *testing.T) {
 		Experiment string
 		Rows       []struct{ Metric string }
 	}
-	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &res) != nil || res.Experiment != "s003-stage" || len(res.Rows) != 12 {
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &res) != nil || res.Experiment != "s003-stage" || len(res.Rows) != 27 {
 		t.Fatalf("sim run --json: %+v", r)
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "s003-stage.json")); err != nil || !strings.Contains(string(b), "efficiency gain") {

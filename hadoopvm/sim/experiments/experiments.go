@@ -36,6 +36,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"sort"
 	"time"
 )
@@ -101,6 +103,45 @@ func (r Row) MarshalJSON() ([]byte, error) {
 		out.Ratio = &q
 	}
 	return json.Marshal(out)
+}
+
+// UnmarshalJSON reads what MarshalJSON writes: a missing paper figure
+// (null) is NaN again, not 0.
+func (r *Row) UnmarshalJSON(b []byte) error {
+	type plain Row
+	in := struct {
+		*plain
+		Paper *float64 `json:"paper"`
+	}{plain: (*plain)(r)}
+	if err := json.Unmarshal(b, &in); err != nil {
+		return err
+	}
+	r.Paper = math.NaN()
+	if in.Paper != nil {
+		r.Paper = *in.Paper
+	}
+	return nil
+}
+
+// Load reads the results Save wrote into dir, by experiment name.
+func Load(dir string) (map[string]Result, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]Result{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		var res Result
+		if err := json.Unmarshal(b, &res); err != nil {
+			return nil, fmt.Errorf("experiments: %s: %w", f, err)
+		}
+		out[res.Experiment] = res
+	}
+	return out, nil
 }
 
 // Ratio is ours over the paper's (NaN without a paper figure).
