@@ -154,8 +154,8 @@ func simRunCommand() *ucli.Command {
 
 func simResultsCommand() *ucli.Command {
 	return &ucli.Command{
-		Name:      "results",
-		Usage:     "run every experiment and write RESULTS.md with its tables and plots (make results)",
+		Name:  "results",
+		Usage: "run every experiment and write RESULTS.md with its tables and plots (make results)",
 		UsageText: "mrmarket sim results --out docs [--runs N] [--seed 1] [--only mrm-market,aria-market]\n\n" +
 			"--only runs the experiments named and takes the others' results from the JSON a run before wrote in --out's results/.",
 		Flags: []ucli.Flag{
