@@ -610,7 +610,7 @@ var ariaPaper = map[int]map[float64][3]float64{
 
 func init() {
 	register(Experiment{Name: "aria", Title: "ARIA: missed deadlines and relative deadline exceeded vs load threshold",
-		Source: "seed 004 §5, Table 3", Engine: EngineModel, DefaultRuns: ariaDefaultRuns, Steps: func(n int) int { return 2 * n },
+		Source: "Verma et al. §5, Table 3", Engine: EngineModel, DefaultRuns: ariaDefaultRuns, Steps: func(n int) int { return 2 * n },
 		run: runARIA,
 		params: func() any {
 			return &ariaParams{Thresholds: slices.Clone(ariaThresholds), Load: "sum", Admit: "pair", Scheduler: "spare", Bound: "average", Profile: "own",

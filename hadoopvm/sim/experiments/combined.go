@@ -16,7 +16,7 @@ import (
 // against the same fair-share baseline and with the same budget.
 func init() {
 	register(Experiment{Name: "combined", Title: "Ours (stage priority + bottleneck elimination within stages) against the paper's best, Digg and VideoToon",
-		Source: "seed 003 §7.3–7.4 scenarios", Engine: EngineMarket, DefaultRuns: 25, Steps: func(n int) int { return 4 * (1 + 2*n) },
+		Source: "Sandholm and Lai §7.3–7.4 scenarios", Engine: EngineMarket, DefaultRuns: 25, Steps: func(n int) int { return 4 * (1 + 2*n) },
 		params: func() any { return &combinedParams{Boost: 0.9, IO: workload.IOPaper} },
 		run: func(ctx context.Context, cfg Config, step func() error) (Result, error) {
 			var res Result

@@ -451,7 +451,7 @@ func jockeyMedian(xs []float64) float64 {
 func init() {
 	shapes := len(jockeyShapes())
 	register(Experiment{Name: "jockey", Title: "Jockey: SLOs met and allocation above the oracle, with and without adaptation and simulator",
-		Source: "seed 002 §5", Engine: EngineSimulator, DefaultRuns: 20, Steps: func(n int) int { return shapes + n }, run: runJockey,
+		Source: "Ferguson et al. §5", Engine: EngineSimulator, DefaultRuns: 20, Steps: func(n int) int { return shapes + n }, run: runJockey,
 		params: func() any { return &jockeyParams{Slack: 1.2, Hysteresis: 0.2, DeadZone: 3} }})
 }
 

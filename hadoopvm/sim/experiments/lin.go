@@ -83,7 +83,7 @@ func linRun(jobs []strategies.OverlapJob) (map[string]float64, error) {
 
 func init() {
 	register(Experiment{Name: "lin", Title: "Mean response of k-LPS, MaxSRPT, SplitSRPT and the lower bound, overlapping map and shuffle",
-		Source: "seed 001 §5.3", Engine: EngineModel, DefaultRuns: 10, Steps: func(n int) int { return 2 * n },
+		Source: "Lin et al. §5.3", Engine: EngineModel, DefaultRuns: 10, Steps: func(n int) int { return 2 * n },
 		params: func() any {
 			return &linParams{Loads: []float64{0.75, 0.9}, Jobs: 100_000, Lengths: []int{2_000, 20_000}}
 		},

@@ -721,7 +721,7 @@ func init() {
 	register(Experiment{Name: "lin-market",
 		Title: "Lin's policies through the market: mean response of FIFO, k-LPS, MaxSRPT and SplitSRPT as the broker's job order " +
 			"on simulated hosts, beside the model on the same trace",
-		Source: "seed 001 §5.3", Engine: EngineMarket, DefaultRuns: 2, Steps: func(n int) int { return n }, run: runLinMarket,
+		Source: "Lin et al. §5.3", Engine: EngineMarket, DefaultRuns: 2, Steps: func(n int) int { return n }, run: runLinMarket,
 		params: func() any {
 			return &linMarketParams{Loads: []float64{0.75, 0.9}, Jobs: 150, Hosts: 4, Policies: linMarketPolicies}
 		},
@@ -729,12 +729,12 @@ func init() {
 	register(Experiment{Name: "mrm-market",
 		Title: "MRM pricing through the market: deadline jobs quoted, admitted and run by the broker on simulated hosts, " +
 			"beside the model on the same trace",
-		Source: "seed 000 §6.3", Engine: EngineMarket, DefaultRuns: 3, Steps: func(n int) int { return n }, run: runMRMMarket,
+		Source: "Moshref et al. §6.3", Engine: EngineMarket, DefaultRuns: 3, Steps: func(n int) int { return n }, run: runMRMMarket,
 		params: func() any { return &mrmMarketParams{Gaps: []float64{50, 100}, Alpha: 2, Jobs: 100, Hosts: 4} },
 		quick:  map[string]string{"jobs": "40", "gap": "100"}})
 	register(Experiment{Name: "aria-market",
 		Title:  "ARIA's deadline jobs through the market: admitted by MRM, run by EDF and ARIA's control loop on simulated hosts",
-		Source: "seed 004 §7.2", Engine: EngineMarket, DefaultRuns: 5, Steps: func(n int) int { return n }, run: runARIAMarket,
+		Source: "Verma et al. §7.2", Engine: EngineMarket, DefaultRuns: 5, Steps: func(n int) int { return n }, run: runARIAMarket,
 		params: func() any { return &ariaMarketParams{Gaps: []float64{150, 300, 600}, Jobs: 100, Hosts: 4} },
 		quick:  map[string]string{"jobs": "30", "gap": "300"}})
 }

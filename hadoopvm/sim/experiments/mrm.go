@@ -338,12 +338,12 @@ func mrmNaN(v float64) (float64, string) {
 
 func init() {
 	register(Experiment{Name: "mrm-pricing", Title: "MRM pricing: tardy jobs, slack and premium vs α and load",
-		Source: "seed 000 §6.3, Tables 5–8", Engine: EngineModel, DefaultRuns: 10, Steps: func(n int) int { return n }, run: runMRMPricing,
+		Source: "Moshref et al. §6.3, Tables 5–8", Engine: EngineModel, DefaultRuns: 10, Steps: func(n int) int { return n }, run: runMRMPricing,
 		params: func() any {
 			return &mrmPricingParams{Alphas: []float64{2, 1.5, 1.1}, Gaps: []float64{50, 100, 200}, Jobs: mrmJobs}
 		}})
 	register(Experiment{Name: "mrm-baselines", Title: "MRM vs FCFS and priority scheduling: deadline violations and DS jobs jumping ahead",
-		Source: "seed 000 §6.3", Engine: EngineModel, DefaultRuns: 10, Steps: func(n int) int { return n }, run: runMRMBaselines,
+		Source: "Moshref et al. §6.3", Engine: EngineModel, DefaultRuns: 10, Steps: func(n int) int { return n }, run: runMRMBaselines,
 		params: func() any { return &mrmBaselinesParams{Gaps: []float64{40, 50}, Alpha: 2, Jobs: mrmJobs} }})
 }
 

@@ -136,18 +136,18 @@ func compare(ctx context.Context, cfg Config, step func() error, base, strat Two
 
 func init() {
 	register(Experiment{Name: "s003-workflow", Title: "Workflow priority on GridMix (weights 1 vs 0.5), 40 hosts",
-		Source: "seed 003 §7.2, Fig. 6", Engine: EngineMarket, DefaultRuns: 25, Steps: func(n int) int { return 3 * (1 + 2*n) },
+		Source: "Sandholm and Lai §7.2, Fig. 6", Engine: EngineMarket, DefaultRuns: 25, Steps: func(n int) int { return 3 * (1 + 2*n) },
 		run: runS003Workflow, params: func() any { return &workflowParams{Low: 0.5, IO: workload.IOPaper} }})
 	register(Experiment{Name: "s003-stage", Title: "Stage priority on Digg (one stage ×20) against a fair-share user, 23 hosts",
-		Source: "seed 003 §7.3, Fig. 7", Engine: EngineMarket, DefaultRuns: 25, Steps: func(n int) int { return 6 * (1 + 2*n) },
+		Source: "Sandholm and Lai §7.3, Fig. 7", Engine: EngineMarket, DefaultRuns: 25, Steps: func(n int) int { return 6 * (1 + 2*n) },
 		run: runS003Stage, params: func() any {
 			return &stageParams{Factor: 20, IO: workload.IOPaper, Carry: true, Size: slices.Clone(diggDerivedSize[:])}
 		}})
 	register(Experiment{Name: "s003-bottleneck", Title: "Bottleneck elimination on VideoToon (1S+1FS, 2S, 2FS), 18 hosts, extra load on half",
-		Source: "seed 003 §7.4, Fig. 8", Engine: EngineMarket, DefaultRuns: 25, Steps: func(n int) int { return 2 * (1 + 2*n) },
+		Source: "Sandholm and Lai §7.4, Fig. 8", Engine: EngineMarket, DefaultRuns: 25, Steps: func(n int) int { return 2 * (1 + 2*n) },
 		run: runS003Bottleneck, params: func() any { return &bottleneckParams{Boost: 0.9} }})
 	register(Experiment{Name: "s003-sensitivity", Title: "Efficiency gain against decay rate r and risk aversion γ (Digg stage 2, VideoToon 1S+1FS)",
-		Source: "seed 003 §8, Fig. 9", Engine: EngineMarket, DefaultRuns: 25, Steps: func(n int) int { return 2 * (len(sensitivityRates) + 2) * (1 + 2*n) },
+		Source: "Sandholm and Lai §8, Fig. 9", Engine: EngineMarket, DefaultRuns: 25, Steps: func(n int) int { return 2 * (len(sensitivityRates) + 2) * (1 + 2*n) },
 		run: runS003Sensitivity, params: func() any {
 			return &sensitivityParams{Rates: slices.Clone(sensitivityRates), Gamma: 3, IO: workload.IOPaper}
 		}})
@@ -297,7 +297,7 @@ type workflowParams struct {
 
 // ioDoc documents the io parameter of the experiments that describe the
 // I/O models in full; the others point to s003-stage's.
-const ioDoc = "I/O model: paper (network governed by the shares, disk shared equally: seed 003's testbed), " +
+const ioDoc = "I/O model: paper (network governed by the shares, disk shared equally: Sandholm and Lai's testbed), " +
 	"governed (disk too, by ideal weights), throttled (disk and network divided equally by the device under the agents' " +
 	"per-VM throttles, as mrmarket's libvirt agent delivers them), none (CPU only)"
 
