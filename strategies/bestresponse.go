@@ -4,7 +4,6 @@ import (
 	"math"
 	"sort"
 
-	"github.com/mrmarket/mrmarket/internal/money"
 )
 
 // HostPrice is what best response knows of a host: y, the sum of the other
@@ -76,11 +75,20 @@ func (br BestResponse) Allocate(s Snapshot) Decision {
 	if err != nil {
 		return s.nothing()
 	}
+	// What remains, split over the VMs by their rates exactly: rounding each
+	// VM's budget down left up to a micro-credit a VM unassigned.
+	weights := make([]float64, len(s.VMs))
+	for i, v := range s.VMs {
+		weights[i] = x[v.Host] / float64(perHost[v.Host])
+	}
+	parts, err := WeightSplit(s.Remaining, weights)
+	if err != nil {
+		return s.nothing()
+	}
 	out := make([]Allocation, 0, len(s.VMs))
-	for _, v := range s.VMs {
-		rate := x[v.Host] / float64(perHost[v.Host])
-		if b := money.Micro(math.Floor(rate * s.Left.Seconds())); b > 0 {
-			out = append(out, Allocation{VM: v.Name, Host: v.Host, Budget: b, Duration: s.Left})
+	for i, v := range s.VMs {
+		if parts[i] > 0 {
+			out = append(out, Allocation{VM: v.Name, Host: v.Host, Budget: parts[i], Duration: s.Left})
 		}
 	}
 	return Decision{Allocs: out, Stage: s.Stage}

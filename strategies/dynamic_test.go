@@ -341,3 +341,29 @@ func TestPredictionQueriesAgree(t *testing.T) {
 		t.Fatal("no history accepted")
 	}
 }
+
+// TestBestResponseAssignsAllThatRemains: the VMs' budgets add up to what
+// the plan has left, to the micro-credit, whatever the prices and however
+// many VMs share a host. Rounding each VM's budget down (the mutation)
+// left up to a micro-credit a VM unassigned.
+func TestBestResponseAssignsAllThatRemains(t *testing.T) {
+	rng := rand.New(rand.NewPCG(31, 7))
+	for range 200 {
+		s := strategies.Snapshot{Remaining: money.Micro(1 + rng.IntN(50_000_000)), Left: time.Duration(1+rng.IntN(7200)) * time.Second,
+			Prices: map[string]float64{}}
+		for h := range 1 + rng.IntN(4) {
+			host := fmt.Sprint("host-", h)
+			s.Prices[host] = rng.Float64() * 3
+			for v := range 1 + rng.IntN(3) {
+				s.VMs = append(s.VMs, strategies.VM{Name: fmt.Sprint(host, "-vm", v), Host: host})
+			}
+		}
+		var sum money.Micro
+		for _, a := range (strategies.BestResponse{}).Allocate(s).Allocs {
+			sum += a.Budget
+		}
+		if sum != s.Remaining {
+			t.Fatalf("allocated %s of %s remaining (prices %v, %d VMs)", sum, s.Remaining, s.Prices, len(s.VMs))
+		}
+	}
+}
