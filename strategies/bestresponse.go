@@ -3,7 +3,6 @@ package strategies
 import (
 	"math"
 	"sort"
-
 )
 
 // HostPrice is what best response knows of a host: y, the sum of the other
