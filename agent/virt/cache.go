@@ -286,6 +286,12 @@ func (e *Enforcer) targets(names map[string]float64) (map[string]target, error) 
 	return out, nil
 }
 
+func freeTargets(targets map[string]target) {
+	for _, t := range targets {
+		_ = t.dom.Free()
+	}
+}
+
 // record updates what is set on a cached domain, unless the cache has
 // replaced its entry since (the domain restarted: nothing is set on it).
 func (c *domainCache) record(name string, entry *domain, set func(*domain)) {

@@ -240,11 +240,7 @@ func (e *Enforcer) Apply(_ context.Context, shares map[string]float64) error {
 	if err != nil {
 		return err
 	}
-	defer func() {
-		for _, t := range targets {
-			_ = t.dom.Free()
-		}
-	}()
+	defer freeTargets(targets)
 	e.mu.Lock()
 	blkio := e.cfg.Disk == wire.ModeWeights
 	prev := make(map[string]float64, len(shares))
@@ -407,11 +403,7 @@ func (e *Enforcer) Applied(context.Context) (map[string]float64, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		for _, t := range targets {
-			_ = t.dom.Free()
-		}
-	}()
+	defer freeTargets(targets)
 	read := make(map[string]uint64, len(targets))
 	for vm, t := range targets {
 		p, err := t.dom.GetSchedulerParametersFlags(libvirt.DOMAIN_AFFECT_LIVE)
