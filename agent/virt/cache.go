@@ -16,10 +16,11 @@ import (
 // current between listings by libvirt's lifecycle and metadata events, and
 // listed again in full by every VMs call (the agent's tick), which repairs
 // whatever an event missed. Without events every call lists, as a cache
-// nothing keeps current must not be trusted.
+// nothing keeps current must not be trusted. A goroutine of its own reads
+// the domains events name, so a bid never waits on another domain's event.
 type domainCache struct {
-	// mu is held across the libvirt calls that fill the cache, so that
-	// concurrent callers wait for one listing rather than each making one.
+	// mu is held across a full listing, so that concurrent callers wait
+	// for one listing rather than each making one.
 	mu       sync.Mutex
 	byName   map[string]*domain
 	listed   bool  // a full listing has filled byName
@@ -28,9 +29,12 @@ type domainCache struct {
 
 	// dirtyMu guards dirty, the domains an event named since they were
 	// last read; the event callbacks take only this lock, never one held
-	// across a libvirt call.
-	dirtyMu sync.Mutex
-	dirty   map[string]bool
+	// across a libvirt call. wake tells the reader there are some; stop
+	// ends it, done says it has ended.
+	dirtyMu    sync.Mutex
+	dirty      map[string]bool
+	wake       chan struct{}
+	stop, done chan struct{}
 }
 
 // domain is one cached managed domain and what the enforcer last set on it.
@@ -74,7 +78,7 @@ func startEventLoop() error {
 // watch registers the lifecycle and metadata-change events on conn; on
 // failure the cache lists at every call.
 func (c *domainCache) watch(conn *libvirt.Connect) {
-	c.byName, c.dirty = map[string]*domain{}, map[string]bool{}
+	c.byName, c.dirty, c.wake = map[string]*domain{}, map[string]bool{}, make(chan struct{}, 1)
 	if startEventLoop() != nil {
 		return
 	}
@@ -92,6 +96,27 @@ func (c *domainCache) watch(conn *libvirt.Connect) {
 		return
 	}
 	c.events, c.watching = []int{lifecycle, metadata}, true
+	c.stop, c.done = make(chan struct{}), make(chan struct{})
+	go c.follow(conn)
+}
+
+// follow reads the domains events name, until stop.
+func (c *domainCache) follow(conn *libvirt.Connect) {
+	defer close(c.done)
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-c.wake:
+		}
+		c.dirtyMu.Lock()
+		names := c.dirty
+		c.dirty = map[string]bool{}
+		c.dirtyMu.Unlock()
+		for name := range names {
+			c.refresh(conn, name)
+		}
+	}
 }
 
 // touched marks the domain an event names to be read again. It runs on the
@@ -101,15 +126,30 @@ func (c *domainCache) touched(d *libvirt.Domain) {
 	if err != nil {
 		return
 	}
+	c.mark(name)
+}
+
+// mark has the reader read name again.
+func (c *domainCache) mark(name string) {
 	c.dirtyMu.Lock()
 	c.dirty[name] = true
 	c.dirtyMu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default: // a wake-up is pending: the reader will see name
+	}
 }
 
-// close deregisters the events and frees the cached handles.
+// close deregisters the events, stops the reader and frees the cached
+// handles.
 func (c *domainCache) close(conn *libvirt.Connect) {
 	for _, id := range c.events {
 		_ = conn.DomainEventDeregister(id)
+	}
+	if c.stop != nil {
+		close(c.stop)
+		<-c.done
+		c.stop = nil
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -119,19 +159,11 @@ func (c *domainCache) close(conn *libvirt.Connect) {
 	c.byName, c.listed, c.watching, c.events = map[string]*domain{}, false, false, nil
 }
 
-// current brings the cache up to date, under mu: a full listing when asked
-// (full), when nothing has filled it yet or when no events keep it; else a
-// fresh read of just the domains events named since.
+// current brings the cache up to date, under mu, with a full listing when
+// asked (full), when nothing has filled it yet or when no events keep it.
 func (c *domainCache) current(conn *libvirt.Connect, full bool) error {
 	if full || !c.listed || !c.watching || eventLoop.stopped.Load() {
 		return c.list(conn)
-	}
-	c.dirtyMu.Lock()
-	names := c.dirty
-	c.dirty = map[string]bool{}
-	c.dirtyMu.Unlock()
-	for name := range names {
-		c.refresh(conn, name)
 	}
 	return nil
 }
@@ -139,11 +171,6 @@ func (c *domainCache) current(conn *libvirt.Connect, full bool) error {
 // list reads every active domain, keeping the entries (and what was set on
 // them) of those unchanged since.
 func (c *domainCache) list(conn *libvirt.Connect) error {
-	// Events from here on are about what the listing may already have
-	// missed: they stay for the next call.
-	c.dirtyMu.Lock()
-	c.dirty = map[string]bool{}
-	c.dirtyMu.Unlock()
 	doms, err := conn.ListAllDomains(libvirt.CONNECT_LIST_DOMAINS_ACTIVE)
 	if err != nil {
 		return fmt.Errorf("virt: listing domains: %w", err)
@@ -168,18 +195,27 @@ func (c *domainCache) list(conn *libvirt.Connect) error {
 }
 
 // refresh reads one domain again: gone, no longer managed, or (re)started.
+// It calls libvirt without mu, so a bid does not wait for it; an event
+// after the read marks the domain again, and the next read wins.
 func (c *domainCache) refresh(conn *libvirt.Connect, name string) {
-	old := c.byName[name]
-	var fresh *domain
-	if d, err := conn.LookupDomainByName(name); err == nil {
-		if active, err := d.IsActive(); err == nil && active {
-			if n, owner, ok := managedName(d); ok && n == name {
-				fresh = c.keep(name, d, owner) // d is keep's now
+	var d *libvirt.Domain
+	var owner string
+	if h, err := conn.LookupDomainByName(name); err == nil {
+		if active, err := h.IsActive(); err == nil && active {
+			if n, o, ok := managedName(h); ok && n == name {
+				d, owner = h, o
 			}
 		}
-		if fresh == nil {
-			_ = d.Free()
+		if d == nil {
+			_ = h.Free()
 		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.byName[name]
+	var fresh *domain
+	if d != nil {
+		fresh = c.keep(name, d, owner) // d is keep's now
 	}
 	if old != nil && old != fresh {
 		_ = old.dom.Free()
@@ -212,9 +248,7 @@ func (c *domainCache) forget(name string) {
 		d.weight, d.blkio, d.uncapped = 0, 0, false
 	}
 	c.mu.Unlock()
-	c.dirtyMu.Lock()
-	c.dirty[name] = true
-	c.dirtyMu.Unlock()
+	c.mark(name)
 }
 
 // managedName reads d's name and mrmarket's metadata: whether it is managed,
