@@ -19,7 +19,8 @@
 // the domains on the host. libvirt's lifecycle and metadata-change events
 // (run by libvirt's default event loop, registered once per process
 // before the connection opens) name the domains to read again: one that
-// started, stopped, or gained, lost or changed its metadata. Every VMs
+// started, stopped, or gained, lost or changed its metadata; a goroutine
+// of the enforcer's reads them, off the bids' path. Every VMs
 // call, the agent's tick, lists the host in full anyway and repairs what
 // an event missed (level-triggered: a lost event costs at most a tick);
 // a call that fails on a domain has it read again. Without events (the
