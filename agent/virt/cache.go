@@ -168,6 +168,19 @@ func (c *domainCache) current(conn *libvirt.Connect, full bool) error {
 	return nil
 }
 
+// unkept drops what an unwatched cache read (its caller has taken its own
+// references): nothing would keep it current, and its handles would hold
+// a borrowed connection open.
+func (c *domainCache) unkept() {
+	if c.watching {
+		return
+	}
+	for _, d := range c.byName {
+		_ = d.dom.Free()
+	}
+	c.byName, c.listed = map[string]*domain{}, false
+}
+
 // list reads every active domain, keeping the entries (and what was set on
 // them) of those unchanged since.
 func (c *domainCache) list(conn *libvirt.Connect) error {
@@ -288,6 +301,7 @@ func (e *Enforcer) managedFrom(full bool) (map[string]*libvirt.Domain, map[strin
 		h := *d.dom
 		byName[name], owners[name] = &h, d.owner
 	}
+	c.unkept()
 	return byName, owners, nil
 }
 
@@ -317,6 +331,7 @@ func (e *Enforcer) targets(names map[string]float64) (map[string]target, error) 
 		h := *d.dom
 		out[name] = target{dom: &h, entry: d, weight: d.weight, blkio: d.blkio, uncapped: d.uncapped}
 	}
+	c.unkept()
 	return out, nil
 }
 

@@ -24,7 +24,8 @@
 // call, the agent's tick, lists the host in full anyway and repairs what
 // an event missed (level-triggered: a lost event costs at most a tick);
 // a call that fails on a domain has it read again. Without events (the
-// loop or the registration failed) every call lists, as before.
+// loop or the registration failed, or a connection NewWithConn borrowed)
+// every call lists and nothing is kept, as before.
 //
 // # Mappings and their distortion
 //

@@ -103,15 +103,15 @@ func New(cfg Config) (*Enforcer, error) {
 }
 
 // NewWithConn makes an enforcer on an open connection (which it does not
-// close): the test driver keeps its state per connection. A connection
-// opened before any enforcer may receive events late; the tick's listing
-// (VMs) still repairs the cache.
+// close): the test driver keeps its state per connection. It registers no
+// events on a connection it does not own (they would hold it open until
+// Close), so it lists the domains at every call.
 func NewWithConn(cfg Config, conn *libvirt.Connect) (*Enforcer, error) {
 	if cfg.HostCPUs <= 0 {
 		cfg.HostCPUs = 1
 	}
 	e := &Enforcer{cfg: cfg, conn: conn, applied: map[string]float64{}, borrowed: true}
-	e.cache.watch(conn)
+	e.cache.byName, e.cache.dirty, e.cache.wake = map[string]*domain{}, map[string]bool{}, make(chan struct{}, 1)
 	return e, nil
 }
 
