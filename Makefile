@@ -5,7 +5,7 @@ TAGS        := libvirt_dlopen
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BIN         := bin/mrmarket
 
-.PHONY: all build guest demo up test fmt vet staticcheck unit faults bench results clean
+.PHONY: all build guest demo up test fmt vet staticcheck unit faults e2e bench results mutations clean
 
 all: build
 
@@ -44,12 +44,16 @@ staticcheck:
 # guests' shares (agent/virt) and the attack suite's latency bounds would
 # otherwise measure the machine's other tests. The worker guests' jobs
 # (hadoopvm/workertest: TCG guests, which fill both cores) run alone too,
-# so as not to slow those tests down. The experiments are
+# so as not to slow those tests down. So does the dashboard's browser
+# test: Chromium takes both cores while it renders, and the test bounds
+# how soon a spend shows on the page. The experiments are
 # single-goroutine simulations but for Jockey's C(p, a) builds: those run
 # under the race detector, the whole package without it (the detector
 # makes it five times slower and finds nothing to race).
-ALONE = /agent/virt$$|/attack$$|/hadoopvm/sim/experiments$$|/hadoopvm/workertest$$
+ALONE = /agent/virt$$|/attack$$|/dashboard$$|/hadoopvm/sim/experiments$$|/hadoopvm/workertest$$
 EXPERIMENTS = ./hadoopvm/sim/experiments/
+# What tests keep for people to look at: the dashboard's screenshots.
+ARTEFACTS ?= bin/test-artefacts
 # The disk and network share tests measure throughput through the test's own
 # devices (an NBD server, TCP peers), which the race detector slows below the
 # speeds the tests set (a guest alone no longer fills the shared disk): they
@@ -68,6 +72,7 @@ unit:
 	$(TESTREPORT) $(GO) test -json -tags $(TAGS) -count=1 -timeout 30m -run '$(IOSHARES)' ./agent/virt/ || fail=1; \
 	$(TESTREPORT) $(GO) test -json -tags $(TAGS) -race -count=1 -timeout 30m ./attack/ || fail=1; \
 	$(TESTREPORT) $(GO) test -json -tags $(TAGS) -race -count=1 -timeout 30m ./hadoopvm/workertest/ || fail=1; \
+	MRM_TEST_ARTEFACTS=$(CURDIR)/$(ARTEFACTS)/dashboard $(TESTREPORT) $(GO) test -json -tags $(TAGS) -race -count=1 -timeout 30m ./dashboard/ || fail=1; \
 	$(TESTREPORT) $(GO) test -json -tags $(TAGS) -race -count=1 -timeout 30m -run 'Jockey' $(EXPERIMENTS) || fail=1; \
 	$(TESTREPORT) $(GO) test -json -tags $(TAGS) -count=1 -timeout 30m $(EXPERIMENTS) || fail=1; \
 	exit $$fail
@@ -77,9 +82,20 @@ unit:
 faults: build
 	MRM_FAULTS=1 MRM_BIN=$(CURDIR)/$(BIN) $(GO) test -tags $(TAGS) -count=1 -run '^TestFaults$$' -v -timeout 20m ./faults/
 
+## e2e: the market on real worker guests (TCG, 160 MiB): alice's and bob's clusters
+## boot through `cluster create`, the agent governs them, and each case reports what
+## the agent's shares predict beside what was measured (docs/E2E.md); minutes, alone
+e2e: build
+	MRM_E2E=1 MRM_BIN=$(CURDIR)/$(BIN) $(GO) test -tags $(TAGS) -count=1 -run '^TestE2E$$' -v -timeout 40m ./e2e/
+
 ## bench: benchmarks (agent tick for 1, 100 and 1,000 VMs, …)
 bench:
 	$(GO) test -tags $(TAGS) -run '^$$' -bench . -benchmem ./...
+
+## mutations: each conclusion test fails under the mutation of the mechanism it claims
+## (hadoopvm/sim/experiments/mutations/*.patch, applied one at a time; a clean tree)
+mutations:
+	./hadoopvm/sim/experiments/mutations/check.sh
 
 ## results: every paper's experiment on the simulator → docs/RESULTS.md and docs/results/
 results: build

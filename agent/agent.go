@@ -498,7 +498,7 @@ func (a *Agent) capture(ctx context.Context, batch *wire.CaptureBatch) error {
 	a.mu.Unlock()
 	if m := a.cfg.Metrics; m != nil {
 		m.Captures.WithLabelValues(a.cfg.Host).Inc()
-		m.CapturedMicro.WithLabelValues(a.cfg.Host).Add(float64(rep.Applied))
+		m.CapturedCredits.WithLabelValues(a.cfg.Host).Add(rep.Applied.Credits())
 	}
 	return nil
 }
@@ -562,7 +562,7 @@ func (a *Agent) vmBids(now time.Time) map[string][]wire.VMBid {
 		if now.Before(b.end()) {
 			rate = money.Rate(b.Budget, b.Duration.D())
 		}
-		out[k.vm] = append(out[k.vm], wire.VMBid{Plan: b.Plan, Hold: b.Hold, Rate: rate, Budget: b.Budget, Charged: b.charged(now), Ends: b.end()})
+		out[k.vm] = append(out[k.vm], wire.VMBid{Plan: b.Plan, Hold: b.Hold, Rate: rate, Budget: b.Budget, Charged: b.base + b.charged(now), Ends: b.end()})
 	}
 	for _, bs := range out {
 		sort.Slice(bs, func(i, j int) bool { return bs[i].Plan < bs[j].Plan })
@@ -598,9 +598,20 @@ func (a *Agent) measure(ctx context.Context, now time.Time) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if dt := now.Sub(a.lastTick).Seconds(); dt > 0 {
+		total := 0.0
+		for vm, u := range use {
+			total += (u - a.lastUse[vm]).Seconds() / dt / a.cfg.Capacity
+		}
 		for vm, u := range use {
 			used := (u - a.lastUse[vm]).Seconds() / dt // CPUs
 			a.util[vm] = used / a.cfg.Capacity
+			if total > 1 {
+				// A host gives at most all of itself: more is the
+				// measurement's timing (CPU time read later than the
+				// tick's time, or counted with the VM's own threads),
+				// taken back in proportion.
+				a.util[vm] /= total
+			}
 			e := a.entitlement(vm)
 			if x, ok := io[vm]; ok && e > 0 {
 				// Its disk or network share used as much as its CPU
@@ -667,6 +678,10 @@ func (a *Agent) entitlement(vm string) float64 {
 	return min(a.desired[vm]*a.cfg.Capacity, cpus)
 }
 
+// bytesPerMB converts the caps' MB/s (MiB, as the throttles plan them) to
+// the metrics' bytes per second.
+const bytesPerMB = 1 << 20
+
 // snapshot builds the host's state at now from the book and records it;
 // under mu.
 func (a *Agent) snapshot(now time.Time) wire.HostState {
@@ -685,9 +700,9 @@ func (a *Agent) snapshot(now time.Time) wire.HostState {
 		st.VMs = append(st.VMs, vs)
 		if m != nil {
 			m.VMShare.WithLabelValues(a.cfg.Host, id).Set(vs.Share)
-			m.VMRate.WithLabelValues(a.cfg.Host, id).Set(vs.Rate)
+			m.VMRate.WithLabelValues(a.cfg.Host, id).Set(vs.Rate / float64(money.PerCredit))
 			for r, c := range vs.Caps {
-				m.VMCap.WithLabelValues(a.cfg.Host, id, r).Set(c)
+				m.VMCap.WithLabelValues(a.cfg.Host, id, r).Set(c * bytesPerMB)
 			}
 		}
 	}
@@ -706,7 +721,7 @@ func (a *Agent) snapshot(now time.Time) wire.HostState {
 		}
 	}
 	if m != nil {
-		m.HostPrice.WithLabelValues(a.cfg.Host).Set(st.Price)
+		m.HostPrice.WithLabelValues(a.cfg.Host).Set(st.Price / float64(money.PerCredit))
 	}
 	a.state = st
 	return copyState(st)

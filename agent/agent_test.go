@@ -414,3 +414,90 @@ func TestThrottleCapsArePublished(t *testing.T) {
 		t.Fatalf("the network is not throttled, yet capped at %v", got)
 	}
 }
+
+// lateReads is a host whose CPU times are read later than its ticks' times:
+// they count 20 % more than the interval.
+type lateReads struct{ *agent.SimEnforcer }
+
+func (l lateReads) Usage(ctx context.Context) (map[string]time.Duration, error) {
+	use, err := l.SimEnforcer.Usage(ctx)
+	for vm, u := range use {
+		use[vm] = u * 6 / 5
+	}
+	return use, err
+}
+
+// A VM's utilisation is at most its host, and a host's VMs' at most all of
+// it, however late the CPU times were read.
+func TestUtilisationWithinTheHost(t *testing.T) {
+	clock := t0
+	now := func() time.Time { return clock }
+	sim := agent.NewSimEnforcer(now, 1, agent.VM{ID: "v1", Owner: "alice"}, agent.VM{ID: "v2", Owner: "bob"})
+	sim.SetDemand("v1", 1)
+	sim.SetDemand("v2", 1)
+	b, err := bank.Open(filepath.Join(t.TempDir(), "bank.db"), bank.Options{Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	a, err := agent.New(agent.Config{Host: "host-1", Enforcer: lateReads{sim}, Capturer: b, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		clock = clock.Add(10 * time.Second)
+		st, err := a.Tick(context.Background(), clock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total := 0.0
+		for _, v := range st.VMs {
+			if v.Util > 1 {
+				t.Fatalf("%s uses %.2f of its host", v.VM, v.Util)
+			}
+			total += v.Util
+		}
+		if total > 1+1e-9 || total < 0.99 {
+			t.Fatalf("the host's VMs use %.3f of it, want all of it and no more: %+v", total, st.VMs)
+		}
+	}
+}
+
+// A plan's re-bid on a VM starts a bid afresh, but what the VM shows
+// charged is the plan's on it so far: it never goes back.
+func TestChargedCarriesAcrossRebids(t *testing.T) {
+	h := newHost(t, agent.VM{ID: "vm1", Owner: "alice"})
+	h.fund(t, "alice", "hold", 7200)
+	ctx := context.Background()
+	bid := func(budget money.Micro) {
+		t.Helper()
+		b := wire.Bid{VM: "vm1", Owner: "alice", Plan: "p", Hold: "hold", Budget: budget, Duration: wire.Duration(time.Hour)}
+		if _, err := h.a.SetBids(ctx, bidReq(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	charged := func() money.Micro {
+		t.Helper()
+		st := h.a.State()
+		if len(st.VMs) != 1 || len(st.VMs[0].Bids) != 1 {
+			t.Fatalf("state: %+v", st)
+		}
+		return st.VMs[0].Bids[0].Charged
+	}
+	bid(3600)
+	*h.clock = t0.Add(30 * time.Minute)
+	h.tick(t)
+	before := charged()
+	if before != 1800 {
+		t.Fatalf("charged %s after half the bid, want 1800 micro", before)
+	}
+	bid(3000) // the re-bid: what is left, at another rate
+	if got := charged(); got != before {
+		t.Fatalf("charged %s right after the re-bid, want %s", got, before)
+	}
+	*h.clock = t0.Add(60 * time.Minute)
+	h.tick(t)
+	if got := charged(); got <= before || got != h.captured(t, "hold") {
+		t.Fatalf("charged %s after the re-bid ran, want more than %s and what the bank captured (%s)", got, before, h.captured(t, "hold"))
+	}
+}

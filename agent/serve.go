@@ -64,7 +64,7 @@ func Serve(nc *nats.Conn, a *Agent) (stop func(), err error) {
 	}
 	svc, err := service.Serve(nc, "mrm-agent", service.Version, Endpoints(a), service.Options{
 		Auth:        auth,
-		Observe:     func(op, code string) { a.cfg.Metrics.Request("agent", op, code) },
+		Observe:     func(op, code string, took time.Duration) { a.cfg.Metrics.Request("agent", op, code, took) },
 		Logger:      a.cfg.Logger,
 		LogAttrs:    []any{"host", a.cfg.Host},
 		Description: "mrmarket's agent of host " + a.Host(),

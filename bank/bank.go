@@ -143,14 +143,17 @@ func (b *Bank) migrate(ctx context.Context) error { return b.migrateTo(ctx, "") 
 // migrateTo is migrate up to migration number last ("0002"; "" for all):
 // what a bank of that schema left (tests of opening an older store).
 func (b *Bank) migrateTo(ctx context.Context, last string) error {
-	if _, err := b.st.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, at BIGINT NOT NULL)`); err != nil {
-		return fmt.Errorf("bank: migrations table on %s: %w", b.st.name, err)
-	}
 	names, err := fs.Glob(migrations, "migrations/*.sql")
 	if err != nil {
 		return err
 	}
 	sort.Strings(names)
+	if last == "" && b.migrated(ctx, names) {
+		return nil // nothing to do, and nothing written: a reader's role may only read (the NATS nodes')
+	}
+	if _, err := b.st.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, at BIGINT NOT NULL)`); err != nil {
+		return fmt.Errorf("bank: migrations table on %s: %w", b.st.name, err)
+	}
 	for _, name := range names {
 		if number, _, _ := strings.Cut(path.Base(name), "_"); last != "" && number > last {
 			break
@@ -185,6 +188,33 @@ func (b *Bank) migrateTo(ctx context.Context, last string) error {
 		}
 	}
 	return nil
+}
+
+// migrated reports whether every migration in names is applied, as far as
+// reading the migrations table tells (a store without one is not).
+func (b *Bank) migrated(ctx context.Context, names []string) bool {
+	rows, err := b.st.db.QueryContext(ctx, `SELECT name FROM schema_migrations`)
+	if err != nil {
+		return false
+	}
+	defer rows.Close()
+	applied := map[string]bool{}
+	for rows.Next() {
+		var name string
+		if rows.Scan(&name) != nil {
+			return false
+		}
+		applied[name] = true
+	}
+	if rows.Err() != nil {
+		return false
+	}
+	for _, name := range names {
+		if !applied[name] {
+			return false
+		}
+	}
+	return true
 }
 
 func stripComments(s string) string {

@@ -185,8 +185,9 @@
 // statement_timeout off for the bank's user and do not pg_cancel_backend
 // its sessions, for the same reason; keep synchronous_standby_names out of
 // the standby's configuration (a promoted standby that names a standby waits
-// for it on every COMMIT). Promotion is the operator's or a failover
-// manager's (pg_ctl promote, Patroni…); the bank does not promote.
+// for it on every COMMIT). Promotion is a failover manager's — Patroni in
+// the production layout (deploy/patroni, which sets the standby names
+// itself) — or an operator's; the bank does not promote.
 //
 // Tested (TestFailover, on PostgreSQL 15 here): six concurrent clients
 // transfer, hold, capture and release with ids; the standby is paused

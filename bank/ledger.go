@@ -490,7 +490,7 @@ func (b *Bank) Statement(ctx context.Context, req *wire.StatementRequest) (wire.
 	}
 	limit := req.Limit
 	if limit == 0 {
-		limit = 100
+		limit = wire.DefaultStatement
 	}
 	rep := wire.StatementReply{Account: acct}
 	err := b.st.run(ctx, func(t tx) error {

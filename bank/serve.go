@@ -115,7 +115,7 @@ func Serve(nc *nats.Conn, b *Bank) (stop func(), err error) {
 	b.mu.Unlock()
 	svc, err := service.Serve(nc, "mrm-bank", service.Version, Endpoints(b), service.Options{
 		Auth:        &service.Authorizer{Identities: b, Nonces: storeNonces{b}, Now: b.signingClock},
-		Observe:     func(op, code string) { b.metrics.Request("bank", op, code) },
+		Observe:     func(op, code string, took time.Duration) { b.metrics.Request("bank", op, code, took) },
 		Description: "mrmarket's ledger",
 		Fair:        &service.Fair{Unordered: true},
 		Logger:      b.logger,

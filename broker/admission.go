@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -26,6 +27,7 @@ const (
 	controlSlack         = 1.2
 	maxHistory           = 200
 	upperZ               = 1.64 // the estimate's one-sided 95 % bound
+	marginTail           = 1e-5 // the margin: the chance a job's miss passes it, were the misses normal
 )
 
 // jobHosts checks the job's VMs are known and the user's, and gives their hosts.
@@ -69,7 +71,8 @@ func (b *Broker) costRate(hosts map[string]bool, phi float64) float64 {
 
 // pricing is everything a quote or an admission computes.
 type pricing struct {
-	mean, sd, work float64 // processing time at a full share
+	mean, sd, work float64 // processing time at a full share; work is what admission plans (estimated)
+	bound          float64 // the regression's upper bound (0: the profile's)
 	source         string
 	run            float64 // seconds at the reserved share
 	queue          []strategies.Queued
@@ -88,9 +91,11 @@ func (b *Broker) price(ctx context.Context, now time.Time, user string, s wire.J
 		return nil, err
 	}
 	p := &pricing{}
-	if p.mean, p.sd, p.work, p.source, err = b.estimate(s); err != nil {
+	e, err := b.estimate(s)
+	if err != nil {
 		return nil, err
 	}
+	p.mean, p.sd, p.work, p.bound, p.source = e.mean, e.sd, e.work, e.bound, e.source
 	// The records first: a job committed after this read makes the
 	// commit fail, one committed before is in them or in the store.
 	if p.commits, err = b.readCommits(ctx, hosts); err != nil {
@@ -250,7 +255,7 @@ func (b *Broker) Submit(ctx context.Context, req *wire.SubmitRequest) (wire.Subm
 	if err != nil {
 		return wire.SubmitReply{}, err
 	}
-	job := &jobRec{Spec: req.Job, Work: p.work, Admitted: now, Price: price}
+	job := &jobRec{Spec: req.Job, Work: p.work, Admitted: now, Price: price, Request: submitFingerprint(req), UsedFrom: b.usedOf(req.Job.VMs), Bound: p.bound}
 	// A late job keeps running, for a quarter of its window past its
 	// deadline; a best-effort one for ten runs (at least an hour); a done
 	// one ends its plan at once.
@@ -276,7 +281,21 @@ func (b *Broker) Submit(ctx context.Context, req *wire.SubmitRequest) (wire.Subm
 	if v.rec == nil {
 		return wire.SubmitReply{}, fmt.Errorf("%w: job %s vanished", wire.ErrInternal, id)
 	}
+	b.cfg.Metrics.JobAdmitted(!req.BestEffort)
 	return wire.SubmitReply{Job: b.jobView(v.rec, now), Plan: rep.Plan}, nil
+}
+
+// submitFingerprint is what a submit asks, compared when its id comes
+// again: the job file, and the deadline or budget it is admitted for (not
+// the max price and pace the CLI signs from a quote, which may move
+// between two tries of one submit).
+func submitFingerprint(r *wire.SubmitRequest) string {
+	spec, _ := json.Marshal(r.Job)
+	var deadline int64
+	if !r.Deadline.IsZero() {
+		deadline = r.Deadline.UnixNano()
+	}
+	return fmt.Sprint(r.User, deadline, int64(r.Budget), r.BestEffort, string(spec))
 }
 
 // replaySubmit answers a submit of the user's plan id that was admitted
@@ -293,6 +312,9 @@ func (b *Broker) replaySubmit(ctx context.Context, id string, req *wire.SubmitRe
 	}
 	if v.rec.Job.Spec.Name != req.Job.Name {
 		return rep, true, ErrPlanReused
+	}
+	if fp := v.rec.Job.Request; fp != "" && fp != submitFingerprint(req) {
+		return rep, true, fmt.Errorf("%w: job %q was admitted with another job file, deadline or budget: submit with a new id", ErrPlanReused, id)
 	}
 	if v.rec.Plan.Status == planStarting {
 		// Admitted, but its start was cut off: carry it on (plans.go).

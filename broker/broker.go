@@ -193,9 +193,17 @@ type Broker struct {
 	stats map[string]*strategies.PriceStats
 	// beStats is each host's best-effort price history (bestEffortPrice).
 	beStats map[string]*strategies.PriceStats
+	// used is each VM's share-seconds of its host used, as its agent's
+	// states report (Util over the time between them), since this replica
+	// started: what a job's VMs used is how much work it did (usedWork).
+	used map[string]float64
 	// retired are the hosts whose agent key was revoked, and when (the
 	// signing clock): states sealed before are refused (retire.go).
 	retired map[string]time.Time
+	// periods are each host's agent's tick, as its states' times show
+	// (stale.go); staleSeen the hosts last found stale.
+	periods   map[string]time.Duration
+	staleSeen map[string]bool
 	// sealWhois caches the plan records' signers (seal.go), forgotten on
 	// revocations like the others.
 	sealWhois *service.WhoisCache
@@ -261,8 +269,8 @@ func New(cfg Config) (*Broker, error) {
 		return nil, err
 	}
 	b := &Broker{cfg: cfg, hosts: map[string]wire.HostState{}, vmAt: map[string]vmPlace{}, inStart: map[planRef]int{},
-		stats: map[string]*strategies.PriceStats{}, beStats: map[string]*strategies.PriceStats{}, retired: map[string]time.Time{},
-		sealWhois: service.NewWhoisCache(whoisTTL, whoisSize)}
+		stats: map[string]*strategies.PriceStats{}, beStats: map[string]*strategies.PriceStats{}, used: map[string]float64{}, retired: map[string]time.Time{},
+		periods: map[string]time.Duration{}, staleSeen: map[string]bool{}, sealWhois: service.NewWhoisCache(whoisTTL, whoisSize)}
 	b.cfg.Agents = retiredAgents{Agents: b.cfg.Agents, b: b}
 	if cfg.Plans != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -310,7 +318,9 @@ func (b *Broker) Observe(st wire.HostState) {
 // b.mu must be held.
 func (b *Broker) setHost(st wire.HostState) {
 	delete(b.retired, st.Host) // a state of a new agent key: the host is back
-	if old, ok := b.hosts[st.Host]; ok {
+	old, known := b.hosts[st.Host]
+	if known {
+		b.notePeriod(old, st)
 		for _, v := range old.VMs {
 			if b.vmAt[v.VM].host == st.Host {
 				delete(b.vmAt, v.VM)
@@ -318,6 +328,11 @@ func (b *Broker) setHost(st wire.HostState) {
 		}
 	}
 	st.VMs = b.unclaimed(st)
+	if dt := st.Time.Sub(old.Time).Seconds(); known && dt > 0 {
+		for _, v := range st.VMs {
+			b.used[v.VM] += v.Util * dt
+		}
+	}
 	b.hosts[st.Host] = st
 	for i, v := range st.VMs {
 		b.vmAt[v.VM] = vmPlace{st.Host, i}
@@ -396,12 +411,13 @@ func (b *Broker) Price(req *wire.PriceRequest) (wire.PriceReply, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	rep := wire.PriceReply{Hosts: []wire.HostPrice{}}
+	now := b.cfg.Now()
 	for _, st := range b.hosts {
 		if req.Host != "" && st.Host != req.Host {
 			continue
 		}
 		_, retired := b.retired[st.Host]
-		hp := wire.HostPrice{Host: st.Host, Price: st.Price, VMs: len(st.VMs), Updated: st.Time, Retired: retired}
+		hp := wire.HostPrice{Host: st.Host, Price: st.Price, VMs: len(st.VMs), Updated: st.Time, Retired: retired, Stale: b.stale(st, now)}
 		for _, v := range st.VMs {
 			if v.Rate > 0 {
 				hp.Funded++
@@ -470,15 +486,17 @@ func (b *Broker) listVMs(host string, shown func(*wire.VMState) bool, others boo
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	rep := wire.VMsReply{VMs: []wire.HostVM{}}
+	now := b.cfg.Now()
 	for _, st := range b.hosts {
 		if host != "" && st.Host != host {
 			continue
 		}
-		rest := wire.OtherVMs{Host: st.Host}
+		stale := b.stale(st, now)
+		rest := wire.OtherVMs{Host: st.Host, Updated: st.Time, Stale: stale}
 		for _, v := range st.VMs {
 			switch {
 			case shown(&v):
-				rep.VMs = append(rep.VMs, wire.HostVM{Host: st.Host, VMState: v, Resources: st.Resources})
+				rep.VMs = append(rep.VMs, wire.HostVM{Host: st.Host, VMState: v, Resources: st.Resources, Updated: st.Time, Stale: stale})
 			case others:
 				rest.VMs++
 				rest.Rate += v.Rate

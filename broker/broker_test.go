@@ -1,10 +1,13 @@
 package broker_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -216,7 +219,7 @@ func TestUserVMsShowOthersOnlyTogether(t *testing.T) {
 	var others []wire.OtherVMs
 	for _, v := range f.b.VMs(&wire.VMsRequest{}).VMs {
 		if v.Owner != "alice" {
-			others = append(others, wire.OtherVMs{Host: v.Host, VMs: 1, Rate: v.Rate, Share: v.Share})
+			others = append(others, wire.OtherVMs{Host: v.Host, VMs: 1, Rate: v.Rate, Share: v.Share, Updated: v.Updated, Stale: v.Stale})
 		}
 	}
 	if !reflect.DeepEqual(rep.Others, others) { // one other VM per host here
@@ -273,5 +276,68 @@ func TestPlanIDsAreEachUsersOwn(t *testing.T) {
 		if p.Status != wire.PlanRunning {
 			t.Fatalf("alice's plan %s after bob cancelled his p: %s", p.ID, p.Status)
 		}
+	}
+}
+
+// A host whose agent stopped is shown stale once it has missed several of
+// its ticks (its tick read from its states), in the VMs and the price
+// list, and the broker logs it going silent and being heard again.
+func TestSilentHostShownStale(t *testing.T) {
+	clock := t0
+	now := func() time.Time { return clock }
+	var log bytes.Buffer
+	_, nc := natstest.Start(t)
+	bk, err := bank.Open(filepath.Join(t.TempDir(), "bank.db"), bank.Options{Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bk.Close() })
+	b, err := broker.New(broker.Config{NC: nc, Bank: bk, Now: now, Tick: time.Second, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := wire.HostState{Host: "host-1", Time: t0, Tick: 1, VMs: []wire.VMState{{VM: "a-1", Owner: "alice", Rate: 2, Share: 1}}}
+	b.Observe(st)
+	st.Time, st.Tick = t0.Add(10*time.Second), 2 // the agent ticks every 10 s
+	b.Observe(st)
+	staleness := func() (vm, price bool) {
+		vms := b.VMs(&wire.VMsRequest{}).VMs
+		p, err := b.Price(&wire.PriceRequest{Host: "host-1"})
+		if err != nil || len(vms) != 1 || !vms[0].Updated.Equal(st.Time) {
+			t.Fatalf("vms %+v, price %+v, %v", vms, p, err)
+		}
+		return vms[0].Stale, p.Hosts[0].Stale
+	}
+	clock = st.Time.Add(25 * time.Second) // two ticks missed: late, not silent
+	if vm, price := staleness(); vm || price {
+		t.Fatalf("stale after two missed ticks: vm %v, price %v", vm, price)
+	}
+	clock = st.Time.Add(35 * time.Second)
+	if vm, price := staleness(); !vm || !price {
+		t.Fatalf("not stale after three missed ticks: vm %v, price %v", vm, price)
+	}
+	if others := b.UserVMs("bob", "").Others; len(others) != 1 || !others[0].Stale {
+		t.Fatalf("another user's view of the host: %+v", others)
+	}
+	ctx := context.Background()
+	if err := b.Tick(ctx, clock); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Tick(ctx, clock.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(log.String(), "host stale"); n != 1 || !strings.Contains(log.String(), "host=host-1") {
+		t.Fatalf("want one line of the host going stale: %s", log.String())
+	}
+	st.Time, st.Tick = clock, 6
+	b.Observe(st)
+	if vm, price := staleness(); vm || price {
+		t.Fatalf("stale after a new state: vm %v, price %v", vm, price)
+	}
+	if err := b.Tick(ctx, clock.Add(2*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(log.String(), "host heard again") {
+		t.Fatalf("no line of the host heard again: %s", log.String())
 	}
 }

@@ -35,17 +35,19 @@ func (b *Broker) JobProgress(ctx context.Context, req *wire.ProgressRequest) (wi
 		return wire.Job{}, fmt.Errorf("%w %q of %s", ErrUnknownJob, req.Job, req.User)
 	}
 	now := b.cfg.Now()
+	var finished bool // this report is the one that finished the job
 	rec, err := b.mutate(ctx, ref, func(rec *planRecord) error {
 		j := rec.Job
+		finished = req.Done && !j.Done
 		nj := *j
 		nj.Progress = max(j.Progress, req.Progress)
 		nj.MapsDone, nj.RedsDone = max(j.MapsDone, req.MapsDone), max(j.RedsDone, req.ReducesDone)
 		if nj.MapWork == 0 && nj.MapsDone >= j.Spec.Maps {
-			nj.MapWork = j.held(now)
+			nj.MapWork = max(j.held(now), b.usedWork(j))
 		}
 		if req.Done {
 			nj.Done, nj.Finished, nj.Progress = true, now, 1
-			nj.Held, nj.RunFrom, nj.RunShare = j.held(now), time.Time{}, 0
+			nj.Held, nj.RunFrom, nj.RunShare = max(j.held(now), b.usedWork(j), nj.MapWork), time.Time{}, 0
 			if nj.MapWork == 0 {
 				nj.MapWork = nj.Held
 			}
@@ -60,6 +62,9 @@ func (b *Broker) JobProgress(ctx context.Context, req *wire.ProgressRequest) (wi
 	})
 	if err != nil {
 		return wire.Job{}, err
+	}
+	if finished {
+		b.cfg.Metrics.JobFinished(rec.Job.Deadline, rec.Job.Finished)
 	}
 	return b.jobView(rec, now), nil
 }

@@ -89,16 +89,25 @@
 // upper bound admitted, as MRM's prediction-interval bound) until
 // MinHistory jobs have finished, then MRM's regression per phase (GP, OLS
 // fallback) over the share-seconds finished jobs actually held, retrained
-// on every quote. The admitted jobs sharing a host with the new one form
-// MRM's single-server queue at the reserved share Φ (DeadlineShare, 0.8):
-// each needs work/Φ seconds, and the earliest finish is MRM's lazy
-// placement. A deadline's price is the cost of holding Φ of the job's hosts
-// for its run against best-effort prices (now, or their mean + 1.64 sd if
-// higher; admitted jobs' own bids excluded, since only one runs per host)
-// plus Eq. 13's premium with κ = DeadlineKappa·cost/run, slack normalised
-// by γ̄, the mean run of the queue and the job [recon]. So a deadline on an
-// empty queue at zero slack costs 1+κ times the run, and the price falls
-// towards the run's cost as the deadline moves out.
+// on every quote. The regression's bound is a promise only as far as its
+// errors are what it assumes, and a job bought at its earliest finish has
+// no slack to absorb a miss; so admission plans the regression's bound
+// times a safety margin measured from its own errors: each finished job's
+// measured work over the bound it was admitted at, the margin the largest
+// of 1, the largest such miss, and the bound a next miss passes with
+// chance 10⁻⁵ were they normal (Student's t over the misses measured);
+// until MinHistory misses are measured, at the larger of its bound and the
+// profile's. The admitted jobs
+// sharing a host with the new one form MRM's single-server queue at the
+// reserved share Φ (DeadlineShare, 0.8): each needs work/Φ seconds, and the
+// earliest finish is MRM's lazy placement. A deadline's price is the cost
+// of holding Φ of the job's hosts for its run against best-effort prices
+// (now, or their mean + 1.64 sd if higher; admitted jobs' own bids
+// excluded, since only one runs per host) plus Eq. 13's premium with κ =
+// DeadlineKappa·cost/run, slack normalised by γ̄, the mean run of the queue
+// and the job [recon]. So a deadline on an empty queue at zero slack costs
+// 1+κ times the run, and the price falls towards the run's cost as the
+// deadline moves out.
 //
 // Submit admits at a deadline (no earlier than the earliest finish) or at
 // the earliest deadline a budget pays, holds the price, and runs the job as

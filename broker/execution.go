@@ -17,10 +17,14 @@ import (
 // sees it and a survivor runs it.
 type jobRec struct {
 	Spec     wire.JobSpec `json:"spec"`
-	Work     float64      `json:"work"` // seconds at a full share: the estimate's upper bound
+	Work     float64      `json:"work"` // seconds at a full share admission planned: the estimate's upper bound, with its margin (estimate)
 	Admitted time.Time    `json:"admitted"`
 	Deadline time.Time    `json:"deadline"`
 	Price    money.Micro  `json:"price"`
+	// Request is what the submit asked (submitFingerprint): its id again
+	// with another job, deadline or budget is refused. Empty in a record of
+	// an older broker.
+	Request string `json:"request,omitempty"`
 	// Commit is the admission's token on its hosts' commitment records
 	// (commit.go).
 	Commit   string    `json:"commit,omitempty"`
@@ -34,14 +38,51 @@ type jobRec struct {
 	// the reserved share whenever it runs.
 	Share   float64   `json:"share,omitempty"`
 	Control time.Time `json:"control,omitzero"`
-	// Held is the share-seconds the job has held in finished stints (its
-	// measured work, the estimator's training data), RunFrom when its
-	// current stint of holding RunShare began; MapWork what it had held when
-	// its maps were done.
+	// Held is the share-seconds the job has held in finished stints,
+	// RunFrom when its current stint of holding RunShare began; MapWork
+	// what it had held when its maps were done. Once done, Held and
+	// MapWork are its measured work, the estimator's training data: what
+	// it held or what its VMs used (usedWork), whichever is more — what
+	// its bids buy misses the idle cores it ran on, and the work done
+	// while it waited, most of a small job's under load.
 	Held     float64   `json:"held"`
 	RunFrom  time.Time `json:"run_from,omitzero"`
 	RunShare float64   `json:"run_share,omitempty"`
 	MapWork  float64   `json:"map_work,omitempty"`
+	// UsedFrom is what the job's VMs had used when it was admitted
+	// (usedWork), by this replica's count.
+	UsedFrom float64 `json:"used_from,omitempty"`
+	// Bound is the regression's upper bound the job was admitted at
+	// (absent: estimated from its profile); its miss, once done, is Held
+	// over Bound.
+	Bound float64 `json:"bound,omitempty"`
+}
+
+// usedOf is the share-seconds of their hosts vms have used (b.used), over
+// the number of hosts, as Held counts a share: the mean over the hosts.
+func (b *Broker) usedOf(vms []string) float64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	hosts := map[string]bool{}
+	total := 0.0
+	for _, vm := range vms {
+		if at, ok := b.vmAt[vm]; ok {
+			hosts[at.host] = true
+			total += b.used[vm]
+		}
+	}
+	if len(hosts) == 0 {
+		return 0
+	}
+	return total / float64(len(hosts))
+}
+
+// usedWork is the share-seconds of its hosts the job's VMs used since it
+// was admitted: its tasks' work wherever it ran — on the share it bought,
+// and on cores others left idle, while it held bids and while it waited.
+// 0 if this replica's count began after the job's (it restarted).
+func (b *Broker) usedWork(j *jobRec) float64 {
+	return max(b.usedOf(j.Spec.VMs)-j.UsedFrom, 0)
 }
 
 // held is the share-seconds the job has held by now.

@@ -1,8 +1,12 @@
 package broker_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -49,10 +53,12 @@ func TestFailover(t *testing.T) {
 		defer stop()
 		agents, sims = append(agents, a), append(sims, sim)
 	}
+	var log lockedBuf
 	replica := func(name string) *broker.Broker {
 		nc := natstest.Connect(t, ns)
 		assets := natstest.Assets(t, nc)
-		b, err := broker.New(broker.Config{NC: nc, Bank: bk, Now: now, Tick: tick, Settle: tick, Plans: assets.Plans, Replica: name})
+		b, err := broker.New(broker.Config{NC: nc, Bank: bk, Now: now, Tick: tick, Settle: tick, Plans: assets.Plans, Replica: name,
+			Logger: slog.New(slog.NewTextHandler(&log, nil))})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -106,6 +112,10 @@ func TestFailover(t *testing.T) {
 		round(b2)
 	}
 	t.Logf("broker-2 took the plan over %s after broker-1's last tick", clock.Sub(died))
+	want := `"broker: plans taken over: their replica is silent" from=broker-1 plans=1 replica=broker-2`
+	if got := log.String(); strings.Count(got, "plans taken over") != 1 || !strings.Contains(got, want) {
+		t.Errorf("want one line of the failover, from broker-1, of its one plan:\n%s", got)
+	}
 	// The survivor runs it: within a few rounds the idle VM loses its money.
 	for range 6 {
 		round(b2)
@@ -152,4 +162,22 @@ func TestFailover(t *testing.T) {
 		t.Fatalf("ledger: %v %v", l.Violations, err)
 	}
 	t.Logf("plan done once by %s: spent %s of 3.6, released %s", p.Owner, bal.Spent, p.Released)
+}
+
+// lockedBuf is a log's output, written by the replicas' goroutines.
+type lockedBuf struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuf) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuf) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -19,7 +19,8 @@ import (
 // and Held = 0 once the plan's hold is closed. When the bank cannot be
 // asked, the answer carries the broker's estimate and says so (Figures
 // "estimate"); Broker.Plans and Broker.Jobs in process are the broker's
-// own account.
+// own account. The answers name a plan's kind too: a best-effort job's plan
+// (which spends by the deadline service's strategy) is "best-effort".
 
 // HoldReader reads holds from the bank (bank.Client has it). A Bank
 // without it (the simulator's ledger) leaves answers with the broker's
@@ -39,6 +40,9 @@ func (b *Broker) bankFigures(ctx context.Context, plans []wire.Plan) {
 	holds := b.readHolds(ctx, plans)
 	for i := range plans {
 		p := &plans[i]
+		if v, ok := b.store.get(refOf(p)); ok && p.Strategy == wire.StrategyDeadline && v.rec.Job != nil && v.rec.Job.Deadline.IsZero() {
+			p.Strategy = wire.StrategyBestEffort
+		}
 		if h, ok := holds[holdOf(p.User, p.Hold)]; ok {
 			p.Budget, p.Spent, p.Released, p.Held, p.Figures = h.Amount, h.Captured, h.Released, h.Remaining(), FiguresBank
 			continue

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -476,6 +477,9 @@ func (b *Broker) Adjust(ctx context.Context, req *wire.AdjustRequest) (wire.Plan
 	case v.rec.Plan.Status != wire.PlanRunning:
 		return wire.Plan{}, fmt.Errorf("%w: %q is %s", ErrNotRunning, req.Plan, v.rec.Plan.Status)
 	case v.rec.Adjusts[req.ID]:
+		if err := adjustReplay(v.rec, req); err != nil {
+			return wire.Plan{}, err
+		}
 		return v.rec.Plan, nil
 	case req.More > 0 && len(v.rec.More) >= wire.MaxMore:
 		return wire.Plan{}, wire.Errorf(wire.ErrBadRequest, "plan %q has had %d additions, the most a plan takes: start another", req.Plan, wire.MaxMore)
@@ -490,7 +494,7 @@ func (b *Broker) Adjust(ctx context.Context, req *wire.AdjustRequest) (wire.Plan
 	now := b.cfg.Now()
 	rec, err := b.mutate(ctx, planRef{req.User, req.Plan}, func(rec *planRecord) error {
 		if rec.Adjusts[req.ID] {
-			return nil
+			return adjustReplay(rec, req)
 		}
 		if req.Less > 0 && req.Less > remaining(rec, now) {
 			return fmt.Errorf("%w: %s left unspent", ErrLess, remaining(rec, now))
@@ -499,6 +503,10 @@ func (b *Broker) Adjust(ctx context.Context, req *wire.AdjustRequest) (wire.Plan
 			rec.Adjusts = map[string]bool{}
 		}
 		rec.Adjusts[req.ID] = true
+		if rec.Adjustments == nil {
+			rec.Adjustments = map[string]string{}
+		}
+		rec.Adjustments[req.ID] = adjustFingerprint(req)
 		rec.Plan.Budget += req.More - req.Less
 		if req.More > 0 && signed != nil && signed.Subject == wire.BrokerAdjust {
 			rec.More = append(rec.More, *signed) // its bids may spend faster now
@@ -526,6 +534,32 @@ func (b *Broker) Adjust(ctx context.Context, req *wire.AdjustRequest) (wire.Plan
 		}
 	}
 	return rec.Plan, nil
+}
+
+// ErrAdjustReused refuses an adjustment id used already for other amounts.
+var ErrAdjustReused = fmt.Errorf("%w: adjustment id already used for a different adjustment", wire.ErrConflict)
+
+// adjustFingerprint is what an adjustment asks ("--more 5", "--less 2"),
+// compared when its id comes again.
+func adjustFingerprint(req *wire.AdjustRequest) string {
+	var asks []string
+	if req.More > 0 {
+		asks = append(asks, "--more "+req.More.String())
+	}
+	if req.Less > 0 {
+		asks = append(asks, "--less "+req.Less.String())
+	}
+	return strings.Join(asks, " ")
+}
+
+// adjustReplay answers an adjustment whose id rec has applied already: a
+// replay when it asks the same (or the record does not say what it
+// asked), else ErrAdjustReused.
+func adjustReplay(rec *planRecord, req *wire.AdjustRequest) error {
+	if fp, ok := rec.Adjustments[req.ID]; ok && fp != adjustFingerprint(req) {
+		return fmt.Errorf("%w: %q was %s on plan %q", ErrAdjustReused, req.ID, fp, rec.Plan.ID)
+	}
+	return nil
 }
 
 // StageStarted tells the broker that stage of workflow of user's started

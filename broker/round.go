@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -36,6 +38,10 @@ type round struct {
 	view         roundView
 	// startingHere are the plans a try of start is on in this process.
 	startingHere map[planRef]bool
+	// takenOver counts the plans this round took over, by the silent
+	// replica they were taken from: a failover is one log line a round.
+	mu        sync.Mutex
+	takenOver map[string]int
 }
 
 // roundView is what a round of one plan needs to know of the others: the
@@ -81,8 +87,9 @@ func (b *Broker) Tick(ctx context.Context, now time.Time) error {
 	if _, err := b.recoverHolds(ctx, now); err != nil {
 		b.cfg.Metrics.Error("broker", "recover")
 	}
+	b.logStaleHosts(now)
 	r := &round{now: now, replica: b.cfg.Replica, tick: b.cfg.Tick, settle: b.cfg.Settle, beats: b.store.heartbeats(),
-		view: roundView{boosts: b.cappedBoosts(), jobs: b.edf()}, startingHere: b.startingHere()}
+		view: roundView{boosts: b.cappedBoosts(), jobs: b.edf()}, startingHere: b.startingHere(), takenOver: map[string]int{}}
 	plans := r.candidates(b.store)
 	errs := make([][]error, len(plans))
 	b.parallel(len(plans), roundWorkers, func(i int) {
@@ -93,6 +100,9 @@ func (b *Broker) Tick(ctx context.Context, now time.Time) error {
 		}
 	})
 	b.countRunning()
+	for _, from := range slices.Sorted(maps.Keys(r.takenOver)) {
+		b.cfg.Logger.Info("broker: plans taken over: their replica is silent", "from", from, "plans", r.takenOver[from], "replica", b.cfg.Replica)
+	}
 	return errors.Join(slices.Concat(errs...)...)
 }
 
@@ -174,12 +184,16 @@ func (r *round) decide(v versioned, want func() strategies.Decision) step {
 func (b *Broker) execute(ctx context.Context, r *round, st step) []error {
 	rec, rev := st.plan.rec.clone(), st.plan.rev
 	if st.takeOver {
+		from := rec.Plan.Owner
 		rec.Plan.Owner = b.cfg.Replica
 		nrev, err := b.store.update(ctx, rec, rev)
 		if err != nil {
 			return nil // another replica won it, or it changed
 		}
 		rev = nrev
+		r.mu.Lock()
+		r.takenOver[from]++
+		r.mu.Unlock()
 	}
 	switch st.action {
 	case actFail:

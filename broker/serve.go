@@ -143,7 +143,7 @@ func Serve(nc *nats.Conn, b *Broker) (stop func(), err error) {
 	}
 	svc, err := service.Serve(nc, "mrm-broker", service.Version, Endpoints(b), service.Options{
 		Auth:        auth,
-		Observe:     func(op, code string) { b.cfg.Metrics.Request("broker", op, code) },
+		Observe:     func(op, code string, took time.Duration) { b.cfg.Metrics.Request("broker", op, code, took) },
 		Description: "mrmarket's broker: prices, spend plans, deadlines",
 		Metadata:    map[string]string{"replica": b.cfg.Replica},
 		Fair:        &service.Fair{Unordered: true},

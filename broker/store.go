@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -27,6 +28,10 @@ type planRecord struct {
 	Request string            `json:"request"`
 	Bids    map[string]bidRec `json:"bids"`
 	Adjusts map[string]bool   `json:"adjusts,omitempty"`
+	// Adjustments are what each adjustment asked (adjustFingerprint), by
+	// its id: the id again with other amounts is refused, not replayed.
+	// A record of an older broker has ids in Adjusts only.
+	Adjustments map[string]string `json:"adjustments,omitempty"`
 	// Job is the admitted job a deadline plan runs (replaced whole, never
 	// changed in place: records are shared).
 	Job *jobRec `json:"job,omitempty"`
@@ -78,6 +83,7 @@ func (r *planRecord) clone() *planRecord {
 			c.Adjusts[k] = v
 		}
 	}
+	c.Adjustments = maps.Clone(r.Adjustments)
 	return &c
 }
 

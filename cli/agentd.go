@@ -31,7 +31,7 @@ func agentCommand() *ucli.Command {
 		&ucli.DurationFlag{Name: "tick", Usage: "charge, reconcile and publish every", Value: defaultTick},
 		&ucli.StringFlag{Name: "state", Usage: "state file keeping the bid book across restarts", Value: "/var/lib/mrmarket/agent.json",
 			DefaultText: "/var/lib/mrmarket/agent.json; with --sim .data/agents/<host>.json, where up keeps it", EnvVars: []string{"MRM_AGENT_STATE"}},
-		&ucli.StringFlag{Name: "http", Usage: "address for /metrics and /healthz (empty: none)", Value: "127.0.0.1:9466",
+		&ucli.StringFlag{Name: "http", Usage: "address for /metrics, /healthz and /readyz (empty: none)", Value: "127.0.0.1:9466",
 			DefaultText: "127.0.0.1:9466; with --sim none"},
 	}
 	flags = append(flags, libvirtFlags()...)
@@ -109,17 +109,18 @@ func runAgent(c *ucli.Context) error {
 	defer s.Stop()
 	s.AddCloser(h.close)
 	reg := prometheus.NewRegistry()
-	a, err := daemon.StartAgent(c.Context, daemon.AgentConfig{Env: daemonEnv(c, s, anchor, reg), Host: host, Signer: signer, Enforcer: h.enforcer,
+	env := daemonEnv(c, s, anchor, reg)
+	a, err := daemon.StartAgent(c.Context, daemon.AgentConfig{Env: env, Host: host, Signer: signer, Enforcer: h.enforcer,
 		Capacity: h.capacity, IdleBelow: c.Float64("idle-below"), StateFile: state, Tick: c.Duration("tick")})
 	if err != nil {
 		return err
 	}
 	if httpAddr != "" {
-		if _, err := serveHTTP(s, httpAddr, reg, map[string]obs.HealthFunc{"nats": natsHealth(a.NC)}); err != nil {
+		if _, err := serveHTTP(s, httpAddr, reg, map[string]obs.HealthFunc{"nats": natsHealth(a.NC)}, a.Ready()); err != nil {
 			return err
 		}
 	}
-	fmt.Fprintf(c.App.Writer, "mrmarket agent %s: %s, CPUs %g, NATS %s, state %s\n", host, h.about, h.capacity, c.String("nats"), state)
+	env.Logger.Info(fmt.Sprintf("mrmarket agent %s: %s", host, h.about), "cpus", h.capacity, "nats", c.String("nats"), "state", state)
 	if err := a.Run(c.Context); err != nil {
 		return err
 	}
@@ -140,6 +141,9 @@ func libvirtFlags() []ucli.Flag {
 		&ucli.UintFlag{Name: "link-kibps", Usage: "the link's speed per direction (KiB/s): network throttles never divide more (0: measured only)"},
 	}
 }
+
+// The libvirt agent's /readyz checks libvirt (daemon.Agent.Ready).
+var _ daemon.Pinger = (*virt.Enforcer)(nil)
 
 // libvirtHost checks the libvirt host's flags and returns how to open it.
 func libvirtHost(c *ucli.Context, capacity float64) (func() (agentHost, error), error) {
@@ -244,7 +248,7 @@ func brokerCommand() *ucli.Command {
 		Flags: []ucli.Flag{flagNATS(), flagCreds(), flagTLSCA(), flagAdminKey(),
 			&ucli.DurationFlag{Name: "tick", Usage: "end plans and release their holds every", Value: defaultTick},
 			&ucli.DurationFlag{Name: "settle", Usage: "wait after a plan's end for the agents' last captures", Value: 30 * time.Second},
-			&ucli.StringFlag{Name: "http", Usage: "address for /metrics and /healthz (empty: none)", Value: "127.0.0.1:9467"},
+			&ucli.StringFlag{Name: "http", Usage: "address for /metrics, /healthz and /readyz (empty: none)", Value: "127.0.0.1:9467"},
 			&ucli.Float64Flag{Name: "deadline-share", Usage: "the share of its hosts an admitted job holds while it runs (0–0.95)", Value: 0.8},
 			&ucli.StringFlag{Name: "job-order", Usage: "best-effort jobs' overlap order: maxsrpt, splitsrpt, klps or fifo", Value: "maxsrpt"},
 		},
@@ -278,11 +282,11 @@ func brokerCommand() *ucli.Command {
 				return err
 			}
 			if addr := c.String("http"); addr != "" {
-				if _, err := serveHTTP(s, addr, reg, map[string]obs.HealthFunc{"broker": b.Healthy}); err != nil {
+				if _, err := serveHTTP(s, addr, reg, map[string]obs.HealthFunc{"broker": b.Healthy}, b.Ready()); err != nil {
 					return err
 				}
 			}
-			fmt.Fprintf(c.App.Writer, "mrmarket broker on %s\n", c.String("nats"))
+			env.Logger.Info("mrmarket broker on "+c.String("nats"), "replica", b.Replica())
 			if err := b.Run(c.Context); err != nil {
 				return err
 			}

@@ -127,8 +127,13 @@ func App(stdout, stderr io.Writer) *ucli.App {
 		ErrWriter:            stderr,
 		HideHelpCommand:      true,
 		EnableBashCompletion: true,
-		Flags:                []ucli.Flag{flagTLSCA(), flagConfig()},
-		Before:               loadConfig,
+		Flags:                []ucli.Flag{flagTLSCA(), flagConfig(), flagLogLevel(), flagLogFormat()},
+		Before: func(c *ucli.Context) error {
+			if err := checkLogFlags(c); err != nil {
+				return err
+			}
+			return loadConfig(c)
+		},
 		Commands: []*ucli.Command{
 			demoCommand(),
 			upCommand(),
@@ -151,13 +156,17 @@ func App(stdout, stderr io.Writer) *ucli.App {
 			ledgerCommand(),
 			natsCommand(),
 			eventsCommand(),
+			dashboardCommand(),
 			versionCommand(),
 			completionCommand(),
 		},
 		ExitErrHandler: func(*ucli.Context, error) {}, // Main maps errors to exit codes
 		OnUsageError:   usageErrorIn("mrmarket", nil),
+		Action:         rootAction,
 	}
 	quietUsage("mrmarket", app.Commands)
+	strictArgs("mrmarket", app.Commands)
+	withValueCompletion(app.Commands)
 	return app
 }
 
@@ -195,7 +204,8 @@ func usageErrorIn(path string, flags []ucli.Flag) ucli.OnUsageErrorFunc {
 func Main(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err := App(stdout, stderr).RunContext(ctx, args)
+	app := App(stdout, stderr)
+	err := app.RunContext(ctx, placeFlags(app, args))
 	if err == nil {
 		return ExitOK
 	}

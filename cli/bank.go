@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -27,11 +28,14 @@ func bankServeCommand() *ucli.Command {
 		Name:  "serve",
 		Usage: "run the bank daemon on a store (SQLite file or PostgreSQL/CockroachDB)",
 		UsageText: "mrmarket bank serve --store sqlite:/var/lib/mrmarket/bank.db --nats nats://nats-1:4222 --creds /etc/mrmarket/creds\n" +
-			"   mrmarket bank serve --store postgres://mrmarket@db:5432/bank --nats …   (run several: they share the load)",
+			"   mrmarket bank serve --store postgres://mrmarket@db:5432/bank --nats …   (run several: they share the load)\n" +
+			"   mrmarket bank serve --init --store postgres://mrmarket@db:5432/bank --creds ./creds   (the bootstrap: no NATS yet)",
 		Flags: []ucli.Flag{flagNATS(), flagCreds(), flagTLSCA(), flagAdminKey(),
 			&ucli.StringFlag{Name: "store", Usage: "sqlite:PATH or postgres://…", Value: "sqlite:.data/bank.db", EnvVars: []string{"MRM_BANK_STORE"}},
-			&ucli.StringFlag{Name: "http", Usage: "address for /metrics and /healthz (empty: none)", Value: "127.0.0.1:9465"},
+			&ucli.StringFlag{Name: "http", Usage: "address for /metrics, /healthz and /readyz (empty: none)", Value: "127.0.0.1:9465"},
 			&ucli.DurationFlag{Name: "tick", Usage: "how often to expire holds and pay income", Value: 5 * time.Second},
+			&ucli.BoolFlag{Name: "init", Usage: "make the store (its migrations) and register the admin and the bank's key in it, then exit: " +
+				"the bootstrap, before any NATS node runs"},
 		},
 		Action: func(c *ucli.Context) error {
 			if c.Duration("tick") < tickMin || c.Duration("tick") > tickMax {
@@ -54,25 +58,31 @@ func bankServeCommand() *ucli.Command {
 			if err != nil {
 				return wire.Errorf(wire.ErrUnavailable, "%v", err)
 			}
-			if err := registerBank(c, b.Bank, anchor, admin, self); err != nil {
+			if err := registerBank(c, b.Bank, anchor, admin, self, env.Logger); err != nil {
+				return err
+			}
+			if c.Bool("init") {
+				_, err := fmt.Fprintf(c.App.Writer, "mrmarket bank: store %s ready: the admin %s and the bank %s registered\n", b.Store(), anchor, self.Public())
 				return err
 			}
 			if err := b.Serve(c.Context, bankConnSigner(c.Context, b.Bank, keys, admin)); err != nil {
 				return err
 			}
 			if addr := c.String("http"); addr != "" {
-				srv, err := serveHTTP(s, addr, reg, map[string]obs.HealthFunc{"store": b.Healthy})
+				srv, err := serveHTTP(s, addr, reg, map[string]obs.HealthFunc{"store": b.Healthy}, b.Ready())
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(c.App.Writer, "  metrics  http://%s/metrics   health  http://%s/healthz\n", srv.Addr(), srv.Addr())
+				addr := srv.Addr().String()
+				env.Logger.Info("mrmarket bank: metrics, health and readiness", "metrics", "http://"+addr+"/metrics", "health", "http://"+addr+"/healthz",
+					"ready", "http://"+addr+"/readyz")
 			}
-			fmt.Fprintf(c.App.Writer, "mrmarket bank serving %s on %s (admin key %s)\n", b.Store(), c.String("nats"), anchor)
+			env.Logger.Info("mrmarket bank serving", "store", b.Store(), "nats", c.String("nats"), "admin_key", anchor)
 			if err := b.Run(c.Context); err != nil {
 				return err
 			}
 			<-c.Context.Done()
-			fmt.Fprintln(c.App.Writer, "mrmarket bank: stopping")
+			env.Logger.Info("mrmarket bank: stopping")
 			return nil
 		},
 	}
@@ -107,14 +117,14 @@ func bankAnchor(c *ucli.Context, keys signing.CredsDir) (string, *signing.Signer
 // registerBank registers the anchor as the admin and, when the admin's
 // seed is at hand, the bank's own key with a fresh record, so its signed
 // replies are believed; else it says how to register it.
-func registerBank(c *ucli.Context, b *bank.Bank, anchor string, admin, self *signing.Signer) error {
+func registerBank(c *ucli.Context, b *bank.Bank, anchor string, admin, self *signing.Signer, log *slog.Logger) error {
 	if _, err := b.AddPrincipal(c.Context, &wire.PrincipalRequest{Key: anchor, Name: "admin", Role: wire.RoleAdmin}); err != nil {
 		return err
 	}
 	if admin == nil {
 		if p, err := b.Whois(c.Context, self.Public()); err != nil || p.Role != wire.RoleBank || p.Cert == nil {
-			fmt.Fprintf(c.App.ErrWriter, "mrmarket bank: its key %s is not registered: agents will not believe its answers "+
-				"until the admin runs `mrmarket bank principal add --name bank --role bank` with this key\n", self.Public())
+			log.Warn("mrmarket bank: its key is not registered: agents will not believe its answers "+
+				"until the admin runs `mrmarket bank principal add --name bank --role bank` with this key", "key", self.Public())
 		}
 		return nil
 	}
@@ -183,12 +193,12 @@ func printIncome(w *out, rep wire.IncomeSetReply, req *wire.IncomeSetRequest, no
 	var err error
 	switch {
 	case set == nil:
-		_, err = fmt.Fprintf(w, "no more income for %s\n", who)
+		err = w.note("no more income for %s\n", who)
 	case !nextPayment(*set).After(now):
-		_, err = fmt.Fprintf(w, "income for %s: %s every %s; the first period is paid at once (at the bank's next tick), the next at %s\n",
+		err = w.note("income for %s: %s every %s; the first period is paid at once (at the bank's next tick), the next at %s\n",
 			who, set.Amount, span(set.Every.D()), stamp(nextPayment(*set).Add(set.Every.D())))
 	default:
-		_, err = fmt.Fprintf(w, "income for %s: %s every %s; the next is paid at %s\n", who, set.Amount, span(set.Every.D()), stamp(nextPayment(*set)))
+		err = w.note("income for %s: %s every %s; the next is paid at %s\n", who, set.Amount, span(set.Every.D()), stamp(nextPayment(*set)))
 	}
 	return err
 }
@@ -365,7 +375,8 @@ func revokePrincipal(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
-	revoke := func(ctx context.Context, cl clients, key string) (wire.RevokeReply, error) {
+	key := c.String("key") // the live key, once found: a try asked again revokes the same one
+	revoke := func(ctx context.Context, cl clients, _ string) (wire.RevokeReply, error) {
 		if key == "" {
 			var err error
 			if key, err = liveKey(ctx, cl, role, name); err != nil {
@@ -412,7 +423,8 @@ func setAside(path, key string) error {
 // of a daemon's key (the bank's own) may close the connection its answer
 // would come on, and a key the bank registered must not be lost with the
 // answer. An unanswered request is asked again (the bank answers a done
-// rotation as done); a refused one removes the pending seed.
+// rotation as done: call asks again); a refused one removes the pending
+// seed.
 func rotatePrincipal(c *ucli.Context) error {
 	name, role, err := principalFlags(c)
 	if err != nil {
@@ -444,7 +456,7 @@ func rotatePrincipal(c *ucli.Context) error {
 		return cl.bank.RotatePrincipal(ctx, req)
 	}
 	done := func(ctx context.Context, cl clients, x string) (wire.RotateReply, error) {
-		rep, err := retried(rotate)(ctx, cl, x)
+		rep, err := rotate(ctx, cl, x)
 		switch {
 		case err == nil:
 			if err = os.Rename(path+".new", path); err != nil {
@@ -482,7 +494,7 @@ func transferCommand() *ucli.Command {
 				return err
 			}
 			req := &wire.TransferRequest{ID: idOrNew(c, "transfer"), From: from, To: c.String("to"), Amount: amount, Memo: c.String("memo")}
-			return call(c, retried(onBank(bank.Client.Transfer)), req, func(w *out, rep wire.TransferReply) error {
+			return call(c, onBank(bank.Client.Transfer), req, func(w *out, rep wire.TransferReply) error {
 				_, err := fmt.Fprintf(w, "moved %s from %s to %s; %s's balance %s (transfer %s)\n", amount, from, req.To, from, rep.Balance, rep.Transfer)
 				return err
 			})
@@ -497,9 +509,12 @@ func statementCommand() *ucli.Command {
 		UsageText: "mrmarket statement --user alice\n   mrmarket statement --account provider:host-1 --limit 20",
 		Flags: marketFlags(
 			&ucli.StringFlag{Name: "account", Usage: "any account id instead of a user (provider:<host>, escrow, mint)"},
-			&ucli.IntFlag{Name: "limit", Usage: "entries", Value: 50},
+			&ucli.IntFlag{Name: "limit", Usage: "entries, newest first", Value: wire.DefaultStatement},
 		),
 		Action: func(c *ucli.Context) error {
+			if l := c.Int("limit"); l < 1 || l > wire.MaxStatement {
+				return badInput("--limit must be 1 to %d (default %d), got %d", wire.MaxStatement, wire.DefaultStatement, l)
+			}
 			req := &wire.StatementRequest{Account: c.String("account"), Limit: c.Int("limit")}
 			if req.Account == "" {
 				req.User = setting(c, "user")
@@ -510,7 +525,9 @@ func statementCommand() *ucli.Command {
 }
 
 func printStatement(w *out, rep wire.StatementReply) error {
-	fmt.Fprintf(w, "%s: balance %s\n", rep.Account, rep.Balance)
+	if err := w.note("%s: balance %s\n", rep.Account, rep.Balance); err != nil {
+		return err
+	}
 	t := w.table("AT", "KIND", "AMOUNT", "COUNTERPARTY", "TRANSFER", "MEMO")
 	for _, e := range rep.Entries {
 		amt := e.Amount.String()

@@ -143,7 +143,7 @@ func TestBadInputToEveryCommand(t *testing.T) {
 		{[]string{"bank", "grant", n, "--user", "alice"}, cli.ExitBadInput, "--amount is required"},
 		{[]string{"bank", "grant", n, "--amount", "5"}, cli.ExitBadInput, "--user"},
 		{[]string{"bank", "grant", n, "--user", "a.b", "--amount", "5"}, cli.ExitBadInput, "invalid user"},
-		{[]string{"balance", n, "--user", "nobody"}, cli.ExitRefused, "nobody"},
+		{[]string{"balance", n, "--user", "nobody"}, cli.ExitBadInput, "no credentials for user nobody"},
 		{[]string{"up", "--data", t.TempDir(), "--idle-below", "1.5"}, cli.ExitBadInput, "--idle-below must be between 0 and 1"},
 		{[]string{"agent", "--host", "host-1", "--idle-below", "0"}, cli.ExitBadInput, "--idle-below must be between 0 and 1"},
 		{[]string{"spend", n, "--user", "alice", "--budget", "5", "--duration", "0s", "--vm", "a1"}, cli.ExitBadInput, "duration"},
@@ -158,17 +158,20 @@ func TestBadInputToEveryCommand(t *testing.T) {
 		{[]string{"cancel", n, "--user", "alice"}, cli.ExitBadInput, "--plan"},
 		{[]string{"cancel", n, "--user", "alice", "--plan", "no-such-plan"}, cli.ExitRefused, "no-such-plan"},
 		{[]string{"price", n, "--host", "host-9"}, cli.ExitRefused, "host-9"},
+		{[]string{"vms", n, "--host", "host-9"}, cli.ExitRefused, `unknown host "host-9"`},
 		{[]string{"vms", n, "--owner", "a b"}, cli.ExitBadInput, "invalid owner"},
 		{[]string{"transfer", n, "--user", "alice", "--to", "alice", "--amount", "1"}, cli.ExitBadInput, "to itself"},
 		{[]string{"transfer", n, "--user", "alice", "--to", "bob", "--amount", "1000"}, cli.ExitRefused, "insufficient"},
 		{[]string{"transfer", n, "--user", "alice", "--to", "nobody", "--amount", "1"}, cli.ExitRefused, "nobody"},
-		{[]string{"transfer", n, "--user", "mallory", "--to", "alice", "--amount", "1"}, cli.ExitRefused, "no credentials"},
+		{[]string{"transfer", n, "--user", "mallory", "--to", "alice", "--amount", "1"}, cli.ExitBadInput, "no credentials"},
 		{[]string{"statement", n}, cli.ExitBadInput, "exactly one of user or account"},
+		{[]string{"statement", n, "--user", "alice", "--limit", "0"}, cli.ExitBadInput, "--limit must be 1 to 10000 (default 100)"},
+		{[]string{"statement", n, "--user", "alice", "--limit", "10001"}, cli.ExitBadInput, "--limit must be 1 to 10000 (default 100)"},
 		{[]string{"statement", n, "--account", "provider:none"}, cli.ExitRefused, "unknown account"},
 		{[]string{"bank", "income", "set", n, "--user", "alice", "--amount", "5", "--every", "1s"}, cli.ExitBadInput, "income period"},
 		{[]string{"bank", "income", "set", n, "--user", "alice", "--amount", "-5"}, cli.ExitBadInput, "greater than zero"},
 		{[]string{"bank", "principal", "add", n, "--name", "eve", "--role", "king"}, cli.ExitBadInput, "unknown role"},
-		{[]string{"bank", "grant", n, "--creds", "/nonexistent", "--user", "alice", "--amount", "5"}, cli.ExitRefused, "no credentials for admin"},
+		{[]string{"bank", "grant", n, "--creds", "/nonexistent", "--user", "alice", "--amount", "5"}, cli.ExitBadInput, "no credentials for admin"},
 		{[]string{"up", "--hosts", "0"}, cli.ExitBadInput, "hosts"},
 		{[]string{"up", "--tick", "1ns"}, cli.ExitBadInput, "--tick"},
 		{[]string{"frobnicate"}, cli.ExitBadInput, ""},
@@ -382,6 +385,15 @@ func TestDemo(t *testing.T) {
 	}
 	if len(rep.Ledger.Violations) != 0 || rep.Ratio < 2-1e-9 || rep.Ratio > 2+1e-9 {
 		t.Fatalf("demo report: ratio %v, violations %v", rep.Ratio, rep.Ledger.Violations)
+	}
+	var raw map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &raw); err != nil {
+		t.Fatal(err)
+	}
+	wall, _ := raw["wall_time"].(string)
+	if d, err := time.ParseDuration(wall); raw["snapshot_at"] != "30m0s" || raw["end_at"] != "1h0m40s" || err != nil || d != d.Round(time.Millisecond) {
+		t.Errorf("demo --json: durations are Go duration strings to the millisecond: snapshot_at %v, end_at %v, wall_time %v",
+			raw["snapshot_at"], raw["end_at"], raw["wall_time"])
 	}
 	want := map[string]string{"alice": "24", "bob": "12", "batch": "6"}
 	for _, u := range rep.Users {

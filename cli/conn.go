@@ -2,8 +2,10 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
-	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -89,6 +91,9 @@ func connPrincipal(c *ucli.Context, keys signing.CredsDir) (*signing.Signer, rpc
 	admin := rpc.As{Role: wire.RoleAdmin, Name: "admin"}
 	if adminCommands[commandPath(c)] {
 		s, err := keys.Signer(wire.RoleAdmin, "admin")
+		if err != nil {
+			err = setupError(keys, err)
+		}
 		return s, admin, err
 	}
 	user := setting(c, "user")
@@ -104,7 +109,7 @@ func connPrincipal(c *ucli.Context, keys signing.CredsDir) (*signing.Signer, rpc
 		return s, admin, nil
 	}
 	if userErr != nil {
-		return nil, rpc.As{}, userErr
+		return nil, rpc.As{}, setupError(keys, userErr)
 	}
 	if ents, err := os.ReadDir(filepath.Join(string(keys), "users")); err == nil {
 		var only string
@@ -119,10 +124,38 @@ func connPrincipal(c *ucli.Context, keys signing.CredsDir) (*signing.Signer, rpc
 		}
 		if only != "" {
 			s, err := keys.Signer(wire.RoleUser, only)
+			if err != nil {
+				err = setupError(keys, err)
+			}
 			return s, rpc.As{Role: wire.RoleUser, Name: only}, err
 		}
 	}
-	return nil, rpc.As{}, fmt.Errorf("%w: no credentials to connect with in %s: pass --user (MRM_USER) with users/<name>.nk there, or the admin's admin.nk (--creds, MRM_CREDS)", wire.ErrForbidden, keys)
+	return nil, rpc.As{}, setupError(keys, errors.New("no credentials to connect with: pass --user (MRM_USER) with users/<name>.nk there, or the admin's admin.nk; "+
+		"`mrmarket up --data DIR` writes them in DIR/creds"))
+}
+
+// localKeys are the credentials a command signs with: a key missing there
+// is the local setup's mistake (setupError), not the market's refusal.
+type localKeys struct{ signing.CredsDir }
+
+func (k localKeys) Signer(role, name string) (*signing.Signer, error) {
+	s, err := k.CredsDir.Signer(role, name)
+	if errors.Is(err, wire.ErrForbidden) {
+		err = setupError(k.CredsDir, err)
+	}
+	return s, err
+}
+
+// setupError is err (a key missing on this machine) said as what is
+// wrong with the local setup: bad input (exit 2), not a refusal by the
+// market, which was not asked.
+func setupError(keys signing.CredsDir, err error) error {
+	where := string(keys)
+	if _, statErr := os.Stat(where); statErr != nil {
+		where += ", which does not exist"
+	}
+	return badInput("%s (credentials directory %s: --creds, MRM_CREDS or creds in the config file name it)",
+		strings.TrimPrefix(err.Error(), wire.ErrForbidden.Error()+": "), where)
 }
 
 // connect opens a client connection to the market named by --nats as the
@@ -135,18 +168,60 @@ func connect(c *ucli.Context) (*nats.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	nc, err := natsutil.ConnectWith(url, natsutil.ConnectOptions{Name: "mrmarket-cli", Signer: signer, CAFile: tlsCA(c, keys), Timeout: 3 * time.Second})
+	ca, err := checkCA(c, keys)
 	if err != nil {
-		return nil, connectError(url, err)
+		return nil, err
+	}
+	nc, err := natsutil.ConnectWith(url, natsutil.ConnectOptions{Name: "mrmarket-cli", Signer: signer, CAFile: ca, Timeout: 3 * time.Second})
+	if err != nil {
+		return nil, clientConnectError(url, ca, keys, err)
 	}
 	return nc, nil
 }
 
+// checkCA is the CA file a client verifies the server with (tlsCA), read
+// before connecting: a file that is not there or holds no certificate is
+// the local setup's mistake (exit 2), not an unreachable market.
+func checkCA(c *ucli.Context, keys signing.CredsDir) (string, error) {
+	ca := tlsCA(c, keys)
+	if ca == "" {
+		return "", nil
+	}
+	pem, err := os.ReadFile(ca)
+	if err != nil {
+		return "", badInput("the CA certificate (--tls-ca, MRM_TLS_CA or tls-ca in the config file) cannot be read: %v", err)
+	}
+	if !x509.NewCertPool().AppendCertsFromPEM(pem) {
+		return "", badInput("the CA certificate %s (--tls-ca, MRM_TLS_CA or tls-ca in the config file) holds no PEM certificate: "+
+			"give the market's CA, <data>/tls/ca.pem of `mrmarket up --data DIR`", ca)
+	}
+	return ca, nil
+}
+
+// clientConnectError is connectError for a command: a server certificate
+// the CA does not verify is the local setup's mistake — the wrong CA, or
+// none — (exit 2): the market is there.
+func clientConnectError(url, ca string, keys signing.CredsDir, err error) error {
+	var verify *tls.CertificateVerificationError
+	if !errors.As(err, &verify) {
+		return connectError(url, err)
+	}
+	if ca == "" {
+		return badInput("the NATS server at %s has a certificate no CA of this machine verifies (%v): give the market's CA with --tls-ca or MRM_TLS_CA "+
+			"(none was found next to the credentials, %s)", url, verify.Err, filepath.Join(filepath.Dir(filepath.Clean(string(keys))), "tls", "ca.pem"))
+	}
+	return badInput("the NATS server at %s has a certificate the CA %s does not verify (%v): give the market's CA with --tls-ca or MRM_TLS_CA", url, ca, verify.Err)
+}
+
 // connectDaemon connects a daemon as signer, retrying forever once
 // connected (natsutil's policy).
-func connectDaemon(c *ucli.Context, name string, signer *signing.Signer) (*nats.Conn, error) {
+func connectDaemon(c *ucli.Context, name string, signer *signing.Signer, log *slog.Logger) (*nats.Conn, error) {
 	url := setting(c, "nats")
-	nc, err := natsutil.ConnectWith(url, natsutil.ConnectOptions{Name: name, Signer: signer, CAFile: tlsCA(c, credsDir(c))})
+	ca, err := checkCA(c, credsDir(c))
+	if err != nil {
+		return nil, err
+	}
+	nc, err := natsutil.ConnectWith(url, natsutil.ConnectOptions{Name: name, Signer: signer, CAFile: ca, Logger: log})
 	if err != nil {
 		return nil, connectError(url, err)
 	}
@@ -159,7 +234,7 @@ func connectError(url string, err error) error {
 	if errors.Is(err, nats.ErrAuthorization) || strings.Contains(strings.ToLower(err.Error()), "authorization violation") {
 		return wire.Errorf(wire.ErrForbidden, "the NATS server at %s refused the credentials: %v (is the principal registered? `mrmarket bank principal add`)", url, err)
 	}
-	if strings.Contains(err.Error(), "x509") || strings.Contains(err.Error(), "tls") || strings.Contains(err.Error(), "secure connection") {
+	if errors.Is(err, nats.ErrTLS) || errors.Is(err, nats.ErrSecureConnRequired) || errors.Is(err, nats.ErrSecureConnWanted) {
 		return wire.Errorf(wire.ErrUnavailable, "cannot reach the market at %s over TLS: %v (give its CA with --tls-ca or MRM_TLS_CA)", url, err)
 	}
 	return wire.Errorf(wire.ErrUnavailable, "cannot reach the market at %s: %v (start one with `mrmarket up`, or set MRM_NATS_URL)", url, err)
@@ -182,17 +257,21 @@ func bankConnSigner(ctx context.Context, b *bank.Bank, keys signing.CredsDir, ad
 // from the command's flags (connectDaemon), the anchor, metrics on reg and
 // the process's logger, everything owned by s.
 func daemonEnv(c *ucli.Context, s *stop.Stopper, anchor string, reg *prometheus.Registry) daemon.Env {
-	return daemon.Env{Stopper: s, AdminKey: anchor, Metrics: obs.NewMetrics(reg), Logger: daemonLogger(c),
-		Connect: func(name string, signer *signing.Signer) (*nats.Conn, error) { return connectDaemon(c, name, signer) }}
+	log := daemonLogger(c)
+	return daemon.Env{Stopper: s, AdminKey: anchor, Metrics: obs.NewMetrics(reg), Logger: log,
+		Connect: func(name string, signer *signing.Signer) (*nats.Conn, error) {
+			return connectDaemon(c, name, signer, log)
+		}}
 }
 
-// serveHTTP serves /metrics of reg and /healthz of checks on addr until s
-// stops.
-func serveHTTP(s *stop.Stopper, addr string, reg *prometheus.Registry, checks map[string]obs.HealthFunc) (*obs.Server, error) {
+// serveHTTP serves /metrics of reg, /healthz of checks and /readyz of deps
+// on addr until s stops.
+func serveHTTP(s *stop.Stopper, addr string, reg *prometheus.Registry, checks map[string]obs.HealthFunc, deps []obs.Dependency) (*obs.Server, error) {
 	srv, err := obs.Serve(addr, reg, checks)
 	if err != nil {
 		return nil, err
 	}
+	srv.Ready(deps...)
 	s.AddCloser(func() { _ = srv.Close() })
 	return srv, nil
 }

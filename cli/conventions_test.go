@@ -58,6 +58,27 @@ func TestShellCompletion(t *testing.T) {
 	if r := complete("spend", "--bu", "--generate-bash-completion"); r.code != 0 || !strings.Contains(r.stdout, "--budget") {
 		t.Errorf("completing a flag: %+v", r)
 	}
+	if r := complete("spend", "--strategy", "--generate-bash-completion"); r.code != 0 || r.stdout != strings.Join(wire.Strategies, "\n")+"\n" {
+		t.Errorf("completing a strategy: %+v", r)
+	}
+	m, _ := startMarket(t)
+	n := "--nats=" + m.URL
+	grant(t, n, "100", "alice")
+	if r := mrmarket("spend", n, "--user", "alice", "--budget", "1", "--duration", "1h", "--vm", "a1", "--id", "p-a"); r.code != 0 {
+		t.Fatalf("spend: %+v", r)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"spend", n, "--user", "alice", "--vm"}, "a1\n"},
+		{[]string{"vms", n, "--host"}, "host-1\n"},
+		{[]string{"cancel", n, "--user", "alice", "--plan"}, "p-a\n"},
+	} {
+		if r := complete(append(c.args, "--generate-bash-completion")...); r.code != 0 || r.stdout != c.want {
+			t.Errorf("completing %v: %+v, want %q", c.args, r, c.want)
+		}
+	}
 }
 
 // TestConfigFile: connection and identity from the config file, below the
@@ -150,6 +171,34 @@ func TestNoHeaders(t *testing.T) {
 	}
 }
 
+// TestNoHeadersPrintsRowsOnly: --no-headers leaves out the lines around a
+// table too — a preamble, a summary, a note — so that what is printed is
+// the table's rows and nothing else.
+func TestNoHeadersPrintsRowsOnly(t *testing.T) {
+	m, _ := startMarket(t)
+	n := "--nats=" + m.URL
+	grant(t, n, "100", "alice")
+	job := writeFile(t, `{"name": "etl", "vms": ["a1"], "maps": 4, "reduces": 0, "map_slots": 1, "profile": {"map_avg": 60, "map_max": 60}}`)
+	for around, args := range map[string][]string{
+		"alice: balance": {"statement", n, "--user", "alice"},
+		"invariant":      {"ledger", n},
+		"spends 1 over":  {"spend", n, "--user", "alice", "--budget", "1", "--duration", "1h", "--vm", "a1"},
+		"income for":     {"bank", "income", "set", n, "--user", "alice", "--amount", "1", "--every", "24h"},
+		"earliest":       {"quote", n, "--user", "alice", "--job", job},
+		"runs by":        {"sim", "describe", "s003-stage"},
+	} {
+		r := mrmarket(args...)
+		if r.code != 0 || !strings.Contains(r.stdout, around) {
+			t.Errorf("%v: %+v", args, r)
+			continue
+		}
+		r = mrmarket(append(args, "--no-headers")...)
+		if r.code != 0 || strings.Contains(r.stdout, around) || strings.Contains(r.stdout, "\n\n") || strings.HasPrefix(r.stdout, "\n") {
+			t.Errorf("%v --no-headers: %+v, want its rows without %q", args, r, around)
+		}
+	}
+}
+
 // TestPlansAndJobsShowTheBank: plans shows the bank's spent, released and
 // held, durations rounded; a best-effort job's plan is not "deadline".
 func TestPlansAndJobsShowTheBank(t *testing.T) {
@@ -177,8 +226,13 @@ func TestPlansAndJobsShowTheBank(t *testing.T) {
 	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &ps) != nil || len(ps.Plans) != 2 {
 		t.Fatalf("plans --json: %+v", r)
 	}
-	if !strings.Contains(r.stdout, `"spent_micro"`) || !strings.Contains(r.stdout, `"held_micro"`) || strings.Contains(r.stdout, "best-effort") {
+	if !strings.Contains(r.stdout, `"spent_micro"`) || !strings.Contains(r.stdout, `"held_micro"`) {
 		t.Fatalf("plans --json is the wire reply: %s", r.stdout)
+	}
+	for _, p := range ps.Plans {
+		if want := map[string]string{"p-bob": "fair", "j-be": wire.StrategyBestEffort}[p.ID]; p.Strategy != want {
+			t.Errorf("plans --json: plan %s's strategy %q, want %q", p.ID, p.Strategy, want)
+		}
 	}
 	r = mrmarket("plans", n, "--no-headers")
 	if r.code != 0 {
@@ -262,4 +316,42 @@ func TestPrincipalAddWritesNoKeyWhenRefused(t *testing.T) {
 	if r2 := mrmarket("bank", "principal", "add", "--nats="+m.URL, "--name", "carol"); r2.code != 0 || strings.Fields(r2.stdout)[4] != strings.Fields(r.stdout)[4] {
 		t.Fatalf("principal add carol again: %+v, first %+v", r2, r)
 	}
+}
+
+// TestCommandLineAsWritten: the connection flags are read before or after
+// the command; a mistyped command is told the closest one; an argument a
+// command would not read is refused — each a clear line, exit 2.
+func TestCommandLineAsWritten(t *testing.T) {
+	m, _ := startMarket(t)
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	grant(t, "--nats="+m.URL, "7", "alice")
+	conf := filepath.Join(t.TempDir(), "config")
+	if err := os.WriteFile(conf, []byte("nats = "+m.URL+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"balance", "--nats", m.URL, "--user", "alice", "--tls-ca", m.CAFile},
+		{"--nats", m.URL, "--user=alice", "--creds", string(m.Keys()), "balance"},
+		{"--tls-ca=" + m.CAFile, "balance", "--config", conf, "--user", "alice"},
+		{"--config", conf, "--user", "alice", "balance", "--json"},
+	} {
+		if r := mrmarket(args...); r.code != 0 || !strings.Contains(r.stdout, "7") {
+			t.Errorf("%v: %+v", args, r)
+		}
+	}
+	// A command's own --tls-ca stays its own.
+	if r := mrmarket("nats", "assets", "--nats=nats://127.0.0.1:1", "--tls-ca", m.CAFile); r.code != cli.ExitUnavailable {
+		t.Errorf("nats assets --tls-ca: %+v", r)
+	}
+	bad := func(msg string, args ...string) refusal { return refusal{args, cli.ExitBadInput, msg} }
+	refuse(t, m, []refusal{
+		bad("did you mean `mrmarket spend`?", "spned"),
+		bad("did you mean `mrmarket balance`?", "balanse", "--user", "alice"),
+		bad("did you mean `mrmarket bank grant`?", "bank", "grnat", "--user", "alice", "--amount", "1"),
+		bad("did you mean `mrmarket jobs watch`?", "jobs", "wacth"),
+		bad(`has no command "frobnicate" (see`, "frobnicate"),
+		bad(`takes no arguments, only flags: "extra"`, "vms", "--nats="+m.URL, "extra"),
+		bad(`"5 --budget 3" would not be read`, "bank", "grant", "--nats="+m.URL, "--user", "alice", "--amount", "1", "5", "--budget", "3"),
+		bad("flag provided but not defined: -user (see `mrmarket ledger --help`)", "--user", "alice", "ledger", "--nats="+m.URL),
+	})
 }

@@ -44,37 +44,37 @@ func demoCommand() *ucli.Command {
 }
 
 func printDemo(w *out, rep *market.DemoReport) error {
-	fmt.Fprintf(w, "mrmarket demo: %d ticks of simulated time (%s), %s of wall time\n\n",
-		rep.Ticks, span(rep.EndAt), span(rep.Elapsed))
-	fmt.Fprintln(w, "Spending:")
+	w.note("mrmarket demo: %d ticks of simulated time (%s), %s of wall time\n\n",
+		rep.Ticks, span(rep.EndAt.D()), span(rep.Elapsed.D()))
+	w.note("Spending:\n")
 	t := w.table("  USER", "BUDGET", "DURATION", "VMS")
 	for _, u := range []string{"alice", "bob", "batch"} {
 		s := rep.Spends[u]
-		t.row("  "+u, s.Budget.String(), span(s.Duration), strings.Join(s.VMs, ","))
+		t.row("  "+u, s.Budget.String(), span(s.Duration.D()), strings.Join(s.VMs, ","))
 	}
 	t.flush()
 
-	fmt.Fprintf(w, "\nAt t=%s — hosts (price = Σ rates):\n", span(rep.SnapshotAt))
+	w.note("\nAt t=%s — hosts (price = Σ rates):\n", span(rep.SnapshotAt.D()))
 	t = w.table("  HOST", "PRICE")
 	for _, h := range rep.Hosts {
 		t.row("  "+h.Host, perHour(h.Price))
 	}
 	t.flush()
-	fmt.Fprintf(w, "\nAt t=%s — VMs (share = rate / price; CPU = what the simulated host gave it):\n", span(rep.SnapshotAt))
+	w.note("\nAt t=%s — VMs (share = rate / price; CPU = what the simulated host gave it):\n", span(rep.SnapshotAt.D()))
 	t = w.table("  HOST", "VM", "OWNER", "RATE", "SHARE", "CPU")
 	for _, v := range rep.VMs {
 		t.row("  "+v.Host, v.VM, v.Owner, perHour(v.Rate), pct(v.Share), pct(v.CPU))
 	}
 	t.flush()
-	fmt.Fprintf(w, "  alice's share / bob's share on host-2: %.4f (bids 2:1)\n", rep.Ratio)
+	w.note("  alice's share / bob's share on host-2: %.4f (bids 2:1)\n", rep.Ratio)
 
-	fmt.Fprintf(w, "\nAt t=%s — plans ended, remainders released:\n", span(rep.EndAt))
+	w.note("\nAt t=%s — plans ended, remainders released:\n", span(rep.EndAt.D()))
 	t = w.table("  USER", "GRANTED", "SPENT", "BALANCE", "HELD")
 	for _, u := range rep.Users {
 		t.row("  "+u.User, u.Granted.String(), u.Spent.String(), u.Balance.String(), u.Held.String())
 	}
 	t.flush()
-	fmt.Fprintln(w, "\nLedger:")
+	w.note("\nLedger:\n")
 	t = w.table("  ACCOUNT", "KIND", "BALANCE")
 	for _, a := range rep.Ledger.Accounts {
 		t.row("  "+a.ID, a.Kind, a.Balance.String())
@@ -98,7 +98,7 @@ func upCommand() *ucli.Command {
 			&ucli.StringFlag{Name: "nats", Usage: "join this NATS (cluster) instead of embedding one: URL[,URL,…], e.g. nats://n1:4222,nats://n2:4222,nats://n3:4222; " +
 				"it must know the market's principals (mrmarket nats serve --data on this data directory); TLS verified with --tls-ca, else <data>/tls/ca.pem"},
 			flagJSReplicas(),
-			&ucli.StringFlag{Name: "http", Usage: "address for /metrics and /healthz", Value: "127.0.0.1:9464"},
+			&ucli.StringFlag{Name: "http", Usage: "address for /metrics, /healthz and /readyz", Value: "127.0.0.1:9464"},
 			&ucli.DurationFlag{Name: "tick", Usage: "agent tick period", Value: defaultTick},
 			flagIdleBelow(),
 		},
@@ -143,18 +143,27 @@ func upCommand() *ucli.Command {
 				return err
 			}
 			defer m.Close()
-			srv, err := obs.Serve(c.String("http"), m.Registry, m.Health())
+			dash, err := upDashboard(c, m)
 			if err != nil {
 				return err
 			}
+			srv, err := obs.ServeWith(c.String("http"), m.Registry, m.Health(), dash)
+			if err != nil {
+				dash.Close()
+				return err
+			}
+			srv.Ready(m.Ready()...)
 			defer srv.Close()
+			defer dash.Close() // before the server: it ends the live streams
 			w := c.App.Writer
 			fmt.Fprintf(w, "mrmarket is up: %d hosts, %d VMs each, data in %s\n", len(hosts), c.Int("vms-per-host"), c.String("data"))
 			fmt.Fprintf(w, "  NATS     %s   (export MRM_NATS_URL=%s)\n", m.URL, m.URL)
 			fmt.Fprintf(w, "  JetStream replicas: %s\n", replicasText(m.Replicas))
 			fmt.Fprintf(w, "  creds    %s   (export MRM_CREDS=%s; each principal's NKey: it connects with it and signs every request that moves money)\n", m.Keys(), m.Keys())
 			fmt.Fprintf(w, "  TLS CA   %s   (NATS requires TLS; the CLI finds the CA next to the creds, or export MRM_TLS_CA=%s)\n", m.CAFile, m.CAFile)
-			fmt.Fprintf(w, "  metrics  http://%s/metrics   health  http://%s/healthz\n", srv.Addr(), srv.Addr())
+			fmt.Fprintf(w, "  metrics  http://%s/metrics   health  http://%s/healthz   ready  http://%s/readyz\n", srv.Addr(), srv.Addr(), srv.Addr())
+			fmt.Fprintf(w, "  dashboard http://%s/\n", srv.Addr())
+			printSignIn(w, dash, srv.Addr().String(), true)
 			fmt.Fprintf(w, "try:\n  mrmarket vms\n  mrmarket bank grant --user %s --amount 100\n", users[0])
 			if len(hosts) > 0 && len(hosts[0].VMs) > 0 {
 				fmt.Fprintf(w, "  mrmarket spend --user %s --budget 10 --duration 10m --vm %s\n", hosts[0].VMs[0].Owner, hosts[0].VMs[0].ID)

@@ -151,7 +151,7 @@ func printEvent(w io.Writer, ev wire.Event) error {
 	} else {
 		who += " (" + ev.Principal.Role + ")"
 	}
-	_, err := fmt.Fprintf(w, "%s  %-6s %-9s %-22s %s\n", ev.At.UTC().Format(time.RFC3339), ev.Component, ev.Op, who, summarize(ev))
+	_, err := fmt.Fprintf(w, "%s  %-6s %-9s %-22s %s\n", stamp(ev.At), ev.Component, ev.Op, who, summarize(ev))
 	return err
 }
 

@@ -225,7 +225,7 @@ func TestReadsAreAuthenticated(t *testing.T) {
 	if r := mrmarket("statement", n, "--user", "bob"); r.code != 0 {
 		t.Fatalf("bob's statement: %+v", r)
 	}
-	if r := mrmarket("balance", n, "--user", "bob", "--creds", t.TempDir()); r.code != cli.ExitRefused {
+	if r := mrmarket("balance", n, "--user", "bob", "--creds", t.TempDir()); r.code != cli.ExitBadInput || !strings.Contains(r.stderr, "no credentials") {
 		t.Fatalf("balance without credentials: %+v", r)
 	}
 }

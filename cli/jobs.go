@@ -106,9 +106,9 @@ func quoteCommand() *ucli.Command {
 }
 
 func printQuote(w *out, rep wire.QuoteReply) error {
-	fmt.Fprintf(w, "job %s: %.0f s at a full share (estimate from %s: mean %.0f s, sd %.1f s); runs at share %.2f\n",
+	w.note("job %s: %.0f s at a full share (estimate from %s: mean %.0f s, sd %.1f s); runs at share %.2f\n",
 		rep.Job, rep.Work, rep.Source, rep.Mean, rep.SD, rep.Share)
-	fmt.Fprintf(w, "earliest finish %s after %d admitted job(s); ARIA's minimum there: %d map and %d reduce slots; balance %s\n",
+	w.note("earliest finish %s after %d admitted job(s); ARIA's minimum there: %d map and %d reduce slots; balance %s\n",
 		stamp(rep.Earliest), rep.Queued, rep.MapSlots, rep.ReduceSlots, rep.Balance)
 	t := w.table("DEADLINE", "PRICE", "CONFIDENCE", "AFFORDABLE")
 	any := false
@@ -123,8 +123,7 @@ func printQuote(w *out, rep wire.QuoteReply) error {
 		return err
 	}
 	if !any {
-		_, err := fmt.Fprintf(w, "your balance (%s) pays for none of these deadlines\n", rep.Balance)
-		return err
+		return w.note("your balance (%s) pays for none of these deadlines\n", rep.Balance)
 	}
 	return nil
 }
@@ -173,7 +172,7 @@ func submitCommand() *ucli.Command {
 				return badInput("--deadline or --budget is required (see `mrmarket quote`)")
 			}
 			req.V = wire.Version
-			return call(c, retried(submit), req, printSubmit)
+			return call(c, submit, req, printSubmit)
 		},
 	}
 }

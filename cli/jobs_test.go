@@ -58,6 +58,9 @@ func TestDeadlineCommands(t *testing.T) {
 	if q.Work != 240 || q.Source != "profile" {
 		t.Fatalf("quote: work %v from %s, want ARIA's upper bound 240 s from the profile", q.Work, q.Source)
 	}
+	if !strings.Contains(r.stdout, `"work_s": 240`) && !strings.Contains(r.stdout, `"work_s":240`) {
+		t.Errorf("quote --json names its work's unit (work_s): %s", r.stdout)
+	}
 	r = mrmarket("quote", n, "--user", "alice", "--job", alice)
 	t.Log(r.stdout)
 	if r.code != 0 || !strings.Contains(r.stdout, "DEADLINE") || strings.Contains(r.stdout, "pays for none") {
@@ -85,7 +88,7 @@ func TestDeadlineCommands(t *testing.T) {
 		{[]string{"quote", n, "--user", "alice"}, cli.ExitBadInput, "--job"},
 		{[]string{"submit", n, "--user", "alice", "--job", alice, "--best-effort", "--deadline", late}, cli.ExitBadInput, "no --deadline"},
 		{[]string{"submit", n, "--user", "bob", "--job", bob, "--best-effort", "--budget", "0.5"}, cli.ExitRefused, "insufficient"},
-		{[]string{"quote", n, "--user", "mallory", "--job", alice}, cli.ExitRefused, "no credentials"},
+		{[]string{"quote", n, "--user", "mallory", "--job", alice}, cli.ExitBadInput, "no credentials"},
 	})
 
 	r = mrmarket("submit", n, "--user", "alice", "--job", alice, "--deadline", q.Curve[3].Deadline.Format(time.RFC3339), "--id", "job-etl", "--json")
@@ -93,7 +96,7 @@ func TestDeadlineCommands(t *testing.T) {
 	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &sub) != nil || sub.Job.Status != wire.JobRunning || sub.Job.Price <= 0 {
 		t.Fatalf("submit: %+v", r)
 	}
-	if r := mrmarket("submit", n, "--user", "alice", "--job", alice, "--deadline", late, "--id", "job-etl"); r.code != 0 || !strings.Contains(r.stdout, "job-etl") {
+	if r := mrmarket("submit", n, "--user", "alice", "--job", alice, "--deadline", q.Curve[3].Deadline.Format(time.RFC3339), "--id", "job-etl"); r.code != 0 || !strings.Contains(r.stdout, "job-etl") {
 		t.Fatalf("repeated submit: %+v", r)
 	}
 	if r := mrmarket("submit", n, "--user", "alice", "--job", alice, "--deadline", late); r.code != cli.ExitRefused || !strings.Contains(r.stderr, "already admitted") {

@@ -63,7 +63,7 @@ func natsAssetsCommand() *ucli.Command {
 			"update, delete or purge a stream. Creates MRM_HOSTS, MRM_PLANS, MRM_NONCES and MRM_EVENTS, or\n" +
 			"opens them and raises their replicas (3 on a cluster, 1 on one server, or --js-replicas).\n" +
 			"Run it again after adding NATS nodes, or to make again a bucket that was deleted.",
-		Flags:  []ucli.Flag{flagNATS(), flagCreds(), flagTLSCA(), flagJSReplicas()},
+		Flags:  []ucli.Flag{flagNATS(), flagCreds(), flagTLSCA(), flagJSReplicas(), flagJSON()},
 		Action: natsAssets,
 	}
 }
@@ -78,9 +78,13 @@ func natsAssets(c *ucli.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w (the admin's key creates the assets)", err)
 	}
-	nc, err := natsutil.ConnectWith(url, natsutil.ConnectOptions{Name: "mrmarket-nats-assets", Signer: admin, CAFile: tlsCA(c, keys), Timeout: 3 * time.Second})
+	ca, err := checkCA(c, keys)
 	if err != nil {
-		return connectError(url, err)
+		return err
+	}
+	nc, err := natsutil.ConnectWith(url, natsutil.ConnectOptions{Name: "mrmarket-nats-assets", Signer: admin, CAFile: ca, Timeout: 3 * time.Second})
+	if err != nil {
+		return clientConnectError(url, ca, keys, err)
 	}
 	defer nc.Close()
 	if err := natsutil.SetReplicas(nc, replicas); err != nil {
@@ -89,6 +93,11 @@ func natsAssets(c *ucli.Context) error {
 	assets, err := natsutil.EnsureAssets(c.Context, nc)
 	if err != nil {
 		return wire.Errorf(wire.ErrUnavailable, "%v", err)
+	}
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, struct {
+			Replicas map[string]int `json:"replicas"`
+		}{assets.Replicas})
 	}
 	fmt.Fprintf(c.App.Writer, "mrmarket nats assets: %s\n", replicasText(assets.Replicas))
 	return nil
@@ -163,15 +172,16 @@ func natsServe(c *ucli.Context) error {
 	s := stop.New()
 	defer s.Stop()
 	s.AddCloser(node.Shutdown)
-	w := c.App.Writer
-	fmt.Fprintf(w, "mrmarket nats serve: node %s, clients %s, config %s\n", opts.Name, node.Server.ClientURL(), conf)
+	log := daemonLogger(c)
+	about := []any{"clients", node.Server.ClientURL(), "config", conf}
 	if addr := node.Server.ClusterAddr(); addr != nil {
-		fmt.Fprintf(w, "  routes %s (cluster %s), JetStream in %s\n", addr, opts.ClusterName, opts.StoreDir)
+		about = append(about, "routes", addr.String(), "cluster", opts.ClusterName, "jetstream", opts.StoreDir)
 	}
+	log.Info("mrmarket nats serve: node "+opts.Name, about...)
 	if every := c.Duration("follow"); every > 0 {
 		// A failed refresh keeps the node on its last good configuration;
 		// the next one tries again.
-		follow := stop.Ticker{Component: "nats serve", Period: every, Logger: daemonLogger(c)}
+		follow := stop.Ticker{Component: "nats serve", Period: every, Logger: log}
 		err := s.RunTicker(c.Context, "nats serve follow", follow, func(ctx context.Context, _ time.Time) error {
 			if _, err := node.Refresh(ctx); err != nil {
 				return fmt.Errorf("keeping the last configuration: %w", err)
@@ -183,7 +193,7 @@ func natsServe(c *ucli.Context) error {
 		}
 	}
 	<-c.Context.Done()
-	fmt.Fprintln(w, "mrmarket nats serve: stopping")
+	log.Info("mrmarket nats serve: stopping")
 	return nil
 }
 

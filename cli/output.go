@@ -18,7 +18,8 @@ import (
 // came over the wire (its money fields name their unit: *_micro are
 // micro-credits, *_micro_per_s micro-credits per second), otherwise for
 // people — credits, credits per hour, durations rounded to the second, and
-// tables whose header line --no-headers leaves out.
+// tables whose header line --no-headers leaves out, with the lines around
+// them (out.note): with it, only the tables' rows are printed.
 
 // out is where a command prints for people, and how.
 type out struct {
@@ -34,6 +35,16 @@ func (o *out) table(header ...string) *table {
 		t.row(header...)
 	}
 	return t
+}
+
+// note prints a line that is not a table's row — a preamble, a summary, a
+// blank line between tables — unless --no-headers asks for the rows alone.
+func (o *out) note(format string, args ...any) error {
+	if o.noHeaders {
+		return nil
+	}
+	_, err := fmt.Fprintf(o, format, args...)
+	return err
 }
 
 // show prints rep: JSON with --json, otherwise human's rendering.
@@ -80,11 +91,14 @@ func perHour(rate float64) string {
 
 func pct(f float64) string { return fmt.Sprintf("%.2f%%", 100*f) }
 
+// stamp is a time for people, in the one format the CLI shows and reads:
+// RFC 3339 in UTC to the second — as events, the services' messages and
+// --deadline have it, so a time shown can be given back.
 func stamp(t time.Time) string {
 	if t.IsZero() {
 		return "-"
 	}
-	return t.UTC().Format("2006-01-02 15:04:05Z")
+	return t.UTC().Format(time.RFC3339)
 }
 
 // span is a duration for people: whole seconds (56m15s, not

@@ -160,8 +160,8 @@ func TestIncomeSaysWhenItPays(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := buf.String()
-	for _, want := range []string{"PERIODS PAID", "alice  10      1h     0             now", "bob    1       24h    2             2026-05-01 20:00:00Z",
-		"first period is paid at once", "the next at 2026-05-01 09:00:00Z"} {
+	for _, want := range []string{"PERIODS PAID", "alice  10      1h     0             now", "bob    1       24h    2             2026-05-01T20:00:00Z",
+		"first period is paid at once", "the next at 2026-05-01T09:00:00Z"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("income set output lacks %q:\n%s", want, got)
 		}
@@ -176,7 +176,7 @@ func TestIncomeSaysWhenItPays(t *testing.T) {
 	if err := printIncome(&out{Writer: &buf}, rep, req, now); err != nil {
 		t.Fatal(err)
 	}
-	if got := buf.String(); !strings.Contains(got, "1h     1             2026-05-01 09:00:00Z") || !strings.Contains(got, "the next is paid at 2026-05-01 09:00:00Z") {
+	if got := buf.String(); !strings.Contains(got, "1h     1             2026-05-01T09:00:00Z") || !strings.Contains(got, "the next is paid at 2026-05-01T09:00:00Z") {
 		t.Errorf("income after the first period:\n%s", got)
 	}
 	buf.Reset()
@@ -285,5 +285,50 @@ func TestDiskModeFollowsTheScheduler(t *testing.T) {
 		if err != nil || got != tc.want || why == "" {
 			t.Errorf("%s on %v: %q (%s) %v, want %s", tc.mode, tc.devs, got, why, err, tc.want)
 		}
+	}
+}
+
+// One timestamp format: what tables, events and messages show is what
+// --deadline reads back.
+func TestOneTimestampFormat(t *testing.T) {
+	at := time.Date(2026, 11, 23, 17, 0, 0, 0, time.FixedZone("CET", 3600))
+	if got := stamp(at); got != "2026-11-23T16:00:00Z" {
+		t.Fatalf("stamp: %q", got)
+	}
+	back, err := parseDeadline(stamp(at), at.Add(-time.Hour))
+	if err != nil || !back.Equal(at) {
+		t.Fatalf("--deadline %s: %v, %v", stamp(at), back, err)
+	}
+	var buf bytes.Buffer
+	if err := printEvent(&buf, wire.Event{At: at, Component: "bank", Op: "transfer"}); err != nil || !strings.HasPrefix(buf.String(), stamp(at)+"  ") {
+		t.Fatalf("event line %q (%v), want it to start with %s", buf.String(), err, stamp(at))
+	}
+}
+
+// A host whose agent went silent is marked stale in vms and price, with a
+// note of what that means (and how to retire a host for good); --no-headers
+// keeps the mark on the rows and drops the note.
+func TestStaleHostsMarked(t *testing.T) {
+	at := time.Date(2026, 5, 1, 9, 0, 0, 0, time.UTC)
+	rep := wire.VMsReply{
+		VMs: []wire.HostVM{{Host: "host-1", VMState: wire.VMState{VM: "a1", Owner: "alice", Rate: 1, Share: 0.5}, Updated: at},
+			{Host: "host-2", VMState: wire.VMState{VM: "a2", Owner: "alice", Rate: 1, Share: 0.5}, Updated: at, Stale: true}},
+		Others: []wire.OtherVMs{{Host: "host-2", VMs: 1, Rate: 1, Share: 0.5, Updated: at, Stale: true}},
+	}
+	var buf bytes.Buffer
+	if err := printVMs(&out{Writer: &buf}, rep); err != nil {
+		t.Fatal(err)
+	}
+	got := buf.String()
+	if strings.Count(got, "host-2 stale") != 2 || strings.Contains(got, "host-1 stale") || !strings.Contains(got, "stale: no state from the agent of host-2 ") ||
+		!strings.Contains(got, "principal revoke") {
+		t.Fatalf("vms with a stale host:\n%s", got)
+	}
+	buf.Reset()
+	if err := printVMs(&out{Writer: &buf, noHeaders: true}, rep); err != nil {
+		t.Fatal(err)
+	}
+	if got := buf.String(); strings.Count(got, "host-2 stale") != 2 || strings.Contains(got, "no state") {
+		t.Fatalf("vms --no-headers with a stale host:\n%s", got)
 	}
 }

@@ -39,7 +39,8 @@ func TestVMsAsAUser(t *testing.T) {
 	if len(rep.VMs) != 1 || rep.VMs[0].VM != "a1" || len(rep.VMs[0].Bids) != 1 || rep.VMs[0].Bids[0].Plan != "p-alice" {
 		t.Errorf("alice sees her own VM with its bid: %+v", rep.VMs)
 	}
-	if len(rep.Others) != 1 || rep.Others[0] != (wire.OtherVMs{Host: "host-1", VMs: 1, Rate: rep.Others[0].Rate, Share: rep.Others[0].Share}) ||
+	if len(rep.Others) != 1 ||
+		rep.Others[0] != (wire.OtherVMs{Host: "host-1", VMs: 1, Rate: rep.Others[0].Rate, Share: rep.Others[0].Share, Updated: rep.Others[0].Updated}) ||
 		rep.Others[0].Rate <= 0 || rep.Others[0].Share <= 0 {
 		t.Errorf("alice sees the others' VMs on host-1 together: %+v", rep.Others)
 	}

@@ -72,12 +72,16 @@ type experimentInfo struct {
 func simDescribeCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "describe",
+		ArgsUsage: "EXPERIMENT",
 		Usage:     "an experiment's source and the parameters `sim run --set` changes, with their defaults",
 		UsageText: "mrmarket sim describe mrm-pricing",
 		Flags:     outputFlags(),
 		Action: func(c *ucli.Context) error {
-			if c.NArg() != 1 {
+			if c.NArg() == 0 {
 				return badInput("name one experiment (see `mrmarket sim list`)")
+			}
+			if err := flagsAfter(c); err != nil {
+				return err
 			}
 			e, err := experiments.Get(c.Args().First())
 			if err != nil {
@@ -85,10 +89,9 @@ func simDescribeCommand() *ucli.Command {
 			}
 			info := experimentInfo{experimentEntry{e.Name, e.Title, e.Source, e.Engine, e.DefaultRuns}, e.Params()}
 			return show(c, info, func(w *out, info experimentInfo) error {
-				fmt.Fprintf(w, "%s — %s (%s); %d runs by default\ncode: %s\n", info.Name, info.Title, info.Source, info.DefaultRuns, info.Engine.Describe())
+				w.note("%s — %s (%s); %d runs by default\ncode: %s\n", info.Name, info.Title, info.Source, info.DefaultRuns, info.Engine.Describe())
 				if len(info.Params) == 0 {
-					_, err := fmt.Fprintln(w, "no parameters to --set")
-					return err
+					return w.note("no parameters to --set\n")
 				}
 				t := w.table("PARAMETER", "DEFAULT", "MEANING")
 				for _, p := range info.Params {
@@ -102,8 +105,9 @@ func simDescribeCommand() *ucli.Command {
 
 func simRunCommand() *ucli.Command {
 	return &ucli.Command{
-		Name:  "run",
-		Usage: "run an experiment: the paper's figure beside ours (mean ± sd over runs) and their ratio",
+		Name:      "run",
+		ArgsUsage: "EXPERIMENT [flags]",
+		Usage:     "run an experiment: the paper's figure beside ours (mean ± sd over runs) and their ratio",
 		UsageText: "mrmarket sim run s003-stage [--seed 1] [--runs 25] [--set name=value ...] [--json] [--out results/]\n\n" +
 			"Each run is a seed; the same seed gives the same numbers. --out writes EXPERIMENT.json and .svg.\n" +
 			"`mrmarket sim describe NAME` lists the parameters --set changes.",
@@ -250,13 +254,13 @@ func drawProgress(w io.Writer, name string) func(done, total int) {
 
 // printResult is the side-by-side table.
 func printResult(w *out, res experiments.Result) error {
-	fmt.Fprintf(w, "%s — %s (%s); seed %d, %d runs, %s\n", res.Experiment, res.Title, res.Source, res.Seed, res.Runs, span(res.Wall))
+	w.note("%s — %s (%s); seed %d, %d runs, %s\n", res.Experiment, res.Title, res.Source, res.Seed, res.Runs, span(res.Wall))
 	if len(res.Set) > 0 {
 		set := make([]string, 0, len(res.Set))
 		for _, name := range slices.Sorted(maps.Keys(res.Set)) {
 			set = append(set, name+"="+res.Set[name])
 		}
-		fmt.Fprintf(w, "set: %s\n", strings.Join(set, " "))
+		w.note("set: %s\n", strings.Join(set, " "))
 	}
 	t := w.table("METRIC", "PAPER", "OURS (MEAN ± SD)", "RATIO")
 	for _, r := range res.Rows {
@@ -266,7 +270,7 @@ func printResult(w *out, res experiments.Result) error {
 		return err
 	}
 	for _, n := range res.Notes {
-		fmt.Fprintln(w, "note:", n)
+		w.note("note: %s\n", n)
 	}
 	return nil
 }

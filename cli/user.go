@@ -4,8 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -59,7 +59,7 @@ func bankCommand() *ucli.Command {
 					return err
 				}
 				req := &wire.GrantRequest{ID: idOrNew(c, "grant"), User: user, Amount: amount, Memo: c.String("memo")}
-				return call(c, retried(onBank(bank.Client.Grant)), req, printGrant)
+				return call(c, onBank(bank.Client.Grant), req, printGrant)
 			},
 		}, bankServeCommand(), incomeCommand(), principalCommand()},
 	}
@@ -106,7 +106,7 @@ func printBalance(w *out, rep wire.BalanceReply) error {
 		return err
 	}
 	if len(rep.Holds) > 0 {
-		fmt.Fprintln(w)
+		w.note("\n")
 		t = w.table("HOLD", "STATUS", "AMOUNT", "CAPTURED", "RELEASED", "EXPIRES")
 		for _, h := range rep.Holds {
 			t.row(h.ID, h.Status, h.Amount.String(), h.Captured.String(), h.Released.String(), stamp(h.Expires))
@@ -157,9 +157,20 @@ func spendCommand() *ucli.Command {
 			if err != nil {
 				return err
 			}
-			return call(c, retried(onBroker(broker.Client.Spend)), req, printSpend)
+			return call(c, startPlan, req, printSpend)
 		},
 	}
+}
+
+// startPlan is a spend whose plan runs: its id again after the plan was
+// cancelled or ended is the broker's replay of that plan, which starts
+// nothing — a refusal, saying so, rather than a success.
+func startPlan(ctx context.Context, cl clients, req *wire.SpendRequest) (wire.SpendReply, error) {
+	rep, err := cl.broker.Spend(ctx, req)
+	if p := rep.Plan; err == nil && (p.Status == wire.PlanCancelled || p.Status == wire.PlanDone) {
+		err = wire.Errorf(wire.ErrConflict, "plan %s is %s (ended %s): its id starts nothing again; spend with a new --id", p.ID, p.Status, stamp(p.End))
+	}
+	return rep, err
 }
 
 // spendRequest is the plan the flags describe, checked.
@@ -237,7 +248,7 @@ func parseHostWeights(flags []string) (map[string]float64, error) {
 
 func printSpend(w *out, rep wire.SpendReply) error {
 	p := rep.Plan
-	fmt.Fprintf(w, "plan %s: %s spends %s over %s (%s), hold %s, ends %s\n",
+	w.note("plan %s: %s spends %s over %s (%s), hold %s, ends %s\n",
 		p.ID, p.User, p.Budget, span(p.Duration.D()), p.Strategy, p.Hold, stamp(p.End))
 	return printPlanVMs(w, p)
 }
@@ -284,7 +295,7 @@ func adjustPlan(c *ucli.Context, user string) error {
 			return err
 		}
 	}
-	return call(c, retried(onBroker(broker.Client.Adjust)), req, func(w *out, p wire.Plan) error {
+	return call(c, onBroker(broker.Client.Adjust), req, func(w *out, p wire.Plan) error {
 		_, err := fmt.Fprintf(w, "plan %s now spends %s (spent %s, held %s, given back %s), ends %s (adjustment %s)\n",
 			p.ID, p.Budget-p.Released, p.Spent, p.Held, p.Released, stamp(p.End), req.ID)
 		return err
@@ -315,7 +326,7 @@ func cancelCommand() *ucli.Command {
 				return badInput("--plan is required (see `mrmarket plans`)")
 			}
 			req := &wire.CancelRequest{Plan: c.String("plan"), User: user, ID: idOrNew(c, "cancel")}
-			return call(c, retried(onBroker(broker.Client.Cancel)), req, func(w *out, p wire.Plan) error {
+			return call(c, onBroker(broker.Client.Cancel), req, func(w *out, p wire.Plan) error {
 				_, err := fmt.Fprintf(w, "plan %s %s; spent %s, %s released to %s\n", p.ID, p.Status, p.Spent, p.Released, p.User)
 				return err
 			})
@@ -370,17 +381,12 @@ func byID[T any](items []T, id func(T) string) map[string]T {
 
 // strategy is what a plan spends by: its strategy, or for a job's plan
 // (whose strategy is the deadline service's) the kind of job: deadline or
-// best-effort.
+// best-effort (which the broker's answer names already).
 func (v plansView) strategy(p wire.Plan) string {
-	j, ok := v.jobs[p.ID]
-	switch {
-	case !ok:
-		return p.Strategy
-	case j.Deadline.IsZero():
-		return "best-effort"
-	default:
-		return wire.StrategyDeadline
+	if j, ok := v.jobs[p.ID]; ok && j.Deadline.IsZero() {
+		return wire.StrategyBestEffort
 	}
+	return p.Strategy
 }
 
 func printPlans(w *out, m plansView) error {
@@ -397,8 +403,7 @@ func printPlans(w *out, m plansView) error {
 	if err := t.flush(); err != nil || !estimates {
 		return err
 	}
-	_, err := fmt.Fprintln(w, "* the broker's estimate: the bank could not be asked")
-	return err
+	return w.note("* the broker's estimate: the bank could not be asked\n")
 }
 
 func priceCommand() *ucli.Command {
@@ -421,10 +426,22 @@ func priceCommand() *ucli.Command {
 			}
 			return call(c, onBroker(broker.Client.Price), &wire.PriceRequest{Host: c.String("host")}, func(w *out, rep wire.PriceReply) error {
 				t := w.table("HOST", "PRICE", "VMS", "FUNDED", "UPDATED")
+				var stale []string
 				for _, h := range rep.Hosts {
-					t.row(h.Host, perHour(h.Price), fmt.Sprint(h.VMs), fmt.Sprint(h.Funded), stamp(h.Updated))
+					updated := stamp(h.Updated)
+					switch {
+					case h.Retired:
+						updated += " retired"
+					case h.Stale:
+						updated += " stale"
+						stale = append(stale, h.Host)
+					}
+					t.row(h.Host, perHour(h.Price), fmt.Sprint(h.VMs), fmt.Sprint(h.Funded), updated)
 				}
-				return t.flush()
+				if err := t.flush(); err != nil {
+					return err
+				}
+				return noteStale(w, stale)
 			})
 		},
 	}
@@ -456,9 +473,19 @@ func vmsCommand() *ucli.Command {
 			&ucli.StringFlag{Name: "host", Usage: "only this host's VMs"},
 		),
 		Action: func(c *ucli.Context) error {
-			return call(c, onBroker(broker.Client.VMs), &wire.VMsRequest{Owner: c.String("owner"), Host: c.String("host")}, printVMs)
+			return call(c, hostVMs, &wire.VMsRequest{Owner: c.String("owner"), Host: c.String("host")}, printVMs)
 		},
 	}
+}
+
+// hostVMs are the VMs req asks for; none of a --host the broker does not
+// know is that host unknown (as price says), not an empty table.
+func hostVMs(ctx context.Context, cl clients, req *wire.VMsRequest) (wire.VMsReply, error) {
+	rep, err := cl.broker.VMs(ctx, req)
+	if err == nil && req.Host != "" && len(rep.VMs) == 0 && len(rep.Others) == 0 {
+		_, err = cl.broker.Price(ctx, &wire.PriceRequest{Host: req.Host})
+	}
+	return rep, err
 }
 
 // printVMs is a row per bid: a VM funded by several plans has a row for
@@ -467,6 +494,7 @@ func vmsCommand() *ucli.Command {
 // users' VMs there together, "(others)", with only their count, rate and
 // share.
 func printVMs(w *out, rep wire.VMsReply) error {
+	var stale []string
 	t := w.table("HOST", "VM", "OWNER", "RATE", "SHARE", "UTIL", "DISK", "NET IN/OUT", "PLAN", "BID", "CHARGED", "ENDS")
 	others := func(host string) { // the other users' rows of hosts up to host, in order
 		for len(rep.Others) > 0 && (host == "" || rep.Others[0].Host < host) {
@@ -474,7 +502,14 @@ func printVMs(w *out, rep wire.VMsReply) error {
 			if o.VMs == 1 {
 				vms = "VM"
 			}
-			t.row(o.Host, fmt.Sprintf("(%d %s)", o.VMs, vms), "(others)", perHour(o.Rate), pct(o.Share), "-", "-", "-", "-", "-", "-", "-")
+			host := o.Host
+			if o.Stale {
+				host += " stale"
+				if !slices.Contains(stale, o.Host) {
+					stale = append(stale, o.Host)
+				}
+			}
+			t.row(host, fmt.Sprintf("(%d %s)", o.VMs, vms), "(others)", perHour(o.Rate), pct(o.Share), "-", "-", "-", "-", "-", "-", "-")
 			rep.Others = rep.Others[1:]
 		}
 	}
@@ -484,7 +519,14 @@ func printVMs(w *out, rep wire.VMsReply) error {
 		if v.Idle {
 			util += " idle"
 		}
-		vm := []string{v.Host, v.VM, v.Owner, perHour(v.Rate), pct(v.Share), util,
+		host := v.Host
+		if v.Stale {
+			host += " stale"
+			if !slices.Contains(stale, v.Host) {
+				stale = append(stale, v.Host)
+			}
+		}
+		vm := []string{host, v.VM, v.Owner, perHour(v.Rate), pct(v.Share), util,
 			delivered(v, wire.ResourceDisk), delivered(v, wire.ResourceNetIn, wire.ResourceNetOut)}
 		if len(v.Bids) == 0 {
 			t.row(append(vm, "-", "-", "-", "-")...)
@@ -494,32 +536,38 @@ func printVMs(w *out, rep wire.VMsReply) error {
 		}
 	}
 	others("")
-	return t.flush()
+	if err := t.flush(); err != nil {
+		return err
+	}
+	return noteStale(w, stale)
+}
+
+// noteStale says, after a table, what its "stale" hosts' rows are: the
+// last their agents said, not what they do now.
+func noteStale(w *out, hosts []string) error {
+	if len(hosts) == 0 {
+		return nil
+	}
+	return w.note("stale: no state from the agent of %s for several of its ticks; its rows are as of its last state "+
+		"(`mrmarket price` says when; `mrmarket bank principal revoke` of its agent's key retires a host for good)\n", strings.Join(hosts, ", "))
 }
 
 // delivered says how v's host delivers its share of resources: a
 // throttle's caps now (MB/s), "weights" where the kernel divides by its
 // share, "-" where nothing governs it — never a share nothing delivers.
 func delivered(v wire.HostVM, resources ...string) string {
-	mode := wire.ModeNone
-	for _, r := range v.Resources {
-		if r.Resource == resources[0] {
-			mode = r.Mode
-		}
-	}
-	switch mode {
-	case wire.ModeWeights:
+	mode, caps := v.Delivery(resources...)
+	switch {
+	case mode == wire.ModeWeights:
 		return "weights " + pct(v.Share)
-	case wire.ModeThrottle:
-		var caps []string
-		for _, r := range resources {
-			c, ok := v.Caps[r]
-			if !ok {
-				return "throttle"
-			}
-			caps = append(caps, fmt.Sprintf("%.1f", c))
+	case mode == wire.ModeThrottle && caps == nil:
+		return "throttle"
+	case mode == wire.ModeThrottle:
+		s := make([]string, len(caps))
+		for i, c := range caps {
+			s[i] = fmt.Sprintf("%.1f", c)
 		}
-		return strings.Join(caps, "/") + " MB/s"
+		return strings.Join(s, "/") + " MB/s"
 	}
 	return "-"
 }
@@ -559,12 +607,11 @@ func printLedger(w *out, rep wire.LedgerReply) error {
 	return printInvariant(w, rep)
 }
 
-func printInvariant(w io.Writer, rep wire.LedgerReply) error {
+func printInvariant(w *out, rep wire.LedgerReply) error {
 	verdict := "holds"
 	if len(rep.Violations) > 0 {
 		verdict = "VIOLATED: " + strings.Join(rep.Violations, "; ")
 	}
-	_, err := fmt.Fprintf(w, "\ninvariant: Σ balances %s + Σ open holds %s = Σ granted %s … %s\n",
+	return w.note("\ninvariant: Σ balances %s + Σ open holds %s = Σ granted %s … %s\n",
 		rep.Balances, rep.OpenHolds, rep.Granted, verdict)
-	return err
 }

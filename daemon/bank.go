@@ -67,6 +67,8 @@ func (b *Bank) Serve(ctx context.Context, connAs *signing.Signer) error {
 	}
 	b.cfg.Stopper.AddCloser(stopServing)
 	b.NC, b.Assets = nc, assets
+	// Its gauges are read when scraped, while it serves.
+	b.cfg.Stopper.AddCloser(b.cfg.Metrics.SetBank(b.Gauges))
 	return nil
 }
 

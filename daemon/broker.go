@@ -64,6 +64,8 @@ func StartBroker(ctx context.Context, cfg BrokerConfig) (*Broker, error) {
 		return nil, err
 	}
 	cfg.Stopper.AddCloser(stopServing)
+	// Its gauges are read when scraped, while it serves.
+	cfg.Stopper.AddCloser(cfg.Metrics.SetBroker(b.Gauges))
 	return &Broker{Broker: b, cfg: cfg, NC: nc, Assets: assets}, nil
 }
 

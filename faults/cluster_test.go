@@ -23,6 +23,7 @@ import (
 	"github.com/mrmarket/mrmarket/internal/retry"
 	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/testpoll"
+	"github.com/mrmarket/mrmarket/internal/testproc"
 	"github.com/mrmarket/mrmarket/internal/wire"
 	"github.com/mrmarket/mrmarket/market"
 )
@@ -50,13 +51,14 @@ const grantEach = 1000 * money.PerCredit
 // cluster is the distributed market, each daemon its own process.
 type cluster struct {
 	dir, creds, ca, url string
+	bin                 string // the mrmarket the daemons and the CLI's users run
 	keys                signing.CredsDir
 	admin               *signing.Signer
-	pg                  *pgtest.Pair
+	pg                  *pgtest.Patroni
 	layout              []market.HostSpec
 	replicas            int // of every JetStream asset
 
-	nats, banks, brokers, agents []*proc
+	nats, banks, brokers, agents []*testproc.Proc
 }
 
 // startCluster bootstraps the credentials and the bank's registry, then
@@ -66,8 +68,8 @@ type cluster struct {
 // three).
 func startCluster(t testing.TB, natsNodes int) *cluster {
 	t.Helper()
-	bin := binary(t)
-	c := &cluster{dir: t.TempDir(), pg: pgtest.StartPair(t)}
+	bin := testproc.Binary(t)
+	c := &cluster{dir: t.TempDir(), bin: bin, pg: pgtest.StartPatroni(t)}
 	store := c.pg.DSN(t, "bank")
 	c.creds = filepath.Join(c.dir, "creds")
 	c.keys = signing.CredsDir(c.creds)
@@ -80,7 +82,7 @@ func startCluster(t testing.TB, natsNodes int) *cluster {
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, p := range slices.Concat(c.nats, c.banks, c.brokers, c.agents) {
-				t.Logf("--- %s (%s):\n%s", p.name, p.log, p.tail())
+				t.Logf("--- %s (%s):\n%s", p.Name, p.Log, p.Tail())
 			}
 		}
 		keepLogs(t, c.dir)
@@ -96,10 +98,10 @@ func startCluster(t testing.TB, natsNodes int) *cluster {
 		urls[i] = "tls://" + cl
 	}
 	c.url = strings.Join(urls, ",")
-	add := func(list *[]*proc, name, ready string, args ...string) *proc {
-		p := &proc{name: name, bin: bin, args: args, ready: ready, log: filepath.Join(c.dir, name+".log")}
+	add := func(list *[]*testproc.Proc, name, ready string, args ...string) *testproc.Proc {
+		p := &testproc.Proc{Name: name, Bin: bin, Args: args, Ready: ready, Log: filepath.Join(c.dir, name+".log")}
 		*list = append(*list, p)
-		t.Cleanup(p.stop)
+		t.Cleanup(p.Stop)
 		return p
 	}
 	for i := range clients {
@@ -112,23 +114,23 @@ func startCluster(t testing.TB, natsNodes int) *cluster {
 			}
 		}
 		// One at a time: the first creates the TLS directory the others use.
-		add(&c.nats, fmt.Sprintf("nats-n%d", i+1), "mrmarket nats serve: node", args...).start(t)
+		add(&c.nats, fmt.Sprintf("nats-n%d", i+1), "mrmarket nats serve: node", args...).Start(t)
 	}
 	common := []string{"--nats", c.url, "--creds", c.creds, "--tls-ca", c.ca}
 	c.replicas = min(natsNodes, 3)
 	c.makeAssets(t, bin, common)
 	for i := range 2 {
 		add(&c.banks, fmt.Sprintf("bank-%d", i+1), "mrmarket bank serving",
-			append([]string{"bank", "serve", "--store", store, "--http", "", "--tick", "1s"}, common...)...).start(t)
+			append([]string{"bank", "serve", "--store", store, "--http", "", "--tick", "1s"}, common...)...).Start(t)
 	}
 	for i := range 2 {
 		add(&c.brokers, fmt.Sprintf("broker-%d", i+1), "mrmarket broker on",
-			append([]string{"broker", "--tick", tick, "--settle", "1s", "--http", ""}, common...)...).start(t)
+			append([]string{"broker", "--tick", tick, "--settle", "1s", "--http", ""}, common...)...).Start(t)
 	}
 	for _, h := range c.layout {
 		add(&c.agents, "agent-"+h.ID, "mrmarket agent "+h.ID,
 			append([]string{"agent", "--sim", "--host", h.ID, "--vms-per-host", fmt.Sprint(len(spenders)),
-				"--users", strings.Join(spenders, ","), "--tick", tick, "--state", filepath.Join(c.dir, "agents", h.ID+".json")}, common...)...).start(t)
+				"--users", strings.Join(spenders, ","), "--tick", tick, "--state", filepath.Join(c.dir, "agents", h.ID+".json")}, common...)...).Start(t)
 	}
 	c.waitReplicated(t, time.Minute)
 	return c

@@ -62,6 +62,7 @@ type journal struct {
 	answers map[string][]time.Time
 	retries map[string]int
 	errs    map[string]map[string]int // retried errors, by kind, since the last sample
+	waits   map[string][][2]time.Time // each operation, by kind: first try, answer
 	refused map[string][]string       // unexpected definitive refusals, by kind
 
 	// transfers acknowledged: net change of each payer.
@@ -76,7 +77,8 @@ type journal struct {
 }
 
 func newJournal() *journal {
-	return &journal{answers: map[string][]time.Time{}, retries: map[string]int{}, errs: map[string]map[string]int{}, refused: map[string][]string{},
+	return &journal{answers: map[string][]time.Time{}, retries: map[string]int{}, errs: map[string]map[string]int{},
+		waits: map[string][][2]time.Time{}, refused: map[string][]string{},
 		net: map[string]money.Micro{}, plans: map[string]map[string]string{}, cancelled: map[string]bool{}}
 }
 
@@ -131,12 +133,13 @@ func (l *journal) gap(kind string, from, to time.Time) time.Duration {
 // do runs op until it gives a definitive answer, each try bounded by
 // attempt, and records the answer's time; it gives up only when ctx ends.
 func (l *journal) do(ctx context.Context, kind string, op func(ctx context.Context) error) error {
+	start := time.Now()
 	for {
 		actx, cancel := context.WithTimeout(ctx, attempt)
 		err := op(actx)
 		cancel()
 		if err == nil || !retryable(err) {
-			l.answered(kind, time.Now())
+			l.waited(kind, start, time.Now())
 			return err
 		}
 		if ctx.Err() != nil {
@@ -258,6 +261,7 @@ func startWorkload(t testing.TB, c *cluster) *workload {
 		time.Sleep(100 * time.Millisecond)
 		return nil
 	})
+	w.startCLI(ctx, run)
 	return w
 }
 

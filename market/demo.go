@@ -29,24 +29,24 @@ const (
 // DemoReport is what mrmarket demo prints.
 type DemoReport struct {
 	// Snapshot is the market halfway through the plans.
-	SnapshotAt time.Duration `json:"snapshot_at"`
+	SnapshotAt wire.Duration `json:"snapshot_at"`
 	Hosts      []DemoHost    `json:"hosts"`
 	VMs        []DemoVM      `json:"vms"`
 	// After the plans ended and settled.
-	EndAt   time.Duration       `json:"end_at"`
+	EndAt   wire.Duration       `json:"end_at"`
 	Plans   []wire.Plan         `json:"plans"`
 	Users   []DemoUser          `json:"users"`
 	Ledger  wire.LedgerReply    `json:"ledger"`
 	Ratio   float64             `json:"alice_to_bob_share_ratio"`
 	Spends  map[string]DemoSpec `json:"spends"`
 	Ticks   int                 `json:"ticks"`
-	Elapsed time.Duration       `json:"wall_time"`
+	Elapsed wire.Duration       `json:"wall_time"` // to the millisecond
 }
 
 // DemoSpec is what a user asked to spend.
 type DemoSpec struct {
 	Budget   money.Micro   `json:"budget_micro"`
-	Duration time.Duration `json:"duration"`
+	Duration wire.Duration `json:"duration"`
 	VMs      []string      `json:"vms"`
 }
 
@@ -122,11 +122,11 @@ func RunDemo(ctx context.Context) (rep *DemoReport, err error) {
 			}
 		}
 	}
-	rep.EndAt = clock.Sub(DemoStart)
+	rep.EndAt = wire.Duration(clock.Sub(DemoStart))
 	if err := demoAccounts(ctx, bankc, brokerc, rep); err != nil {
 		return nil, err
 	}
-	rep.Elapsed = time.Since(wallStart)
+	rep.Elapsed = wire.Duration(time.Since(wallStart).Round(time.Millisecond))
 	return rep, nil
 }
 
@@ -146,7 +146,7 @@ func (m *Market) usage(ctx context.Context) map[string]time.Duration {
 }
 
 func (m *Market) snapshot(ctx context.Context, rep *DemoReport, usage0 map[string]time.Duration, at time.Duration) error {
-	rep.SnapshotAt = at
+	rep.SnapshotAt = wire.Duration(at)
 	prices, err := m.Broker.Price(&wire.PriceRequest{})
 	if err != nil {
 		return err
@@ -186,14 +186,14 @@ func demoFund(ctx context.Context, bankc bank.Client, brokerc broker.Client) (ma
 		}
 	}
 	spends := map[string]DemoSpec{
-		"alice": {Budget: credits("24"), Duration: demoDuration, VMs: []string{"alice-1", "alice-2"}},
-		"bob":   {Budget: credits("12"), Duration: demoDuration, VMs: []string{"bob-1", "bob-2"}},
-		"batch": {Budget: credits("6"), Duration: demoDuration, VMs: []string{"batch-1"}},
+		"alice": {Budget: credits("24"), Duration: wire.Duration(demoDuration), VMs: []string{"alice-1", "alice-2"}},
+		"bob":   {Budget: credits("12"), Duration: wire.Duration(demoDuration), VMs: []string{"bob-1", "bob-2"}},
+		"batch": {Budget: credits("6"), Duration: wire.Duration(demoDuration), VMs: []string{"batch-1"}},
 	}
 	for _, u := range []string{"alice", "bob", "batch"} {
 		s := spends[u]
 		_, err := brokerc.Spend(ctx, &wire.SpendRequest{
-			ID: "demo-" + u, User: u, Budget: s.Budget, Duration: wire.Duration(s.Duration),
+			ID: "demo-" + u, User: u, Budget: s.Budget, Duration: s.Duration,
 			VMs: s.VMs, Strategy: wire.StrategyFair,
 		})
 		if err != nil {

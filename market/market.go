@@ -608,7 +608,7 @@ func (m *Market) connect(name string, signer *signing.Signer) (*nats.Conn, error
 	}
 	deadline := time.Now().Add(wait)
 	for {
-		nc, err := natsutil.ConnectWith(m.URL, natsutil.ConnectOptions{Name: name, Signer: signer, CAFile: m.CAFile})
+		nc, err := natsutil.ConnectWith(m.URL, natsutil.ConnectOptions{Name: name, Signer: signer, CAFile: m.CAFile, Logger: m.cfg.Logger})
 		if err == nil {
 			return nc, nil
 		}
@@ -732,6 +732,17 @@ func (m *Market) Health() map[string]obs.HealthFunc {
 		},
 	}
 	return checks
+}
+
+// Ready is what the market depends on, for /readyz: NATS (every
+// connection of its daemons), the store (the bank's ledger and the
+// broker's plans bucket); its hosts are simulated, so it uses no libvirt.
+func (m *Market) Ready() []obs.Dependency {
+	return []obs.Dependency{
+		{Name: obs.DepNATS, Check: m.Health()["nats"]},
+		{Name: obs.DepStore, Check: func() error { return errors.Join(m.Bank.Healthy(), m.brokerd.StoreReady()) }},
+		{Name: obs.DepLibvirt, Unused: "simulated hosts"},
+	}
 }
 
 // HostIDs lists the simulated hosts in order.

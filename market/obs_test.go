@@ -10,20 +10,24 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/mrmarket/mrmarket/bank"
 	"github.com/mrmarket/mrmarket/internal/obs"
 	"github.com/mrmarket/mrmarket/internal/wire"
+	"github.com/mrmarket/mrmarket/market"
 )
 
-// TestMetricsAndHealth: the daemon endpoints report price, shares, captures
-// and errors, and /healthz reflects the components.
-func TestMetricsAndHealth(t *testing.T) {
+// servedMarket is testMarket serving its metrics, after alice, granted 50
+// credits, spent 10 over a minute on a1 for one 10-second tick.
+func servedMarket(t *testing.T) (*market.Market, *obs.Server, bank.Client) {
+	t.Helper()
 	ctx := context.Background()
 	m, clock, bc, brc := testMarket(t)
 	srv, err := obs.Serve("127.0.0.1:0", m.Registry, m.Health())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Close()
+	t.Cleanup(func() { _ = srv.Close() })
+	srv.Ready(m.Ready()...)
 	if _, err := bc.Grant(ctx, &wire.GrantRequest{ID: "g", User: "alice", Amount: 50_000_000}); err != nil {
 		t.Fatal(err)
 	}
@@ -34,6 +38,14 @@ func TestMetricsAndHealth(t *testing.T) {
 	if err := m.Tick(ctx, *clock); err != nil {
 		t.Fatal(err)
 	}
+	return m, srv, bc
+}
+
+// TestMetricsAndHealth: the daemon endpoints report price, shares, captures
+// and errors, and /healthz reflects the components.
+func TestMetricsAndHealth(t *testing.T) {
+	ctx := context.Background()
+	m, srv, _ := servedMarket(t)
 	nc, err := m.NC("metrics-test")
 	if err != nil {
 		t.Fatal(err)
@@ -55,10 +67,10 @@ func TestMetricsAndHealth(t *testing.T) {
 	}
 	_, body = get("/metrics")
 	for _, want := range []string{
-		`mrm_host_price_micro_per_second{host="host-1"}`,
+		`mrm_host_price_credits_per_second{host="host-1"}`,
 		`mrm_vm_share{host="host-1",vm="a1"}`,
 		`mrm_captures_total{host="host-1"}`,
-		`mrm_captured_micro_total{host="host-1"}`,
+		`mrm_captured_credits_total{host="host-1"}`,
 		`mrm_requests_total{code="bad_request",component="bank",op="grant"}`,
 	} {
 		if !strings.Contains(body, want) {

@@ -18,6 +18,15 @@ var ErrTooFewJobs = errors.New("strategies: too few finished jobs to estimate fr
 // or, with fewer jobs than features + 3 or a singular kernel, ordinary
 // least squares. It is retrained from all observations whenever one is
 // added (MRM retrains after every job).
+//
+// Two choices keep it from answering with the mean of the jobs seen. A
+// feature every observed job shares (a map-only workload's reduces) says
+// nothing and is left out, so it does not cost the fit the jobs that
+// would otherwise fall back to the mean. And the GP models what a linear
+// trend in the features leaves, not the times themselves: a GP alone
+// reverts to the mean away from its data, so a job larger than any seen
+// would be estimated at the size of those, while a job's work grows with
+// its tasks.
 type Estimator struct {
 	X [][]float64
 	Y []float64
@@ -58,13 +67,54 @@ func (e *Estimator) fit() (fitted, error) {
 	if n < 2 {
 		return nil, fmt.Errorf("%w: %d", ErrTooFewJobs, n)
 	}
-	d := len(e.X[0])
-	if n >= d+3 {
-		if m, err := fitGP(e.X, e.Y); err == nil {
-			return m, nil
+	all := len(e.X[0])
+	keep := varying(e.X)
+	if len(keep) == 0 {
+		return fitMean(e.Y), nil
+	}
+	xs := make([][]float64, n)
+	for i, x := range e.X {
+		xs[i] = pick(x, keep)
+	}
+	var m fitted
+	var err error
+	if d := len(keep); n >= d+3 {
+		m, err = fitGP(xs, e.Y)
+	}
+	if m == nil || err != nil {
+		if m, err = fitOLS(xs, e.Y); err != nil {
+			return nil, err
 		}
 	}
-	return fitOLS(e.X, e.Y)
+	return func(x []float64) (float64, float64, error) {
+		if len(x) != all {
+			return 0, 0, fmt.Errorf("strategies: %d features, the model has %d", len(x), all)
+		}
+		return m(pick(x, keep))
+	}, nil
+}
+
+// varying is the indices of the features that differ among xs.
+func varying(xs [][]float64) []int {
+	var out []int
+	for k := range xs[0] {
+		for _, x := range xs[1:] {
+			if x[k] != xs[0][k] {
+				out = append(out, k)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// pick is x's features at the indices keep.
+func pick(x []float64, keep []int) []float64 {
+	out := make([]float64, len(keep))
+	for i, k := range keep {
+		out[i] = x[k]
+	}
+	return out
 }
 
 // fitted is a trained estimator: a job's features → the estimate and its
@@ -133,10 +183,14 @@ func fitMean(ys []float64) fitted {
 	return func([]float64) (float64, float64, error) { return m, sd, nil }
 }
 
-// fitGP is Gaussian-process regression on standardised data, with the
+// fitGP is Gaussian-process regression on standardised data, over what a
+// least-squares linear trend leaves (scaled to unit variance), with the
 // hyper-parameters of a small grid that maximise the marginal likelihood.
+// Its variance is the GP's plus the trend's own uncertainty at the point,
+// which grows away from the data.
 func fitGP(xs [][]float64, ys []float64) (fitted, error) {
 	g := standardise(xs, ys)
+	g.detrend()
 	var best *gpFit
 	for _, ell := range []float64{0.3, 0.6, 1, 2, 4} {
 		for _, noise := range []float64{0.0003, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3} {
@@ -153,11 +207,42 @@ func fitGP(xs [][]float64, ys []float64) (fitted, error) {
 
 // gpData is the training set standardised: each feature and the times to
 // mean 0 and (population) standard deviation 1, a constant one left unscaled.
+// After detrend, t is what the linear trend leaves of the standardised
+// times, over rsd.
 type gpData struct {
 	mean, scale []float64   // per feature
 	ym, ysd     float64     // of the times
 	z           [][]float64 // standardised features
-	t           []float64   // standardised times
+	t           []float64   // standardised times, or their residuals over rsd
+	trend       fitted      // least squares over z: the mean and its prediction sd
+	s2, rsd     float64     // the trend's residual variance (n − d − 1 dof), the residuals' scale
+}
+
+// detrend fits the linear trend over the standardised data and leaves its
+// residuals, scaled to unit variance, for the GP; features too collinear
+// for least squares leave the times as they are (no trend).
+func (g *gpData) detrend() {
+	g.trend, g.rsd = func([]float64) (float64, float64, error) { return 0, 0, nil }, 1
+	trend, err := fitOLS(g.z, g.t)
+	if err != nil {
+		return
+	}
+	n, d := len(g.t), len(g.z[0])
+	r := make([]float64, n)
+	var ss float64
+	for i := range n {
+		mu, _, err := trend(g.z[i])
+		if err != nil {
+			return
+		}
+		r[i] = g.t[i] - mu
+		ss += r[i] * r[i]
+	}
+	g.trend, g.s2 = trend, ss/float64(n-d-1)
+	_, g.rsd = meanSD(r)
+	for i := range r {
+		g.t[i] = r[i] / g.rsd
+	}
 }
 
 func standardise(xs [][]float64, ys []float64) *gpData {
@@ -256,12 +341,16 @@ func (g *gpData) predictor(f *gpFit) fitted {
 		for i := range n {
 			ks.SetVec(i, sqExp(g.z[i], zx, f.ell))
 		}
-		mu := mat.Dot(ks, f.alpha)
 		var v mat.VecDense
 		if err := f.chol.SolveVecTo(&v, ks); err != nil {
 			return 0, 0, err
 		}
-		variance := math.Max(1-mat.Dot(ks, &v), 0) + f.noise
+		tm, tsd, err := g.trend(zx)
+		if err != nil {
+			return 0, 0, err
+		}
+		mu := tm + g.rsd*mat.Dot(ks, f.alpha)
+		variance := g.rsd*g.rsd*(math.Max(1-mat.Dot(ks, &v), 0)+f.noise) + math.Max(tsd*tsd-g.s2, 0)
 		return g.ym + mu*g.ysd, math.Sqrt(variance) * g.ysd, nil
 	}
 }

@@ -55,3 +55,32 @@ func TestEstimatorOLSAndGP(t *testing.T) {
 	}
 	t.Logf("GP: mean error %.2f s, upper bound covered %d of 400", errGP/400, covered)
 }
+
+// TestEstimatorExtrapolatesAndIgnoresConstantFeatures: jobs larger than
+// any seen are estimated along the trend of those seen, not at their mean
+// (a GP alone reverts to it away from its data), and features every job
+// shares (a map-only workload's reduces and selectivities) do not hold
+// the fit back to the mean of a few jobs.
+func TestEstimatorExtrapolatesAndIgnoresConstantFeatures(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 3))
+	law := func(m float64) float64 { return 4 * m }
+	// Five map-only jobs: one varying feature of four, n ≥ 1 + 3, so a GP.
+	var few strategies.Estimator
+	for _, m := range []float64{7, 9, 12, 15, 20} {
+		few.Observe([]float64{m, 0, 0, 0}, law(m)+rng.NormFloat64())
+	}
+	if mu, _, _, err := few.Predict([]float64{24, 0, 0, 0}); err != nil || math.Abs(mu-law(24)) > 0.1*law(24) {
+		t.Errorf("five jobs of 7–20 maps: a 24-map job estimated %.1f (%v), want %.0f ± 10 %%", mu, err, law(24))
+	}
+	var e strategies.Estimator
+	for range 40 {
+		m := 1 + rng.Float64()*20
+		e.Observe([]float64{m, 0, 0, 0}, law(m)+rng.NormFloat64()*2)
+	}
+	for _, m := range []float64{40, 60} {
+		mu, _, upper, err := e.Predict([]float64{m, 0, 0, 0})
+		if err != nil || math.Abs(mu-law(m)) > 0.1*law(m) || upper < law(m) {
+			t.Errorf("jobs of 1–21 maps: a %.0f-map job estimated %.1f, upper %.1f (%v), want %.0f ± 10 %% and an upper bound above it", m, mu, upper, err, law(m))
+		}
+	}
+}

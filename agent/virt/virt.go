@@ -511,3 +511,15 @@ func (s *ioSample) next(moved map[string]agent.IOUse, now time.Time, peak agent.
 	s.moved, s.at = moved, now
 	return peak
 }
+
+// Ping reports whether libvirt answers (the agent's /readyz): one round
+// trip to the daemon, which a dead connection or a hung libvirtd fails.
+func (e *Enforcer) Ping() error {
+	if alive, err := e.conn.IsAlive(); err != nil || !alive {
+		return fmt.Errorf("libvirt: connection is not alive (%v)", err)
+	}
+	if _, err := e.conn.GetLibVersion(); err != nil {
+		return fmt.Errorf("libvirt: %w", err)
+	}
+	return nil
+}

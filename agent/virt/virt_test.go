@@ -338,3 +338,10 @@ func TestTheCacheFollowsEventsOnTheTestDriver(t *testing.T) {
 		t.Fatal("the cache was emptied rather than kept")
 	}
 }
+
+// TestPing: a live libvirt connection answers the agent's /readyz check.
+func TestPing(t *testing.T) {
+	if err := testDriver(t).Ping(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -4,7 +4,13 @@
 -- \password mrmarket_nats. The standby copies all of it.
 
 -- Streaming replication, and pg_rewind when a failed primary rejoins.
-CREATE ROLE replicator WITH LOGIN REPLICATION;
+-- Under Patroni the role exists already (Patroni creates it): only the
+-- grants below apply.
+DO $$ BEGIN
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'replicator') THEN
+    CREATE ROLE replicator WITH LOGIN REPLICATION;
+  END IF;
+END $$;
 GRANT EXECUTE ON FUNCTION pg_catalog.pg_ls_dir(text, boolean, boolean) TO replicator;
 GRANT EXECUTE ON FUNCTION pg_catalog.pg_stat_file(text, boolean) TO replicator;
 GRANT EXECUTE ON FUNCTION pg_catalog.pg_read_binary_file(text) TO replicator;

@@ -196,6 +196,9 @@ type ConnectOptions struct {
 	CAFile string
 	// Timeout bounds the connection attempt; 0 is nats.go's default (2s).
 	Timeout time.Duration
+	// Logger, when set, hears the connection lost and made again (a
+	// daemon's reconnects), one line each.
+	Logger *slog.Logger
 }
 
 // ConnectWith connects to url as o.Signer with mrmarket's reconnect policy
@@ -216,6 +219,15 @@ func ConnectWith(url string, o ConnectOptions) (*nats.Conn, error) {
 	}
 	if o.Timeout > 0 {
 		opts = append(opts, nats.Timeout(o.Timeout))
+	}
+	if l := o.Logger; l != nil {
+		opts = append(opts, nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil { // nil: closed on purpose
+				l.Warn("nats: connection lost; reconnecting", "conn", o.Name, "err", err)
+			}
+		}), nats.ReconnectHandler(func(nc *nats.Conn) {
+			l.Info("nats: reconnected", "conn", o.Name, "server", nc.ConnectedUrlRedacted())
+		}))
 	}
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {

@@ -96,3 +96,46 @@ func TestPairFailover(t *testing.T) {
 		t.Fatalf("the promoted standby refuses writes: %v", err)
 	}
 }
+
+// TestPatroniPromotes: with the production Patroni configuration, losing the
+// primary's machine makes Patroni promote the synchronous standby by itself
+// within the leader key's lifetime and one loop, with every acknowledged
+// COMMIT on it; the lost member, restarted, rejoins as the new primary's
+// synchronous standby.
+func TestPatroniPromotes(t *testing.T) {
+	p := pgtest.StartPatroni(t)
+	ctx := context.Background()
+	dsn := p.DSN(t, "x")
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `CREATE TABLE t (v int); INSERT INTO t SELECT generate_series(1, 1000)`); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close(ctx)
+	killed, err := p.KillLeader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := p.WaitPromoted(killed, 3*(p.TTL+p.LoopWait)); err != nil {
+		t.Fatalf("no promotion: %v", err)
+	}
+	t.Logf("%s lost; Patroni promoted the standby after %v (ttl %v, loop_wait %v)", killed.Name, time.Since(start).Round(time.Millisecond), p.TTL, p.LoopWait)
+	conn, err = pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM t`).Scan(&n); err != nil || n != 1000 {
+		t.Fatalf("after the failover: %d rows, %v", n, err)
+	}
+	conn.Close(ctx)
+	if err := p.Rejoin(killed); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.WaitWhole(2 * time.Minute); err != nil {
+		t.Fatalf("%s did not rejoin as the synchronous standby: %v\n%s", killed.Name, err, killed.LogTail())
+	}
+}

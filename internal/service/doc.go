@@ -25,7 +25,8 @@
 //  4. decode strictly into the endpoint's wire request type (wire.Decode);
 //  5. authorize (Authorizer.Authorize, reading the endpoint's roles);
 //  6. run the handler, a panic becoming an internal error;
-//  7. report the outcome to Options.Observe (the metrics), and reply with
+//  7. report the outcome and how long it took to Options.Observe (the
+//     metrics: counts and latency histograms), and reply with
 //     the wire envelope (wire.EncodeReply) — refusals with micro's error
 //     headers and the same envelope as body;
 //  8. audit a success of an Audit endpoint (Options.Audit, see "Audit").

@@ -81,8 +81,9 @@ var following sync.Map // *nats.Conn → *connFollowers
 // FollowRevocations calls heard with every revocation notice published on
 // nc whose records open under adminKey (every notice when adminKey is "":
 // a market without an anchor, where nothing is checked anyway), and lost
-// after every reconnect of nc. It sets nc's reconnect handler (no
-// component sets another). stop stops following.
+// after every reconnect of nc. It sets nc's reconnect handler, after the
+// one nc was made with (a daemon's log line), which it keeps. stop stops
+// following.
 func FollowRevocations(nc *nats.Conn, adminKey string, heard func(wire.RevokedNotice), lost func()) (stop func(), err error) {
 	v, _ := following.LoadOrStore(nc, &connFollowers{all: map[int]follower{}})
 	cf := v.(*connFollowers)
@@ -94,7 +95,13 @@ func FollowRevocations(nc *nats.Conn, adminKey string, heard func(wire.RevokedNo
 			return nil, err
 		}
 		cf.sub = sub
-		nc.SetReconnectHandler(func(*nats.Conn) { cf.reconnected() })
+		made := nc.Opts.ReconnectedCB
+		nc.SetReconnectHandler(func(c *nats.Conn) {
+			if made != nil {
+				made(c)
+			}
+			cf.reconnected()
+		})
 	}
 	id := cf.next
 	cf.next++

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mrmarket/mrmarket/internal/natstest"
+	"github.com/mrmarket/mrmarket/internal/natsutil"
 	"github.com/mrmarket/mrmarket/internal/service"
 	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/testpoll"
@@ -111,5 +113,41 @@ func TestCertifiedRefusesARevocation(t *testing.T) {
 	_, err := service.Certified(reg, admin.Public(), nil).Whois(context.Background(), alice.Public())
 	if !errors.Is(err, signing.ErrUnknownKey) || !strings.Contains(err.Error(), signing.ErrRevoked.Error()) {
 		t.Fatalf("a revoked key's record: %v", err)
+	}
+}
+
+// A daemon's connection logs its reconnects, and following revocations
+// keeps that: the follower's reconnect handler runs after the one the
+// connection was made with.
+func TestReconnectsLoggedWhileFollowingRevocations(t *testing.T) {
+	c := natstest.StartCluster(t, 2)
+	var out syncBuf
+	nc, err := natsutil.ConnectWith(c.URL(), natsutil.ConnectOptions{Name: "mrmarket-broker", Logger: slog.New(slog.NewTextHandler(&out, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	lost := make(chan struct{}, 1)
+	stop, err := service.FollowRevocations(nc, "", func(wire.RevokedNotice) {}, func() { lost <- struct{}{} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	c.Kill(c.Index(nc.ConnectedServerName()))
+	select {
+	case <-lost:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the follower did not hear the reconnect")
+	}
+	testpoll.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		if got := out.String(); !strings.Contains(got, `msg="nats: connection lost; reconnecting" conn=mrmarket-broker err=`) ||
+			!strings.Contains(got, `msg="nats: reconnected" conn=mrmarket-broker`) {
+			return fmt.Errorf("log: %s", got)
+		}
+		return nil
+	})
+	nc.Close()
+	if strings.Count(out.String(), "connection lost") != 1 {
+		t.Errorf("a close on purpose logged as a lost connection: %s", out.String())
 	}
 }

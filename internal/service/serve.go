@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -26,9 +27,11 @@ type Options struct {
 	// Authorizer).
 	Auth *Authorizer
 	// Observe, when set, hears the outcome of every request, refused ones
-	// included: the endpoint's name and the reply code ("ok" or a wire
-	// error code).
-	Observe func(op, code string)
+	// included: the endpoint's name, the reply code ("ok" or a wire error
+	// code) and how long the request took from its arrival until it was
+	// answered (queued and handled; the reply is sent right after). It is the one place every endpoint's requests
+	// are measured: the metrics' counts and latency histograms.
+	Observe func(op, code string, took time.Duration)
 	// Logger hears every request refused or failed, one line each (who,
 	// what, the code and why), and, unless Slow is set, every slow one;
 	// LogAttrs are added to each line (an agent's host). nil: nothing is
@@ -148,12 +151,12 @@ func handler(nc *nats.Conn, service string, e *Endpoint, opts Options, sched *sc
 		}
 		serveAndReply(service, e, o, r, w, err, "", arrived)
 	}
-	busy := func(w responder, reply string) {
+	busy := func(w responder, reply string, arrived time.Time) {
 		// Refused at once, as cheaply as can be: the flood is what arrives
 		// here.
 		sched.stats[e.Name].Busy.Add(1)
 		if opts.Observe != nil {
-			opts.Observe(e.Name, wire.CodeUnavailable)
+			opts.Observe(e.Name, wire.CodeUnavailable, time.Since(arrived))
 		}
 		if reply != "" {
 			_ = w.Error(busyStatus, busyDescription, busyBody)
@@ -187,11 +190,11 @@ func handler(nc *nats.Conn, service string, e *Endpoint, opts Options, sched *sc
 			in.caller, in.verified = caller, true
 			key := fairKey(caller.Key, in.reply)
 			if !sched.submit(key, e, order, func() { serveAndReply(service, e, opts, in, reply, nil, key, arrived) }) {
-				busy(reply, in.reply)
+				busy(reply, in.reply, arrived)
 			}
 		}
 		if !sched.checks.submit(fairKey("", in.reply), e, order, check) {
-			busy(r, in.reply)
+			busy(r, in.reply, arrived)
 		}
 	}
 }
@@ -280,9 +283,13 @@ func serveAndReply(service string, e *Endpoint, opts Options, r request, w respo
 		code = wire.ToError(err).Code
 	}
 	if opts.Observe != nil {
-		opts.Observe(e.Name, code)
+		// Before the reply, so whoever got the reply finds it counted.
+		opts.Observe(e.Name, code, time.Since(arrived))
 	}
-	if err != nil {
+	switch {
+	case e.Audit:
+		logMoney(opts, service, e, r, in, code, err)
+	case err != nil:
 		logRefused(opts, service, e, r, in, code, err)
 	}
 	if r.Reply() != "" { // else a publish, not a request: nobody to answer
@@ -294,6 +301,7 @@ func serveAndReply(service string, e *Endpoint, opts Options, r request, w respo
 			_ = w.Respond(body, ro...)
 		}
 	}
+
 	if err == nil && e.Audit && opts.Audit != nil && in != nil {
 		opts.Audit.Audit(EventOf(component(service), *in, res))
 	}
@@ -390,6 +398,47 @@ func logRefused(opts Options, service string, e *Endpoint, r request, in *Incomi
 	opts.Logger.Log(context.Background(), level, component(service)+": request refused", append([]any{"op", e.Name, "subject", r.Subject(),
 		"principal", principalOf(in, r), "code", code, "err", err}, opts.LogAttrs...)...)
 }
+
+// logMoney is the one line of a request that moves money (an Audit
+// endpoint's), whatever came of it: who, the op, the request's id and
+// amount, and the result — "ok", or the code and why, as logRefused says
+// it. An operator follows the money in these lines, one per request served
+// (a retry is served again, and logged again, with the same id).
+func logMoney(opts Options, service string, e *Endpoint, r request, in *Incoming, code string, err error) {
+	if opts.Logger == nil {
+		return
+	}
+	level := slog.LevelInfo
+	switch {
+	case code == wire.CodeInternal || code == wire.CodeUnavailable:
+		level = slog.LevelWarn
+	case err == nil && in != nil && in.Principal.Role == wire.RoleAgent:
+		level = slog.LevelDebug // every host's captures, every tick: their sums are in the metrics
+	}
+	if !opts.Logger.Enabled(context.Background(), level) {
+		return // nothing decoded for a line nobody reads
+	}
+	attrs := []any{"principal", principalOf(in, r), "op", e.Name}
+	var body map[string]json.RawMessage
+	_ = json.Unmarshal(r.Data(), &body) // a body that does not decode was refused bad_request: the line says so
+	for _, k := range moneyFields {
+		if v, ok := body[k]; ok {
+			var x any
+			if json.Unmarshal(v, &x) == nil {
+				attrs = append(attrs, k, x)
+			}
+		}
+	}
+	attrs = append(attrs, "result", code)
+	if err != nil {
+		attrs = append(attrs, "err", err)
+	}
+	opts.Logger.Log(context.Background(), level, component(service)+": "+e.Name, append(attrs, opts.LogAttrs...)...)
+}
+
+// moneyFields are the request fields a money line shows, when there: the
+// id, whose money, and how much.
+var moneyFields = []string{"id", "user", "from", "to", "host", "plan", "hold", "amount_micro", "budget_micro", "more_micro", "less_micro"}
 
 // principalOf names who sent r, as far as serving it got.
 func principalOf(in *Incoming, r request) string {

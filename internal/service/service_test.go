@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -200,7 +202,7 @@ func TestObserveHearsEveryOutcome(t *testing.T) {
 		func(_ context.Context, r *wire.BalanceRequest) (wire.BalanceReply, error) {
 			return wire.BalanceReply{}, nil
 		})},
-		service.Options{Observe: func(op, code string) { seen = append(seen, op+":"+code); done <- struct{}{} }})
+		service.Options{Observe: func(op, code string, _ time.Duration) { seen = append(seen, op+":"+code); done <- struct{}{} }})
 	ctx := context.Background()
 	_ = send(ctx, nc, &nats.Msg{Subject: "test.balance", Data: []byte(`{"v":1,"user":"alice"}`)})
 	_ = send(ctx, nc, &nats.Msg{Subject: "test.balance", Data: []byte(`{"v":1,"user":"a.b"}`)})
@@ -249,4 +251,50 @@ func (c *counting) Whois(_ context.Context, key string) (wire.Principal, error) 
 		return p, fmt.Errorf("%w %s", signing.ErrUnknownKey, key)
 	}
 	return p, nil
+}
+
+// syncBuf is a log's output, written by the service's goroutines.
+type syncBuf struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *syncBuf) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuf) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestMoneyMovingRequestsLoggedOneLineEach: a request that moves money is
+// one line whatever came of it — who, the op, its id and amount, the
+// result — and a refused one is not logged a second time as a refusal.
+func TestMoneyMovingRequestsLoggedOneLineEach(t *testing.T) {
+	nc := connect(t)
+	var out syncBuf
+	serve(t, nc, service.Table{service.Op(service.Endpoint{Name: "transfer", Subject: "test.transfer", Audit: true}, nil,
+		func(_ context.Context, r *wire.TransferRequest) (wire.TransferReply, error) {
+			if r.To == "nobody" {
+				return wire.TransferReply{}, wire.Errorf(wire.ErrNotFound, "unknown user %q", r.To)
+			}
+			return wire.TransferReply{Transfer: r.ID}, nil
+		})}, service.Options{Logger: slog.New(slog.NewTextHandler(&out, nil))})
+	ctx := context.Background()
+	_ = send(ctx, nc, &nats.Msg{Subject: "test.transfer", Data: []byte(`{"v":1,"id":"t1","from":"alice","to":"bob","amount_micro":5}`)})
+	_ = send(ctx, nc, &nats.Msg{Subject: "test.transfer", Data: []byte(`{"v":1,"id":"t2","from":"alice","to":"nobody","amount_micro":7}`)})
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("want two lines:\n%s", out.String())
+	}
+	for i, want := range []string{`msg="test: transfer" principal=unsigned op=transfer id=t1 from=alice to=bob amount_micro=5 result=ok`,
+		`msg="test: transfer" principal=unsigned op=transfer id=t2 from=alice to=nobody amount_micro=7 result=not_found err=`} {
+		if !strings.Contains(lines[i], want) {
+			t.Errorf("line %d: %s\nwant %s", i, lines[i], want)
+		}
+	}
 }

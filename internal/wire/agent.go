@@ -177,8 +177,9 @@ func (v *VMState) Bid(plan string) (VMBid, bool) {
 }
 
 // VMBid is one plan's bid on a VM as its agent keeps it: Rate is its
-// budget over its duration (0 once it ended), Charged what it has charged
-// so far.
+// budget over its duration (0 once it ended), Charged what its plan's hold
+// has been charged on the VM so far — across the plan's re-bids, each of
+// which starts a bid afresh with what is left.
 type VMBid struct {
 	Plan    string      `json:"plan"`
 	Hold    string      `json:"hold"`

@@ -212,13 +212,17 @@ func (r *StatementRequest) Validate() error {
 		return err
 	}
 	if r.Limit < 0 || r.Limit > MaxStatement {
-		return Errorf(ErrBadRequest, "limit must be 0 (default 100) to %d", MaxStatement)
+		return Errorf(ErrBadRequest, "limit must be 0 (the default, %d) to %d", DefaultStatement, MaxStatement)
 	}
 	return nil
 }
 
-// MaxStatement bounds a statement's entries.
-const MaxStatement = 10_000
+// MaxStatement bounds a statement's entries; DefaultStatement is how many
+// a request without a limit gets.
+const (
+	MaxStatement     = 10_000
+	DefaultStatement = 100
+)
 
 // StatementEntry is one transfer as seen from the account: Amount is
 // positive for money in, negative for money out.

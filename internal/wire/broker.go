@@ -449,6 +449,9 @@ type HostPrice struct {
 	// Retired: the host's agent key was revoked (not rotated): the host is
 	// down, its VMs are offered to nobody and no bid goes there.
 	Retired bool `json:"retired,omitempty"`
+	// Stale: no state from the host's agent for several of its ticks; what
+	// is shown of it is as of Updated.
+	Stale bool `json:"stale,omitempty"`
 }
 
 // PriceReply answers a PriceRequest, hosts sorted by id.
@@ -482,6 +485,35 @@ type HostVM struct {
 	VMState
 	// Resources is how the VM's host delivers each resource's shares.
 	Resources []ResourceMode `json:"resources,omitempty"`
+	// Updated is the time of the host's state this is from; Stale says
+	// its agent has been silent since for several of its ticks, so the
+	// rate, share and use shown are as of then (HostPrice.Stale).
+	Updated time.Time `json:"updated,omitzero"`
+	Stale   bool      `json:"stale,omitempty"`
+}
+
+// Delivery is how v's host delivers its share of resources (the first
+// names the mode) and, under a throttle, each one's cap now in MB/s; nil
+// caps when one has none yet. Whoever shows a share shows this with it, so
+// no one is shown a share nothing enforces.
+func (v HostVM) Delivery(resources ...string) (mode string, caps []float64) {
+	mode = ModeNone
+	for _, r := range v.Resources {
+		if r.Resource == resources[0] {
+			mode = r.Mode
+		}
+	}
+	if mode != ModeThrottle {
+		return mode, nil
+	}
+	for _, r := range resources {
+		c, ok := v.Caps[r]
+		if !ok {
+			return mode, nil
+		}
+		caps = append(caps, c)
+	}
+	return mode, caps
 }
 
 // VMsReply answers a VMsRequest, sorted by host then VM. To a user, VMs
@@ -502,6 +534,9 @@ type OtherVMs struct {
 	VMs   int     `json:"vms"`
 	Rate  float64 `json:"rate_micro_per_s"`
 	Share float64 `json:"share"`
+	// Updated and Stale as in HostVM.
+	Updated time.Time `json:"updated,omitzero"`
+	Stale   bool      `json:"stale,omitempty"`
 }
 
 // What-if queries of the prediction strategy.

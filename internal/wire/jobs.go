@@ -17,8 +17,12 @@ const (
 )
 
 // StrategyDeadline is the strategy of a plan the deadline service runs for
-// an admitted job; it is not accepted by Spend.
-const StrategyDeadline = "deadline"
+// an admitted job; it is not accepted by Spend. The broker's answers name
+// the plan of a job without a deadline StrategyBestEffort.
+const (
+	StrategyDeadline   = "deadline"
+	StrategyBestEffort = "best-effort"
+)
 
 // Job states.
 const (
@@ -182,9 +186,9 @@ type QuotePoint struct {
 // earliest finish the committed jobs leave, and the user's balance.
 type QuoteReply struct {
 	Job      string       `json:"job"`
-	Work     float64      `json:"work"`
-	Mean     float64      `json:"mean"`
-	SD       float64      `json:"sd"`
+	Work     float64      `json:"work_s"`
+	Mean     float64      `json:"mean_s"`
+	SD       float64      `json:"sd_s"`
 	Source   string       `json:"source"`
 	Share    float64      `json:"share"`
 	Earliest time.Time    `json:"earliest"`
@@ -263,7 +267,7 @@ type Job struct {
 	Predict  time.Time   `json:"predicted_finish"`
 	Finished time.Time   `json:"finished,omitzero"`
 	Progress float64     `json:"progress"`
-	Work     float64     `json:"work"`
+	Work     float64     `json:"work_s"` // seconds at a full share
 	Share    float64     `json:"share"`
 	Price    money.Micro `json:"price_micro"`
 	Spent    money.Micro `json:"spent_micro"`

@@ -17,12 +17,16 @@ import (
 //   - The cluster is the testbed's: 64 workers × 4 map and 4 reduce slots
 //     (§4.1), 256 map and 256 reduce slots [recon: §7.2 gives no size;
 //     with 2 or 3 slots a worker W2 jobs miss even at 95 %].
-//   - A job's reduce tasks start when its map stage is over (§7.2: "the
-//     reduce tasks do not start till the map tasks are completed"); a reduce
-//     task's duration covers its shuffle, sort and reduce, so the profile has
-//     no separate shuffle (Sh1 = Shtyp = 0) [recon].
+//   - A job's reduces take their slots once one of its maps has finished
+//     (Algorithm 1, line 15) and start their work when its map stage is
+//     over (§7.2: "the reduce tasks do not start till the map tasks are
+//     completed"); a reduce task's duration covers its shuffle, sort and
+//     reduce, so the profile has no separate shuffle (Sh1 = Shtyp = 0)
+//     [recon]. Taking the slots only when the map stage is over is a
+//     labelled variant.
 //   - The profile is the job's own (the paper's jobs have "known job
-//     profiles"): averages and maxima of its tasks' durations [recon].
+//     profiles"): averages and maxima of its tasks' durations [recon]; a
+//     past run's profile (§3.2) is a labelled variant.
 //   - W2: counts N(154, 558) and N(19, 145), durations N(100, 20) s and
 //     N(300, 30) s, all truncated to ≥ 1 by redrawing (a truncated normal,
 //     not a clamp), counts rounded [recon].
@@ -50,20 +54,19 @@ import (
 //   - Allocation: strategies.ARIASlots (Eq. 15) at arrival and whenever one
 //     of the job's tasks finishes, with the unfinished tasks and the time
 //     left (Algorithm 1, lines 22–24). ARIASlots solves the lower bound; the
-//     default solves the upper bound (§5.2, Fig. 5: the allocations with
-//     which every run met its deadline), so it is given the deadline less
-//     C_up − C_low (see ariaAlloc) [recon: on the average of the bounds,
-//     ARIA's §5.2 choice, a job alone on an idle cluster under Algorithm 1
-//     misses its deadline often — a single-wave stage takes its longest
-//     task, longer than the average bound counts — so no threshold gives
-//     Table 3's none at 95 %]. The average and the
-//     lower bound are labelled variants. A job past its deadline, or whose
-//     pair exceeds the capacity, gets (up to) the whole capacity [recon].
-//   - Scheduler: EDF; each job launches tasks while it runs fewer than its
-//     (m, r) and no more (Algorithm 1; §6 gives spare slots to jobs without
-//     deadlines, of which the simulation has none) [recon: with the spare
-//     slots given to the EDF jobs too, the average load is far above Table
-//     3's; that is the "spare slots" variant].
+//     default solves the average of the bounds, ARIA's choice (§4.3,
+//     §5.1–5.2), so it is given the deadline less (C_up − C_low)/2 (see
+//     ariaAlloc). The lower bound and the upper bound (under Algorithm 1
+//     alone, the former default, which no job missed on at any threshold)
+//     are labelled variants. A job past its deadline, or whose pair exceeds
+//     the capacity, gets (up to) the whole capacity [recon].
+//   - Scheduler: EDF; each job launches tasks up to its (m, r), then the
+//     spare slots go to the jobs in EDF order (§6 gives spare slots to the
+//     jobs without deadlines; here the deadline jobs are the only class)
+//     [recon: under Algorithm 1 alone the average bound misses as many jobs
+//     at every threshold as alone — a wave rounded up costs a job 3–4 % of
+//     its deadline — which Table 3's zeros below 100 % rule out; that is
+//     the "no spare slots" variant].
 //   - Relative deadline exceeded is §7.2's utility Σ (T_J − D_J)/D_J over
 //     the jobs that missed, per run, in %. Average load is the time average
 //     of running map and reduce tasks over all 512 slots until the last job
@@ -80,11 +83,14 @@ const (
 )
 
 // ariaJob is one job: its tasks' durations, profile, relative deadline and
-// time alone on the cluster.
+// time alone on the cluster. past is the profile of a past run of the same
+// job (its task counts, durations drawn afresh from the same
+// distributions), dist those distributions' means and sds (maps, reduces).
 type ariaJob struct {
 	maps, reds []float64
-	prof       strategies.JobProfile
+	prof, past strategies.JobProfile
 	rel, alone float64
+	dist       [4]float64
 }
 
 // ariaTrunc draws N(mu, sd) truncated to ≥ 1 by redrawing [recon].
@@ -142,8 +148,31 @@ func ariaJobs(rng *rand.Rand, w, n, slots int) []ariaJob {
 		j.prof.ReduceAvg, j.prof.ReduceMax = ariaAvgMax(j.reds)
 		j.alone = ariaMakespan(j.maps, slots) + ariaMakespan(j.reds, slots)
 		j.rel = j.alone * (1 + 2*rng.Float64()) // U[T_J, 3·T_J]
+		j.dist = [4]float64{mMu, mSD, rMu, rSD}
 	}
 	return jobs
+}
+
+// ariaPast gives each job the profile of a past run of it (ARIA §3.2: a
+// profile extracted from past executions), drawn from rng.
+func ariaPast(rng *rand.Rand, jobs []ariaJob) {
+	for i := range jobs {
+		j := &jobs[i]
+		var hiM, hiR float64
+		sumM, sumR := 0.0, 0.0
+		for range j.maps {
+			x := ariaTrunc(rng, j.dist[0], j.dist[1])
+			sumM, hiM = sumM+x, max(hiM, x)
+		}
+		for range j.reds {
+			x := ariaTrunc(rng, j.dist[2], j.dist[3])
+			sumR, hiR = sumR+x, max(hiR, x)
+		}
+		j.past.MapAvg, j.past.MapMax = sumM/float64(len(j.maps)), hiM
+		if len(j.reds) > 0 {
+			j.past.ReduceAvg, j.past.ReduceMax = sumR/float64(len(j.reds)), hiR
+		}
+	}
 }
 
 func ariaAvgMax(xs []float64) (avg, hi float64) {
@@ -240,16 +269,24 @@ type ariaOutcome struct {
 	loadSum float64
 }
 
-// ariaVariant is how a simulation allocates: on Eq. 15's lower bound (the
-// product's strategies.ARIASlots as is) or on the average of the bounds
-// (what ARIA uses, §5.2), and whether spare slots go beyond the pairs.
+// ariaVariant is how a simulation allocates: on which of the bounds
+// (strategies.ARIASlots solves the lower; ARIA uses the average, §5.2),
+// from which profile, whether spare slots go beyond the pairs and when a
+// job's reduces take their slots.
 type ariaVariant struct {
 	name string
 	// bound is the share of C_up − C_low the deadline is cut by before
 	// Eq. 15: 0 the lower bound, 1/2 the average of the bounds (ARIA),
 	// 1 the upper bound.
 	bound float64
+	// past allocates on the profile of a past run of the job, not on its
+	// own tasks' averages and maxima.
+	past  bool
 	spare bool
+	// early launches a job's reduces once one of its maps has finished
+	// (Algorithm 1, line 15): they hold their slots and start their work
+	// when the map stage is over. Otherwise they are launched then.
+	early bool
 	// slots is the map slots, and the reduce slots: 64 workers × slots
 	// per node.
 	slots int
@@ -272,16 +309,20 @@ type ariaVariant struct {
 // −A/m − B/r dropped, which only adds slots), so ARIASlots is asked for the
 // deadline less bound·(C_up − C_low): 0 the lower bound, 1/2 the average
 // of the bounds, 1 the upper bound.
-func ariaAlloc(j *ariaJob, s *ariaState, t float64, bound float64, slots int) (int, int, error) {
+func ariaAlloc(j *ariaJob, s *ariaState, t float64, v ariaVariant) (int, int, error) {
 	nM, nR := len(j.maps)-s.doneM, len(j.reds)-s.doneR
+	prof, bound, slots := j.prof, v.bound, v.slots
+	if v.past {
+		prof = j.past
+	}
 	left := s.deadline - t
 	if bound > 0 {
 		cUp := 0.0
 		if nM > 0 {
-			cUp += j.prof.MapMax
+			cUp += prof.MapMax
 		}
 		if nR > 0 {
-			cUp += j.prof.ReduceMax
+			cUp += prof.ReduceMax
 		}
 		left -= cUp * bound // C_low = Sh1_avg − Shtyp_avg = 0 here
 	}
@@ -290,7 +331,7 @@ func ariaAlloc(j *ariaJob, s *ariaState, t float64, bound float64, slots int) (i
 	}
 	// No capacity check in ARIASlots (its error costs a fmt.Errorf per
 	// task): the pair is fitted to the capacity here.
-	m, r, err := strategies.ARIASlots(j.prof, nM, nR, left, math.MaxInt, math.MaxInt)
+	m, r, err := strategies.ARIASlots(prof, nM, nR, left, math.MaxInt, math.MaxInt)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -300,7 +341,7 @@ func ariaAlloc(j *ariaJob, s *ariaState, t float64, bound float64, slots int) (i
 	// optimum lies on the capacity's edge). Clamping that side alone would
 	// keep the other at its unconstrained optimum, too few for the
 	// deadline: with 64 + 64 slots, 3.7 W2 jobs a run missed alone.
-	a, b, n := j.prof.MapAvg*float64(nM), j.prof.ReduceAvg*float64(nR), float64(slots)
+	a, b, n := prof.MapAvg*float64(nM), prof.ReduceAvg*float64(nR), float64(slots)
 	if r > slots {
 		r = slots
 		m = ariaEdge(a, left-b/n, m, slots)
@@ -363,11 +404,13 @@ func (a *ariaSim) launch(i int, strict bool) {
 		s.runM++
 		a.runM++
 	}
-	if s.doneM < len(j.maps) {
-		return // reduces wait for the map stage [recon]
+	if s.doneM < len(j.maps) && (!a.v.early || s.doneM == 0) {
+		return // reduces wait for the map stage, or its first map [recon]
 	}
 	for a.runR < a.v.slots && s.nextR < len(j.reds) && (!strict || s.runR < s.r) {
-		a.ev.push(ariaEvent{a.t + j.reds[s.nextR], i, false})
+		if s.doneM == len(j.maps) { // else it holds its slot until then (advance)
+			a.ev.push(ariaEvent{a.t + j.reds[s.nextR], i, false})
+		}
 		s.nextR++
 		s.runR++
 		a.runR++
@@ -392,7 +435,7 @@ func (a *ariaSim) spawn(th float64) error {
 	for a.next < len(a.jobs) {
 		s := &a.st[a.next]
 		s.arrive, s.deadline = a.t, a.t+a.jobs[a.next].rel
-		m, r, err := ariaAlloc(&a.jobs[a.next], s, a.t, a.v.bound, a.v.slots)
+		m, r, err := ariaAlloc(&a.jobs[a.next], s, a.t, a.v)
 		if err != nil {
 			return err
 		}
@@ -448,6 +491,11 @@ func (a *ariaSim) advance() error {
 			s.doneM++
 			s.runM--
 			a.runM--
+			if s.doneM == len(j.maps) {
+				for k := range s.nextR { // the reduces holding slots start their work
+					a.ev.push(ariaEvent{a.t + j.reds[k], e.job, false})
+				}
+			}
 		} else {
 			s.doneR++
 			s.runR--
@@ -459,7 +507,7 @@ func (a *ariaSim) advance() error {
 			a.active = slices.DeleteFunc(a.active, func(i int) bool { return i == e.job })
 			continue
 		}
-		m, r, err := ariaAlloc(j, s, a.t, a.v.bound, a.v.slots)
+		m, r, err := ariaAlloc(j, s, a.t, a.v)
 		if err != nil {
 			return err
 		}
@@ -493,33 +541,54 @@ var ariaThresholds = []float64{0.95, 1.00, 1.05}
 var ariaBounds = map[string]float64{"lower": 0, "average": 0.5, "upper": 1}
 
 // ariaVariants are the simulations run for p: first the default (p's
-// settings), then labelled variants of it: the other reading of the load,
-// the average of the bounds (ARIA's, §5.2) under Algorithm 1, the former
-// default (the average bound, spare slots to the jobs in EDF order), the
-// lower bound (the product's ARIASlots as is), and
-// the other cluster size measured closest to Table 3 (1 + 1 slots a worker,
-// §5.2's configuration; 4 + 4 when that is the default).
+// settings), then labelled variants of it, each changing one reading: the
+// other reading of the load; spare slots (given to the jobs in EDF order,
+// or kept idle: Algorithm 1 alone); the former default (the upper bound
+// under Algorithm 1 alone); the lower bound (the product's ARIASlots as
+// is); the other profile (the job's own tasks or a past run's); when the
+// reduces take their slots; and the other cluster size measured closest to
+// Table 3 (1 + 1 slots a worker, §5.2's configuration; 4 + 4 when that is
+// the default).
 func ariaVariants(p *ariaParams) []ariaVariant {
-	base := ariaVariant{bound: ariaBounds[p.Bound], spare: p.Scheduler == "spare", slots: p.SlotsPerNode * ariaWorkers, all: p.Load == "all", admit: p.Admit}
+	base := ariaVariant{bound: ariaBounds[p.Bound], past: p.Profile == "past", spare: p.Scheduler == "spare", early: p.ReduceStart == "first-map",
+		slots: p.SlotsPerNode * ariaWorkers, all: p.Load == "all", admit: p.Admit}
+	if !p.Variants {
+		return []ariaVariant{base}
+	}
 	other := base
 	other.all = !base.all
 	other.name = "load read as map % + reduce %"
 	if other.all {
 		other.name = "load read over all slots"
 	}
-	avg, spare, lower := base, base, base
-	avg.name, avg.bound = "average bound", ariaBounds["average"]
-	spare.name, spare.bound, spare.spare = "average bound, spare slots", ariaBounds["average"], true
+	spare := base
+	spare.spare = !base.spare
+	spare.name = "no spare slots (Algorithm 1 alone)"
+	if spare.spare {
+		spare.name = "spare slots to the jobs in EDF order"
+	}
+	former := base
+	former.name, former.bound, former.spare = "upper bound, Algorithm 1 alone (the former default)", ariaBounds["upper"], false
+	lower := base
 	lower.name, lower.bound = "lower bound", ariaBounds["lower"]
+	past := base
+	past.past = !base.past
+	past.name = "profile of a past run"
+	if !past.past {
+		past.name = "profile of the job's own tasks"
+	}
+	early := base
+	early.early = !base.early
+	early.name = "reduces take their slots after the first map (Algorithm 1, line 15)"
+	if !early.early {
+		early.name = "reduces take their slots when the map stage is over"
+	}
 	small := base
 	small.name, small.slots = "1 + 1 slots a worker", ariaWorkers
 	if p.SlotsPerNode == 1 {
 		small.name, small.slots = "4 + 4 slots a worker", 4*ariaWorkers
 	}
-	if !p.Variants {
-		return []ariaVariant{base}
-	}
-	return []ariaVariant{base, other, avg, spare, lower, small}
+	return []ariaVariant{base, other, spare, former, lower, past, early, small}
 }
 
 // ariaAloneFor is the variants (by index in ariaVariants) also simulated
@@ -544,7 +613,8 @@ func init() {
 		Source: "seed 004 §5, Table 3", Engine: EngineModel, DefaultRuns: ariaDefaultRuns, Steps: func(n int) int { return 2 * n },
 		run: runARIA,
 		params: func() any {
-			return &ariaParams{Thresholds: slices.Clone(ariaThresholds), Load: "sum", Admit: "pair", Scheduler: "strict", Bound: "upper", SlotsPerNode: 4, Variants: true}
+			return &ariaParams{Thresholds: slices.Clone(ariaThresholds), Load: "sum", Admit: "pair", Scheduler: "spare", Bound: "average", Profile: "own",
+				ReduceStart: "first-map", SlotsPerNode: 4, Variants: true}
 		}})
 }
 
@@ -555,6 +625,8 @@ type ariaParams struct {
 	Admit        string    `json:"admit"`     // doc: longDocs
 	Scheduler    string    `json:"scheduler"` // doc: longDocs
 	Bound        string    `json:"bound" doc:"the completion-time bound Eq. 15 is solved for: average (ARIA, §5.2), lower or upper"`
+	Profile      string    `json:"profile"`      // doc: longDocs
+	ReduceStart  string    `json:"reduce_start"` // doc: longDocs
 	Variants     bool      `json:"variants" doc:"also run the labelled variants (false: the default's rows only, about 5× faster)"`
 	SlotsPerNode int       `json:"slots_per_node" doc:"map slots, and reduce slots, per worker; 64 workers (the testbed, §4.1: 4)"`
 }
@@ -565,8 +637,12 @@ func (*ariaParams) longDocs() map[string]string {
 			"(busy map share + busy reduce share, up to 200 %); the other reading is a labelled variant",
 		"admit": "what the threshold is applied to: pair (running tasks + the new job's pair, §7.2), running " +
 			"(running tasks alone) or committed (the active jobs' pairs + the new job's)",
-		"scheduler": "spare (each job up to its pair in EDF order, then the spare slots to the jobs in EDF order) or strict " +
-			"(Algorithm 1 alone: no job beyond its pair)",
+		"scheduler": "spare (each job up to its pair in EDF order, then the spare slots to the jobs in EDF order: §6's " +
+			"additional policy, the deadline jobs being the only class) or strict (Algorithm 1 alone: no job beyond its pair)",
+		"profile": "the profile Eq. 15 is solved on: own (the averages and maxima of the job's own tasks: §7.2's known profiles) or " +
+			"past (of a past run of the job, its durations drawn afresh: §3.2's profile from past executions)",
+		"reduce_start": "when a job's reduces take their slots: maps-done (when its map stage is over) or first-map (once one of its " +
+			"maps has finished, Algorithm 1 line 15; they hold the slots and start their work when the map stage is over)",
 	}
 }
 
@@ -591,6 +667,12 @@ func (p *ariaParams) check() error {
 	if _, ok := ariaBounds[p.Bound]; !ok {
 		return fmt.Errorf("bound %q: want average, lower or upper", p.Bound)
 	}
+	if p.Profile != "own" && p.Profile != "past" {
+		return fmt.Errorf("profile %q: want own or past", p.Profile)
+	}
+	if p.ReduceStart != "maps-done" && p.ReduceStart != "first-map" {
+		return fmt.Errorf("reduce_start %q: want maps-done or first-map", p.ReduceStart)
+	}
 	if p.SlotsPerNode < 1 || p.SlotsPerNode > 64 {
 		return fmt.Errorf("slots_per_node %d: want 1 to 64", p.SlotsPerNode)
 	}
@@ -598,7 +680,7 @@ func (p *ariaParams) check() error {
 }
 
 // ariaDefaultRuns: the paper repeats each experiment 100 times; one run
-// is both workloads, each 6 variants × 3 thresholds + 2 alone: 40
+// is both workloads, each 8 variants × 3 thresholds + 2 alone: 52
 // simulations, so fewer by default (the notes say what a run costs; --runs
 // 100 repeats the paper's count, --set variants=false runs the default's
 // rows alone).
@@ -651,6 +733,7 @@ func ariaRuns(cfg Config, thresholds []float64, variants []ariaVariant, step fun
 				if draws[v.slots] == nil {
 					rng := rand.New(rand.NewPCG(cfg.Seed, uint64(k)<<4|uint64(w)))
 					draws[v.slots] = ariaJobs(rng, w, ariaJobsPerRun, v.slots)
+					ariaPast(rand.New(rand.NewPCG(cfg.Seed, uint64(k)<<4|uint64(w)|8)), draws[v.slots])
 				}
 			}
 			jobs := draws[variants[0].slots]
@@ -688,7 +771,7 @@ func ariaRows(got ariaGot, thresholds []float64, variants []ariaVariant) []Row {
 	metrics := []struct{ name, unit string }{{"missed deadlines per run", ""}, {"relative deadline exceeded", "%"}, {"average load", "%"},
 		{"average load as map % + reduce %", "%"}}
 	emit := func(k ariaKey, which ...int) {
-		label := fmt.Sprintf("W%d, threshold %g %%", k.w, k.th*100)
+		label := fmt.Sprintf("W%d, threshold %g %%", k.w, math.Round(k.th*1e4)/1e2) // 1.1·100 is not quite 110
 		if k.th == 0 {
 			label = fmt.Sprintf("W%d, one job at a time", k.w)
 		}
@@ -731,5 +814,6 @@ func ariaRows(got ariaGot, thresholds []float64, variants []ariaVariant) []Row {
 // ariaNotes are the [recon] decisions the report states (notes/aria.md).
 func ariaNotes(v ariaVariant) []string {
 	return notes("aria", map[string]any{"Jobs": ariaJobsPerRun, "Slots": v.slots, "PerWorker": v.slots / ariaWorkers,
-		"DefaultRuns": ariaDefaultRuns, "All": v.all, "Admit": v.admit, "Bound": v.bound, "Spare": v.spare})
+		"DefaultRuns": ariaDefaultRuns, "All": v.all, "Admit": v.admit, "Bound": v.bound, "Spare": v.spare,
+		"Past": v.past, "Early": v.early})
 }

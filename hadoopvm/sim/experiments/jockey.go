@@ -130,8 +130,11 @@ type jockeyAmdahl struct {
 }
 
 // remaining is S_t + P_t/N for the stage fractions done and N cores:
-// P_t = Σ (1−f_s)·T_s and S_t = max (1−f_s)·l_s + L_s over the unfinished
-// stages, L_map = l_reduce and L_reduce = 0.
+// S_t = max (1−f_s)·l_s + L_s over the unfinished stages (L_map = l_reduce,
+// L_reduce = 0) and P_t the work left, Σ (1−f_s)·T_s, less S_t — §4.1's P
+// is "the aggregate CPU time spent executing the job, minus the time on
+// the critical path"; counting the critical path in both terms made the
+// model over-predict these jobs and so start with more than Jockey.
 func (m jockeyAmdahl) remaining(fracs [2]float64, cores float64) time.Duration {
 	var p, s float64
 	after := [2]float64{m.longest[1], 0}
@@ -142,6 +145,7 @@ func (m jockeyAmdahl) remaining(fracs [2]float64, cores float64) time.Duration {
 		p += (1 - f) * m.total[k]
 		s = max(s, (1-f)*m.longest[k]+after[k])
 	}
+	p = max(p-s, 0)
 	return time.Duration((s + p/cores) * float64(time.Second))
 }
 

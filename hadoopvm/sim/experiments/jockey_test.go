@@ -2,6 +2,7 @@ package experiments_test
 
 import (
 	"context"
+	"math"
 	"strings"
 	"testing"
 
@@ -60,35 +61,31 @@ func TestJockeyShortRun(t *testing.T) {
 	}
 }
 
-// TestJockeyAdaptsBetterThanAStaticAllocationPerSeed: Jockey §5's
-// conclusion that adapting matters, on each of five seeds (six runs of
-// eight jobs each): Jockey meets more SLOs than the allocation it picks
-// at the start held all along. A Jockey that never changed its allocation
-// would tie and fail.
-func TestJockeyAdaptsBetterThanAStaticAllocationPerSeed(t *testing.T) {
-	perSeed(t, "jockey", 6, nil, func(seed uint64, res experiments.Result) {
-		jockey, static := metric(t, res, "SLOs met, Jockey"), metric(t, res, "SLOs met, Jockey w/o adaptation")
-		t.Logf("seed %d: Jockey %.1f %%, w/o adaptation %.1f %%, w/o simulator %.1f %%", seed, 100*jockey, 100*static,
-			100*metric(t, res, "SLOs met, Jockey w/o simulator"))
-		if !(jockey > static) {
-			t.Errorf("seed %d: Jockey met %.1f %% of SLOs, its static allocation %.1f %%", seed, 100*jockey, 100*static)
-		}
-	})
-}
+// jockeyMargin is the fewest SLOs (of 160: 20 runs of eight jobs) by which
+// Jockey must beat each ablation on a seed. It was chosen on the tuning
+// seeds (experiments.TuningSeeds), where the smallest lead was 4: half of
+// that.
+const jockeyMargin = 2
 
 // TestJockeyBeatsBothAblationsPerSeed: Jockey §5's conclusion that
-// neither the model nor control is enough without the other, on each of
-// five seeds (four runs of eight jobs each): Jockey meets more SLOs than
-// Jockey w/o adaptation (the simulator's allocation at the start, held)
-// and than Jockey w/o simulator (the same controller on Amdahl's law).
-// With C(p, a) the slowest of 4 simulations, not 16, Jockey tied or lost
-// to w/o simulator on some seeds (see jockeyTableRuns).
+// neither the model nor control is enough without the other, on each test
+// seed (20 runs of eight jobs): Jockey meets at least jockeyMargin more
+// SLOs than Jockey w/o adaptation (the simulator's allocation at the
+// start, held) and than Jockey w/o simulator (the same controller on
+// Amdahl's law). Mutations that fail it: a controller that keeps its
+// first allocation (Step returning the allocation it started with) ties
+// w/o adaptation; C(p, a) the fastest of its simulations rather than the
+// slowest loses to w/o simulator.
 func TestJockeyBeatsBothAblationsPerSeed(t *testing.T) {
-	perSeed(t, "jockey", 4, nil, func(seed uint64, res experiments.Result) {
-		jockey := metric(t, res, "SLOs met, Jockey")
+	perSeed(t, "jockey", 20, nil, func(seed uint64, res experiments.Result) {
+		jobs := 20.0 * 8
+		met := func(policy string) float64 { return math.Round(metric(t, res, "SLOs met, "+policy) * jobs) }
+		jockey := met("Jockey")
+		t.Logf("seed %d: Jockey %.0f of %.0f, w/o adaptation %.0f, w/o simulator %.0f", seed, jockey, jobs,
+			met("Jockey w/o adaptation"), met("Jockey w/o simulator"))
 		for _, ablation := range []string{"Jockey w/o adaptation", "Jockey w/o simulator"} {
-			if got := metric(t, res, "SLOs met, "+ablation); !(jockey > got) {
-				t.Errorf("seed %d: Jockey met %.1f %% of SLOs, %s %.1f %%", seed, 100*jockey, ablation, 100*got)
+			if got := met(ablation); !(jockey >= got+jockeyMargin) {
+				t.Errorf("seed %d: Jockey met %.0f SLOs of %.0f, %s %.0f: want a lead of at least %d", seed, jockey, jobs, ablation, got, jockeyMargin)
 			}
 		}
 	})

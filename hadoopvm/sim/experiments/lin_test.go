@@ -6,11 +6,12 @@ import (
 	"github.com/mrmarket/mrmarket/hadoopvm/sim/experiments"
 )
 
-// TestLinConclusionsPerSeed: Lin et al. §5's conclusion on each of five
-// seeds, over 20,000-job traces at loads 0.75 and 0.9: MaxSRPT and
+// TestLinConclusionsPerSeed: Lin et al. §5's conclusion on each test
+// seed, over 20,000-job traces at loads 0.75 and 0.9: MaxSRPT and
 // SplitSRPT both have a far lower mean response than k-LPS (Hadoop's Fair
-// Scheduler), and the lower bound is below every policy. A SplitSRPT
-// that shared the stations like k-LPS would fail it.
+// Scheduler), and the lower bound is below every policy. Mutation that
+// fails it: MaxSRPT serving the jobs in arrival order (allocate without
+// its order by the least work left).
 func TestLinConclusionsPerSeed(t *testing.T) {
 	perSeed(t, "lin", 1, map[string]string{"jobs": "20000", "lengths": ""}, func(seed uint64, res experiments.Result) {
 		for _, load := range []string{"0.75", "0.9"} {

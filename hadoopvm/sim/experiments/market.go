@@ -322,6 +322,10 @@ func (p *mrmMarketParams) check() error {
 type mrmMarketOutcome struct {
 	admitted, late, paidOverPrice, premium, wait float64
 	over                                         float64 // mean s a late job finished after its deadline (0: none late)
+	// margin is the median factor admission planned a job's estimate
+	// with (its work over the estimate's upper bound), credits the mean
+	// price held per admitted job.
+	margin, credits float64
 	// beyond is the % of admitted jobs with more maps than any job done
 	// when they were quoted (the estimate extrapolates), lateBeyond and
 	// lateWithin the % late of those and of the others.
@@ -355,7 +359,7 @@ func mrmMarketRun(seed uint64, hosts int, jobs []mrmJob, alpha float64) (mrmMark
 		beyond   bool // more maps than any job done when it was quoted
 	}
 	admitted := map[string]adm{}
-	var waits []float64
+	var waits, margins, credits []float64
 	mapsOf := map[string]int{}
 	for k, j := range jobs {
 		if err := w.s.RunUntil(start.Add(time.Duration(j.arrive * float64(time.Second)))); err != nil {
@@ -390,6 +394,10 @@ func mrmMarketRun(seed uint64, hosts int, jobs []mrmJob, alpha float64) (mrmMark
 		}
 		admitted[spec.Name] = adm{rep.Job.Deadline, rep.Job.Price, cheapest, seen > 0 && spec.Maps > seen}
 		waits = append(waits, rep.Job.Deadline.Sub(w.s.Now()).Seconds())
+		// A map-only job's upper bound is its map estimate's, mean + 1.64 sd
+		// (broker.estimate), so what the work adds to it is the margin.
+		margins = append(margins, q.Work/(q.Mean+1.64*q.SD))
+		credits = append(credits, rep.Job.Price.Credits())
 		sj.Submit = w.s.Now().Sub(start)
 		if err := w.s.Submit(sj); err != nil {
 			return out, err
@@ -432,6 +440,8 @@ func mrmMarketRun(seed uint64, hosts int, jobs []mrmJob, alpha float64) (mrmMark
 		out.paidOverPrice = meanOf(paid)
 		out.premium = mrmMedian(prem)
 		out.wait = mrmMedian(waits)
+		out.margin = mrmMedian(margins)
+		out.credits = meanOf(credits)
 	}
 	if len(over) > 0 {
 		out.over = meanOf(over)
@@ -473,6 +483,8 @@ func runMRMMarket(ctx context.Context, cfg Config, step func() error) (Result, e
 			add(gap, "paid", o.paidOverPrice)
 			add(gap, "premium", o.premium)
 			add(gap, "window", o.wait)
+			add(gap, "margin", o.margin)
+			add(gap, "credits", o.credits)
 			m, err := mrmSimulate(jobs, par.Alpha, mrmGammaBar(jobs))
 			if err != nil {
 				return res, err
@@ -513,6 +525,8 @@ func runMRMMarket(ctx context.Context, cfg Config, step func() error) (Result, e
 			row("mean s a late job is late, model on the same trace (0: none late), "+tag, nan, "", "", g("model over")),
 			row("median deadline − arrival, s, market, "+tag, nan, "", "", g("window")),
 			row("median deadline − arrival, s, model on the same trace, "+tag, nan, "", "", g("model window")),
+			row("median safety margin admission planned with (work over the estimate's upper bound), market, "+tag, nan, "", "", g("margin")),
+			row("mean price held per admitted job, credits, market, "+tag, nan, "", "", g("credits")),
 			row("mean paid / price held, market (the model pays its price: no counterpart), "+tag, nan, "", "", g("paid")),
 			row("median price / the quote's cheapest point, market, "+tag, nan, "", "", g("premium")),
 			row("median price / p̂, model (a different base from the market's row), "+tag, nan, "", "", g("model premium")))

@@ -78,7 +78,9 @@ func TestMarketExperimentsDeterministic(t *testing.T) {
 // every conclusion seed, as lin's model has it on every trace. The margin
 // over k-LPS is thin on light traces; the reversals once seen came from
 // the simulator no longer ticking after the cluster first went idle
-// (notes/conclusions.md, lin-market).
+// (notes/conclusions.md, lin-market). Mutation that fails it: MaxSRPT
+// serving the jobs in arrival order (allocate, which the broker's job
+// order calls, without its order by the least work left).
 func TestLinMarketMaxSRPTConclusion(t *testing.T) {
 	perSeed(t, "lin-market", 1, map[string]string{"jobs": "60", "load": "0.9", "policies": `["fifo","klps","maxsrpt"]`}, func(seed uint64, res experiments.Result) {
 		mx := metric(t, res, "mean response, maxsrpt, load 0.9, market")
@@ -91,26 +93,55 @@ func TestLinMarketMaxSRPTConclusion(t *testing.T) {
 	})
 }
 
-// TestMRMMarketSanity: through the market every job whose budget pays its
-// quote's cheapest point is admitted, no job pays more than the price held
-// for it, and a job's price is at least the quote's cheapest point.
+// TestMRMMarketSanity: through the market, on each test seed (40 jobs at
+// 100 s between arrivals), every job whose budget pays its quote's
+// cheapest point is admitted, no job pays more than the price held for
+// it, and a job's price is at least the quote's cheapest point. Mutation
+// that fails it: the broker holding half the price its own quote gives
+// for the deadline it admits (pricing.terms on a budget).
 func TestMRMMarketSanity(t *testing.T) {
-	res := runMarket(t, "mrm-market", 3, map[string]string{"jobs": "60", "gap": "100"})
-	tag := "gap 100 s, α=2"
-	admitted := metric(t, res, "admitted jobs, market (each budget pays its quote's cheapest point, so a refusal would be the broker's; the model admits every job: no counterpart), "+tag)
-	paid := metric(t, res, "mean paid / price held, market (the model pays its price: no counterpart), "+tag)
-	premium := metric(t, res, "median price / the quote's cheapest point, market, "+tag)
-	late := metric(t, res, "admitted jobs finishing after their deadline, market, "+tag)
-	t.Logf("admitted %.0f %%, late %.0f %%, paid/price %.2f, price/cheapest %.2f", 100*admitted, 100*late, paid, premium)
-	if admitted != 1 {
-		t.Errorf("admitted %.2f of the jobs, want all", admitted)
-	}
-	if !(paid > 0 && paid <= 1) {
-		t.Errorf("jobs paid %.2f of their price on average, want (0, 1]", paid)
-	}
-	if !(premium >= 0.99) {
-		t.Errorf("median price is %.2f × the quote's cheapest point", premium)
-	}
+	perSeed(t, "mrm-market", 1, map[string]string{"jobs": "40", "gap": "100"}, func(seed uint64, res experiments.Result) {
+		tag := "gap 100 s, α=2"
+		admitted := metric(t, res, "admitted jobs, market (each budget pays its quote's cheapest point, so a refusal would be the broker's; the model admits every job: no counterpart), "+tag)
+		paid := metric(t, res, "mean paid / price held, market (the model pays its price: no counterpart), "+tag)
+		premium := metric(t, res, "median price / the quote's cheapest point, market, "+tag)
+		late := metric(t, res, "admitted jobs finishing after their deadline, market, "+tag)
+		t.Logf("seed %d: admitted %.0f %%, late %.0f %%, paid/price %.2f, price/cheapest %.2f", seed, 100*admitted, 100*late, paid, premium)
+		if admitted != 1 {
+			t.Errorf("seed %d: admitted %.2f of the jobs, want all", seed, admitted)
+		}
+		if !(paid > 0 && paid <= 1) {
+			t.Errorf("seed %d: jobs paid %.2f of their price on average, want (0, 1]", seed, paid)
+		}
+		if !(premium >= 0.99) {
+			t.Errorf("seed %d: median price is %.2f × the quote's cheapest point", seed, premium)
+		}
+	})
+}
+
+// TestARIAMarketAdmittedMeetDeadlinesPerSeed: ARIA's deadlines met
+// through the market, on each test seed (aria's W2 jobs scaled to four
+// hosts, 40 a trace at 300 s between arrivals): the broker admits some of
+// them, every admitted job meets its deadline, and the jobs it refuses
+// asked for tighter deadlines (over their time alone) than those it
+// admits. Mutation that fails it: the broker admitting a deadline before
+// the earliest finish it quotes (pricing.terms without its ErrDeadline
+// check) — admitted jobs then finish late.
+func TestARIAMarketAdmittedMeetDeadlinesPerSeed(t *testing.T) {
+	perSeed(t, "aria-market", 1, map[string]string{"jobs": "40", "gap": "300"}, func(seed uint64, res experiments.Result) {
+		tag := "W2, gap 300 s"
+		admitted := metric(t, res, "admitted jobs, market (aria admits every job: no counterpart), "+tag)
+		missed := metric(t, res, "admitted jobs missing their deadline, market, "+tag)
+		in := metric(t, res, "median deadline / time alone of the admitted jobs, market, "+tag)
+		out := metric(t, res, "median deadline / time alone of the refused jobs, market (runs with none refused left out), "+tag)
+		t.Logf("seed %d: admitted %.0f %%, of which late %.0f %%; deadline / time alone %.2f admitted, %.2f refused", seed, 100*admitted, 100*missed, in, out)
+		if !(admitted > 0 && missed == 0) {
+			t.Errorf("seed %d: admitted %.0f %% of the jobs, %.0f %% of them late: want some admitted, none late", seed, 100*admitted, 100*missed)
+		}
+		if !(out < in) {
+			t.Errorf("seed %d: refused jobs' deadlines %.2f × their time alone, admitted ones' %.2f: want the refused tighter", seed, out, in)
+		}
+	})
 }
 
 // TestMarketParams: the market experiments refuse settings they cannot

@@ -61,10 +61,11 @@ func TestMRMDeterministicAndSane(t *testing.T) {
 }
 
 // TestMRMConclusionsPerSeed: MRM §6.3's conclusions (Tables 5, 6, 8)
-// on each of five seeds at the high load: a DS user who pays more (larger
-// α) pays a larger premium and buys less slack, and more of the jobs are
-// tardy — never fewer — as α grows. Pricing that ignored α would give one
-// premium for all three and fail.
+// on each test seed at the high load: a DS user who pays more (larger α)
+// pays a larger premium and buys less slack, and more of the jobs are
+// tardy — never fewer — as α grows. Mutation that fails it: Eq. 13's
+// first term without the slack (a deadline costs κ·p however far it is),
+// so buying less slack costs nothing more.
 func TestMRMConclusionsPerSeed(t *testing.T) {
 	alphas := []string{"1.1", "1.5", "2"}
 	perSeed(t, "mrm-pricing", 1, map[string]string{"alpha": strings.Join(alphas, ","), "gap": "50"}, func(seed uint64, res experiments.Result) {
@@ -89,21 +90,27 @@ func TestMRMConclusionsPerSeed(t *testing.T) {
 	})
 }
 
-// TestMRMBaselinesConclusionsPerSeed: MRM's §1 and §6.3 on each of
-// five seeds at 40 s between arrivals: under MRM a good part of the
-// delay-sensitive jobs jump ahead of earlier ones (the paper: 35 %) while
-// delay-tolerant jobs miss no more deadlines than under FCFS (within a
-// point); the priority scheduler misses over 30 % of theirs.
+// TestMRMBaselinesConclusionsPerSeed: MRM's §1 and §6.3 on each test seed
+// at 40 s between arrivals (three traces of 1,000 jobs): under MRM a good
+// part of the delay-sensitive jobs jump ahead of earlier ones (the paper:
+// 35 %) while the deadline violations stay those of FCFS — delay-tolerant
+// and delay-sensitive jobs each miss no more than a tenth of a point more
+// than under FCFS (§1: "comparable to that of the FCFS scheduler"); the
+// priority scheduler misses over 30 % of the delay-tolerant jobs'.
+// Mutation that fails it: MRMPrice without its second term (the charge
+// for the slack taken from the jobs jumped over, Eq. 13): delay-sensitive
+// jobs then take each other's slack for free and miss 0.4–0.8 % of their
+// deadlines against FCFS's 0–0.1 % (tuning and test seeds).
 func TestMRMBaselinesConclusionsPerSeed(t *testing.T) {
-	// 300 jobs a trace: the conclusion shows as clearly as over 1,000 (the
-	// experiment's default), in a fraction of the time.
-	perSeed(t, "mrm-baselines", 1, map[string]string{"gap": "40", "jobs": "300"}, func(seed uint64, res experiments.Result) {
-		mrm := metric(t, res, "deadline violations, DT jobs, MRM, 40 s")
-		fcfs := metric(t, res, "deadline violations, DT jobs, FCFS, 40 s")
+	perSeed(t, "mrm-baselines", 3, map[string]string{"gap": "40", "jobs": "1000"}, func(seed uint64, res experiments.Result) {
 		prio := metric(t, res, "deadline violations, DT jobs, priority, 40 s")
 		jump := metric(t, res, "DS jobs finishing ahead of an earlier job, MRM, 40 s")
-		if mrm > fcfs+1 {
-			t.Errorf("seed %d: MRM misses %.2f %% of DT deadlines, FCFS %.2f %%", seed, mrm, fcfs)
+		for _, class := range []string{"DS", "DT"} {
+			mrm := metric(t, res, "deadline violations, "+class+" jobs, MRM, 40 s")
+			fcfs := metric(t, res, "deadline violations, "+class+" jobs, FCFS, 40 s")
+			if mrm > fcfs+0.1 {
+				t.Errorf("seed %d: MRM misses %.2f %% of %s deadlines, FCFS %.2f %%", seed, mrm, class, fcfs)
+			}
 		}
 		if prio <= 30 {
 			t.Errorf("seed %d: priority misses only %.2f %% of DT deadlines (the paper: over 30 %%)", seed, prio)

@@ -39,11 +39,17 @@ type TwoUsers struct {
 
 // Outcome is what a run gives each user: its workflow's completion time
 // and what its plan had paid when the workflow finished; and each job's
-// time, submission to finish, by id.
+// time, submission to finish, its result and what its user's plan had paid
+// when it finished, by id.
 type Outcome struct {
-	T    [2]time.Duration
-	Paid [2]money.Micro
-	Jobs map[string]time.Duration
+	T       [2]time.Duration
+	Paid    [2]money.Micro
+	Jobs    map[string]time.Duration
+	Results map[string]sim.JobResult
+	PaidAt  map[string]money.Micro
+	// DiskAt is, when each job finished, what each user's VMs had moved
+	// to and from their disks (MB), and the others: the background's.
+	DiskAt map[string][2]float64
 }
 
 var start = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
@@ -78,7 +84,7 @@ func (w TwoUsers) run(seed uint64, alone bool) (Outcome, error) {
 	}
 	s.Attach(b)
 	s.Observe(sim.StageFeed(b))
-	fin := &finishes{s: s, last: map[string]int{}}
+	fin := &finishes{s: s, last: map[string]int{}, user: map[string]int{}, at: map[string]money.Micro{}, mine: mine, disk: map[string][2]float64{}}
 	s.Observe(fin)
 	first, last, err := w.submit(s, b, fin, users, mine, alone)
 	if err != nil {
@@ -94,6 +100,7 @@ func (w TwoUsers) run(seed uint64, alone bool) (Outcome, error) {
 		at[j.ID] = j
 		out.Jobs[j.ID] = j.Duration()
 	}
+	out.Results, out.PaidAt, out.DiskAt = at, fin.at, fin.disk
 	for i, u := range users {
 		if u != "" {
 			out.T[i] = at[last[i]].Finish.Sub(at[first[i]].Submit)
@@ -151,6 +158,9 @@ func (w TwoUsers) submit(s *sim.Sim, b *broker.Broker, fin *finishes, users [2]s
 		jobs := w.Users[i].Jobs(u, mine[u])
 		first[i], last[i] = jobs[0].ID, jobs[len(jobs)-1].ID
 		fin.last[last[i]] = i
+		for _, j := range jobs {
+			fin.user[j.ID] = i
+		}
 		if w.Users[i].Spend != nil && !alone {
 			rep, err := b.Spend(context.Background(), w.Users[i].Spend(u, mine[u], jobs))
 			if err != nil {
@@ -168,18 +178,33 @@ func (w TwoUsers) submit(s *sim.Sim, b *broker.Broker, fin *finishes, users [2]s
 }
 
 // finishes records what each user's plan had paid when its workflow's
-// last job finished.
+// last job finished, and when each of its jobs did.
 type finishes struct {
 	s     *sim.Sim
 	last  map[string]int
+	user  map[string]int // each job's user
 	holds [2]string
 	paid  [2]money.Micro
+	at    map[string]money.Micro
+	mine  map[string][]string // each user's VMs
+	disk  map[string][2]float64
 }
 
 func (f *finishes) JobSubmitted(sim.JobSpec, time.Time)                     {}
 func (f *finishes) TaskStarted(string, bool, int, string, time.Time)        {}
 func (f *finishes) TaskFinished(string, bool, int, string, time.Time, bool) {}
 func (f *finishes) JobFinished(job string, _ time.Time) {
+	if i, ok := f.user[job]; ok && f.holds[i] != "" {
+		f.at[job] = f.s.Ledger().Paid(f.holds[i])
+	}
+	disk, _ := f.s.Moved()
+	var d [2]float64
+	for i, u := range [2]string{"u1", "u2"} {
+		for _, vm := range f.mine[u] {
+			d[i] += disk[vm]
+		}
+	}
+	f.disk[job] = d
 	if i, ok := f.last[job]; ok && f.holds[i] != "" {
 		f.paid[i] = f.s.Ledger().Paid(f.holds[i])
 	}

@@ -1,0 +1,81 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/mrmarket/mrmarket/internal/wire"
+)
+
+// A try that lands on a frozen or dead replica costs one short attempt and
+// a short pause, not the 9 s of a 5 s attempt and a 4 s pause: the next try
+// (the same request) reaches the other replica within the fault table's
+// bound.
+func TestAskingAgainAfterOneShortAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var warn bytes.Buffer
+		var seen []string
+		tries := 0
+		lost := func(ctx context.Context, _ clients, req string) (string, error) {
+			tries++
+			seen = append(seen, req)
+			if tries == 1 {
+				<-ctx.Done() // frozen: no answer comes
+				return "", wire.Errorf(wire.ErrUnavailable, "no answer on mrm.v1.broker.spend in time")
+			}
+			return "plan " + req, nil
+		}
+		start := time.Now()
+		rep, err := retried(lost)(t.Context(), clients{warn: &warn}, "p1")
+		took := time.Since(start)
+		if err != nil || rep != "plan p1" || tries != 2 || seen[1] != "p1" {
+			t.Fatalf("%q, %v after %d tries of %v", rep, err, tries, seen)
+		}
+		if bound := 5 * time.Second; took > bound || took < asking.attempts.InitialBackoff {
+			t.Fatalf("answered after %s: want one attempt (%s) and a pause, within %s", took, asking.attempts.InitialBackoff, bound)
+		}
+		if !strings.Contains(warn.String(), "asking again") {
+			t.Errorf("no word of the retry: %q", warn.String())
+		}
+	})
+}
+
+// An answer is final (a refusal too); unavailable is asked again with a
+// growing pause until patience runs out, and then it is the answer (exit 4).
+func TestAskingStopsAtAnAnswerOrPatience(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tries := 0
+		refused := func(context.Context, clients, string) (string, error) {
+			tries++
+			return "", wire.Errorf(wire.ErrConflict, "id already used")
+		}
+		if _, err := retried(refused)(t.Context(), clients{}, "x"); !errors.Is(err, wire.ErrConflict) || tries != 1 {
+			t.Fatalf("a refusal asked %d times: %v", tries, err)
+		}
+		tries = 0
+		var at []time.Duration
+		start := time.Now()
+		down := func(context.Context, clients, string) (string, error) {
+			tries++
+			at = append(at, time.Since(start))
+			return "", wire.Errorf(wire.ErrUnavailable, "nothing answers on mrm.v1.bank.transfer")
+		}
+		_, err := retried(down)(t.Context(), clients{}, "x")
+		if !errors.Is(err, wire.ErrUnavailable) || ExitCode(err) != ExitUnavailable {
+			t.Fatalf("gave up with %v", err)
+		}
+		if took := time.Since(start); took > asking.patience || took < asking.patience-asking.pauses.MaxBackoff*2 {
+			t.Fatalf("gave up after %s, want about %s", took, asking.patience)
+		}
+		for i := 1; i < len(at); i++ {
+			if gap := at[i] - at[i-1]; gap > 2*asking.pauses.MaxBackoff {
+				t.Fatalf("tries at %v: a pause of %s", at, gap)
+			}
+		}
+	})
+}

@@ -1,0 +1,188 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mrmarket/mrmarket/hadoopvm/worker"
+	"github.com/mrmarket/mrmarket/hadoopvm/workertest"
+	"github.com/mrmarket/mrmarket/hadoopvm/yarnfacade"
+	"github.com/mrmarket/mrmarket/internal/wire"
+)
+
+// hotJob is alice's job whose work is all on her first worker: two maps,
+// each four of its splits (a split ends at a word's end, padded with
+// newlines, so consecutive ones are one), filling its two slots while her
+// second worker idles — a workflow's bottleneck.
+func hotJob(c *workertest.Cluster, name string) yarnfacade.JobSpec {
+	splits := c.Splits(c.Workers[0], worker.WordCount)
+	spec := c.Job(name, worker.WordCount, 1, 1)
+	spec.Splits = nil
+	for k := 0; k+4 <= len(splits); k += 4 {
+		spec.Splits = append(spec.Splits, worker.Split{VM: splits[k].VM, Offset: splits[k].Offset, Length: 4 * splits[k].Length})
+	}
+	return spec
+}
+
+// caseBottleneck: alice runs the hot job against bob's word counts on
+// the same CPU twice, first under her fair plan, then under bottleneck
+// elimination with what that plan had left over the time it had left
+// (the same spending rate). Bottleneck elimination moves her idle
+// worker's money to the busy one, whose share the agent raises; the
+// model, fed with the shares the agent set on the contested CPU, second
+// by second, and calibrated on the fair run, predicts the second run's
+// time.
+func (w *world) caseBottleneck(t *testing.T) {
+	a := w.clusters["alice"]
+	hot, rival := a.Workers[0], w.clusters["bob"].Workers[0]
+	fair := w.hotRun(t, "wc-hot-fair")
+
+	// The same money, spent by bottleneck elimination.
+	var left wire.Plan
+	for _, p := range mustJSON[wire.PlansReply](t, w, "plans", "--user", "alice").Plans {
+		if p.ID == "alice-fair" {
+			left = p
+		}
+	}
+	w.must(t, "cancel", "--user", "alice", "--plan", "alice-fair", "--id", "alice-fair-cancel")
+	remaining := time.Until(left.End).Round(time.Second)
+	w.must(t, "spend", "--user", "alice", "--budget", fmt.Sprintf("%.6f", left.Held.Credits()), "--duration", remaining.String(),
+		"--vm", strings.Join(a.Workers, ","), "--strategy", "bottleneck", "--boost", "0.9", "--id", "alice-bottleneck")
+	// The idle worker is seen idle after a few ticks and its money moved.
+	time.Sleep(5 * time.Second)
+	boosted := w.hotRun(t, "wc-hot-bottleneck")
+
+	// The model: alice's job and bob's (longer than hers) on the hot
+	// worker's CPU, at the shares the agent set there, second by second.
+	model := func(r hotResult, clock func(time.Time) float64, work float64) flow {
+		f := flow{phases: []phase{{"cpu", work}}, shares: map[string]float64{"cpu": r.samples[0].vms[hot].Share}}
+		for _, s := range r.samples[1:] {
+			if !s.at.Before(r.res.Submitted) {
+				f.changes = append(f.changes, change{clock(s.at), map[string]float64{"cpu": s.vms[hot].Share}})
+			}
+		}
+		return f
+	}
+	rivalFlow := func(r hotResult, clock func(time.Time) float64) flow {
+		f := flow{phases: []phase{{"cpu", 1e9}}, shares: map[string]float64{"cpu": r.samples[0].vms[rival].Share}}
+		for _, s := range r.samples[1:] {
+			if !s.at.Before(r.res.Submitted) {
+				f.changes = append(f.changes, change{clock(s.at), map[string]float64{"cpu": s.vms[rival].Share}})
+			}
+		}
+		return f
+	}
+	predict := func(clockOf func(hotResult) func(time.Time) float64) (want, measured, fairTime float64) {
+		cf, cb := clockOf(fair), clockOf(boosted)
+		fairTime = cf(fair.res.Finished)
+		jobs := []flow{model(fair, cf, 0), rivalFlow(fair, cf)}
+		jobs[0].phases = nil
+		work := calibrate(jobs, 0, "cpu", fairTime)
+		want = finishes([]flow{model(boosted, cb, work), rivalFlow(boosted, cb)})[0]
+		return want, cb(boosted.res.Finished), fairTime
+	}
+	cpuClock := func(r hotResult) func(time.Time) float64 {
+		vms := []string{hot, rival}
+		base := guestCPU(r.samples, vms, r.res.Submitted)
+		return func(t time.Time) float64 { return guestCPU(r.samples, vms, t) - base }
+	}
+	wallClock := func(r hotResult) func(time.Time) float64 {
+		return func(t time.Time) float64 { return t.Sub(r.res.Submitted).Seconds() }
+	}
+	want, got, fairCPU := predict(cpuClock)
+	wallWant, wallGot, fairWall := predict(wallClock)
+	share := func(r hotResult) float64 { return meanShare(r.samples, hot, r.res.Submitted, r.res.Finished) }
+	part := got / wallGot
+	w.add(row{fmt.Sprintf("d: alice's job on one worker, the other idle, bob's on the same CPU: fair, then bottleneck --boost 0.9 "+
+		"(busy worker's mean share %.3f → %.3f)", share(fair), share(boosted)), "CPU",
+		fmt.Sprintf("%.1f s with bottleneck elimination (fair took %.1f s)", want, fairCPU),
+		fmt.Sprintf("%.1f s on the CPU's clock; wall %.1f s, model %.1f s (fair %.1f s); guests had %.0f %% of the CPU",
+			got, wallGot, wallWant, fairWall, 100*part)})
+	// The money moved: the busy worker's share rose.
+	if share(boosted) <= share(fair) {
+		t.Errorf("bottleneck elimination did not raise the busy worker's share: %.3f, %.3f fair", share(boosted), share(fair))
+	}
+	check(t, "the job's time under bottleneck elimination", got, want, wallGot, wallWant, part)
+	if got >= fairCPU {
+		t.Errorf("bottleneck elimination did not speed the job up: %.1f s against %.1f s fair (the CPU's clock)", got, fairCPU)
+	}
+}
+
+// hotResult is a run of the hot job: its result and the samples around it.
+type hotResult struct {
+	res     yarnfacade.Result
+	samples []sample
+}
+
+// hotRun runs alice's hot job while bob's word counts keep his workers
+// busy.
+func (w *world) hotRun(t *testing.T, name string) hotResult {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	a := w.clusters["alice"]
+	stop := w.compete(ctx, name+"-rival")
+	smp := w.sample(time.Second)
+	spec := hotJob(a, name)
+	res, err := w.run(ctx, "alice", spec)
+	samples := smp.end()
+	_, bobErr := stop() // his job in flight ends too: the next case has the guests to itself
+	if err := errors.Join(err, bobErr); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s timeline:\n%s", name, timeline(samples, w.vms(), res.Submitted))
+	if err := a.CheckOutput(spec, res); err != nil {
+		t.Error(err)
+	}
+	return hotResult{res, samples}
+}
+
+// meanShare is a VM's mean share over the samples from from to to.
+func meanShare(samples []sample, vm string, from, to time.Time) float64 {
+	sum, n := 0.0, 0
+	for _, s := range samples {
+		if !s.at.Before(from) && !s.at.After(to) {
+			sum += s.vms[vm].Share
+			n++
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return sum / float64(n)
+}
+
+// compete keeps bob's workers busy with word counts named name until the
+// returned stop is called, and returns once his first job's maps are
+// running; stop waits for his job in flight and returns how many ran and
+// the first failure.
+func (w *world) compete(ctx context.Context, name string) (stop func() (int, error)) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	var runs int
+	var failed error
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if _, err := w.run(ctx, "bob", w.clusters["bob"].Job(name, worker.WordCount, 2, 1)); err != nil {
+				failed = err
+				return
+			}
+			runs++
+		}
+	})
+	time.Sleep(3 * time.Second)
+	return func() (int, error) {
+		close(done)
+		wg.Wait()
+		return runs, failed
+	}
+}

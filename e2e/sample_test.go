@@ -1,0 +1,164 @@
+package e2e
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mrmarket/mrmarket/internal/wire"
+)
+
+// sample is what the guests did and got at one moment: the agent's view
+// (share, caps, idle) as the broker last heard it, and libvirt's counters
+// (CPU time, disk and network bytes).
+type sample struct {
+	at  time.Time
+	vms map[string]wire.VMState
+	cnt map[string]counters
+}
+
+// counters are a domain's cumulative use.
+type counters struct {
+	cpu          time.Duration
+	disk, rx, tx int64
+}
+
+// sampler samples the world every period until stopped.
+type sampler struct {
+	w       *world
+	mu      sync.Mutex
+	samples []sample
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+func (w *world) sample(period time.Duration) *sampler {
+	s := &sampler{w: w, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			s.take()
+			select {
+			case <-s.stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return s
+}
+
+func (s *sampler) take() {
+	smp := sample{at: time.Now(), vms: s.w.shares(), cnt: map[string]counters{}}
+	for _, c := range s.w.clusters {
+		for _, vm := range c.Workers {
+			smp.cnt[vm] = s.w.counters(vm)
+		}
+	}
+	s.mu.Lock()
+	s.samples = append(s.samples, smp)
+	s.mu.Unlock()
+}
+
+// snapshot returns the samples so far.
+func (s *sampler) snapshot() []sample {
+	s.take()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.samples)
+}
+
+// end stops sampling and returns the samples.
+func (s *sampler) end() []sample {
+	close(s.stop)
+	<-s.done
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.samples
+}
+
+// counters reads a domain's counters from libvirt.
+func (w *world) counters(vm string) counters {
+	var c counters
+	d, err := w.conn.LookupDomainByName(vm)
+	if err != nil {
+		return c
+	}
+	defer d.Free()
+	if info, err := d.GetInfo(); err == nil {
+		c.cpu = time.Duration(info.CpuTime)
+	}
+	for _, dev := range []string{"vda", "vdb"} {
+		if st, err := d.BlockStats(dev); err == nil {
+			c.disk += st.RdBytes + st.WrBytes
+		}
+	}
+	if tap := w.taps[vm]; tap != "" {
+		if st, err := d.InterfaceStats(tap); err == nil {
+			c.rx, c.tx = st.RxBytes, st.TxBytes
+		}
+	}
+	return c
+}
+
+// timeline formats samples: per interval, each VM's CPU fraction, disk
+// and network rates, its share and caps.
+func timeline(samples []sample, vms []string, t0 time.Time) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%6s", "t")
+	for _, vm := range vms {
+		fmt.Fprintf(&b, " | %-40s", vm)
+	}
+	b.WriteString("\n")
+	for i := 1; i < len(samples); i++ {
+		p, c := samples[i-1], samples[i]
+		dt := c.at.Sub(p.at).Seconds()
+		fmt.Fprintf(&b, "%6.1f", c.at.Sub(t0).Seconds())
+		for _, vm := range vms {
+			a, z := p.cnt[vm], c.cnt[vm]
+			st := c.vms[vm]
+			caps := []string{}
+			for _, r := range slices.Sorted(maps.Keys(st.Caps)) {
+				caps = append(caps, fmt.Sprintf("%s=%.2f", r, st.Caps[r]))
+			}
+			idle := ""
+			if st.Idle {
+				idle = "I"
+			}
+			fmt.Fprintf(&b, " | cpu %.2f d %5.1f rx %5.2f tx %5.2f q %.3f%s %s", (z.cpu-a.cpu).Seconds()/dt, float64(z.disk-a.disk)/dt/1e6,
+				float64(z.rx-a.rx)/dt/1e6, float64(z.tx-a.tx)/dt/1e6, st.Share, idle, strings.Join(caps, ","))
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// guestCPU is the CPU time the guests vms had used by t, in seconds,
+// interpolated between the samples around it.
+func guestCPU(samples []sample, vms []string, t time.Time) float64 {
+	total := func(s sample) float64 {
+		sum := 0.0
+		for _, vm := range vms {
+			sum += s.cnt[vm].cpu.Seconds()
+		}
+		return sum
+	}
+	if len(samples) == 0 {
+		return 0
+	}
+	if !t.After(samples[0].at) {
+		return total(samples[0])
+	}
+	for i := 1; i < len(samples); i++ {
+		if p, c := samples[i-1], samples[i]; !t.After(c.at) {
+			f := t.Sub(p.at).Seconds() / c.at.Sub(p.at).Seconds()
+			return total(p) + f*(total(c)-total(p))
+		}
+	}
+	return total(samples[len(samples)-1])
+}
