@@ -11,15 +11,43 @@
 //
 // The domain's name is the VM id. Other domains are left alone.
 //
+// # Which domains are cached
+//
+// The enforcer keeps its managed domains (handle, owner, what it last set)
+// in a cache, so a bid reaches libvirt without listing the host: listing
+// every domain and reading each one's metadata made a bid's cost grow with
+// the domains on the host. libvirt's lifecycle and metadata-change events
+// (run by libvirt's default event loop, registered once per process
+// before the connection opens) name the domains to read again: one that
+// started, stopped, or gained, lost or changed its metadata; a goroutine
+// of the enforcer's reads them, off the bids' path. Every VMs
+// call, the agent's tick, lists the host in full anyway and repairs what
+// an event missed (level-triggered: a lost event costs at most a tick);
+// a call that fails on a domain has it read again. Without events (the
+// loop or the registration failed, or a connection NewWithConn borrowed)
+// every call lists and nothing is kept, as before.
+//
 // # Mappings and their distortion
 //
-// CPU (always): cpu_shares = clamp(round(q·10000), 2, 10000). The range is
-// valid both for cgroup v1 (cpu.shares, 2…262144) and cgroup v2, where
-// libvirt maps cpu_shares to cpu.weight (1…10000). Rounding moves a share by
-// at most 0.5/10000 = 0.00005 of the host, so a 2:1 pair is enforced as
-// 6667:3333 (ratio 2.0003); a share below 0.0002 (the agent's floor) is
-// raised to 2/10000. Shares are weights: they divide the CPU only among VMs
-// that want it (work-conserving), as the share rule intends.
+// CPU (always): cpu_shares = clamp(round(q·S), 2, 10000), with a scale S
+// in [10000, 40000] the enforcer keeps. The range is valid both for cgroup
+// v1 (cpu.shares, 2…262144) and cgroup v2, where libvirt maps cpu_shares to
+// cpu.weight (1…10000). Rounding moves a share by at most 0.5/S ≤ 0.00005
+// of the host, so a 2:1 pair is enforced no worse than 6667:3333 (ratio
+// 2.0003); a share below 2/S (the agent's floor is 0.0002) is raised to it.
+// Shares are weights: they divide the CPU only among VMs that want it
+// (work-conserving), as the share rule intends, and only their ratios
+// matter. When one VM's bid changes the host's price, every other VM's
+// share changes by one common factor; S moves by that factor, so the other
+// weights stay as they are and a bid sets one domain's cpu_shares. Apply
+// calls libvirt only for a weight that changes (and removes a former cap
+// once per domain). All weights are set anew, at the middle of S's range,
+// only when keeping them would put a weight above 10000 or S outside its
+// range: when the host's total bids have moved about twofold since, or one
+// VM's share grows past 10000/S. S at least 10000 keeps the rounding no
+// coarser than q·10000; at most 40000 bounds how far the managed domains,
+// whose weights sum to about S, outweigh an unmanaged domain: at most four
+// times as far as at q·10000. A lone VM's q is 1, and S is 10000.
 //
 // CPU hard cap (optional, HardCap): additionally vcpu_period = 100 ms and
 // vcpu_quota = q·C·period / the domain's vCPUs, at least 1 ms, and the same
@@ -31,9 +59,11 @@
 // capped at all); agent.VM.CPUs reports the same number, which bounds the
 // VM's entitlement in the agent's idle rule. Rounding to whole microseconds
 // distorts by at most 1 µs per 100 ms (0.001%); the 1 ms minimum raises
-// shares below 1% of a CPU. Without HardCap, Apply removes any cap a former
-// run left (quotas back to -1, unlimited), so turning --hard-cap off takes
-// effect at the agent's next start.
+// shares below 1% of a CPU. A cap is absolute, not relative: with HardCap a
+// bid that changes the host's price touches every domain whose share
+// changes, which is all of them. Without HardCap, Apply removes any cap a
+// former run left (quotas back to -1, unlimited), so turning --hard-cap
+// off takes effect at the agent's next start.
 //
 // Disk and network: each resource has a mode (Config.Disk, Config.Net;
 // Modes reports them, and the agent publishes them with the host's state,
@@ -66,7 +96,9 @@
 //     on two and three TCG guests. Works with any scheduler and cgroup
 //     version; taps only (libvirt interface types
 //     ethernet, network or bridge — not QEMU user networking).
-//   - weights (disk only): blkio weight = clamp(round(q·1000), 100, 1000),
+//   - weights (disk only): blkio weight = clamp(round(q·1000), 100, 1000)
+//     (set, like cpu_shares, only when it changes; not rescaled, so a bid
+//     sets the weight of every VM whose rounded weight moves),
 //     libvirt's range (every share below 0.1 is enforced as 0.1). libvirt
 //     writes blkio.bfq.weight, which only BFQ reads: under mq-deadline the
 //     weight is accepted and does nothing. Even under BFQ the ratio forms
@@ -89,6 +121,7 @@
 //
 // Applied reports, for each VM, the share the enforcer last applied if the
 // cpu_shares libvirt reports now still match it, and otherwise the share the
-// reported cpu_shares stand for (shares/10000), which the agent's reconcile
-// pass sees as drift and repairs.
+// reported cpu_shares stand for (shares/S), which the agent's reconcile
+// pass sees as drift and repairs: Applied takes what it read as the weight
+// in force, so the next Apply sets it again.
 package virt

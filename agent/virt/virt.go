@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -60,8 +61,16 @@ type Enforcer struct {
 	cfg  Config
 	conn *libvirt.Connect
 
-	mu       sync.Mutex
+	cache domainCache
+	// applyMu orders Apply and Applied: the scale and the weights in
+	// force they read are the ones the last Apply left.
+	applyMu sync.Mutex
+
+	mu sync.Mutex
+	// applied is the share last applied to each VM, scale the S of
+	// cpu_shares = q·S it was applied at (see the package doc).
 	applied  map[string]float64
+	scale    float64
 	borrowed bool // the connection is the caller's
 	// io is what IOUsage saw last (the managed domains' MB moved, when)
 	// and peak the fastest the host's domains moved together since.
@@ -77,25 +86,33 @@ var (
 	_ agent.ModeReporter = (*Enforcer)(nil)
 )
 
-// New connects to libvirt.
+// New connects to libvirt, with the domain events that keep its cache
+// current.
 func New(cfg Config) (*Enforcer, error) {
 	if cfg.HostCPUs <= 0 {
 		cfg.HostCPUs = 1
 	}
+	_ = startEventLoop() // before the connection: without a loop its events are not read
 	conn, err := libvirt.NewConnect(cfg.URI)
 	if err != nil {
 		return nil, fmt.Errorf("virt: connecting to %s: %w", cfg.URI, err)
 	}
-	return &Enforcer{cfg: cfg, conn: conn, applied: map[string]float64{}}, nil
+	e := &Enforcer{cfg: cfg, conn: conn, applied: map[string]float64{}}
+	e.cache.watch(conn)
+	return e, nil
 }
 
 // NewWithConn makes an enforcer on an open connection (which it does not
-// close): the test driver keeps its state per connection.
+// close): the test driver keeps its state per connection. It registers no
+// events on a connection it does not own (they would hold it open until
+// Close), so it lists the domains at every call.
 func NewWithConn(cfg Config, conn *libvirt.Connect) (*Enforcer, error) {
 	if cfg.HostCPUs <= 0 {
 		cfg.HostCPUs = 1
 	}
-	return &Enforcer{cfg: cfg, conn: conn, applied: map[string]float64{}, borrowed: true}, nil
+	e := &Enforcer{cfg: cfg, conn: conn, applied: map[string]float64{}, borrowed: true}
+	e.cache.byName, e.cache.dirty, e.cache.wake = map[string]*domain{}, map[string]bool{}, make(chan struct{}, 1)
+	return e, nil
 }
 
 // Close removes the network shaping the throttles set (the taps' qdiscs
@@ -103,6 +120,7 @@ func NewWithConn(cfg Config, conn *libvirt.Connect) (*Enforcer, error) {
 // the libvirt connection.
 func (e *Enforcer) Close() error {
 	err := e.forgetTaps(nil)
+	e.cache.close(e.conn)
 	if e.borrowed {
 		return err
 	}
@@ -110,9 +128,71 @@ func (e *Enforcer) Close() error {
 	return errors.Join(err, cerr)
 }
 
-// CPUShares maps a share q to cpu_shares.
+// CPUShares maps a share q to cpu_shares at the least scale, q·10000.
 func CPUShares(q float64) uint64 {
-	return uint64(min(max(math.Round(q*MaxCPUShares), MinCPUShares), MaxCPUShares))
+	return cpuWeight(q, minScale)
+}
+
+// The scale S of cpu_shares = q·S stays in [minScale, maxScale]: never
+// coarser than q·10000, and the managed domains' weights, which sum to
+// about S, stay within a few times those of unmanaged domains.
+const (
+	minScale = MaxCPUShares
+	maxScale = 4 * minScale
+)
+
+// cpuWeight maps a share q to cpu_shares at scale s.
+func cpuWeight(q, s float64) uint64 {
+	return uint64(min(max(math.Round(q*s), MinCPUShares), MaxCPUShares))
+}
+
+// chooseScale picks the scale for the shares next, given the scale cur
+// that prev were applied at and the weights in force (0: unknown). CFS
+// weights are relative, so when one VM's bid changes the others' shares
+// all change by one factor, and the scale that absorbs it leaves their
+// weights as they are. Of the scales that keep every weight within
+// [MinCPUShares, MaxCPUShares] and the scale within its range — cur, the
+// one each VM's change implies, and the range's geometric middle — it
+// takes the one that changes the fewest weights, the middle on a tie (so
+// a full rescale leaves room either way).
+func chooseScale(cur float64, prev, next map[string]float64, inForce map[string]uint64) float64 {
+	top := 0.0
+	for _, q := range next {
+		top = max(top, q)
+	}
+	hi := float64(maxScale)
+	if top > 0 {
+		hi = max(min(hi, MaxCPUShares/top), minScale)
+	}
+	changes := func(s float64) int {
+		n := 0
+		for vm, q := range next {
+			if cpuWeight(q, s) != inForce[vm] {
+				n++
+			}
+		}
+		return n
+	}
+	best := math.Sqrt(minScale * hi)
+	fewest := changes(best)
+	candidates := []float64{cur}
+	for vm, q := range next {
+		if p := prev[vm]; p > 0 && q > 0 {
+			candidates = append(candidates, cur*p/q)
+		}
+	}
+	slices.Sort(candidates)
+	last := 0.0
+	for _, s := range candidates {
+		if s < minScale || s > hi || s-last <= 1e-9*s {
+			continue // out of range, or the same factor as the last one tried
+		}
+		last = s
+		if n := changes(s); n < fewest {
+			best, fewest = s, n
+		}
+	}
+	return best
 }
 
 // BlkioWeight maps a share q to a blkio weight.
@@ -134,40 +214,10 @@ type vmMeta struct {
 	Owner   string   `xml:"owner,attr"`
 }
 
-// managed lists the running domains with mrmarket metadata. The caller frees them.
-func (e *Enforcer) managed() (map[string]*libvirt.Domain, map[string]string, error) {
-	doms, err := e.conn.ListAllDomains(libvirt.CONNECT_LIST_DOMAINS_ACTIVE)
-	if err != nil {
-		return nil, nil, fmt.Errorf("virt: listing domains: %w", err)
-	}
-	byName, owners := map[string]*libvirt.Domain{}, map[string]string{}
-	for i := range doms {
-		d := &doms[i]
-		name, err := d.GetName()
-		if err != nil || wire.CheckName("vm", name) != nil {
-			_ = d.Free()
-			continue
-		}
-		meta, err := d.GetMetadata(libvirt.DOMAIN_METADATA_ELEMENT, Namespace, libvirt.DOMAIN_AFFECT_LIVE)
-		var m vmMeta
-		if err != nil || xml.Unmarshal([]byte(meta), &m) != nil || wire.CheckName("owner", m.Owner) != nil {
-			_ = d.Free()
-			continue
-		}
-		byName[name], owners[name] = d, m.Owner
-	}
-	return byName, owners, nil
-}
-
-func freeAll(doms map[string]*libvirt.Domain) {
-	for _, d := range doms {
-		_ = d.Free()
-	}
-}
-
-// VMs lists the managed domains.
+// VMs lists the managed domains. It is the agent's tick, so it lists
+// them from libvirt in full, repairing the cache.
 func (e *Enforcer) VMs(context.Context) ([]agent.VM, error) {
-	doms, owners, err := e.managed()
+	doms, owners, err := e.managedFrom(true)
 	if err != nil {
 		return nil, err
 	}
@@ -180,34 +230,61 @@ func (e *Enforcer) VMs(context.Context) ([]agent.VM, error) {
 	return vms, nil
 }
 
-// Apply enforces shares on every named domain, all resources at once.
+// Apply enforces shares on every named domain, all resources at once,
+// calling libvirt only for the domains whose settings change (see the
+// package doc, "Mappings and their distortion").
 func (e *Enforcer) Apply(_ context.Context, shares map[string]float64) error {
-	doms, _, err := e.managed()
+	e.applyMu.Lock()
+	defer e.applyMu.Unlock()
+	targets, err := e.targets(shares)
 	if err != nil {
 		return err
 	}
-	defer freeAll(doms)
+	defer freeTargets(targets)
 	e.mu.Lock()
-	weights := e.cfg.Disk == wire.ModeWeights
+	blkio := e.cfg.Disk == wire.ModeWeights
+	prev := make(map[string]float64, len(shares))
+	for vm := range shares {
+		if q, ok := e.applied[vm]; ok {
+			prev[vm] = q
+		}
+	}
+	inForce := make(map[string]uint64, len(targets))
+	for vm, t := range targets {
+		inForce[vm] = t.weight
+	}
+	scale := chooseScale(e.scale, prev, shares, inForce)
+	e.scale = scale
 	e.mu.Unlock()
 	var errs []error
 	for vm, q := range shares {
-		d, ok := doms[vm]
+		t, ok := targets[vm]
 		if !ok {
 			errs = append(errs, fmt.Errorf("%w: %q", ErrUnknownDomain, vm))
 			continue
 		}
-		if err := e.applyCPU(d, q); err != nil {
-			errs = append(errs, fmt.Errorf("virt: %s cpu: %w", vm, err))
-			continue
+		w := cpuWeight(q, scale)
+		// A hard cap is absolute: it changes with the VM's share.
+		p, known := prev[vm]
+		recap := e.cfg.HardCap && (!known || p != q)
+		if w != t.weight || recap || !e.cfg.HardCap && !t.uncapped {
+			if err := e.applyCPU(t.dom, q, w, !t.uncapped); err != nil {
+				e.cache.forget(vm)
+				errs = append(errs, fmt.Errorf("virt: %s cpu: %w", vm, err))
+				continue
+			}
+			e.cache.record(vm, t.entry, func(d *domain) { d.weight, d.uncapped = w, true })
 		}
 		e.mu.Lock()
 		e.applied[vm] = q
 		e.mu.Unlock()
-		if weights {
-			if err := ApplyDisk(d, q); err != nil {
+		if b := BlkioWeight(q); blkio && b != t.blkio {
+			if err := ApplyDisk(t.dom, q); err != nil {
+				e.cache.forget(vm)
 				errs = append(errs, fmt.Errorf("virt: %s blkio: %w", vm, err))
+				continue
 			}
+			e.cache.record(vm, t.entry, func(d *domain) { d.blkio = b })
 		}
 	}
 	return errors.Join(errs...)
@@ -245,13 +322,18 @@ func runnableCPUs(d *libvirt.Domain) float64 {
 	return n
 }
 
-func (e *Enforcer) applyCPU(d *libvirt.Domain, q float64) error {
-	shares := &libvirt.DomainSchedulerParameters{CpuSharesSet: true, CpuShares: CPUShares(q)}
+// applyCPU sets d's weight for share q (its cap too with HardCap; without,
+// it removes a former cap when uncapping).
+func (e *Enforcer) applyCPU(d *libvirt.Domain, q float64, weight uint64, uncapping bool) error {
+	shares := &libvirt.DomainSchedulerParameters{CpuSharesSet: true, CpuShares: weight}
 	if !e.cfg.HardCap {
 		if err := d.SetSchedulerParametersFlags(shares, libvirt.DOMAIN_AFFECT_LIVE); err != nil {
 			return err
 		}
-		return uncap(d)
+		if uncapping {
+			return uncap(d)
+		}
+		return nil
 	}
 	info, err := d.GetInfo()
 	if err != nil {
@@ -288,8 +370,8 @@ func (e *Enforcer) applyCPU(d *libvirt.Domain, q float64) error {
 
 // uncap removes a CPU cap left on d (by an agent run with --hard-cap before
 // this one): without --hard-cap a domain is governed by its weight alone.
-// The domain-wide quota goes first: cgroup v1 refuses a vCPU quota above
-// its parent's.
+// Once per domain and enforcer: nothing else caps it. The domain-wide
+// quota goes first: cgroup v1 refuses a vCPU quota above its parent's.
 func uncap(d *libvirt.Domain) error {
 	cur, err := d.GetSchedulerParametersFlags(libvirt.DOMAIN_AFFECT_LIVE)
 	if err != nil {
@@ -311,25 +393,38 @@ func ApplyDisk(d *libvirt.Domain, q float64) error {
 	return d.SetBlkioParameters(&libvirt.DomainBlkioParameters{WeightSet: true, Weight: BlkioWeight(q)}, libvirt.DOMAIN_AFFECT_LIVE)
 }
 
-// Applied reads back the CPU weights in force (see the package doc).
+// Applied reads back the CPU weights in force (see the package doc), and
+// takes them as what is set: a weight changed behind the enforcer's back
+// is set again by the next Apply.
 func (e *Enforcer) Applied(context.Context) (map[string]float64, error) {
-	doms, _, err := e.managed()
+	e.applyMu.Lock()
+	defer e.applyMu.Unlock()
+	targets, err := e.targets(nil)
 	if err != nil {
 		return nil, err
 	}
-	defer freeAll(doms)
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	out := make(map[string]float64, len(doms))
-	for vm, d := range doms {
-		p, err := d.GetSchedulerParametersFlags(libvirt.DOMAIN_AFFECT_LIVE)
+	defer freeTargets(targets)
+	read := make(map[string]uint64, len(targets))
+	for vm, t := range targets {
+		p, err := t.dom.GetSchedulerParametersFlags(libvirt.DOMAIN_AFFECT_LIVE)
 		if err != nil || !p.CpuSharesSet {
 			continue
 		}
-		if q, ok := e.applied[vm]; ok && CPUShares(q) == p.CpuShares {
+		read[vm] = p.CpuShares
+		e.cache.record(vm, t.entry, func(d *domain) { d.weight = p.CpuShares })
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	scale := e.scale
+	if scale == 0 {
+		scale = minScale
+	}
+	out := make(map[string]float64, len(read))
+	for vm, w := range read {
+		if q, ok := e.applied[vm]; ok && cpuWeight(q, scale) == w {
 			out[vm] = q
 		} else {
-			out[vm] = float64(p.CpuShares) / MaxCPUShares
+			out[vm] = float64(w) / scale
 		}
 	}
 	return out, nil

@@ -2,7 +2,9 @@ package virt
 
 import (
 	"context"
+	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
@@ -11,6 +13,7 @@ import (
 	"libvirt.org/go/libvirt"
 
 	"github.com/mrmarket/mrmarket/agent"
+	"github.com/mrmarket/mrmarket/internal/testpoll"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -222,6 +225,117 @@ func TestModesSayWhatIsDelivered(t *testing.T) {
 		if m.Resource != wire.ResourceCPU && m.Mode != wire.ModeNone {
 			t.Errorf("unset %s reports %q", m.Resource, m.Mode)
 		}
+	}
+}
+
+// TestABidChangesOneWeight: when one VM's bid changes, the others' shares
+// all change by one factor, and the scale absorbs it: only the bidder's
+// cpu_shares change, each weight stays within half a unit of q·S (the
+// rounding bound at S ≥ 10000) and in range. When the host's bids move
+// more than the scale's range allows, every weight is set anew, at the
+// range's middle.
+func TestABidChangesOneWeight(t *testing.T) {
+	const n = 64
+	bids := map[string]float64{}
+	for i := range n {
+		bids[fmt.Sprintf("vm%d", i)] = float64(1 + i%7)
+	}
+	shares := func() map[string]float64 {
+		var total float64
+		for _, b := range bids {
+			total += b
+		}
+		out := map[string]float64{}
+		for vm, b := range bids {
+			out[vm] = b / total
+		}
+		return out
+	}
+	inForce, prev := map[string]uint64{}, map[string]float64{}
+	scale := 0.0
+	apply := func() (changed []string) {
+		next := shares()
+		scale = chooseScale(scale, prev, next, inForce)
+		if scale < minScale || scale > maxScale {
+			t.Fatalf("scale %v outside [%d, %d]", scale, minScale, maxScale)
+		}
+		for vm, q := range next {
+			w := cpuWeight(q, scale)
+			if w != inForce[vm] {
+				changed = append(changed, vm)
+			}
+			if w < MinCPUShares || w > MaxCPUShares || math.Abs(float64(w)-q*scale) > 0.5+1e-6 {
+				t.Fatalf("%s: weight %d for share %v at scale %v", vm, w, q, scale)
+			}
+			inForce[vm], prev[vm] = w, q
+		}
+		return changed
+	}
+	if got := apply(); len(got) != n {
+		t.Fatalf("the first apply set %d weights, want all %d", len(got), n)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 1000 {
+		vm := fmt.Sprintf("vm%d", rng.IntN(n))
+		bids[vm] = float64(1 + rng.IntN(7))
+		if got := apply(); len(got) > 1 || len(got) == 1 && got[0] != vm {
+			t.Fatalf("bid %d on %s changed the weights of %v", i, vm, got)
+		}
+	}
+	// One bid far above the rest: the scale that keeps the others' weights
+	// would put its weight above MaxCPUShares, so all are set anew.
+	bids["vm0"] = 1000
+	before := scale
+	if got := apply(); len(got) <= n/2 || scale == before {
+		t.Fatalf("a rescale from %v to %v set only %d weights", before, scale, len(got))
+	}
+	// One VM alone: S = 10000, as q·10000.
+	if s := chooseScale(0, nil, map[string]float64{"a": 1}, nil); s != minScale {
+		t.Fatalf("a lone VM's scale is %v", s)
+	}
+}
+
+// TestTheCacheFollowsEventsOnTheTestDriver: between listings the cache
+// learns from libvirt's events that a managed domain started, that an
+// existing one became managed (its metadata), and that one stopped.
+func TestTheCacheFollowsEventsOnTheTestDriver(t *testing.T) {
+	e := testDriver(t)
+	if _, err := e.VMs(context.Background()); err != nil { // the full listing
+		t.Fatal(err)
+	}
+	if !e.cache.watching {
+		t.Fatal("no domain events on the test driver")
+	}
+	has := func(want map[string]bool) func() error {
+		return func() error {
+			doms, _, err := e.managed()
+			if err != nil {
+				return err
+			}
+			defer freeAll(doms)
+			for name, in := range want {
+				if _, ok := doms[name]; ok != in {
+					return fmt.Errorf("%s managed: %v, want %v", name, ok, in)
+				}
+			}
+			return nil
+		}
+	}
+	d, err := e.conn.DomainCreateXML(fmt.Sprintf(`<domain type='test'><name>ev1</name><memory>1024</memory>
+  <metadata><mrm:vm xmlns:mrm='%s' owner='bob'/></metadata><os><type>hvm</type></os></domain>`, Namespace), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Free()
+	testpoll.CheckFor(t, 10*time.Second, 10*time.Millisecond, has(map[string]bool{"ev1": true, "test": false}))
+	manageTestDomain(t, e)
+	testpoll.CheckFor(t, 10*time.Second, 10*time.Millisecond, has(map[string]bool{"ev1": true, "test": true}))
+	if err := d.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	testpoll.CheckFor(t, 10*time.Second, 10*time.Millisecond, has(map[string]bool{"ev1": false, "test": true}))
+	if !e.cache.listed || e.cache.byName["test"] == nil {
+		t.Fatal("the cache was emptied rather than kept")
 	}
 }
 
