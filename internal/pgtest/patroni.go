@@ -15,7 +15,12 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/mrmarket/mrmarket/deploy/patroni"
+	"github.com/mrmarket/mrmarket/internal/testpoll"
 )
+
+// pollEvery is how often the Patroni helpers look again for a state they
+// wait for.
+const pollEvery = 100 * time.Millisecond
 
 // ErrNoPatroni means Patroni or etcd is missing.
 var ErrNoPatroni = errors.New("pgtest: Patroni and etcd are not installed (apt-get install patroni etcd-server)")
@@ -106,7 +111,7 @@ func (p *Patroni) start() error {
 	if err := p.etcd.Start(); err != nil {
 		return fmt.Errorf("pgtest: starting etcd: %w", err)
 	}
-	if err := poll(30*time.Second, func() error { return httpOK(client + "/version") }); err != nil {
+	if err := testpoll.Wait(30*time.Second, pollEvery, func() error { return httpOK(client + "/version") }); err != nil {
 		return fmt.Errorf("pgtest: etcd not ready: %w", err)
 	}
 	for i := range p.Nodes {
@@ -119,7 +124,7 @@ func (p *Patroni) start() error {
 			return err
 		}
 		if i == 0 { // the first bootstraps the cluster; the second copies it
-			if err := poll(60*time.Second, func() error { return n.role("/primary") }); err != nil {
+			if err := testpoll.Wait(60*time.Second, pollEvery, func() error { return n.role("/primary") }); err != nil {
 				return fmt.Errorf("pgtest: %s did not become the primary: %w\n%s", n.Name, err, n.LogTail())
 			}
 		}
@@ -229,7 +234,7 @@ func (n *PatroniNode) LogTail() string {
 // WaitWhole waits until one member is the primary and the other its
 // synchronous standby: from then on every acknowledged COMMIT is on both.
 func (p *Patroni) WaitWhole(timeout time.Duration) error {
-	return poll(timeout, func() error {
+	return testpoll.Wait(timeout, pollEvery, func() error {
 		for i, n := range p.Nodes {
 			if n.role("/primary") == nil {
 				if err := p.Nodes[1-i].role("/sync"); err != nil {
@@ -259,24 +264,31 @@ func (p *Patroni) KillLeader() (*PatroniNode, error) {
 	if n == nil {
 		return nil, errors.New("pgtest: no primary to kill")
 	}
-	// Patroni stopped first, so it cannot restart the server it sees die.
-	_ = syscall.Kill(-n.patroni.Process.Pid, syscall.SIGSTOP)
-	if err := n.Kill(); err != nil {
+	if err := n.lose(); err != nil {
 		return nil, err
 	}
+	return n, nil
+}
+
+// lose kills the member's Patroni and PostgreSQL at once, as when its
+// machine is lost: Patroni stopped first, so that it cannot restart the
+// server it sees die.
+func (n *PatroniNode) lose() error {
+	_ = syscall.Kill(-n.patroni.Process.Pid, syscall.SIGSTOP)
+	err := n.Kill()
 	_ = syscall.Kill(-n.patroni.Process.Pid, syscall.SIGKILL)
 	select {
 	case <-n.exited:
 	case <-time.After(10 * time.Second):
-		return nil, fmt.Errorf("pgtest: Patroni %s still running after SIGKILL", n.Name)
+		return fmt.Errorf("pgtest: Patroni %s still running after SIGKILL", n.Name)
 	}
-	return n, nil
+	return err
 }
 
 // WaitPromoted waits until a member other than was is the primary and
 // accepts writes: Patroni's promotion, not the test's.
 func (p *Patroni) WaitPromoted(was *PatroniNode, timeout time.Duration) error {
-	return poll(timeout, func() error {
+	return testpoll.Wait(timeout, pollEvery, func() error {
 		for _, n := range p.Nodes {
 			if n == was {
 				continue
@@ -327,12 +339,7 @@ func (p *Patroni) stop() {
 		if n == nil || n.patroni == nil {
 			continue
 		}
-		_ = syscall.Kill(-n.patroni.Process.Pid, syscall.SIGKILL)
-		_ = n.Kill()
-		select {
-		case <-n.exited:
-		case <-time.After(10 * time.Second):
-		}
+		_ = n.lose() // its server may be down already
 	}
 	if p.etcd != nil && p.etcd.Process != nil {
 		_ = p.etcd.Process.Kill()
@@ -357,19 +364,4 @@ func httpOK(url string) error {
 		return fmt.Errorf("GET %s: %s", url, res.Status)
 	}
 	return nil
-}
-
-// poll calls check until it succeeds or timeout passes.
-func poll(timeout time.Duration, check func() error) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		err := check()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
