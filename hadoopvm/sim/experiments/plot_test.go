@@ -2,12 +2,10 @@ package experiments
 
 import (
 	"bytes"
-	"encoding/json"
 	"flag"
 	"math"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"gonum.org/v1/plot/vg/draw"
@@ -20,22 +18,15 @@ var redraw = flag.Bool("redraw", false, "redraw docs/results/*.svg from the JSON
 // made the charts unreadable before: one quantity and unit per y axis, named
 // (never "value"); no panel wider than maxBars bars; every bar and whisker
 // inside its frame. Each committed SVG must be what today's code draws from
-// the JSON beside it (-redraw rewrites them). With PLOT_PNG=dir it also writes each chart as a PNG
-// there, to look at.
+// the JSON beside it (-redraw rewrites them). With PLOT_PNG=dir it also
+// writes each chart as a PNG there, to look at.
 func TestChartsReadable(t *testing.T) {
-	files, err := filepath.Glob("../../../docs/results/*.json")
-	if err != nil || len(files) == 0 {
+	const dir = "../../../docs/results"
+	results, err := Load(dir)
+	if err != nil || len(results) == 0 {
 		t.Fatalf("no results to draw: %v", err)
 	}
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var res Result
-		if err := json.Unmarshal(b, &res); err != nil {
-			t.Fatal(f, err)
-		}
+	for _, res := range results {
 		groups := panelsOf(res.Rows)
 		panels, err := charts(res)
 		if err != nil {
@@ -71,14 +62,14 @@ func TestChartsReadable(t *testing.T) {
 		if err := WriteSVG(&svg, res); err != nil {
 			t.Fatal(err)
 		}
-		name := strings.TrimSuffix(f, ".json") + ".svg"
+		name := filepath.Join(dir, res.Experiment+".svg") // where Save writes it
 		if *redraw {
 			if err := os.WriteFile(name, svg.Bytes(), 0o644); err != nil {
 				t.Fatal(err)
 			}
 		} else if old, err := os.ReadFile(name); err != nil || !bytes.Equal(old, svg.Bytes()) {
 			t.Errorf("%s is not what the plot code draws from %s (%v): go test ./hadoopvm/sim/experiments -run TestChartsReadable -redraw",
-				name, filepath.Base(f), err)
+				name, res.Experiment+".json", err)
 		}
 		if dir := os.Getenv("PLOT_PNG"); dir != "" {
 			cv := vgimg.New(chartWidth, chartHeight(panels))
