@@ -25,16 +25,24 @@ func (b *Broker) JobProgress(ctx context.Context, req *wire.ProgressRequest) (wi
 	if err := req.Validate(); err != nil {
 		return wire.Job{}, err
 	}
-	var ref planRef
+	// The live job of that name (liveJob), else the one admitted last: a
+	// plan past its end is settled only Settle later, and a job of its
+	// name may be admitted meanwhile (clash).
+	var best *planRecord
+	now := b.cfg.Now()
 	b.store.each(func(rec *planRecord, _ uint64) {
-		if j := rec.Job; j != nil && rec.Plan.User == req.User && j.Spec.Name == req.Job && rec.Plan.Status == wire.PlanRunning && !j.Done {
-			ref = refOf(&rec.Plan)
+		j := rec.Job
+		if j == nil || rec.Plan.User != req.User || j.Spec.Name != req.Job || rec.Plan.Status != wire.PlanRunning || j.Done {
+			return
+		}
+		if best == nil || rec.liveJob(now) && !best.liveJob(now) || rec.liveJob(now) == best.liveJob(now) && j.Admitted.After(best.Job.Admitted) {
+			best = rec
 		}
 	})
-	if ref.id == "" {
+	if best == nil {
 		return wire.Job{}, fmt.Errorf("%w %q of %s", ErrUnknownJob, req.Job, req.User)
 	}
-	now := b.cfg.Now()
+	ref := refOf(&best.Plan)
 	var finished bool // this report is the one that finished the job
 	rec, err := b.mutate(ctx, ref, func(rec *planRecord) error {
 		j := rec.Job

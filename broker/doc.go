@@ -137,6 +137,13 @@
 // of the time left)) over the job's table, else ARIA's minimum slots for
 // the tasks left at the pace measured so far, as a share of the job's
 // slots. A done job ends its plan; what it did not spend is released.
+//
+// A job is live while it is not done and its plan runs and is not past its
+// end (liveJob): a plan past its end is settled only Settle later, and
+// meanwhile its job holds no host in EDF, counts in no admission queue and
+// keeps its name from no new job of its user's, so a job of that name is
+// admitted, runs and receives the name's progress reports at once.
+//
 // Admission is safe across replicas. A submit reads the commitment record
 // of each of the job's hosts (commit.go: in MRM_PLANS, or the
 // MemoryPlans), prices the job against the queue the plans and those
