@@ -38,7 +38,12 @@
 // once (event-driven). Every tick a reconcile pass compares what the
 // Enforcer reports as applied with what should be, and re-applies on any
 // drift (level-triggered), so a share changed behind the agent's back is
-// repaired within a tick. SimEnforcer is a simulated host for the demo, the
+// repaired within a tick. A VM deleted between the listing the shares came
+// from and their apply, which the Enforcer reports gone (GoneError, having
+// applied the others), is dropped as the next listing would drop it — its
+// bids settled, logged once — and the others' shares, recomputed without
+// it, applied in the same pass: one vanished VM does not fail the tick or
+// leave the rest waiting for the next. SimEnforcer is a simulated host for the demo, the
 // simulator and tests; the libvirt enforcer implements the same interface.
 //
 // Each tick the agent publishes the host's state — price = Σ funded rates,

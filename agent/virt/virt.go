@@ -260,7 +260,7 @@ func (e *Enforcer) Apply(_ context.Context, shares map[string]float64) error {
 	for vm, q := range shares {
 		t, ok := targets[vm]
 		if !ok {
-			errs = append(errs, fmt.Errorf("%w: %q", ErrUnknownDomain, vm))
+			errs = append(errs, &agent.GoneError{VM: vm, Err: ErrUnknownDomain})
 			continue
 		}
 		w := cpuWeight(q, scale)
@@ -270,7 +270,7 @@ func (e *Enforcer) Apply(_ context.Context, shares map[string]float64) error {
 		if w != t.weight || recap || !e.cfg.HardCap && !t.uncapped {
 			if err := e.applyCPU(t.dom, q, w, !t.uncapped); err != nil {
 				e.cache.forget(vm)
-				errs = append(errs, fmt.Errorf("virt: %s cpu: %w", vm, err))
+				errs = append(errs, goneOr(vm, fmt.Errorf("virt: %s cpu: %w", vm, err)))
 				continue
 			}
 			e.cache.record(vm, t.entry, func(d *domain) { d.weight, d.uncapped = w, true })
@@ -281,13 +281,23 @@ func (e *Enforcer) Apply(_ context.Context, shares map[string]float64) error {
 		if b := BlkioWeight(q); blkio && b != t.blkio {
 			if err := ApplyDisk(t.dom, q); err != nil {
 				e.cache.forget(vm)
-				errs = append(errs, fmt.Errorf("virt: %s blkio: %w", vm, err))
+				errs = append(errs, goneOr(vm, fmt.Errorf("virt: %s blkio: %w", vm, err)))
 				continue
 			}
 			e.cache.record(vm, t.entry, func(d *domain) { d.blkio = b })
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// goneOr is err, or for a domain libvirt no longer has (destroyed between
+// the listing and the call) the agent's GoneError.
+func goneOr(vm string, err error) error {
+	var lerr libvirt.Error
+	if errors.As(err, &lerr) && lerr.Code == libvirt.ERR_NO_DOMAIN {
+		return &agent.GoneError{VM: vm, Err: err}
+	}
+	return err
 }
 
 // runnableCPUs is how many host CPUs d can run on at once: its vCPUs, at

@@ -2,6 +2,7 @@ package virt
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -343,5 +344,27 @@ func TestTheCacheFollowsEventsOnTheTestDriver(t *testing.T) {
 func TestPing(t *testing.T) {
 	if err := testDriver(t).Ping(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestADomainGoneBeforeApply: a domain the shares name that libvirt no
+// longer has — destroyed after the listing they came from, or when its
+// settings are written — is reported to the agent as gone
+// (agent.GoneError), which drops it from that tick; other errors are not.
+func TestADomainGoneBeforeApply(t *testing.T) {
+	e := testDriver(t)
+	if _, err := e.VMs(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	err := e.Apply(context.Background(), map[string]float64{"gone1": 1})
+	var gone *agent.GoneError
+	if !errors.As(err, &gone) || gone.VM != "gone1" || !errors.Is(err, ErrUnknownDomain) {
+		t.Fatalf("apply to a domain no longer listed: %v", err)
+	}
+	if err := goneOr("x", fmt.Errorf("virt: x cpu: %w", libvirt.Error{Code: libvirt.ERR_NO_DOMAIN})); !errors.As(err, &gone) || gone.VM != "x" {
+		t.Fatalf("a write to a domain libvirt no longer has: %v", err)
+	}
+	if err := goneOr("x", libvirt.Error{Code: libvirt.ERR_INTERNAL_ERROR}); errors.As(err, &gone) {
+		t.Fatalf("another libvirt error reported as gone: %v", err)
 	}
 }
