@@ -354,6 +354,39 @@ func TestIdleAfterQuietTicks(t *testing.T) {
 	}
 }
 
+// TestStarvedIsNotIdle: on a host whose CPUs processes outside the market
+// take nearly all of, a VM that wants all it is entitled to gets a small
+// part of it; it waits for the rest, so it is busy — bottleneck elimination
+// must not move money away from it — while a VM that wants nothing on the
+// same host is idle.
+func TestStarvedIsNotIdle(t *testing.T) {
+	ctx := context.Background()
+	h := newHost(t, agent.VM{ID: "a", Owner: "alice"}, agent.VM{ID: "b", Owner: "alice"})
+	h.fund(t, "alice", "ha", 100_000)
+	if _, err := h.a.SetBids(ctx, bidReq(
+		wire.Bid{VM: "a", Owner: "alice", Plan: "pa", Hold: "ha", Budget: 3600, Duration: wire.Duration(time.Hour)},
+		wire.Bid{VM: "b", Owner: "alice", Plan: "pa", Hold: "ha", Budget: 3600, Duration: wire.Duration(time.Hour)},
+	)); err != nil {
+		t.Fatal(err)
+	}
+	h.sim.SetForeignLoad(0.96)
+	h.sim.SetDemand("b", 0.001)
+	for i := 1; i <= 5; i++ {
+		*h.clock = t0.Add(time.Duration(i) * time.Second)
+		st := h.tick(t)
+		for _, v := range st.VMs {
+			switch {
+			case v.VM == "a" && v.Util >= 0.1*v.Share: // the default IdleBelow
+				t.Fatalf("tick %d: a uses %.3f of the host at share %.3f: the host is not starving it", i, v.Util, v.Share)
+			case v.VM == "a" && v.Idle:
+				t.Fatalf("tick %d: a, starved (using %.3f of the host at share %.3f), is idle", i, v.Util, v.Share)
+			case v.VM == "b" && v.Idle != (i >= 3):
+				t.Fatalf("tick %d: b, wanting nothing, idle %v", i, v.Idle)
+			}
+		}
+	}
+}
+
 // TestWaitingOnIOIsBusy: on a host whose disk and network the agent
 // measures, a VM that uses no CPU while it reads its disk or fetches over
 // the network at a good part of its share is busy, not idle; once it also

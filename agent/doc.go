@@ -71,6 +71,21 @@
 // much of its CPU entitlement, so a VM waiting on I/O is busy — bottleneck
 // elimination and stage priority do not move money away from it.
 //
+// Nor is a VM starved of CPU idle. Shares are weights among the VMs; on a
+// host whose CPUs processes outside the market also want, the VMs together
+// get less than the host, and a VM that wants all of its entitlement may
+// get a small part of it. Judged by its use it would look idle, and
+// bottleneck elimination would move money away from the very VM that most
+// needs it. So the rule counts what a VM wanted, not only what it got: when
+// the Enforcer is a WaitMeter, the time its vCPUs were runnable but waiting
+// for a host CPU counts as used. A starved VM's vCPUs wait; an idle VM's
+// halt — they neither run nor wait — so it stays idle on a loaded host as
+// on a quiet one. The libvirt enforcer reads the vCPUs' scheduling delay
+// (the steal time the guest sees; their schedstats wait where libvirt has
+// no delay), the simulator the demand it did not give; a VM the Enforcer
+// cannot say, or every VM in a tick whose read failed, is judged by its
+// use alone.
+//
 // # Resources that do not weigh their users
 //
 // CPU shares are weights the kernel honours. A disk under mq-deadline or a

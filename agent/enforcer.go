@@ -46,6 +46,17 @@ type IOMeter interface {
 	IOCapacity() IOUse
 }
 
+// WaitMeter is an Enforcer that also counts the time each VM's vCPUs were
+// runnable but not running, waiting for a host CPU (the steal time its
+// guest sees), so that the idle rule tells a VM starved of CPU — by
+// processes outside the market on an overcommitted host — from one that
+// wants none (see the package doc, "Idle").
+type WaitMeter interface {
+	// CPUWait is each VM's cumulative vCPU wait; a VM it cannot say is
+	// absent.
+	CPUWait(ctx context.Context) (map[string]time.Duration, error)
+}
+
 // Rebalancer is an Enforcer that delivers some resources' shares by
 // throttles (see Throttle): every tick, after measuring, the agent hands it
 // the shares in force, and it re-spreads the caps over the VMs by what

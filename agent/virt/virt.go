@@ -84,6 +84,7 @@ var (
 	_ agent.IOMeter      = (*Enforcer)(nil)
 	_ agent.Rebalancer   = (*Enforcer)(nil)
 	_ agent.ModeReporter = (*Enforcer)(nil)
+	_ agent.WaitMeter    = (*Enforcer)(nil)
 )
 
 // New connects to libvirt, with the domain events that keep its cache
@@ -454,6 +455,52 @@ func (e *Enforcer) Usage(context.Context) (map[string]time.Duration, error) {
 			continue
 		}
 		out[vm] = time.Duration(info.CpuTime)
+	}
+	return out, nil
+}
+
+// CPUWait is each managed domain's vCPUs' time runnable but waiting for a
+// host CPU, summed: their scheduling delay (vcpu.<n>.delay, the steal time
+// the guest sees), or where libvirt has not that, their wait
+// (vcpu.<n>.wait, which needs the kernel's schedstats). A domain for which
+// libvirt gives neither is absent: the agent judges its idleness by its
+// use alone.
+func (e *Enforcer) CPUWait(context.Context) (map[string]time.Duration, error) {
+	doms, _, err := e.managed()
+	if err != nil {
+		return nil, err
+	}
+	defer freeAll(doms)
+	out := make(map[string]time.Duration, len(doms))
+	for vm, d := range doms {
+		// One domain a call: a record's domain handle is freed with the
+		// list, so it cannot name which of several it was.
+		stats, err := e.conn.GetAllDomainStats([]*libvirt.Domain{d}, libvirt.DOMAIN_STATS_VCPU, 0)
+		if err != nil {
+			var lerr libvirt.Error
+			if errors.As(err, &lerr) && (lerr.Code == libvirt.ERR_NO_SUPPORT || lerr.Code == libvirt.ERR_NO_DOMAIN) {
+				continue
+			}
+			return nil, fmt.Errorf("virt: %s vCPU statistics: %w", vm, err)
+		}
+		var wait time.Duration
+		known := false
+		for _, s := range stats {
+			for _, v := range s.Vcpu {
+				switch {
+				case v.DelaySet:
+					wait += time.Duration(v.Delay)
+				case v.WaitSet:
+					wait += time.Duration(v.Wait)
+				default:
+					continue
+				}
+				known = true
+			}
+		}
+		if known {
+			out[vm] = wait
+		}
 	}
 	return out, nil
 }

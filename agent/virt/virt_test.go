@@ -368,3 +368,18 @@ func TestADomainGoneBeforeApply(t *testing.T) {
 		t.Fatalf("another libvirt error reported as gone: %v", err)
 	}
 }
+
+// TestCPUWaitOnTheTestDriver: the vCPUs' wait is read per managed domain;
+// a driver that reports none leaves the domain out rather than failing.
+func TestCPUWaitOnTheTestDriver(t *testing.T) {
+	e := testDriver(t)
+	manageTestDomain(t, e)
+	wait, err := e.CPUWait(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w, ok := wait["test"]; ok && w < 0 || len(wait) > 1 {
+		t.Fatalf("wait %v", wait)
+	}
+	t.Logf("wait %v", wait)
+}
