@@ -93,14 +93,7 @@ func (s *SimEnforcer) SetForeignLoad(cpus float64) {
 
 // CPUWait is the CPU time each VM wanted and was not given, up to now.
 func (s *SimEnforcer) CPUWait(context.Context) (map[string]time.Duration, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.integrate()
-	out := make(map[string]time.Duration, len(s.vms))
-	for _, vm := range s.vms {
-		out[vm.ID] = time.Duration(s.waited[vm.ID] * float64(time.Second))
-	}
-	return out, nil
+	return s.upToNow(func() map[string]float64 { return s.waited }), nil
 }
 
 // SetIOCapacity sets the host's disk and network bandwidth (MB/s) its
@@ -228,14 +221,21 @@ func (s *SimEnforcer) Applied(context.Context) (map[string]float64, error) {
 
 // Usage is each VM's CPU time up to now.
 func (s *SimEnforcer) Usage(context.Context) (map[string]time.Duration, error) {
+	return s.upToNow(func() map[string]float64 { return s.used }), nil
+}
+
+// upToNow is, for each VM, the CPU-seconds of the account secs gives (read
+// under mu), integrated up to now.
+func (s *SimEnforcer) upToNow(secs func() map[string]float64) map[string]time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.integrate()
+	of := secs()
 	out := make(map[string]time.Duration, len(s.vms))
 	for _, vm := range s.vms {
-		out[vm.ID] = time.Duration(s.used[vm.ID] * float64(time.Second))
+		out[vm.ID] = time.Duration(of[vm.ID] * float64(time.Second))
 	}
-	return out, nil
+	return out
 }
 
 func (s *SimEnforcer) has(id string) bool {

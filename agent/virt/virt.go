@@ -443,6 +443,18 @@ func (e *Enforcer) Applied(context.Context) (map[string]float64, error) {
 
 // Usage is each managed domain's CPU time.
 func (e *Enforcer) Usage(context.Context) (map[string]time.Duration, error) {
+	return e.timePerDomain(func(_ string, d *libvirt.Domain) (time.Duration, bool, error) {
+		info, err := d.GetInfo()
+		if err != nil {
+			return 0, false, nil
+		}
+		return time.Duration(info.CpuTime), true, nil
+	})
+}
+
+// timePerDomain reads a time of each managed domain (read says whether it
+// has one, or fails the whole reading).
+func (e *Enforcer) timePerDomain(read func(vm string, d *libvirt.Domain) (time.Duration, bool, error)) (map[string]time.Duration, error) {
 	doms, _, err := e.managed()
 	if err != nil {
 		return nil, err
@@ -450,11 +462,13 @@ func (e *Enforcer) Usage(context.Context) (map[string]time.Duration, error) {
 	defer freeAll(doms)
 	out := make(map[string]time.Duration, len(doms))
 	for vm, d := range doms {
-		info, err := d.GetInfo()
+		t, ok, err := read(vm, d)
 		if err != nil {
-			continue
+			return nil, err
 		}
-		out[vm] = time.Duration(info.CpuTime)
+		if ok {
+			out[vm] = t
+		}
 	}
 	return out, nil
 }
@@ -466,22 +480,16 @@ func (e *Enforcer) Usage(context.Context) (map[string]time.Duration, error) {
 // libvirt gives neither is absent: the agent judges its idleness by its
 // use alone.
 func (e *Enforcer) CPUWait(context.Context) (map[string]time.Duration, error) {
-	doms, _, err := e.managed()
-	if err != nil {
-		return nil, err
-	}
-	defer freeAll(doms)
-	out := make(map[string]time.Duration, len(doms))
-	for vm, d := range doms {
+	return e.timePerDomain(func(vm string, d *libvirt.Domain) (time.Duration, bool, error) {
 		// One domain a call: a record's domain handle is freed with the
 		// list, so it cannot name which of several it was.
 		stats, err := e.conn.GetAllDomainStats([]*libvirt.Domain{d}, libvirt.DOMAIN_STATS_VCPU, 0)
 		if err != nil {
 			var lerr libvirt.Error
 			if errors.As(err, &lerr) && (lerr.Code == libvirt.ERR_NO_SUPPORT || lerr.Code == libvirt.ERR_NO_DOMAIN) {
-				continue
+				return 0, false, nil
 			}
-			return nil, fmt.Errorf("virt: %s vCPU statistics: %w", vm, err)
+			return 0, false, fmt.Errorf("virt: %s vCPU statistics: %w", vm, err)
 		}
 		var wait time.Duration
 		known := false
@@ -498,11 +506,8 @@ func (e *Enforcer) CPUWait(context.Context) (map[string]time.Duration, error) {
 				known = true
 			}
 		}
-		if known {
-			out[vm] = wait
-		}
-	}
-	return out, nil
+		return wait, known, nil
+	})
 }
 
 // IOUsage is each managed domain's I/O so far, in MB: bytes read and
