@@ -54,9 +54,11 @@ type Config struct {
 	// entitlement — min(share × Capacity, the CPUs it may run on) — for
 	// IdleTicks ticks in a row is published as idle, so strategies can move
 	// money away from it (bottleneck elimination without Hadoop). A VM
-	// saturating a small share is busy however little of the host that is.
-	// An idle VM whose share then shrinks stays idle until it uses more
-	// (see wakeShare). Defaults 0.1 and 3.
+	// saturating a small share is busy however little of the host that is,
+	// and so is one starved of CPU: with a WaitMeter, the time its vCPUs
+	// waited for a host CPU counts as used. An idle VM whose share then
+	// shrinks stays idle until it uses more (see wakeShare). Defaults 0.1
+	// and 3.
 	IdleBelow float64
 	IdleTicks int
 	// StateFile, when set, keeps the bid book and capture totals across
