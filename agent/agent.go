@@ -54,9 +54,11 @@ type Config struct {
 	// entitlement — min(share × Capacity, the CPUs it may run on) — for
 	// IdleTicks ticks in a row is published as idle, so strategies can move
 	// money away from it (bottleneck elimination without Hadoop). A VM
-	// saturating a small share is busy however little of the host that is.
-	// An idle VM whose share then shrinks stays idle until it uses more
-	// (see wakeShare). Defaults 0.1 and 3.
+	// saturating a small share is busy however little of the host that is,
+	// and so is one starved of CPU: with a WaitMeter, the time its vCPUs
+	// waited for a host CPU counts as used. An idle VM whose share then
+	// shrinks stays idle until it uses more (see wakeShare). Defaults 0.1
+	// and 3.
 	IdleBelow float64
 	IdleTicks int
 	// StateFile, when set, keeps the bid book and capture totals across
@@ -131,6 +133,7 @@ type Agent struct {
 	lastTick time.Time
 	lastUse  map[string]time.Duration
 	lastIO   map[string]IOUse
+	lastWait map[string]time.Duration      // a WaitMeter's
 	caps     map[string]map[string]float64 // a Rebalancer's caps by VM and resource; written and read under mu
 
 	// enforceMu serializes the Enforcer's share I/O; applied is the last
@@ -207,6 +210,9 @@ func New(cfg Config) (*Agent, error) {
 	a.lastUse, _ = cfg.Enforcer.Usage(ctx)
 	if m, ok := cfg.Enforcer.(IOMeter); ok {
 		a.lastIO, _ = m.IOUsage(ctx)
+	}
+	if m, ok := cfg.Enforcer.(WaitMeter); ok {
+		a.lastWait, _ = m.CPUWait(ctx)
 	}
 	if err := a.enforce(ctx, false); err != nil {
 		a.cfg.Metrics.Error("agent", "apply")
@@ -595,6 +601,13 @@ func (a *Agent) measure(ctx context.Context, now time.Time) error {
 		}
 		capacity = m.IOCapacity()
 	}
+	var wait map[string]time.Duration
+	var waitErr error // reported once the rest is measured: the use alone judges idleness meanwhile
+	if m, ok := a.cfg.Enforcer.(WaitMeter); ok {
+		if wait, waitErr = m.CPUWait(ctx); waitErr != nil {
+			wait, waitErr = nil, fmt.Errorf("agent %s: reading CPU wait: %w", a.cfg.Host, waitErr)
+		}
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if dt := now.Sub(a.lastTick).Seconds(); dt > 0 {
@@ -625,6 +638,12 @@ func (a *Agent) measure(ctx context.Context, now time.Time) error {
 					}
 				}
 			}
+			w, ok := wait[vm]
+			if last, known := a.lastWait[vm]; ok && known {
+				// Starved is not idle: what its vCPUs waited for a host CPU
+				// (runnable, not running) it wanted as much as what they ran.
+				used += max(w-last, 0).Seconds() / dt
+			}
 			bar := a.cfg.IdleBelow * e
 			if a.quiet[vm] >= a.cfg.IdleTicks {
 				// Idle already: money moved away from it shrinks its
@@ -644,8 +663,8 @@ func (a *Agent) measure(ctx context.Context, now time.Time) error {
 			}
 		}
 	}
-	a.lastTick, a.lastUse, a.lastIO = now, use, io
-	return nil
+	a.lastTick, a.lastUse, a.lastIO, a.lastWait = now, use, io, wait
+	return waitErr
 }
 
 // rebalance re-spreads a throttling Enforcer's caps by the shares in force

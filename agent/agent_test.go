@@ -1,12 +1,15 @@
 package agent_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -351,6 +354,39 @@ func TestIdleAfterQuietTicks(t *testing.T) {
 	}
 }
 
+// TestStarvedIsNotIdle: on a host whose CPUs processes outside the market
+// take nearly all of, a VM that wants all it is entitled to gets a small
+// part of it; it waits for the rest, so it is busy — bottleneck elimination
+// must not move money away from it — while a VM that wants nothing on the
+// same host is idle.
+func TestStarvedIsNotIdle(t *testing.T) {
+	ctx := context.Background()
+	h := newHost(t, agent.VM{ID: "a", Owner: "alice"}, agent.VM{ID: "b", Owner: "alice"})
+	h.fund(t, "alice", "ha", 100_000)
+	if _, err := h.a.SetBids(ctx, bidReq(
+		wire.Bid{VM: "a", Owner: "alice", Plan: "pa", Hold: "ha", Budget: 3600, Duration: wire.Duration(time.Hour)},
+		wire.Bid{VM: "b", Owner: "alice", Plan: "pa", Hold: "ha", Budget: 3600, Duration: wire.Duration(time.Hour)},
+	)); err != nil {
+		t.Fatal(err)
+	}
+	h.sim.SetForeignLoad(0.96)
+	h.sim.SetDemand("b", 0.001)
+	for i := 1; i <= 5; i++ {
+		*h.clock = t0.Add(time.Duration(i) * time.Second)
+		st := h.tick(t)
+		for _, v := range st.VMs {
+			switch {
+			case v.VM == "a" && v.Util >= 0.1*v.Share: // the default IdleBelow
+				t.Fatalf("tick %d: a uses %.3f of the host at share %.3f: the host is not starving it", i, v.Util, v.Share)
+			case v.VM == "a" && v.Idle:
+				t.Fatalf("tick %d: a, starved (using %.3f of the host at share %.3f), is idle", i, v.Util, v.Share)
+			case v.VM == "b" && v.Idle != (i >= 3):
+				t.Fatalf("tick %d: b, wanting nothing, idle %v", i, v.Idle)
+			}
+		}
+	}
+}
+
 // TestWaitingOnIOIsBusy: on a host whose disk and network the agent
 // measures, a VM that uses no CPU while it reads its disk or fetches over
 // the network at a good part of its share is busy, not idle; once it also
@@ -499,5 +535,105 @@ func TestChargedCarriesAcrossRebids(t *testing.T) {
 	h.tick(t)
 	if got := charged(); got <= before || got != h.captured(t, "hold") {
 		t.Fatalf("charged %s after the re-bid ran, want more than %s and what the bank captured (%s)", got, before, h.captured(t, "hold"))
+	}
+}
+
+// vanishing is a host with a VM besides the simulator's that is deleted
+// right after a listing shows it (vanish): Apply then reports it gone, as
+// the libvirt enforcer does, having applied the others.
+type vanishing struct {
+	*agent.SimEnforcer
+	mu             sync.Mutex
+	extra          agent.VM
+	exists, vanish bool
+}
+
+func (v *vanishing) VMs(ctx context.Context) ([]agent.VM, error) {
+	list, err := v.SimEnforcer.VMs(ctx)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.exists {
+		list = append(list, v.extra)
+		v.exists = !v.vanish
+	}
+	return list, err
+}
+
+func (v *vanishing) Apply(ctx context.Context, shares map[string]float64) error {
+	rest := make(map[string]float64, len(shares))
+	for vm, q := range shares {
+		if vm != v.extra.ID {
+			rest[vm] = q
+		}
+	}
+	v.mu.Lock()
+	_, named := shares[v.extra.ID]
+	gone := named && !v.exists
+	v.mu.Unlock()
+	if err := v.SimEnforcer.Apply(ctx, rest); err != nil || !gone {
+		return err
+	}
+	return &agent.GoneError{VM: v.extra.ID, Err: errors.New("no such domain")}
+}
+
+// TestAVMGoneMidTickIsDropped: a VM deleted between a tick's listing and
+// its apply is dropped from that tick (said once) and the others' shares
+// are applied in the same tick, without it.
+func TestAVMGoneMidTickIsDropped(t *testing.T) {
+	ctx := context.Background()
+	clock := t0
+	now := func() time.Time { return clock }
+	host := &vanishing{SimEnforcer: agent.NewSimEnforcer(now, 1, agent.VM{ID: "a", Owner: "alice"}, agent.VM{ID: "b", Owner: "bob"}),
+		extra: agent.VM{ID: "c", Owner: "carol"}, exists: true}
+	b, err := bank.Open(filepath.Join(t.TempDir(), "bank.db"), bank.Options{Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	var logged bytes.Buffer
+	a, err := agent.New(agent.Config{Host: "host-1", Enforcer: host, Capturer: b, Now: now,
+		Logger: slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []string{"alice", "carol"} {
+		if _, err := b.Grant(ctx, &wire.GrantRequest{ID: "g-" + u, User: u, Amount: 10_000}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Hold(ctx, &wire.HoldRequest{ID: "h-" + u, User: u, Amount: 10_000, Expires: t0.Add(24 * time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := a.SetBids(ctx, bidReq(
+		wire.Bid{VM: "a", Owner: "alice", Plan: "pa", Hold: "h-alice", Budget: 3600, Duration: wire.Duration(time.Hour)},
+		wire.Bid{VM: "c", Owner: "carol", Plan: "pc", Hold: "h-carol", Budget: 3600, Duration: wire.Duration(time.Hour)},
+	)); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := host.Applied(ctx); math.Abs(got["a"]-(1-agent.FloorShare)/2) > 1e-12 {
+		t.Fatalf("alice and carol funded alike: a's share %v", got["a"])
+	}
+	host.mu.Lock()
+	host.vanish = true
+	host.mu.Unlock()
+	for i := 1; i <= 2; i++ {
+		clock = t0.Add(time.Duration(i) * time.Second)
+		st, err := a.Tick(ctx, clock)
+		if err != nil {
+			t.Fatalf("tick %d: %v", i, err)
+		}
+		for _, v := range st.VMs {
+			if v.VM == "c" {
+				t.Fatalf("tick %d: the gone VM is in the host's state: %+v", i, v)
+			}
+		}
+		// Alice's is the only funded VM left: her share takes up carol's
+		// in the tick that found c gone.
+		if got, _ := host.Applied(ctx); math.Abs(got["a"]-(1-agent.FloorShare)) > 1e-12 || got["b"] != agent.FloorShare {
+			t.Fatalf("tick %d: applied %v", i, got)
+		}
+	}
+	if n := strings.Count(logged.String(), "VM gone"); n != 1 {
+		t.Fatalf("the gone VM logged %d times:\n%s", n, logged.String())
 	}
 }

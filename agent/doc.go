@@ -38,7 +38,12 @@
 // once (event-driven). Every tick a reconcile pass compares what the
 // Enforcer reports as applied with what should be, and re-applies on any
 // drift (level-triggered), so a share changed behind the agent's back is
-// repaired within a tick. SimEnforcer is a simulated host for the demo, the
+// repaired within a tick. A VM deleted between the listing the shares came
+// from and their apply, which the Enforcer reports gone (GoneError, having
+// applied the others), is dropped as the next listing would drop it — its
+// bids settled, logged once — and the others' shares, recomputed without
+// it, applied in the same pass: one vanished VM does not fail the tick or
+// leave the rest waiting for the next. SimEnforcer is a simulated host for the demo, the
 // simulator and tests; the libvirt enforcer implements the same interface.
 //
 // Each tick the agent publishes the host's state — price = Σ funded rates,
@@ -65,6 +70,21 @@
 // of its share of the disk's or the network's bandwidth counts as using as
 // much of its CPU entitlement, so a VM waiting on I/O is busy — bottleneck
 // elimination and stage priority do not move money away from it.
+//
+// Nor is a VM starved of CPU idle. Shares are weights among the VMs; on a
+// host whose CPUs processes outside the market also want, the VMs together
+// get less than the host, and a VM that wants all of its entitlement may
+// get a small part of it. Judged by its use it would look idle, and
+// bottleneck elimination would move money away from the very VM that most
+// needs it. So the rule counts what a VM wanted, not only what it got: when
+// the Enforcer is a WaitMeter, the time its vCPUs were runnable but waiting
+// for a host CPU counts as used. A starved VM's vCPUs wait; an idle VM's
+// halt — they neither run nor wait — so it stays idle on a loaded host as
+// on a quiet one. The libvirt enforcer reads the vCPUs' scheduling delay
+// (the steal time the guest sees; their schedstats wait where libvirt has
+// no delay), the simulator the demand it did not give; a VM the Enforcer
+// cannot say, or every VM in a tick whose read failed, is judged by its
+// use alone.
 //
 // # Resources that do not weigh their users
 //

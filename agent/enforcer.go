@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/mrmarket/mrmarket/internal/wire"
@@ -43,6 +44,17 @@ type IOMeter interface {
 	// IOCapacity is the host's bandwidth per resource in MB/s; 0 for a
 	// resource it does not share.
 	IOCapacity() IOUse
+}
+
+// WaitMeter is an Enforcer that also counts the time each VM's vCPUs were
+// runnable but not running, waiting for a host CPU (the steal time its
+// guest sees), so that the idle rule tells a VM starved of CPU — by
+// processes outside the market on an overcommitted host — from one that
+// wants none (see the package doc, "Idle").
+type WaitMeter interface {
+	// CPUWait is each VM's cumulative vCPU wait; a VM it cannot say is
+	// absent.
+	CPUWait(ctx context.Context) (map[string]time.Duration, error)
 }
 
 // Rebalancer is an Enforcer that delivers some resources' shares by
@@ -97,11 +109,74 @@ func (a *Agent) enforce(ctx context.Context, reconcile bool) error {
 			a.cfg.Logger.Warn("agent: shares changed behind the agent's back; repairing", "host", a.cfg.Host, "want", want, "found", got)
 		}
 	}
-	if err := a.cfg.Enforcer.Apply(ctx, want); err != nil {
+	err := a.cfg.Enforcer.Apply(ctx, want)
+	for gone := goneVMs(err); len(gone) > 0; gone = goneVMs(err) {
+		// Deleted since the list the shares came from: dropped, and the
+		// others' shares (which take up what it had) applied at once
+		// rather than at the next tick's listing.
+		var dropped bool
+		if want, dropped = a.drop(gone); !dropped {
+			break
+		}
+		a.cfg.Logger.Info("agent: VM gone since it was listed; dropped until it is listed again", "host", a.cfg.Host, "vms", gone)
+		err = a.cfg.Enforcer.Apply(ctx, want)
+	}
+	if err != nil {
 		return fmt.Errorf("agent %s: applying shares: %w", a.cfg.Host, err)
 	}
 	a.applied = want
 	return nil
+}
+
+// GoneError is how an Enforcer's Apply reports a VM it was given that no
+// longer exists (deleted after it was listed), having applied the others.
+type GoneError struct {
+	VM  string
+	Err error // the Enforcer's own error for it
+}
+
+func (e *GoneError) Error() string { return fmt.Sprintf("VM %q is gone: %v", e.VM, e.Err) }
+func (e *GoneError) Unwrap() error { return e.Err }
+
+// goneVMs are the VMs err reports gone (GoneError), anywhere in its tree.
+func goneVMs(err error) []string {
+	var out []string
+	var walk func(error)
+	walk = func(err error) {
+		switch e := err.(type) {
+		case *GoneError:
+			out = append(out, e.VM)
+		case interface{ Unwrap() []error }:
+			for _, err := range e.Unwrap() {
+				walk(err)
+			}
+		case interface{ Unwrap() error }:
+			walk(e.Unwrap())
+		}
+	}
+	walk(err)
+	return out
+}
+
+// drop takes gone out of the VM list, as a listing without them would
+// (their bids settled and dropped), and gives the shares of the rest; false
+// if none of them was listed.
+func (a *Agent) drop(gone []string) (map[string]float64, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	list := make([]VM, 0, len(a.vms))
+	for _, vm := range a.vms {
+		if !slices.Contains(gone, vm.ID) {
+			list = append(list, vm)
+		}
+	}
+	if len(list) == len(a.vms) {
+		return a.desired, false
+	}
+	now := a.cfg.Now()
+	a.setVMs(list, now)
+	a.desired = Shares(a.vmIDs(), a.rates(now))
+	return a.desired, true
 }
 
 func sameShares(a, b map[string]float64) bool {

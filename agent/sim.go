@@ -15,16 +15,20 @@ import (
 // shares applied, work-conserving (a VM that wants less than its share leaves
 // the rest to the others, as CPU shares do on Linux), integrated lazily
 // between calls on the injected clock. Each VM wants the whole host unless
-// SetDemand says otherwise.
+// SetDemand says otherwise; what it wants and is not given it waits for
+// (CPUWait), and processes outside the market (SetForeignLoad) run ahead of
+// the VMs.
 type SimEnforcer struct {
-	mu     sync.Mutex
-	now    func() time.Time
-	cpus   float64
-	vms    []VM
-	shares map[string]float64
-	demand map[string]float64 // CPUs wanted
-	used   map[string]float64 // CPU-seconds
-	last   time.Time
+	mu      sync.Mutex
+	now     func() time.Time
+	cpus    float64
+	foreign float64 // CPUs taken by processes outside the market
+	vms     []VM
+	shares  map[string]float64
+	demand  map[string]float64 // CPUs wanted
+	used    map[string]float64 // CPU-seconds
+	waited  map[string]float64 // CPU-seconds wanted and not given
+	last    time.Time
 	// I/O: the host's bandwidth, each VM's current rates and MB so far
 	// (SetIO; see IOMeter).
 	ioCap   IOUse
@@ -35,6 +39,8 @@ type SimEnforcer struct {
 	caps     map[string]map[string]float64
 }
 
+var _ WaitMeter = (*SimEnforcer)(nil)
+
 // NewSimEnforcer makes a simulated host with cpus CPUs and vms on the clock now.
 func NewSimEnforcer(now func() time.Time, cpus float64, vms ...VM) *SimEnforcer {
 	if now == nil {
@@ -44,7 +50,7 @@ func NewSimEnforcer(now func() time.Time, cpus float64, vms ...VM) *SimEnforcer 
 		cpus = 1
 	}
 	s := &SimEnforcer{now: now, cpus: cpus, shares: map[string]float64{}, demand: map[string]float64{},
-		used: map[string]float64{}, last: now(), ioRate: map[string]IOUse{}, ioMoved: map[string]IOUse{}}
+		used: map[string]float64{}, waited: map[string]float64{}, last: now(), ioRate: map[string]IOUse{}, ioMoved: map[string]IOUse{}}
 	for _, vm := range vms {
 		s.vms = append(s.vms, vm)
 		s.demand[vm.ID] = cpus
@@ -74,6 +80,20 @@ func (s *SimEnforcer) SetDemand(vm string, cpus float64) {
 	defer s.mu.Unlock()
 	s.integrate()
 	s.demand[vm] = max(cpus, 0)
+}
+
+// SetForeignLoad makes processes outside the market take cpus of the
+// host's CPUs ahead of the VMs (an overcommitted host), from now on.
+func (s *SimEnforcer) SetForeignLoad(cpus float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.integrate()
+	s.foreign = cpus
+}
+
+// CPUWait is the CPU time each VM wanted and was not given, up to now.
+func (s *SimEnforcer) CPUWait(context.Context) (map[string]time.Duration, error) {
+	return s.upToNow(func() map[string]float64 { return s.waited }), nil
 }
 
 // SetIOCapacity sets the host's disk and network bandwidth (MB/s) its
@@ -201,14 +221,21 @@ func (s *SimEnforcer) Applied(context.Context) (map[string]float64, error) {
 
 // Usage is each VM's CPU time up to now.
 func (s *SimEnforcer) Usage(context.Context) (map[string]time.Duration, error) {
+	return s.upToNow(func() map[string]float64 { return s.used }), nil
+}
+
+// upToNow is, for each VM, the CPU-seconds of the account secs gives (read
+// under mu), integrated up to now.
+func (s *SimEnforcer) upToNow(secs func() map[string]float64) map[string]time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.integrate()
+	of := secs()
 	out := make(map[string]time.Duration, len(s.vms))
 	for _, vm := range s.vms {
-		out[vm.ID] = time.Duration(s.used[vm.ID] * float64(time.Second))
+		out[vm.ID] = time.Duration(of[vm.ID] * float64(time.Second))
 	}
-	return out, nil
+	return out
 }
 
 func (s *SimEnforcer) has(id string) bool {
@@ -229,8 +256,12 @@ func (s *SimEnforcer) integrate() {
 	if dt <= 0 {
 		return
 	}
-	for vm, cpu := range s.allocate() {
+	alloc := s.allocate()
+	for vm, cpu := range alloc {
 		s.used[vm] += cpu * dt
+	}
+	for vm, d := range s.demand {
+		s.waited[vm] += max(min(d, s.cpus)-alloc[vm], 0) * dt
 	}
 	for vm, r := range s.ioRate {
 		m := s.ioMoved[vm]
@@ -250,7 +281,7 @@ func (s *SimEnforcer) allocate() map[string]float64 {
 			weights[vm.ID] = 1
 		}
 	}
-	return Allocate(s.cpus, weights, s.demand)
+	return Allocate(max(s.cpus-s.foreign, 0), weights, s.demand)
 }
 
 // Allocate divides cpus among VMs by work-conserving proportional sharing,

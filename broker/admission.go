@@ -376,16 +376,14 @@ func (b *Broker) admitJob(ctx context.Context, req *wire.SubmitRequest, id, toke
 
 // clash refuses a job of a name the user already runs. A job may share its
 // VMs with running plans: an agent keeps one bid per (VM, plan) and their
-// rates add up, and EDF decides which deadline job runs on a host.
+// rates add up, and EDF decides which deadline job runs on a host. Only a
+// live job keeps its name (liveJob).
 func (b *Broker) clash(req *wire.SubmitRequest) error {
 	var clash error
+	now := b.cfg.Now()
 	b.store.each(func(rec *planRecord, _ uint64) {
-		if rec.Plan.Status != wire.PlanRunning && rec.Plan.Status != planStarting || clash != nil {
-			return
-		}
-		if j := rec.Job; j != nil && !j.Done && rec.Plan.User == req.User && j.Spec.Name == req.Job.Name {
+		if clash == nil && rec.liveJob(now) && rec.Plan.User == req.User && rec.Job.Spec.Name == req.Job.Name {
 			clash = fmt.Errorf("%w: %q (plan %s)", ErrJobRunning, req.Job.Name, rec.Plan.ID)
-			return
 		}
 	})
 	return clash

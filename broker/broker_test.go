@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/mrmarket/mrmarket/internal/money"
 	"github.com/mrmarket/mrmarket/internal/natstest"
 	"github.com/mrmarket/mrmarket/internal/wire"
+	"github.com/mrmarket/mrmarket/strategies"
 )
 
 var t0 = time.Date(2026, 6, 1, 9, 0, 0, 0, time.UTC)
@@ -339,5 +341,75 @@ func TestSilentHostShownStale(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), "host heard again") {
 		t.Fatalf("no line of the host heard again: %s", log.String())
+	}
+}
+
+// TestJobShareIsItsVMs: a job's share is what its VMs get from their hosts,
+// whichever plans fund them: alice's fair plan on the job's VMs counts, for
+// the job running, for a job of hers queued behind it on the same VMs
+// (no bids of its own), and for a cancelled one.
+func TestJobShareIsItsVMs(t *testing.T) {
+	f := newFixture(t, []string{"host-1", "host-2"}, nil)
+	ctx := context.Background()
+	vms := []string{"a-host-1", "a-host-2"}
+	if _, err := f.spend("web", 3600, vms...); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.bank.Grant(ctx, &wire.GrantRequest{ID: "g-bob", User: "bob", Amount: 1_000_000}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.b.Spend(ctx, &wire.SpendRequest{ID: "batch", User: "bob", Budget: 7200, Duration: wire.Duration(time.Hour),
+		VMs: []string{"b-host-1", "b-host-2"}, Strategy: wire.StrategyFair}); err != nil {
+		t.Fatal(err)
+	}
+	job := func(name string) wire.JobSpec {
+		return wire.JobSpec{Name: name, VMs: vms, Maps: 16, Reduces: 2, MapSlots: 4, ReduceSlots: 2,
+			Profile: strategies.JobProfile{MapAvg: 20, MapMax: 30, ReduceAvg: 10, ReduceMax: 15}}
+	}
+	for _, id := range []string{"first", "second"} {
+		if _, err := f.b.Submit(ctx, &wire.SubmitRequest{ID: id, User: "alice", Job: job(id), Deadline: t0.Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// funded observes the hosts' states (as of at) and gives the mean over
+	// the job's hosts of the share of each that alice's VM's bids buy.
+	funded := func(at time.Time) float64 {
+		share := 0.0
+		for _, h := range []string{"host-1", "host-2"} {
+			st := f.agents[h].State()
+			st.Time = at // newer than the states observed before
+			f.b.Observe(st)
+			for _, v := range st.VMs {
+				if v.VM == "a-"+h {
+					share += v.Rate / st.Price / 2
+				}
+			}
+		}
+		return share
+	}
+	vmShare := funded(t0.Add(time.Second))
+	shares := func() map[string]wire.Job {
+		out := map[string]wire.Job{}
+		for _, j := range f.b.Jobs(&wire.JobsRequest{User: "alice"}).Jobs {
+			out[j.ID] = j
+		}
+		return out
+	}
+	got := shares()
+	if vmShare <= 0 || vmShare >= 1 {
+		t.Fatalf("alice's VMs get %.3f of their hosts: both users' plans should fund theirs", vmShare)
+	}
+	if j := got["first"]; j.Status != wire.JobRunning || math.Abs(j.Share-vmShare) > 1e-9 {
+		t.Errorf("running job: %s at share %.6f, its VMs get %.6f", j.Status, j.Share, vmShare)
+	}
+	if j := got["second"]; j.Status != wire.JobQueued || math.Abs(j.Share-vmShare) > 1e-9 {
+		t.Errorf("queued job on the fair plan's VMs: %s at share %.6f, its VMs get %.6f", j.Status, j.Share, vmShare)
+	}
+	if _, err := f.b.Cancel(ctx, &wire.CancelRequest{Plan: "first", User: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	vmShare = funded(t0.Add(2 * time.Second))
+	if j := shares()["first"]; j.Status != wire.PlanCancelled || vmShare <= 0 || math.Abs(j.Share-vmShare) > 1e-9 {
+		t.Errorf("cancelled job on the fair plan's VMs: %s at share %.6f, its VMs get %.6f", j.Status, j.Share, vmShare)
 	}
 }

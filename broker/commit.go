@@ -144,7 +144,7 @@ func (b *Broker) committed(now time.Time, hosts map[string]bool, pending []commi
 			return
 		}
 		recorded[j.Commit] = j.Commit != ""
-		if j.Done || j.Deadline.IsZero() || rec.Plan.Status != wire.PlanRunning && rec.Plan.Status != planStarting {
+		if !rec.liveJob(now) || j.Deadline.IsZero() {
 			return
 		}
 		if !slices.ContainsFunc(rec.Plan.VMs, func(v wire.PlanVM) bool { return hosts[v.Host] }) {
@@ -185,16 +185,15 @@ func stalePending(c commitment, now time.Time) bool {
 	return !now.Before(c.Admitted.Add(startingTimeout))
 }
 
-// counts reports whether c still belongs on its hosts' records: its plan
-// (of that admission) is running or starting and its job not done, or no
+// counts reports whether c still belongs on its hosts' records: its job
+// (of that admission) is live (liveJob), or no
 // plan record of it has appeared yet and it is not stale.
 func (b *Broker) counts(c commitment, now time.Time) bool {
 	v, ok := b.admitted(c)
 	if !ok || v.rec.Job == nil || v.rec.Job.Commit != c.Token {
 		return !stalePending(c, now)
 	}
-	j, st := v.rec.Job, v.rec.Plan.Status
-	return !j.Done && (st == wire.PlanRunning || st == planStarting)
+	return v.rec.liveJob(now)
 }
 
 // admitted is the plan record of c's plan, found by its user and id, or

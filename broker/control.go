@@ -25,16 +25,24 @@ func (b *Broker) JobProgress(ctx context.Context, req *wire.ProgressRequest) (wi
 	if err := req.Validate(); err != nil {
 		return wire.Job{}, err
 	}
-	var ref planRef
+	// The live job of that name (liveJob), else the one admitted last: a
+	// plan past its end is settled only Settle later, and a job of its
+	// name may be admitted meanwhile (clash).
+	var best *planRecord
+	now := b.cfg.Now()
 	b.store.each(func(rec *planRecord, _ uint64) {
-		if j := rec.Job; j != nil && rec.Plan.User == req.User && j.Spec.Name == req.Job && rec.Plan.Status == wire.PlanRunning && !j.Done {
-			ref = refOf(&rec.Plan)
+		j := rec.Job
+		if j == nil || rec.Plan.User != req.User || j.Spec.Name != req.Job || rec.Plan.Status != wire.PlanRunning || j.Done {
+			return
+		}
+		if best == nil || rec.liveJob(now) && !best.liveJob(now) || rec.liveJob(now) == best.liveJob(now) && j.Admitted.After(best.Job.Admitted) {
+			best = rec
 		}
 	})
-	if ref.id == "" {
+	if best == nil {
 		return wire.Job{}, fmt.Errorf("%w %q of %s", ErrUnknownJob, req.Job, req.User)
 	}
-	now := b.cfg.Now()
+	ref := refOf(&best.Plan)
 	var finished bool // this report is the one that finished the job
 	rec, err := b.mutate(ctx, ref, func(rec *planRecord) error {
 		j := rec.Job
@@ -133,13 +141,10 @@ func (b *Broker) jobView(rec *planRecord, now time.Time) wire.Job {
 	case j.Done:
 		v.Status, v.Predict = wire.JobDone, j.Finished
 	case len(rec.Bids) > 0:
-		// The share it holds: what its bids buy against the others' rates
-		// on its hosts, as the hosts last reported them (not the target
-		// its bids aim at).
-		v.Status, v.Share = wire.JobRunning, b.heldShare(rec)
+		v.Status, v.Share = wire.JobRunning, b.vmsShare(rec)
 		v.Predict = at(now, j.Work*(1-j.Progress)/max(v.Share, 0.01))
 	default:
-		v.Status = wire.JobQueued
+		v.Status, v.Share = wire.JobQueued, b.vmsShare(rec)
 		v.Predict = at(now, j.Work*(1-j.Progress)/phi)
 	}
 	if late {
@@ -149,6 +154,42 @@ func (b *Broker) jobView(rec *planRecord, now time.Time) wire.Job {
 		v.Status = wire.PlanCancelled
 	}
 	return v
+}
+
+// vmsShare is the share a job's VMs get, the mean over the job's hosts:
+// on each, what the job's VMs are funded with — the job's own bids as the
+// plan placed them, and any other plan's bids on those VMs as the host last
+// reported them — against the rest of the host's price.
+func (b *Broker) vmsShare(rec *planRecord) float64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	type funds struct{ mine, rest float64 }
+	var hosts []string // in the job's VM order, so the sum is the same every time
+	on := map[string]*funds{}
+	for _, vm := range rec.Job.Spec.VMs {
+		host, st, ok := b.vmInfo(vm)
+		if !ok {
+			continue
+		}
+		f := on[host]
+		if f == nil {
+			f = &funds{rest: b.hosts[host].Price}
+			on[host], hosts = f, append(hosts, host)
+		}
+		own, _ := st.Bid(rec.Plan.ID)
+		f.mine += max(st.Rate-own.Rate, 0)
+		if bid, ok := rec.Bids[vm]; ok {
+			f.mine += bid.rate()
+		}
+		f.rest -= st.Rate
+	}
+	total := 0.0
+	for _, h := range hosts {
+		if f := on[h]; f.mine > 0 {
+			total += f.mine / (f.mine + max(f.rest, 0))
+		}
+	}
+	return total / float64(max(len(hosts), 1))
 }
 
 // Jobs lists admitted jobs, of req.User when set, earliest deadline first.

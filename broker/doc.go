@@ -137,6 +137,24 @@
 // of the time left)) over the job's table, else ARIA's minimum slots for
 // the tasks left at the pace measured so far, as a share of the job's
 // slots. A done job ends its plan; what it did not spend is released.
+//
+// A job is live while it is not done and its plan runs and is not past its
+// end (liveJob): a plan past its end is settled only Settle later, and
+// meanwhile its job holds no host in EDF, counts in no admission queue and
+// keeps its name from no new job of its user's, so a job of that name is
+// admitted, runs and receives the name's progress reports at once.
+//
+// A job's share (Jobs, so the CLI's jobs and jobs watch and the dashboard)
+// is what its VMs get, not only what its own bids buy: on each of its
+// hosts, every plan's bids on its VMs — its own as the broker placed them,
+// any other plan's (a fair plan of its user's on the same VMs) as the host
+// last reported them — against the rest of the host's price (Sandholm and
+// Lai's proportional share, without the agents' floor for unfunded VMs),
+// the mean over its hosts. A job queued behind another, cancelled, or past
+// its plan's end on VMs another plan funds shows the share it runs at; a
+// done job shows none. The share-seconds credited as its measured work
+// stay what its own bids held (or its VMs used, usedWork).
+//
 // Admission is safe across replicas. A submit reads the commitment record
 // of each of the job's hosts (commit.go: in MRM_PLANS, or the
 // MemoryPlans), prices the job against the queue the plans and those

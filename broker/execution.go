@@ -94,15 +94,24 @@ func (j *jobRec) held(now time.Time) float64 {
 	return h
 }
 
-// edf decides which admitted jobs run now and at what share
-// (strategies.EDF over the running and starting jobs not yet done).
-func (b *Broker) edf() strategies.EDFRun {
+// liveJob reports whether rec's job may still run at now: not done, its
+// plan running or starting and not past its end. A plan past its end is
+// settled only Settle later; meanwhile its job holds no host, counts in no
+// queue and keeps no name from a new job.
+func (rec *planRecord) liveJob(now time.Time) bool {
+	st := rec.Plan.Status
+	return rec.Job != nil && !rec.Job.Done && (st == wire.PlanRunning || st == planStarting) && rec.Plan.End.After(now)
+}
+
+// edf decides which admitted jobs run at now and at what share
+// (strategies.EDF over the live jobs).
+func (b *Broker) edf(now time.Time) strategies.EDFRun {
 	var jobs []strategies.EDFJob
 	b.store.each(func(rec *planRecord, _ uint64) {
-		j := rec.Job
-		if j == nil || j.Done || rec.Plan.Status != wire.PlanRunning && rec.Plan.Status != planStarting {
+		if !rec.liveJob(now) {
 			return
 		}
+		j := rec.Job
 		e := strategies.EDFJob{ID: edfID(refOf(&rec.Plan)), Deadline: j.Deadline}
 		for _, v := range rec.Plan.VMs {
 			e.Hosts = append(e.Hosts, v.Host)

@@ -89,7 +89,7 @@ func (b *Broker) Tick(ctx context.Context, now time.Time) error {
 	}
 	b.logStaleHosts(now)
 	r := &round{now: now, replica: b.cfg.Replica, tick: b.cfg.Tick, settle: b.cfg.Settle, beats: b.store.heartbeats(),
-		view: roundView{boosts: b.cappedBoosts(), jobs: b.edf()}, startingHere: b.startingHere(), takenOver: map[string]int{}}
+		view: roundView{boosts: b.cappedBoosts(), jobs: b.edf(now)}, startingHere: b.startingHere(), takenOver: map[string]int{}}
 	plans := r.candidates(b.store)
 	errs := make([][]error, len(plans))
 	b.parallel(len(plans), roundWorkers, func(i int) {
@@ -302,7 +302,7 @@ func (b *Broker) view(strategy string) roundView {
 		v.boosts = b.cappedBoosts()
 	}
 	if st.Reads()&strategies.ReadsJob != 0 {
-		v.jobs = b.edf()
+		v.jobs = b.edf(b.cfg.Now())
 	}
 	return v
 }

@@ -238,7 +238,8 @@ func jobsAndPlans(ctx context.Context, cl clients, req *wire.JobsRequest) (jobsV
 	return jobsView{js, byID(ps.Plans, func(p wire.Plan) string { return p.ID })}, err
 }
 
-// printJobs: SHARE is the share of its hosts the job's bids hold; SPENT
+// printJobs: SHARE is the share of its hosts the job's VMs get, from
+// whichever plans fund them (package broker); SPENT
 // and HELD are the bank's (captured, and still held, of its price).
 func printJobs(w *out, v jobsView) error {
 	t := w.table("JOB", "USER", "NAME", "STATUS", "DEADLINE", "PREDICTED", "PROGRESS", "SHARE", "PRICE", "SPENT", "HELD")

@@ -84,6 +84,7 @@ var (
 	_ agent.IOMeter      = (*Enforcer)(nil)
 	_ agent.Rebalancer   = (*Enforcer)(nil)
 	_ agent.ModeReporter = (*Enforcer)(nil)
+	_ agent.WaitMeter    = (*Enforcer)(nil)
 )
 
 // New connects to libvirt, with the domain events that keep its cache
@@ -260,7 +261,7 @@ func (e *Enforcer) Apply(_ context.Context, shares map[string]float64) error {
 	for vm, q := range shares {
 		t, ok := targets[vm]
 		if !ok {
-			errs = append(errs, fmt.Errorf("%w: %q", ErrUnknownDomain, vm))
+			errs = append(errs, &agent.GoneError{VM: vm, Err: ErrUnknownDomain})
 			continue
 		}
 		w := cpuWeight(q, scale)
@@ -270,7 +271,7 @@ func (e *Enforcer) Apply(_ context.Context, shares map[string]float64) error {
 		if w != t.weight || recap || !e.cfg.HardCap && !t.uncapped {
 			if err := e.applyCPU(t.dom, q, w, !t.uncapped); err != nil {
 				e.cache.forget(vm)
-				errs = append(errs, fmt.Errorf("virt: %s cpu: %w", vm, err))
+				errs = append(errs, goneOr(vm, fmt.Errorf("virt: %s cpu: %w", vm, err)))
 				continue
 			}
 			e.cache.record(vm, t.entry, func(d *domain) { d.weight, d.uncapped = w, true })
@@ -281,13 +282,23 @@ func (e *Enforcer) Apply(_ context.Context, shares map[string]float64) error {
 		if b := BlkioWeight(q); blkio && b != t.blkio {
 			if err := ApplyDisk(t.dom, q); err != nil {
 				e.cache.forget(vm)
-				errs = append(errs, fmt.Errorf("virt: %s blkio: %w", vm, err))
+				errs = append(errs, goneOr(vm, fmt.Errorf("virt: %s blkio: %w", vm, err)))
 				continue
 			}
 			e.cache.record(vm, t.entry, func(d *domain) { d.blkio = b })
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// goneOr is err, or for a domain libvirt no longer has (destroyed between
+// the listing and the call) the agent's GoneError.
+func goneOr(vm string, err error) error {
+	var lerr libvirt.Error
+	if errors.As(err, &lerr) && lerr.Code == libvirt.ERR_NO_DOMAIN {
+		return &agent.GoneError{VM: vm, Err: err}
+	}
+	return err
 }
 
 // runnableCPUs is how many host CPUs d can run on at once: its vCPUs, at
@@ -432,6 +443,18 @@ func (e *Enforcer) Applied(context.Context) (map[string]float64, error) {
 
 // Usage is each managed domain's CPU time.
 func (e *Enforcer) Usage(context.Context) (map[string]time.Duration, error) {
+	return e.timePerDomain(func(_ string, d *libvirt.Domain) (time.Duration, bool, error) {
+		info, err := d.GetInfo()
+		if err != nil {
+			return 0, false, nil
+		}
+		return time.Duration(info.CpuTime), true, nil
+	})
+}
+
+// timePerDomain reads a time of each managed domain (read says whether it
+// has one, or fails the whole reading).
+func (e *Enforcer) timePerDomain(read func(vm string, d *libvirt.Domain) (time.Duration, bool, error)) (map[string]time.Duration, error) {
 	doms, _, err := e.managed()
 	if err != nil {
 		return nil, err
@@ -439,13 +462,52 @@ func (e *Enforcer) Usage(context.Context) (map[string]time.Duration, error) {
 	defer freeAll(doms)
 	out := make(map[string]time.Duration, len(doms))
 	for vm, d := range doms {
-		info, err := d.GetInfo()
+		t, ok, err := read(vm, d)
 		if err != nil {
-			continue
+			return nil, err
 		}
-		out[vm] = time.Duration(info.CpuTime)
+		if ok {
+			out[vm] = t
+		}
 	}
 	return out, nil
+}
+
+// CPUWait is each managed domain's vCPUs' time runnable but waiting for a
+// host CPU, summed: their scheduling delay (vcpu.<n>.delay, the steal time
+// the guest sees), or where libvirt has not that, their wait
+// (vcpu.<n>.wait, which needs the kernel's schedstats). A domain for which
+// libvirt gives neither is absent: the agent judges its idleness by its
+// use alone.
+func (e *Enforcer) CPUWait(context.Context) (map[string]time.Duration, error) {
+	return e.timePerDomain(func(vm string, d *libvirt.Domain) (time.Duration, bool, error) {
+		// One domain a call: a record's domain handle is freed with the
+		// list, so it cannot name which of several it was.
+		stats, err := e.conn.GetAllDomainStats([]*libvirt.Domain{d}, libvirt.DOMAIN_STATS_VCPU, 0)
+		if err != nil {
+			var lerr libvirt.Error
+			if errors.As(err, &lerr) && (lerr.Code == libvirt.ERR_NO_SUPPORT || lerr.Code == libvirt.ERR_NO_DOMAIN) {
+				return 0, false, nil
+			}
+			return 0, false, fmt.Errorf("virt: %s vCPU statistics: %w", vm, err)
+		}
+		var wait time.Duration
+		known := false
+		for _, s := range stats {
+			for _, v := range s.Vcpu {
+				switch {
+				case v.DelaySet:
+					wait += time.Duration(v.Delay)
+				case v.WaitSet:
+					wait += time.Duration(v.Wait)
+				default:
+					continue
+				}
+				known = true
+			}
+		}
+		return wait, known, nil
+	})
 }
 
 // IOUsage is each managed domain's I/O so far, in MB: bytes read and

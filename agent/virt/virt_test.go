@@ -2,6 +2,7 @@ package virt
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -344,4 +345,41 @@ func TestPing(t *testing.T) {
 	if err := testDriver(t).Ping(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestADomainGoneBeforeApply: a domain the shares name that libvirt no
+// longer has — destroyed after the listing they came from, or when its
+// settings are written — is reported to the agent as gone
+// (agent.GoneError), which drops it from that tick; other errors are not.
+func TestADomainGoneBeforeApply(t *testing.T) {
+	e := testDriver(t)
+	if _, err := e.VMs(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	err := e.Apply(context.Background(), map[string]float64{"gone1": 1})
+	var gone *agent.GoneError
+	if !errors.As(err, &gone) || gone.VM != "gone1" || !errors.Is(err, ErrUnknownDomain) {
+		t.Fatalf("apply to a domain no longer listed: %v", err)
+	}
+	if err := goneOr("x", fmt.Errorf("virt: x cpu: %w", libvirt.Error{Code: libvirt.ERR_NO_DOMAIN})); !errors.As(err, &gone) || gone.VM != "x" {
+		t.Fatalf("a write to a domain libvirt no longer has: %v", err)
+	}
+	if err := goneOr("x", libvirt.Error{Code: libvirt.ERR_INTERNAL_ERROR}); errors.As(err, &gone) {
+		t.Fatalf("another libvirt error reported as gone: %v", err)
+	}
+}
+
+// TestCPUWaitOnTheTestDriver: the vCPUs' wait is read per managed domain;
+// a driver that reports none leaves the domain out rather than failing.
+func TestCPUWaitOnTheTestDriver(t *testing.T) {
+	e := testDriver(t)
+	manageTestDomain(t, e)
+	wait, err := e.CPUWait(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w, ok := wait["test"]; ok && w < 0 || len(wait) > 1 {
+		t.Fatalf("wait %v", wait)
+	}
+	t.Logf("wait %v", wait)
 }

@@ -148,8 +148,9 @@ func (s *HostState) Validate() error {
 // bids' rates, micro-credits per second (several plans may bid on one VM:
 // their rates add up); Share is the fraction of the host the VM is entitled
 // to; Util is the fraction of one host's capacity it used over the last
-// tick; Idle means it used little of what it is entitled to (its share, and
-// the CPUs it may run on). Bids are the VM's bids, one per plan, by plan id.
+// tick; Idle means it used, or waited for, little of what it is entitled to
+// (its share, and the CPUs it may run on): a VM starved of CPU is not idle.
+// Bids are the VM's bids, one per plan, by plan id.
 type VMState struct {
 	VM    string  `json:"vm"`
 	Owner string  `json:"owner"`
