@@ -105,6 +105,9 @@ type Bank struct {
 	// mandates caches the brokers' mandates read (mandate.go).
 	mandates mandate.Cache
 
+	// captures are the capture batches waiting for their group (group.go).
+	captures captureQueue
+
 	// outboxKick wakes the audit publisher when an event was committed
 	// (outbox.go).
 	outboxKick chan struct{}
