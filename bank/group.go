@@ -188,7 +188,7 @@ func (b *Bank) commitCaptureTx(ctx context.Context, calls []*captureCall) ([]wir
 			ds[i] = decideCapture(batch, in, now, b.adminKey != "")
 			reps[i] = ds[i].rep
 		}
-		if err := writeCapture(ctx, t, batches, ds, in.totals, now); err != nil {
+		if err := writeCapture(ctx, t, batches, ds, in, now); err != nil {
 			return err
 		}
 		var events []wire.Event
