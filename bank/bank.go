@@ -170,7 +170,7 @@ func (b *Bank) migrateTo(ctx context.Context, last string) error {
 			if err != nil {
 				return err
 			}
-			for _, stmt := range strings.Split(b.st.dialectSQL(stripComments(string(body))), ";") {
+			for _, stmt := range strings.Split(b.st.dialectSQL(name, stripComments(string(body))), ";") {
 				if strings.TrimSpace(stmt) == "" {
 					continue
 				}

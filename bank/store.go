@@ -197,11 +197,15 @@ func (s *store) rebind(q string) string {
 	return b.String()
 }
 
-// dialectSQL is a migration's text for the store's dialect: an
+// dialectSQL is migration name's text for the store's dialect: an
 // auto-numbered key is SQLite's INTEGER PRIMARY KEY AUTOINCREMENT and
-// PostgreSQL's BIGSERIAL PRIMARY KEY.
-func (s *store) dialectSQL(q string) string {
+// PostgreSQL's BIGSERIAL PRIMARY KEY, and a migration named *.postgres.sql
+// (storage settings SQLite has no words for) is empty on SQLite.
+func (s *store) dialectSQL(name, q string) string {
 	if s.dialect != postgresDialect {
+		if strings.HasSuffix(name, ".postgres.sql") {
+			return ""
+		}
 		return q
 	}
 	return strings.ReplaceAll(q, "INTEGER PRIMARY KEY AUTOINCREMENT", "BIGSERIAL PRIMARY KEY")
