@@ -30,7 +30,9 @@ import (
 // holds, side by side on two paths in one run: path=group is the bank
 // (concurrent batches committed as one transaction, group.go) and
 // path=alone commits every batch in a transaction of its own, as the bank
-// did before.
+// did before. legs/s counts the legs of batches answered; failed-% is the
+// share of batches answered unavailable (the store gave up retrying its
+// serialization failures), whose legs the agent's next batch carries.
 func BenchmarkCapture(b *testing.B) {
 	for _, s := range stores {
 		for _, terms := range []bool{false, true} {
@@ -166,28 +168,30 @@ func benchCaptureAgents(b *testing.B, target string, agents, n int, group bool) 
 	ctx := context.Background()
 	lats := make([][]time.Duration, agents)
 	var wg sync.WaitGroup
-	var failed atomic.Value
+	var answered, failed atomic.Int64
 	b.ResetTimer()
 	start := time.Now()
 	for a := range agents {
 		wg.Go(func() {
 			for round := range int64(b.N) {
 				sent := time.Now()
-				rep, err := capture(ctx, captureBatch(int64(a), round+1, n))
+				_, err := capture(ctx, captureBatch(int64(a), round+1, n))
 				lats[a] = append(lats[a], time.Since(sent))
-				if err != nil || rep.Applied != money.Micro(n) {
-					failed.CompareAndSwap(nil, fmt.Sprintf("agent %d, round %d: applied %s of %d: %v", a, round+1, rep.Applied, n, err))
+				switch {
+				case err == nil:
+					answered.Add(int64(n))
+				case bank.IsUnavailable(err): // the next round's cumulative totals take it up, as an agent's would
+					failed.Add(1)
+				default:
+					b.Errorf("agent %d, round %d: %v", a, round+1, err)
 					return
 				}
 			}
 		})
 	}
 	wg.Wait()
-	took := time.Since(start)
-	if f := failed.Load(); f != nil {
-		b.Fatal(f)
-	}
-	reportCapture(b, float64(agents*b.N*n)/took.Seconds(), slices.Concat(lats...))
+	reportCapture(b, float64(answered.Load())/time.Since(start).Seconds(), slices.Concat(lats...))
+	b.ReportMetric(100*float64(failed.Load())/float64(agents*b.N), "failed-%")
 }
 
 // BenchmarkCaptureLoad offers the capture load of hosts agents, each
@@ -200,7 +204,7 @@ func benchCaptureAgents(b *testing.B, target string, agents, n int, group bool) 
 // an agent's 1 s, so that the tail is measured rather than cut.
 func BenchmarkCaptureLoad(b *testing.B) {
 	for _, s := range stores {
-		for _, hosts := range []int{1000, 10000} {
+		for _, hosts := range []int{1000, 3000, 10000} {
 			for _, path := range []string{"alone", "group"} {
 				b.Run(fmt.Sprintf("store=%s/hosts=%d/path=%s", s.name, hosts, path), func(b *testing.B) {
 					benchCaptureLoad(b, s.new(b), hosts, path == "group")
