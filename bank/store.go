@@ -118,8 +118,9 @@ func privateFiles(path string) error {
 // statement with its real parameters, unless the URL says otherwise: by
 // default it switches to a generic plan after five executions, and a generic
 // plan for "id IN ($1 … $100)" scans whole tables, several times slower for
-// a capture batch of 100 legs (docs/MEASUREMENTS.md). pgx still caches the
-// parsed statements.
+// a capture batch of 100 legs when captures listed their ids
+// (docs/MEASUREMENTS.md), and guesses an array's length for unnest. pgx
+// still caches the parsed statements.
 func withCustomPlans(url string) string {
 	if strings.Contains(url, "plan_cache_mode=") {
 		return url
