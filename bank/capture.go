@@ -57,7 +57,7 @@ func (b *Bank) Capture(ctx context.Context, batch *wire.CaptureBatch) (wire.Capt
 type captureInput struct {
 	holds  map[string][]*capHold  // by id: every user's hold of that id
 	totals map[capKey]money.Micro // captured so far
-	stored map[capKey]money.Micro // the totals as read
+	stored map[capKey]bool        // the totals that have a row
 	seen   map[legKey]seenLeg     // legs already applied
 }
 
@@ -85,7 +85,7 @@ func (in *captureInput) hold(leg wire.CaptureLeg) (*capHold, error) {
 // whatever their number and size: the holds, their terms, the totals of
 // the batches' hosts and the legs already applied.
 func readCapture(ctx context.Context, t tx, batches []*wire.CaptureBatch) (*captureInput, error) {
-	in := &captureInput{holds: map[string][]*capHold{}, totals: map[capKey]money.Micro{}, stored: map[capKey]money.Micro{}, seen: map[legKey]seenLeg{}}
+	in := &captureInput{holds: map[string][]*capHold{}, totals: map[capKey]money.Micro{}, stored: map[capKey]bool{}, seen: map[legKey]seenLeg{}}
 	var holdIDs, legHosts, legIDs []string
 	for _, b := range batches {
 		for _, l := range b.Legs {
@@ -123,7 +123,7 @@ func readCapture(ctx context.Context, t tx, batches []*wire.CaptureBatch) (*capt
 			if err := r.Scan(&k.user, &k.id, &k.host, &k.vm, &total); err != nil {
 				return err
 			}
-			in.totals[k], in.stored[k] = money.Micro(total), money.Micro(total)
+			in.totals[k], in.stored[k] = money.Micro(total), true
 			return nil
 		}, `SELECT c.hold_user, c.hold, c.host, c.vm, c.total FROM (`+keys+`) AS k
 			JOIN captures c ON c.hold_user = k.hu AND c.hold = k.hid AND c.host = k.hhost`, args...)
@@ -289,7 +289,7 @@ func writeCapture(ctx context.Context, t tx, batches []*wire.CaptureBatch, ds []
 	// conflict per row, about twice an update's work.
 	var stored, fresh []capKey
 	for _, k := range changed {
-		if _, ok := in.stored[k]; ok {
+		if in.stored[k] {
 			stored = append(stored, k)
 		} else {
 			fresh = append(fresh, k)

@@ -74,7 +74,8 @@ func writeTerms(ctx context.Context, t tx, req *wire.HoldRequest, m *mandate.Man
 	if len(req.Placement) == 0 {
 		return nil
 	}
-	users, ids, vms, hosts := make([]string, len(req.Placement)), make([]string, len(req.Placement)), make([]string, len(req.Placement)), make([]string, len(req.Placement))
+	n := len(req.Placement)
+	users, ids, vms, hosts := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	for i, p := range req.Placement {
 		users[i], ids[i], vms[i], hosts[i] = req.User, req.ID, p.VM, p.Host
 	}
