@@ -105,6 +105,9 @@ type Bank struct {
 	// mandates caches the brokers' mandates read (mandate.go).
 	mandates mandate.Cache
 
+	// captures are the capture batches waiting for their group (group.go).
+	captures captureQueue
+
 	// outboxKick wakes the audit publisher when an event was committed
 	// (outbox.go).
 	outboxKick chan struct{}
@@ -167,7 +170,7 @@ func (b *Bank) migrateTo(ctx context.Context, last string) error {
 			if err != nil {
 				return err
 			}
-			for _, stmt := range strings.Split(b.st.dialectSQL(stripComments(string(body))), ";") {
+			for _, stmt := range strings.Split(b.st.dialectSQL(name, stripComments(string(body))), ";") {
 				if strings.TrimSpace(stmt) == "" {
 					continue
 				}

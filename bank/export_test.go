@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"time"
+
+	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
 // OpenAtMigration opens target migrated only up to migration number last
@@ -24,3 +26,16 @@ func OpenAtMigration(target, last string) (*Bank, error) {
 // Fingerprint is what the bank compares a request's retry by, for rows a
 // test writes as an older bank did.
 var Fingerprint = fingerprint
+
+// CaptureAlone commits batch in a transaction of its own, whatever else is
+// waiting: the bank before group commit, for the benchmark to compare.
+func (b *Bank) CaptureAlone(ctx context.Context, batch *wire.CaptureBatch) (wire.CaptureReply, error) {
+	if err := batch.Validate(); err != nil {
+		return wire.CaptureReply{}, err
+	}
+	reps, err := b.commitCaptureTx(ctx, []*captureCall{{ctx: ctx, batch: batch}})
+	if err != nil {
+		return wire.CaptureReply{}, err
+	}
+	return reps[0], nil
+}

@@ -91,24 +91,42 @@ func (b *Bank) audited(ctx context.Context, result func() any, fn func(t tx) err
 		return writeEvent(ctx, t, service.EventOf("bank", in, result()))
 	})
 	if err == nil && served {
-		select {
-		case b.outboxKick <- struct{}{}:
-		default:
-		}
+		b.kickOutbox()
 	}
 	return err
+}
+
+// kickOutbox wakes the publisher: an event was committed.
+func (b *Bank) kickOutbox() {
+	select {
+	case b.outboxKick <- struct{}{}:
+	default:
+	}
 }
 
 // writeEvent adds ev to the outbox. An event id is a signature's key and
 // nonce, used once (the nonce store), so it is new; a row already there
 // is left as it is.
 func writeEvent(ctx context.Context, t tx, ev wire.Event) error {
-	data, err := json.Marshal(ev)
-	if err != nil {
-		return err
+	return writeEvents(ctx, t, []wire.Event{ev})
+}
+
+// writeEvents adds evs to the outbox, in their order, in one statement.
+func writeEvents(ctx context.Context, t tx, evs []wire.Event) error {
+	if len(evs) == 0 {
+		return nil
 	}
-	_, err = t.exec(ctx, `INSERT INTO outbox (id, subject, event, at) VALUES (?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
-		ev.ID, wire.EventSubject(ev.Component, ev.Op), string(data), ev.At.UnixNano())
+	ids, subjects, data, at := make([]string, len(evs)), make([]string, len(evs)), make([]string, len(evs)), make([]int64, len(evs))
+	for i, ev := range evs {
+		d, err := json.Marshal(ev)
+		if err != nil {
+			return err
+		}
+		ids[i], subjects[i], data[i], at[i] = ev.ID, wire.EventSubject(ev.Component, ev.Op), string(d), ev.At.UnixNano()
+	}
+	src, args := t.s.table(textCol("id", ids), textCol("subject", subjects), textCol("event", data), intCol("at", at))
+	_, err := t.exec(ctx, `INSERT INTO outbox (id, subject, event, at) SELECT id, subject, event, at FROM (`+src+`) AS p
+		WHERE true ON CONFLICT (id) DO NOTHING`, args...)
 	return err
 }
 

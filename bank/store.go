@@ -3,6 +3,7 @@ package bank
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -117,8 +118,9 @@ func privateFiles(path string) error {
 // statement with its real parameters, unless the URL says otherwise: by
 // default it switches to a generic plan after five executions, and a generic
 // plan for "id IN ($1 … $100)" scans whole tables, several times slower for
-// a capture batch of 100 legs (docs/MEASUREMENTS.md). pgx still caches the
-// parsed statements.
+// a capture batch of 100 legs when captures listed their ids
+// (docs/MEASUREMENTS.md), and guesses an array's length for unnest. pgx
+// still caches the parsed statements.
 func withCustomPlans(url string) string {
 	if strings.Contains(url, "plan_cache_mode=") {
 		return url
@@ -196,11 +198,15 @@ func (s *store) rebind(q string) string {
 	return b.String()
 }
 
-// dialectSQL is a migration's text for the store's dialect: an
+// dialectSQL is migration name's text for the store's dialect: an
 // auto-numbered key is SQLite's INTEGER PRIMARY KEY AUTOINCREMENT and
-// PostgreSQL's BIGSERIAL PRIMARY KEY.
-func (s *store) dialectSQL(q string) string {
+// PostgreSQL's BIGSERIAL PRIMARY KEY, and a migration named *.postgres.sql
+// (storage settings SQLite has no words for) is empty on SQLite.
+func (s *store) dialectSQL(name, q string) string {
 	if s.dialect != postgresDialect {
+		if strings.HasSuffix(name, ".postgres.sql") {
+			return ""
+		}
 		return q
 	}
 	return strings.ReplaceAll(q, "INTEGER PRIMARY KEY AUTOINCREMENT", "BIGSERIAL PRIMARY KEY")
@@ -366,4 +372,66 @@ func retryable(err error) bool {
 		return pg.Code == "40001" || pg.Code == "40P01" || pg.Code == "23505"
 	}
 	return false
+}
+
+// A column of a parameter table (see store.table): its name and values.
+type column struct {
+	name   string
+	bigint bool     // ints, else text
+	text   []string // a text column's values
+	ints   []int64  // a bigint column's values
+}
+
+func textCol(name string, v []string) column { return column{name: name, text: v} }
+func intCol(name string, v []int64) column   { return column{name: name, bigint: true, ints: v} }
+
+func (c column) value(r int) any {
+	if c.bigint {
+		return c.ints[r]
+	}
+	return c.text[r]
+}
+
+func (c column) len() int { return max(len(c.text), len(c.ints)) }
+
+// table is a derived table of cols, for FROM (with an alias) or IN: one
+// parameter per column on PostgreSQL (unnest of arrays), one JSON parameter
+// on SQLite (json_each), so a statement over a thousand rows is parsed and
+// planned as one over ten. A multi-row VALUES list instead takes a
+// placeholder per value, is planned anew on every execution (custom
+// plans, withCustomPlans) and has to be cut into chunks under the
+// placeholder limits. The columns must have the same length.
+func (s *store) table(cols ...column) (string, []any) {
+	names := make([]string, len(cols))
+	for i, c := range cols {
+		names[i] = c.name
+	}
+	if s.dialect == postgresDialect {
+		args := make([]any, len(cols))
+		casts := make([]string, len(cols))
+		for i, c := range cols {
+			if c.bigint {
+				args[i], casts[i] = c.ints, "?::bigint[]"
+			} else {
+				args[i], casts[i] = c.text, "?::text[]"
+			}
+		}
+		return `SELECT * FROM unnest(` + strings.Join(casts, ", ") + `) AS p(` + strings.Join(names, ", ") + `)`, args
+	}
+	rows := make([][]any, cols[0].len())
+	for r := range rows {
+		rows[r] = make([]any, len(cols))
+		for i, c := range cols {
+			rows[r][i] = c.value(r)
+		}
+	}
+	data, err := json.Marshal(rows)
+	if err != nil {
+		panic(err) // strings and int64s always marshal
+	}
+	sel := make([]string, len(cols))
+	for i, name := range names {
+		sel[i] = fmt.Sprintf("json_extract(value, '$[%d]') AS %s", i, name)
+	}
+	return `SELECT ` + strings.Join(sel, ", ") + ` FROM json_each(?)`, []any{string(data)}
 }

@@ -71,16 +71,17 @@ func writeTerms(ctx context.Context, t tx, req *wire.HoldRequest, m *mandate.Man
 		req.User, req.ID, int64(req.Amount), now.UnixNano(), int64(m.Pace)); err != nil {
 		return err
 	}
-	for part := range slices.Chunk(req.Placement, chunk) {
-		args := make([]any, 0, 4*len(part))
-		for _, p := range part {
-			args = append(args, req.User, req.ID, p.VM, p.Host)
-		}
-		if _, err := t.exec(ctx, `INSERT INTO hold_vms (hold_user, hold, vm, host) VALUES `+rowsOf(len(part), 4), args...); err != nil {
-			return err
-		}
+	if len(req.Placement) == 0 {
+		return nil
 	}
-	return nil
+	n := len(req.Placement)
+	users, ids, vms, hosts := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	for i, p := range req.Placement {
+		users[i], ids[i], vms[i], hosts[i] = req.User, req.ID, p.VM, p.Host
+	}
+	src, args := t.s.table(textCol("hu", users), textCol("hid", ids), textCol("vm", vms), textCol("host", hosts))
+	_, err := t.exec(ctx, `INSERT INTO hold_vms (hold_user, hold, vm, host) SELECT hu, hid, vm, host FROM (`+src+`) AS p`, args...)
+	return err
 }
 
 // extendTerms adds an extension's term to h's schedule, when h has terms:
@@ -105,14 +106,15 @@ func extendTerms(ctx context.Context, t tx, h wire.HoldInfo, ext string, amount 
 }
 
 // capHold is a hold as a capture decides on it: the hold, its terms and,
-// for a mandate hold, its schedule and the VMs placed on the batch's host.
+// for a mandate hold, its schedule and the VMs placed on the capturing
+// batches' hosts.
 type capHold struct {
 	wire.HoldInfo
 	terms    string
 	vmShare  int64
 	schedule []mandate.Term
-	placed   map[string]bool
-	allowed  money.Micro // mandate.Allowed(schedule, now), once per batch
+	placed   map[string]string // VM → its host, for the hosts of the batches read
+	allowed  money.Micro       // mandate.Allowed(schedule, now), once per batch
 	reckoned bool
 }
 
@@ -134,7 +136,7 @@ func (h *capHold) refusal(vm, host string, strict bool) error {
 	switch {
 	case h.terms == termsNone && strict:
 		return fmt.Errorf("%w (hold %q)", ErrNoTerms, h.ID)
-	case h.terms == termsMandate && !h.placed[vm]:
+	case h.terms == termsMandate && h.placed[vm] != host:
 		return fmt.Errorf("%w: VM %q, host %s, hold %q", ErrNotPlaced, vm, host, h.ID)
 	}
 	return nil
@@ -156,24 +158,24 @@ func scanCapHold(r *sql.Rows) (*capHold, error) {
 	return h, nil
 }
 
-// readTerms reads, for the mandate holds among ids, their schedules and
-// the VMs placed on host.
-func readTerms(ctx context.Context, t tx, in *captureInput, host string, ids []string) error {
+// readTerms reads, for the mandate holds in, their schedules and the VMs
+// placed on the hosts of the batches capturing from them.
+func readTerms(ctx context.Context, t tx, in *captureInput, batches []*wire.CaptureBatch) error {
 	byRef := map[holdRef]*capHold{}
-	var mandated []string
-	for _, id := range ids {
-		for _, h := range in.holds[id] {
+	var users, ids []string
+	for _, hs := range in.holds {
+		for _, h := range hs {
 			if h.terms == termsMandate {
 				byRef[holdRef{h.User, h.ID}] = h
-				h.placed = map[string]bool{}
-				mandated = append(mandated, id)
+				h.placed = map[string]string{}
+				users, ids = append(users, h.User), append(ids, h.ID)
 			}
 		}
 	}
-	if len(mandated) == 0 {
+	if len(byRef) == 0 {
 		return nil
 	}
-	mandated = slices.Compact(mandated)
+	refs, args := t.s.table(textCol("hu", users), textCol("hid", ids))
 	err := eachRow(ctx, t, func(r *sql.Rows) error {
 		var ref holdRef
 		var amount, start, pace int64
@@ -184,21 +186,33 @@ func readTerms(ctx context.Context, t tx, in *captureInput, host string, ids []s
 			h.schedule = append(h.schedule, mandate.Term{Amount: money.Micro(amount), Start: time.Unix(0, start), Pace: time.Duration(pace)})
 		}
 		return nil
-	}, `SELECT hold_user, hold, amount, start, pace FROM hold_terms WHERE hold IN (`+inList(len(mandated))+`)`, anys(mandated)...)
+	}, `SELECT t.hold_user, t.hold, t.amount, t.start, t.pace FROM (`+refs+`) AS k
+		JOIN hold_terms t ON t.hold_user = k.hu AND t.hold = k.hid ORDER BY t.hold_user, t.hold, t.ext`, args...)
 	if err != nil {
 		return err
 	}
+	var hosts []string
+	ids = ids[:0]
+	for _, hh := range hostHolds(in, batches) {
+		for _, h := range in.holds[hh.id] {
+			if h.terms == termsMandate {
+				hosts, ids = append(hosts, hh.host), append(ids, hh.id)
+				break
+			}
+		}
+	}
+	pairs, args := t.s.table(textCol("vhost", hosts), textCol("hid", ids))
 	return eachRow(ctx, t, func(r *sql.Rows) error {
 		var ref holdRef
-		var vm string
-		if err := r.Scan(&ref.user, &ref.id, &vm); err != nil {
+		var vm, host string
+		if err := r.Scan(&ref.user, &ref.id, &vm, &host); err != nil {
 			return err
 		}
 		if h := byRef[ref]; h != nil {
-			h.placed[vm] = true
+			h.placed[vm] = host
 		}
 		return nil
-	}, `SELECT hold_user, hold, vm FROM hold_vms WHERE host = ? AND hold IN (`+inList(len(mandated))+`)`, append([]any{host}, anys(mandated)...)...)
+	}, `SELECT v.hold_user, v.hold, v.vm, v.host FROM (`+pairs+`) AS k JOIN hold_vms v ON v.host = k.vhost AND v.hold = k.hid`, args...)
 }
 
 // placementOf is a placement in one canonical form, for fingerprints.
