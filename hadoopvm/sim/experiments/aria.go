@@ -296,7 +296,10 @@ type ariaVariant struct {
 	all bool
 	// admit is what the threshold is applied to: "pair" the running tasks
 	// plus the new job's pair, "running" the running tasks alone,
-	// "committed" the active jobs' current pairs plus the new job's.
+	// "committed" the active jobs' current pairs plus the new job's,
+	// "held" the same with each active job's running tasks where they
+	// exceed its pair (spare slots): what the active jobs hold or were
+	// promised, reduces not yet launched included.
 	admit string
 }
 
@@ -463,6 +466,12 @@ func (a *ariaSim) load(m, r int) float64 {
 	switch a.v.admit {
 	case "running":
 		m, r = 0, 0
+	case "held":
+		busyM, busyR = 0, 0
+		for _, i := range a.active {
+			busyM += max(a.st[i].m, a.st[i].runM)
+			busyR += max(a.st[i].r, a.st[i].runR)
+		}
 	case "committed":
 		busyM, busyR = 0, 0
 		for _, i := range a.active {
@@ -636,7 +645,8 @@ func (*ariaParams) longDocs() map[string]string {
 		"load": "how §7.2's load is read: all (busy slots over all map and reduce slots, up to 100 %) or sum " +
 			"(busy map share + busy reduce share, up to 200 %); the other reading is a labelled variant",
 		"admit": "what the threshold is applied to: pair (running tasks + the new job's pair, §7.2), running " +
-			"(running tasks alone) or committed (the active jobs' pairs + the new job's)",
+			"(running tasks alone), committed (the active jobs' pairs + the new job's) or held (committed, with a job's running tasks " +
+			"where more than its pair: the slots the active jobs hold or were promised)",
 		"scheduler": "spare (each job up to its pair in EDF order, then the spare slots to the jobs in EDF order: §6's " +
 			"additional policy, the deadline jobs being the only class) or strict (Algorithm 1 alone: no job beyond its pair)",
 		"profile": "the profile Eq. 15 is solved on: own (the averages and maxima of the job's own tasks: §7.2's known profiles) or " +
@@ -658,8 +668,8 @@ func (p *ariaParams) check() error {
 	if p.Load != "all" && p.Load != "sum" {
 		return fmt.Errorf("load %q: want all or sum", p.Load)
 	}
-	if p.Admit != "pair" && p.Admit != "running" && p.Admit != "committed" {
-		return fmt.Errorf("admit %q: want pair, running or committed", p.Admit)
+	if p.Admit != "pair" && p.Admit != "running" && p.Admit != "committed" && p.Admit != "held" {
+		return fmt.Errorf("admit %q: want pair, running, committed or held", p.Admit)
 	}
 	if p.Scheduler != "spare" && p.Scheduler != "strict" {
 		return fmt.Errorf("scheduler %q: want spare or strict", p.Scheduler)
