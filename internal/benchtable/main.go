@@ -7,7 +7,7 @@
 // reason, so a suite skipped for want of PostgreSQL or QEMU does not look
 // measured (go test prints a skip's reason only under -v). `make bench` runs
 //
-//	go run ./internal/benchtable go test -v -run '^$' -bench . -benchtime 1x ./...
+//	go run ./internal/benchtable go test -p 1 -v -run '^$' -bench . ./...
 //
 // It exits with the test command's status.
 package main
