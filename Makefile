@@ -5,7 +5,7 @@ TAGS        := libvirt_dlopen
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BIN         := bin/mrmarket
 
-.PHONY: all build guest demo up test fmt vet staticcheck unit faults e2e bench results mutations clean
+.PHONY: all build guest demo up test fmt vet staticcheck unit benchonce faults e2e bench results mutations clean
 
 all: build
 
@@ -27,8 +27,8 @@ demo: build
 up: build
 	./$(BIN) up --data .data
 
-## test: gofmt, vet, staticcheck, then every test with the race detector
-test: fmt vet staticcheck unit
+## test: gofmt, vet, staticcheck, every test with the race detector, then every benchmark once
+test: fmt vet staticcheck unit benchonce
 
 fmt:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -88,9 +88,21 @@ faults: build
 e2e: build
 	MRM_E2E=1 MRM_BIN=$(CURDIR)/$(BIN) $(GO) test -tags $(TAGS) -count=1 -run '^TestE2E$$' -v -timeout 40m ./e2e/
 
-## bench: benchmarks (agent tick for 1, 100 and 1,000 VMs, …)
+## bench: every benchmark at its full size (the broker at 100,000 hosts, the simulator
+## at 10,000, the market at 1,000; most of an hour on 2 cores), then one table of their
+## headline figures with the goals and the new path's ratio to the old beside them.
+## Each runs for BENCHTIME (1s): a benchmark whose one iteration takes longer runs once,
+## a microbenchmark (a signature) enough times for its figure to mean something.
+## BENCH narrows the set. One package at a time, so no benchmark measures another.
+BENCH ?= .
+BENCHTIME ?= 1s
 bench:
-	$(GO) test -tags $(TAGS) -run '^$$' -bench . -benchmem ./...
+	$(GO) run ./internal/benchtable $(GO) test -tags $(TAGS) -p 1 -v -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -timeout 90m ./...
+
+# benchonce: every benchmark once at its small size (-short), so none rots
+# unseen; make test runs it after the tests.
+benchonce:
+	$(GO) run ./internal/benchtable $(GO) test -tags $(TAGS) -p 1 -short -v -run '^$$' -bench . -benchtime 1x -timeout 30m ./...
 
 ## mutations: each conclusion test fails under the mutation of the mechanism it claims
 ## (hadoopvm/sim/experiments/mutations/*.patch, applied one at a time; a clean tree)

@@ -20,12 +20,15 @@ import (
 // synchronous standby, two brokers, three simulated agents — on one NATS
 // server (JetStream R1) and on a cluster of three (R3): what replication
 // costs. Eight clients at once, each on its own connection; p50 and p99
-// latencies beside the rate.
+// latencies beside the rate. -short runs the single server only.
 //
 //	go test -tags libvirt_dlopen -run '^$' -bench Market -benchtime 10s ./faults/
 func BenchmarkMarket(b *testing.B) {
 	for _, nodes := range []int{1, 3} {
 		b.Run(fmt.Sprintf("nats=%d", nodes), func(b *testing.B) {
+			if nodes > 1 && testing.Short() {
+				b.Skip("-short: one NATS server only")
+			}
 			c := startCluster(b, nodes)
 			conns := make([]*nats.Conn, 8)
 			for i := range conns {

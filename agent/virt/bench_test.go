@@ -39,11 +39,15 @@ import (
 // that changes a weight can cost. The old path's writes are, to the new path,
 // weights changed behind its back, which it sets again only at a
 // reconcile (no tick runs here): its calls per bid are its steady state's.
+// -short runs the single domain only.
 func BenchmarkBidToLibvirt(b *testing.B) {
 	conn := needQEMU(b)
 	initrd := buildInitramfs(b)
 	for _, n := range []int{1, 16, 64} {
 		b.Run(fmt.Sprintf("domains=%d", n), func(b *testing.B) {
+			if n > 1 && testing.Short() {
+				b.Skip("-short: one domain only")
+			}
 			prefix := fmt.Sprintf("mrm-bench-%d-", n)
 			var vms []string
 			var doms []*libvirt.Domain
