@@ -74,6 +74,11 @@ type Config struct {
 	// it (its record attached once the registry has it), so a broker that
 	// knows the anchor believes a bid's answer only from this host's agent.
 	Signer *signing.Signer
+	// Mandates, when set, is where the agent reads bids' mandates: the
+	// agents of one process (the market's simulated hosts) share one, so
+	// a spend naming every VM of a thousand hosts is decoded and verified
+	// once, not once per host. nil: the agent's own.
+	Mandates *mandate.Cache
 }
 
 // Identities resolves a signing key to its principal (bank.Client has it).
@@ -160,7 +165,7 @@ type Agent struct {
 
 	// mandates and signers cache bids' mandates and who signed them
 	// (mandate.go); safe for concurrent use, outside mu.
-	mandates mandate.Cache
+	mandates *mandate.Cache
 	signers  *service.WhoisCache
 }
 
@@ -189,7 +194,10 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, vms: map[string]VM{}, bids: map[bidKey]*bid{}, total: map[legKey]money.Micro{},
 		captured: map[legKey]money.Micro{}, util: map[string]float64{}, quiet: map[string]int{}, quietE: map[string]float64{},
-		mandates: mandate.Cache{Size: mandateCacheSize}, signers: newSignerCache()}
+		mandates: cfg.Mandates, signers: newSignerCache()}
+	if a.mandates == nil {
+		a.mandates = &mandate.Cache{Size: mandateCacheSize}
+	}
 	ctx := context.Background()
 	if err := a.load(); err != nil {
 		return nil, err

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mrmarket/mrmarket/agent"
+	"github.com/mrmarket/mrmarket/internal/mandate"
 	"github.com/mrmarket/mrmarket/internal/natsutil"
 	"github.com/mrmarket/mrmarket/internal/signing"
 )
@@ -28,6 +29,8 @@ type AgentConfig struct {
 	StateFile string
 	// Tick is how often Run charges, reconciles and publishes.
 	Tick time.Duration
+	// Mandates is agent.Config's: shared by the agents of one process.
+	Mandates *mandate.Cache
 }
 
 // Agent is a host's agent, serving.
@@ -58,7 +61,8 @@ func StartAgent(ctx context.Context, cfg AgentConfig) (*Agent, error) {
 	signed, identities := cfg.bankClients(nc, cfg.Signer, "agent")
 	a, err := agent.New(agent.Config{Host: cfg.Host, Enforcer: cfg.Enforcer, Capturer: signed, Identities: identities,
 		Publisher: agent.NATSPublisher{NC: nc, KV: assets.Hosts, Signer: cfg.Signer}, AdminKey: cfg.AdminKey, Signer: cfg.Signer,
-		Metrics: cfg.Metrics, Logger: cfg.Logger, Now: cfg.Now, Capacity: cfg.Capacity, IdleBelow: cfg.IdleBelow, StateFile: cfg.StateFile})
+		Metrics: cfg.Metrics, Logger: cfg.Logger, Now: cfg.Now, Capacity: cfg.Capacity, IdleBelow: cfg.IdleBelow, StateFile: cfg.StateFile,
+		Mandates: cfg.Mandates})
 	if err != nil {
 		return nil, err
 	}

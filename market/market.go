@@ -41,6 +41,7 @@ import (
 	"github.com/mrmarket/mrmarket/bank"
 	"github.com/mrmarket/mrmarket/broker"
 	"github.com/mrmarket/mrmarket/daemon"
+	"github.com/mrmarket/mrmarket/internal/mandate"
 	"github.com/mrmarket/mrmarket/internal/natsauth"
 	"github.com/mrmarket/mrmarket/internal/natsutil"
 	"github.com/mrmarket/mrmarket/internal/obs"
@@ -157,6 +158,8 @@ type Market struct {
 	bankd    *daemon.Bank
 	brokerd  *daemon.Broker
 	agentsd  []*daemon.Agent
+	// mandates is the agents' one mandate cache (agent.Config.Mandates).
+	mandates mandate.Cache
 	// stops are closed with the market, last added first, before the
 	// connections they use: the job runner's consumer adds its own.
 	stops    []func()
@@ -514,7 +517,8 @@ func (m *Market) startAgent(ctx context.Context, h HostSpec) (*daemon.Agent, err
 	m.stopper.AddCloser(env.Stopper.Stop)
 	m.agentStop[h.ID] = env.Stopper
 	return daemon.StartAgent(ctx, daemon.AgentConfig{Env: env, Host: h.ID, Signer: m.agentKey[h.ID], Enforcer: m.Sims[h.ID],
-		Capacity: h.CPUs, IdleBelow: m.cfg.IdleBelow, StateFile: stateFile, Tick: m.cfg.TickPeriod})
+		Capacity: h.CPUs, IdleBelow: m.cfg.IdleBelow, StateFile: stateFile, Tick: m.cfg.TickPeriod,
+		Mandates: &m.mandates})
 }
 
 // AgentConn is host's agent's own NATS connection (nil for no such host).
