@@ -143,14 +143,18 @@ type endpointQueue struct {
 // handler's refusals (replied by a worker, after micro's handler returned)
 // and the requests refused busy.
 type endpointStats struct {
-	Errors atomic.Int64
-	Busy   atomic.Int64
+	Errors  atomic.Int64
+	Busy    atomic.Int64
+	Expired atomic.Int64
 }
 
 // fairStats is an endpoint's $SRV.STATS data.
 type fairStats struct {
 	Errors int64 `json:"errors"` // refused by the handler, replied from the queue
 	Busy   int64 `json:"busy"`   // refused because the principal's queue was full
+	// Expired were dropped unserved: their senders' patience
+	// (wire.HeaderPatience) ran out while they waited.
+	Expired int64 `json:"expired"`
 }
 
 func newScheduler(cfg Fair, t Table) *scheduler {
@@ -177,7 +181,7 @@ func (s *scheduler) statsOf(ep *micro.Endpoint) any {
 	if !ok {
 		return nil
 	}
-	return fairStats{Errors: st.Errors.Load(), Busy: st.Busy.Load()}
+	return fairStats{Errors: st.Errors.Load(), Busy: st.Busy.Load(), Expired: st.Expired.Load()}
 }
 
 // submit queues job for key on e, after key's earlier requests to e with
