@@ -121,6 +121,9 @@ func endpointMetadata(e *Endpoint) map[string]string {
 	if e.Audit {
 		md["audit"] = "true"
 	}
+	if e.Bulk {
+		md["bulk"] = "true"
+	}
 	return md
 }
 
