@@ -143,8 +143,14 @@ type Agent struct {
 	enforceMu sync.Mutex
 	applied   map[string]float64
 
-	// saveMu serializes state-file writes.
-	saveMu sync.Mutex
+	// saveMu guards the state file's group commit (state.go): saves asked
+	// (saveWant), made durable (saveDone, with saveErr), one being written
+	// (saving; saved is signalled when it ends).
+	saveMu             sync.Mutex
+	saved              *sync.Cond
+	saveWant, saveDone uint64
+	saving             bool
+	saveErr            error
 
 	// mu guards the book, everything below.
 	mu       sync.Mutex
@@ -195,6 +201,7 @@ func New(cfg Config) (*Agent, error) {
 	a := &Agent{cfg: cfg, vms: map[string]VM{}, bids: map[bidKey]*bid{}, total: map[legKey]money.Micro{},
 		captured: map[legKey]money.Micro{}, util: map[string]float64{}, quiet: map[string]int{}, quietE: map[string]float64{},
 		mandates: cfg.Mandates, signers: newSignerCache()}
+	a.saved = sync.NewCond(&a.saveMu)
 	if a.mandates == nil {
 		a.mandates = &mandate.Cache{Size: mandateCacheSize}
 	}
