@@ -74,11 +74,28 @@ type Config struct {
 	// it (its record attached once the registry has it), so a broker that
 	// knows the anchor believes a bid's answer only from this host's agent.
 	Signer *signing.Signer
-	// Mandates, when set, is where the agent reads bids' mandates: the
-	// agents of one process (the market's simulated hosts) share one, so
-	// a spend naming every VM of a thousand hosts is decoded and verified
-	// once, not once per host. nil: the agent's own.
-	Mandates *mandate.Cache
+	// Shared, when set, are caches the agents of one process (the
+	// market's simulated hosts) share: nil, each agent's own.
+	Shared *Shared
+}
+
+// Shared are the caches of what a thousand agents in one process would
+// otherwise each learn for themselves at once: the first spend over every
+// VM of up's thousand hosts had each agent decode and verify its 200 kB
+// mandate and ask the bank who signed it and who signed the bid request
+// (two thousand whois, every other request to the bank queued behind
+// them). Both hold only what any agent of the market would learn alike:
+// mandates read by signature, and identities from the bank's registry
+// (each agent's revocation notices forget a key in it for all).
+type Shared struct {
+	mandates mandate.Cache
+	whois    *service.WhoisCache
+}
+
+// NewShared makes the caches agents of one process share.
+func NewShared() *Shared {
+	// The signers of many agents' requests and mandates: more than one's.
+	return &Shared{mandates: mandate.Cache{Size: 4 * mandateCacheSize}, whois: service.NewWhoisCache(whoisTTL, 16*whoisSize)}
 }
 
 // Identities resolves a signing key to its principal (bank.Client has it).
@@ -200,11 +217,11 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, vms: map[string]VM{}, bids: map[bidKey]*bid{}, total: map[legKey]money.Micro{},
 		captured: map[legKey]money.Micro{}, util: map[string]float64{}, quiet: map[string]int{}, quietE: map[string]float64{},
-		mandates: cfg.Mandates, signers: newSignerCache()}
-	a.saved = sync.NewCond(&a.saveMu)
-	if a.mandates == nil {
-		a.mandates = &mandate.Cache{Size: mandateCacheSize}
+		mandates: &mandate.Cache{Size: mandateCacheSize}, signers: newSignerCache()}
+	if cfg.Shared != nil {
+		a.mandates, a.signers = &cfg.Shared.mandates, cfg.Shared.whois
 	}
+	a.saved = sync.NewCond(&a.saveMu)
 	ctx := context.Background()
 	if err := a.load(); err != nil {
 		return nil, err

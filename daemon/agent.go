@@ -9,7 +9,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mrmarket/mrmarket/agent"
-	"github.com/mrmarket/mrmarket/internal/mandate"
 	"github.com/mrmarket/mrmarket/internal/natsutil"
 	"github.com/mrmarket/mrmarket/internal/signing"
 )
@@ -29,8 +28,8 @@ type AgentConfig struct {
 	StateFile string
 	// Tick is how often Run charges, reconciles and publishes.
 	Tick time.Duration
-	// Mandates is agent.Config's: shared by the agents of one process.
-	Mandates *mandate.Cache
+	// Shared is agent.Config's: caches the agents of one process share.
+	Shared *agent.Shared
 }
 
 // Agent is a host's agent, serving.
@@ -62,7 +61,7 @@ func StartAgent(ctx context.Context, cfg AgentConfig) (*Agent, error) {
 	a, err := agent.New(agent.Config{Host: cfg.Host, Enforcer: cfg.Enforcer, Capturer: signed, Identities: identities,
 		Publisher: agent.NATSPublisher{NC: nc, KV: assets.Hosts, Signer: cfg.Signer}, AdminKey: cfg.AdminKey, Signer: cfg.Signer,
 		Metrics: cfg.Metrics, Logger: cfg.Logger, Now: cfg.Now, Capacity: cfg.Capacity, IdleBelow: cfg.IdleBelow, StateFile: cfg.StateFile,
-		Mandates: cfg.Mandates})
+		Shared: cfg.Shared})
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -67,4 +68,98 @@ func BenchmarkSpendOverManyHosts(b *testing.B) {
 			b.ReportMetric(float64(tries)/float64(b.N), "tries/op")
 		})
 	}
+}
+
+// BenchmarkAnsweredWhileBigSpendPlaces: a spend over every VM of the
+// market (10 per simulated host) is sent with the CLI's first attempt (2 s)
+// and answered unavailable while its bids are placed; meanwhile the user
+// lists her plans (the big one must be there, starting), cancels a small
+// plan of hers, then cancels the big one, each asked again while it is
+// answered unavailable, as the CLI asks. It reports how long each took to
+// be answered (ms, the mean over iterations) beside the market's size: the
+// goal is plans and cancel within 5 s, the unfinished spend listed and
+// cancelled within 10 s.
+//
+//	go test -tags libvirt_dlopen -run '^$' -bench AnsweredWhileBigSpend -benchtime 1x ./market/
+func BenchmarkAnsweredWhileBigSpendPlaces(b *testing.B) {
+	for _, hosts := range []int{100, 300, 1000} {
+		b.Run(fmt.Sprintf("vms=%d", hosts*10), func(b *testing.B) {
+			layout, err := market.Layout(hosts, 10, []string{"alice"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			_, _, bc, brc := startAt(b, time.Now(), market.Config{TickPeriod: 5 * time.Second, Hosts: layout})
+			ctx := context.Background()
+			if _, err := bc.Grant(ctx, &wire.GrantRequest{ID: "g", User: "alice", Amount: credits(b, "1000000")}); err != nil {
+				b.Fatal(err)
+			}
+			var vms []string
+			for _, h := range layout {
+				for _, v := range h.VMs {
+					vms = append(vms, v.ID)
+				}
+			}
+			var plans, cancel, cancelBig time.Duration
+			b.ResetTimer()
+			for i := range b.N {
+				small, big := fmt.Sprintf("small-%d-%d", b.N, i), fmt.Sprintf("big-%d-%d", b.N, i)
+				if _, err := brc.Spend(ctx, &wire.SpendRequest{ID: small, User: "alice", Budget: credits(b, "1"),
+					Duration: wire.Duration(time.Hour), VMs: vms[:1], Strategy: wire.StrategyFair}); err != nil {
+					b.Fatal(err)
+				}
+				tryCtx, stop := context.WithTimeout(ctx, 2*time.Second)
+				if _, err := brc.Spend(tryCtx, &wire.SpendRequest{ID: big, User: "alice", Budget: credits(b, "1000"),
+					Duration: wire.Duration(time.Hour), VMs: vms, Strategy: wire.StrategyFair}); err != nil && !errors.Is(err, wire.ErrUnavailable) {
+					b.Fatal(err)
+				}
+				stop()
+				var rep wire.PlansReply
+				plans += answered(b, func(ctx context.Context) (err error) {
+					rep, err = brc.Plans(ctx, &wire.PlansRequest{User: "alice"})
+					return err
+				})
+				if !slices.ContainsFunc(rep.Plans, func(p wire.Plan) bool { return p.ID == big }) {
+					b.Fatal("the big spend placing its bids is not listed")
+				}
+				cancel += answered(b, func(ctx context.Context) error {
+					_, err := brc.Cancel(ctx, &wire.CancelRequest{Plan: small, User: "alice"})
+					return err
+				})
+				var p wire.Plan
+				cancelBig += answered(b, func(ctx context.Context) (err error) {
+					p, err = brc.Cancel(ctx, &wire.CancelRequest{Plan: big, User: "alice"})
+					return err
+				})
+				if p.Status != wire.PlanCancelled {
+					b.Fatalf("the big spend cancelled: %s", p.Status)
+				}
+			}
+			ms := func(d time.Duration) float64 { return float64(d.Milliseconds()) / float64(b.N) }
+			b.ReportMetric(ms(plans), "plans-ms")
+			b.ReportMetric(ms(cancel), "cancel-ms")
+			b.ReportMetric(ms(cancelBig), "cancel-big-ms")
+		})
+	}
+}
+
+// answered is how long op took to succeed, asked again (askingAgain) while
+// it answered unavailable, each try given a request's time.
+func answered(b *testing.B, op func(ctx context.Context) error) time.Duration {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start := time.Now()
+	var err error
+	for r := retry.Start(ctx, askingAgain); r.Next(); {
+		tctx, stop := context.WithTimeout(ctx, 5*time.Second)
+		err = op(tctx)
+		stop()
+		if err == nil || !errors.Is(err, wire.ErrUnavailable) {
+			break
+		}
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(start)
 }
