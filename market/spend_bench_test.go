@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mrmarket/mrmarket/broker"
 	"github.com/mrmarket/mrmarket/internal/retry"
 	"github.com/mrmarket/mrmarket/internal/wire"
 	"github.com/mrmarket/mrmarket/market"
@@ -27,21 +28,8 @@ var askingAgain = retry.Options{InitialBackoff: 50 * time.Millisecond, Multiplie
 func BenchmarkSpendOverManyHosts(b *testing.B) {
 	for _, hosts := range []int{100, 1000} {
 		b.Run(fmt.Sprintf("vms=%d", hosts*10), func(b *testing.B) {
-			layout, err := market.Layout(hosts, 10, []string{"alice"})
-			if err != nil {
-				b.Fatal(err)
-			}
-			_, _, bc, brc := startAt(b, time.Now(), market.Config{TickPeriod: 5 * time.Second, Hosts: layout})
+			brc, vms := aliceEverywhere(b, hosts)
 			ctx := context.Background()
-			if _, err := bc.Grant(ctx, &wire.GrantRequest{ID: "g", User: "alice", Amount: credits(b, "1000000")}); err != nil {
-				b.Fatal(err)
-			}
-			var vms []string
-			for _, h := range layout {
-				for _, v := range h.VMs {
-					vms = append(vms, v.ID)
-				}
-			}
 			tries := 0
 			b.ResetTimer()
 			for i := range b.N {
@@ -49,6 +37,7 @@ func BenchmarkSpendOverManyHosts(b *testing.B) {
 					Duration: wire.Duration(time.Hour), VMs: vms, Strategy: wire.StrategyFair}
 				actx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 				var rep wire.SpendReply
+				var err error
 				for r := retry.Start(actx, askingAgain); r.Next(); {
 					tries++
 					if rep, err = brc.Spend(actx, req); err == nil || !errors.Is(err, wire.ErrUnavailable) {
@@ -84,21 +73,8 @@ func BenchmarkSpendOverManyHosts(b *testing.B) {
 func BenchmarkAnsweredWhileBigSpendPlaces(b *testing.B) {
 	for _, hosts := range []int{100, 300, 1000} {
 		b.Run(fmt.Sprintf("vms=%d", hosts*10), func(b *testing.B) {
-			layout, err := market.Layout(hosts, 10, []string{"alice"})
-			if err != nil {
-				b.Fatal(err)
-			}
-			_, _, bc, brc := startAt(b, time.Now(), market.Config{TickPeriod: 5 * time.Second, Hosts: layout})
+			brc, vms := aliceEverywhere(b, hosts)
 			ctx := context.Background()
-			if _, err := bc.Grant(ctx, &wire.GrantRequest{ID: "g", User: "alice", Amount: credits(b, "1000000")}); err != nil {
-				b.Fatal(err)
-			}
-			var vms []string
-			for _, h := range layout {
-				for _, v := range h.VMs {
-					vms = append(vms, v.ID)
-				}
-			}
 			var plans, cancel, cancelBig time.Duration
 			b.ResetTimer()
 			for i := range b.N {
@@ -162,4 +138,25 @@ func answered(b *testing.B, op func(ctx context.Context) error) time.Duration {
 		b.Fatal(err)
 	}
 	return time.Since(start)
+}
+
+// aliceEverywhere starts a market of hosts simulated hosts of 10 VMs, all
+// alice's, grants her a million credits and gives her broker client and
+// every VM.
+func aliceEverywhere(b *testing.B, hosts int) (broker.Client, []string) {
+	layout, err := market.Layout(hosts, 10, []string{"alice"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, _, bc, brc := startAt(b, time.Now(), market.Config{TickPeriod: 5 * time.Second, Hosts: layout})
+	if _, err := bc.Grant(context.Background(), &wire.GrantRequest{ID: "g", User: "alice", Amount: credits(b, "1000000")}); err != nil {
+		b.Fatal(err)
+	}
+	var vms []string
+	for _, h := range layout {
+		for _, v := range h.VMs {
+			vms = append(vms, v.ID)
+		}
+	}
+	return brc, vms
 }
