@@ -120,7 +120,7 @@ func BenchmarkAnsweredWhileBigSpendPlaces(b *testing.B) {
 
 // answered is how long op took to succeed, asked again (askingAgain) while
 // it answered unavailable, each try given a request's time.
-func answered(b *testing.B, op func(ctx context.Context) error) time.Duration {
+func answered(b testing.TB, op func(ctx context.Context) error) time.Duration {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
