@@ -76,6 +76,28 @@ type Config struct {
 	// it (its record attached once the registry has it), so a broker that
 	// knows the anchor believes a bid's answer only from this host's agent.
 	Signer *signing.Signer
+	// Shared, when set, are caches the agents of one process (the
+	// market's simulated hosts) share: nil, each agent's own.
+	Shared *Shared
+}
+
+// Shared are the caches of what a thousand agents in one process would
+// otherwise each learn for themselves at once: the first spend over every
+// VM of up's thousand hosts had each agent decode and verify its 200 kB
+// mandate and ask the bank who signed it and who signed the bid request
+// (two thousand whois, every other request to the bank queued behind
+// them). Both hold only what any agent of the market would learn alike:
+// mandates read by signature, and identities from the bank's registry
+// (each agent's revocation notices forget a key in it for all).
+type Shared struct {
+	mandates mandate.Cache
+	whois    *service.WhoisCache
+}
+
+// NewShared makes the caches agents of one process share.
+func NewShared() *Shared {
+	// The signers of many agents' requests and mandates: more than one's.
+	return &Shared{mandates: mandate.Cache{Size: 4 * mandateCacheSize}, whois: service.NewWhoisCache(whoisTTL, 16*whoisSize)}
 }
 
 // Identities resolves a signing key to its principal (bank.Client has it).
@@ -141,8 +163,14 @@ type Agent struct {
 	enforceMu sync.Mutex
 	applied   map[string]float64
 
-	// saveMu serializes state-file writes.
-	saveMu sync.Mutex
+	// saveMu guards the state file's group commit (state.go): saves asked
+	// (saveWant), made durable (saveDone, with saveErr), one being written
+	// (saving; saved is signalled when it ends).
+	saveMu             sync.Mutex
+	saved              *sync.Cond
+	saveWant, saveDone uint64
+	saving             bool
+	saveErr            error
 
 	// mu guards the book, everything below.
 	mu       sync.Mutex
@@ -163,7 +191,7 @@ type Agent struct {
 
 	// mandates and signers cache bids' mandates and who signed them
 	// (mandate.go); safe for concurrent use, outside mu.
-	mandates mandate.Cache
+	mandates *mandate.Cache
 	signers  *service.WhoisCache
 }
 
@@ -192,7 +220,11 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, vms: map[string]VM{}, bids: map[bidKey]*bid{}, total: map[legKey]money.Micro{},
 		captured: map[legKey]money.Micro{}, util: map[string]float64{}, quiet: map[string]int{}, quietE: map[string]float64{},
-		mandates: mandate.Cache{Size: mandateCacheSize}, signers: newSignerCache()}
+		mandates: &mandate.Cache{Size: mandateCacheSize}, signers: newSignerCache()}
+	if cfg.Shared != nil {
+		a.mandates, a.signers = &cfg.Shared.mandates, cfg.Shared.whois
+	}
+	a.saved = sync.NewCond(&a.saveMu)
 	ctx := context.Background()
 	if err := a.load(); err != nil {
 		return nil, err

@@ -119,7 +119,13 @@
 // captured. Each kind of write has its own mutex, and its holder reads what
 // to write under the state lock only once it holds it: the Enforcer's
 // shares (enforceMu) and the state file (saveMu) are always overwritten by
-// a newer set, never a stale one. Ticks run one at a time (tickMu), so the
+// a newer set, never a stale one. State-file saves are group-committed: a
+// bid change or a tick that asks for a save while one is being written
+// waits for the next, which one of the waiters writes for all of them, so
+// concurrent bid changes cost one fsync, not one each; and the agents of
+// one process (up's simulated hosts) write at most a few files at once,
+// so a tick of a thousand agents does not park a thousand threads in
+// fsync. Ticks run one at a time (tickMu), so the
 // utilisation measured compares consecutive ticks; SetBids never waits on
 // a tick.
 //

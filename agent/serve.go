@@ -57,6 +57,9 @@ func Serve(nc *nats.Conn, a *Agent) (stop func(), err error) {
 	auth := service.Remote(a.identities(), a.cfg.SigningClock, whoisTTL, whoisSize)
 	unfollow := func() {}
 	if a.cfg.Identities != nil {
+		if a.cfg.Shared != nil {
+			auth.Whois = a.signers // the one cache, shared
+		}
 		heard, lost := service.Forgetting(auth.Whois, a.signers)
 		if unfollow, err = service.FollowRevocations(nc, a.cfg.AdminKey, heard, lost); err != nil {
 			return nil, err

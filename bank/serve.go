@@ -71,7 +71,9 @@ func Endpoints(b *Bank) service.Table {
 		service.Op(signed("revoke", wire.BankRevoke, "revoke principals", adminOnly), nil, b.RevokePrincipal),
 		service.Op(signed("rotate", wire.BankRotate, "rotate principals' keys", adminOnly), nil, b.RotatePrincipal),
 		service.Op(read("principals", wire.BankPrincipals, "list principals", adminOnly), nil, b.ListPrincipals),
-		service.Op(signed("hold", wire.BankHold, "hold money of", ownOrBroker), func(r *wire.HoldRequest) string { return r.User }, b.Hold),
+		// A hold starts a plan: it waits behind releases and captures
+		// (service.Endpoint.Bulk), which end or pay for plans.
+		service.Op(service.Bulk(signed("hold", wire.BankHold, "hold money of", ownOrBroker)), func(r *wire.HoldRequest) string { return r.User }, b.Hold),
 		service.Op(signed("release", wire.BankRelease, "release holds of", ownOrBroker), func(r *wire.ReleaseRequest) string { return r.User }, b.Release),
 		service.Op(signed("extend", wire.BankExtend, "extend holds of", ownOrBroker), func(r *wire.ExtendRequest) string { return r.User }, b.Extend),
 		service.Op(signed("transfer", wire.BankTransfer, "move money of", ownMoney), func(r *wire.TransferRequest) string { return r.From }, b.Transfer),

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/mrmarket/mrmarket/internal/wire"
@@ -99,11 +100,19 @@ func bidChanges(rec *planRecord, want []strategies.Allocation, now time.Time) []
 // of hosts must not wait for each agent in turn.
 func (b *Broker) send(ctx context.Context, changes []bidChange) []error {
 	results := make([]error, len(changes))
+	answered, _ := ctx.Value(answeredKey{}).(*atomic.Int64)
 	b.parallel(len(changes), maxInFlight, func(i int) {
 		results[i] = b.cfg.Agents.Bid(ctx, changes[i].host, changes[i].req)
+		if answered != nil {
+			answered.Add(1)
+		}
 	})
 	return results
 }
+
+// answeredKey is the context value send counts its hosts' answers in (a
+// spend's start, for its progress).
+type answeredKey struct{}
 
 // settleRound applies to rec what the hosts took of a round: the active
 // stages; on each host that took its change, the cancelled and replaced

@@ -186,6 +186,8 @@ type Broker struct {
 	// inStart counts the tries of start running here, by plan (plans.go).
 	startMu sync.Mutex
 	inStart map[planRef]int
+	// placings are the tries of start placing bids here, by plan (plans.go).
+	placings map[planRef]*placing
 
 	mu    sync.Mutex
 	hosts map[string]wire.HostState
@@ -268,7 +270,7 @@ func New(cfg Config) (*Broker, error) {
 	if err := wire.CheckName("replica", cfg.Replica); err != nil {
 		return nil, err
 	}
-	b := &Broker{cfg: cfg, hosts: map[string]wire.HostState{}, vmAt: map[string]vmPlace{}, inStart: map[planRef]int{},
+	b := &Broker{cfg: cfg, hosts: map[string]wire.HostState{}, vmAt: map[string]vmPlace{}, inStart: map[planRef]int{}, placings: map[planRef]*placing{},
 		stats: map[string]*strategies.PriceStats{}, beStats: map[string]*strategies.PriceStats{}, used: map[string]float64{}, retired: map[string]time.Time{},
 		periods: map[string]time.Duration{}, staleSeen: map[string]bool{}, sealWhois: service.NewWhoisCache(whoisTTL, whoisSize)}
 	b.cfg.Agents = retiredAgents{Agents: b.cfg.Agents, b: b}

@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 
+	"github.com/mrmarket/mrmarket/internal/rpc"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -59,13 +60,21 @@ func (b *Broker) bankFigures(ctx context.Context, plans []wire.Plan) {
 // hold has.
 func holdOf(user, hold string) string { return user + "\x00" + hold }
 
+// figuresWait bounds the bank's answer to a read of plans' holds: an
+// overloaded bank leaves the plans answered with the broker's estimates,
+// in time, rather than not answered at all. Two attempts: a try lost with
+// a dead bank replica is asked again of the other.
+const figuresWait = 2 * rpc.DaemonAttempt
+
 // readHolds reads the holds of plans from the bank, by id, keyed by
-// holdOf; none when the bank cannot be asked (counted).
+// holdOf; none when the bank cannot be asked in time (counted).
 func (b *Broker) readHolds(ctx context.Context, plans []wire.Plan) map[string]wire.HoldInfo {
 	hr, ok := b.cfg.Bank.(HoldReader)
 	if !ok {
 		return nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, figuresWait)
+	defer cancel()
 	var ids []string
 	for _, p := range plans {
 		if p.Hold != "" {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -63,6 +64,11 @@ func (b *Broker) spend(ctx context.Context, req *wire.SpendRequest, job *jobRec)
 	if ok {
 		switch {
 		case v.rec.Request == fp && v.rec.Plan.Status == planStarting:
+			if p := b.placingHere(ref); p != nil {
+				// A try is placing its bids here still (a spend over
+				// many hosts outlives its request): wait for it.
+				return b.awaitTry(ctx, ref, p)
+			}
 			// A try of this spend was cut off half-way (its replica died,
 			// or the bank, an agent or the plans bucket did not answer in
 			// time): this retry carries it on.
@@ -124,16 +130,23 @@ func (b *Broker) spend(ctx context.Context, req *wire.SpendRequest, job *jobRec)
 // rather than finding it failed; an agent not answering leaves the plan
 // running, its bids to come. reused says the id was a failed plan's.
 func (b *Broker) start(ctx context.Context, rec *planRecord, rev uint64, now time.Time, reused bool) (wire.SpendReply, error) {
-	defer b.starting(refOf(&rec.Plan))()
+	ref := refOf(&rec.Plan)
+	defer b.starting(ref)()
+	hosts := planHosts(rec)
+	p, placed := b.placeStart(ref, len(hosts))
+	defer placed()
 	expires, placement := b.holdTerms(rec)
 	if _, err := b.cfg.Bank.Hold(ctx, &wire.HoldRequest{ID: rec.Plan.Hold, User: rec.Plan.User, Amount: rec.Plan.Budget,
-		Expires: expires, Hosts: planHosts(rec), Memo: planMemo + rec.Plan.ID, Mandate: rec.Mandate, Placement: placement}); err != nil {
+		Expires: expires, Hosts: hosts, Memo: planMemo + rec.Plan.ID, Mandate: rec.Mandate, Placement: placement}); err != nil {
 		if errors.Is(err, wire.ErrConflict) && reused {
 			err = fmt.Errorf("%w (plan %q failed after its hold was placed: spend with a new id)", err, rec.Plan.ID)
 		}
 		return b.cutOff(ctx, rec, rev, now, err, undecided(err))
 	}
 	rec.untried = false
+	ctx, cancel := placingTime(ctx, len(hosts))
+	defer cancel()
+	ctx = context.WithValue(ctx, answeredKey{}, &p.answered)
 	// A host that refuses its bids fails the plan; one that does not answer
 	// decides nothing: the plan runs, and the rounds send that host its
 	// bids once it answers (its agent charges nothing meanwhile).
@@ -190,6 +203,93 @@ func (b *Broker) awaitStart(ctx context.Context, rec *planRecord, now time.Time)
 		b.cancelAll(ctx, rec, now)
 		return b.replay(v.rec, v.rec.Request)
 	}
+}
+
+// placing is a try of start in this process: how many of its plan's hosts
+// have answered their bids, of how many; done is closed when it ends.
+type placing struct {
+	hosts    int
+	answered atomic.Int64
+	done     chan struct{}
+}
+
+// placeStart registers a try of start on ref over hosts hosts, unless
+// another is registered; end ends it.
+func (b *Broker) placeStart(ref planRef, hosts int) (p *placing, end func()) {
+	p = &placing{hosts: hosts, done: make(chan struct{})}
+	b.startMu.Lock()
+	defer b.startMu.Unlock()
+	if b.placings[ref] != nil {
+		return p, func() {}
+	}
+	b.placings[ref] = p
+	return p, func() {
+		b.startMu.Lock()
+		delete(b.placings, ref)
+		b.startMu.Unlock()
+		close(p.done)
+	}
+}
+
+// placingHere is the try of start on ref running in this process, if any.
+func (b *Broker) placingHere(ref planRef) *placing {
+	b.startMu.Lock()
+	defer b.startMu.Unlock()
+	return b.placings[ref]
+}
+
+// placingTime is the context a try of start places its bids and records
+// its plan in: the request's, or, for a plan over more hosts than one
+// wave of bid requests (maxInFlight), one that outlives the request's
+// deadline by a request's time per wave, so a spend over thousands of
+// hosts is not rolled back for taking longer than one request. Its
+// retries by id wait for it meanwhile (awaitTry), each answered with its
+// progress.
+func placingTime(ctx context.Context, hosts int) (context.Context, context.CancelFunc) {
+	waves := (hosts + maxInFlight - 1) / maxInFlight
+	if waves <= 1 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), min(time.Duration(waves)*rpc.DefaultTimeout, startingTimeout/2))
+}
+
+// progressEvery is how long a retry waits for the try of start it found
+// running before it answers with that try's progress: well within the
+// shortest attempt of a client (the CLI's first is 2 s), so the progress
+// reaches it.
+const progressEvery = time.Second
+
+// awaitTry answers a retry of a spend whose try p is placing its bids in
+// this process: as the try ended, if it ends within progressEvery, else
+// unavailable with its progress (asked again, it waits again).
+func (b *Broker) awaitTry(ctx context.Context, ref planRef, p *placing) (wire.SpendReply, error) {
+	wait := time.NewTimer(progressEvery)
+	defer wait.Stop()
+	select {
+	case <-p.done:
+	case <-wait.C:
+		return wire.SpendReply{}, startingProgress(ref, p)
+	case <-ctx.Done():
+		return wire.SpendReply{}, startingProgress(ref, p)
+	}
+	v, ok, err := b.store.fetch(ctx, ref, true)
+	switch {
+	case err != nil:
+		return wire.SpendReply{}, err
+	case !ok:
+		return wire.SpendReply{}, fmt.Errorf("%w: plan %q vanished while starting", wire.ErrInternal, ref.id)
+	case v.rec.Plan.Status == planStarting:
+		return wire.SpendReply{}, fmt.Errorf("%w: plan %q is starting; retry with the same id", wire.ErrUnavailable, ref.id)
+	}
+	return b.replay(v.rec, v.rec.Request)
+}
+
+// startingProgress is the answer to a retry of a spend still placing its
+// bids: unavailable, with how many of its hosts have answered.
+func startingProgress(ref planRef, p *placing) error {
+	done := int(p.answered.Load())
+	return &wire.Error{Code: wire.CodeUnavailable, Progress: &wire.Progress{Done: done, Of: p.hosts, What: "hosts answered its bids"},
+		Message: fmt.Sprintf("plan %q is starting: %d of %d hosts answered its bids; retry with the same id", ref.id, done, p.hosts)}
 }
 
 // cutOff ends a try of start that failed with err: a plan refused is rolled

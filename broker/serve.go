@@ -48,10 +48,12 @@ func Endpoints(b *Broker) service.Table {
 	}
 	vms := service.Endpoint{Name: "vms", Subject: wire.BrokerVMs, Queue: q, Signed: true, Replayable: true, What: "list the VMs of",
 		Allow: []service.Allow{service.Role(wire.RoleAdmin), service.Own(wire.RoleUser), service.Role(wire.RoleBroker)}}
+	// New plans wait behind every other request (service.Bulk): under a
+	// flood of spends a cancel, plans or a read is answered first.
 	progress := signed("progress", wire.BrokerProgress)
 	progress.Audit = false // a job's progress moves no money
 	return service.Table{
-		service.Op(signed("spend", wire.BrokerSpend), func(r *wire.SpendRequest) string { return r.User },
+		service.Op(service.Bulk(signed("spend", wire.BrokerSpend)), func(r *wire.SpendRequest) string { return r.User },
 			func(ctx context.Context, r *wire.SpendRequest) (wire.SpendReply, error) {
 				rep, err := b.Spend(ctx, r)
 				if err == nil {
@@ -62,7 +64,7 @@ func Endpoints(b *Broker) service.Table {
 		service.Op(signed("cancel", wire.BrokerCancel), func(r *wire.CancelRequest) string { return r.User }, withFigures(b, b.Cancel)),
 		service.Op(signed("adjust", wire.BrokerAdjust), func(r *wire.AdjustRequest) string { return r.User }, withFigures(b, b.Adjust)),
 		service.Op(mine("quote", wire.BrokerQuote, "quote for"), func(r *wire.QuoteRequest) string { return r.User }, b.Quote),
-		service.Op(signed("submit", wire.BrokerSubmit), func(r *wire.SubmitRequest) string { return r.User },
+		service.Op(service.Bulk(signed("submit", wire.BrokerSubmit)), func(r *wire.SubmitRequest) string { return r.User },
 			func(ctx context.Context, r *wire.SubmitRequest) (wire.SubmitReply, error) {
 				rep, err := b.Submit(ctx, r)
 				if err == nil {

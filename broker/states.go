@@ -97,8 +97,12 @@ func (b *Broker) signingNow() time.Time {
 // verification, too slow for one subscription callback to keep up with a
 // large market's hosts (docs/MEASUREMENTS.md), so with identities the
 // states are checked by GOMAXPROCS workers, each host's always by the same one (its
-// states stay in order). Without identities the callback observes them
-// itself, as before. unsubscribe stops both.
+// states stay in order). A worker behind keeps only each host's latest
+// state waiting (latestStates): the callback never blocks, so NATS never
+// drops states as a slow consumer's — which would drop whole hosts' —
+// and a host's older state, superseded, is the one not checked. Without
+// identities the callback observes them itself, as before. unsubscribe
+// stops both.
 func (in *stateIntake) subscribe(nc *nats.Conn) (unsubscribe func(), err error) {
 	take := func(m *nats.Msg) {
 		ctx, cancel := context.WithTimeout(context.Background(), rpc.DefaultTimeout)
@@ -114,16 +118,18 @@ func (in *stateIntake) subscribe(nc *nats.Conn) (unsubscribe func(), err error) 
 	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
-	workers := make([]chan *nats.Msg, max(runtime.GOMAXPROCS(0), 1))
+	workers := make([]*latestStates, max(runtime.GOMAXPROCS(0), 1))
 	for i := range workers {
-		workers[i] = make(chan *nats.Msg, 256)
+		workers[i] = newLatestStates()
 		wg.Add(1)
-		go func(ch <-chan *nats.Msg) {
+		go func(q *latestStates) {
 			defer wg.Done()
 			for {
 				select {
-				case m := <-ch:
-					take(m)
+				case <-q.ready:
+					for m := q.next(); m != nil; m = q.next() {
+						take(m)
+					}
 				case <-done:
 					return
 				}
@@ -133,9 +139,8 @@ func (in *stateIntake) subscribe(nc *nats.Conn) (unsubscribe func(), err error) 
 	sub, err := nc.Subscribe(wire.AllHostStates, func(m *nats.Msg) {
 		h := fnv.New32a()
 		_, _ = h.Write([]byte(m.Subject))
-		select {
-		case workers[h.Sum32()%uint32(len(workers))] <- m:
-		case <-done:
+		if workers[h.Sum32()%uint32(len(workers))].put(m) {
+			in.b.cfg.Metrics.Error("broker", "state_coalesced")
 		}
 	})
 	if err != nil {
@@ -151,6 +156,51 @@ func (in *stateIntake) subscribe(nc *nats.Conn) (unsubscribe func(), err error) 
 			wg.Wait()
 		})
 	}, nil
+}
+
+// latestStates are the live states waiting for one worker: each host's
+// latest only, hosts in the order their first waiting state came.
+type latestStates struct {
+	mu      sync.Mutex
+	waiting map[string]*nats.Msg // by subject (host)
+	order   []string
+	ready   chan struct{} // a state waits
+}
+
+func newLatestStates() *latestStates {
+	return &latestStates{waiting: map[string]*nats.Msg{}, ready: make(chan struct{}, 1)}
+}
+
+// put queues m, in place of its host's state still waiting if any (it
+// reports so: that one is superseded, never checked).
+func (q *latestStates) put(m *nats.Msg) (superseded bool) {
+	q.mu.Lock()
+	_, superseded = q.waiting[m.Subject]
+	if !superseded {
+		q.order = append(q.order, m.Subject)
+	}
+	q.waiting[m.Subject] = m
+	q.mu.Unlock()
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+	return superseded
+}
+
+// next takes the state waiting longest; nil when none is.
+func (q *latestStates) next() *nats.Msg {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.order) == 0 {
+		return nil
+	}
+	subject := q.order[0]
+	q.order[0] = ""
+	q.order = q.order[1:]
+	m := q.waiting[subject]
+	delete(q.waiting, subject)
+	return m
 }
 
 // take checks a published state (live: from the subject, else from the

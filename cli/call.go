@@ -130,22 +130,38 @@ var asking = struct {
 
 // retried is do asked as the policy says: each try bounded by its
 // attempt, asked again with the same request while the answer is
-// unavailable and patience lasts. It says so once on the warning writer,
-// with the first unavailable answer.
+// unavailable and patience lasts. It says so on the warning writer with
+// the first unavailable answer, and with each that shows the request's
+// work further on (wire.Progress: a spend placing bids on thousands of
+// hosts), which also gives it its patience anew: work that advances is
+// waited for.
 func retried[Req, Rep any](do op[Req, Rep]) op[Req, Rep] {
 	return func(ctx context.Context, cl clients, req Req) (rep Rep, err error) {
-		ctx, cancel := context.WithTimeout(ctx, asking.patience)
-		defer cancel()
-		for r := retry.Start(ctx, asking.pauses); r.Next(); {
-			actx, cancelTry := context.WithTimeout(ctx, asking.attempts.Backoff(r.Tries()))
-			rep, err = do(actx, cl, req)
-			cancelTry()
-			if err == nil || !errors.Is(err, wire.ErrUnavailable) {
-				return rep, err
+		tries, shown := 0, -1 // shown: the work done the last progress shown said
+		for advanced := true; advanced; {
+			advanced = false
+			patient, cancel := context.WithTimeout(ctx, asking.patience)
+			for r := retry.Start(patient, asking.pauses); !advanced && r.Next(); {
+				tries++
+				actx, cancelTry := context.WithTimeout(patient, asking.attempts.Backoff(tries))
+				rep, err = do(actx, cl, req)
+				cancelTry()
+				if err == nil || !errors.Is(err, wire.ErrUnavailable) {
+					cancel()
+					return rep, err
+				}
+				if tries == 1 && cl.warn != nil {
+					fmt.Fprintf(cl.warn, "mrmarket: %v; asking again with the same request for up to %s\n", err, span(asking.patience))
+				}
+				var we *wire.Error
+				if errors.As(err, &we) && we.Progress != nil && we.Progress.Done > shown {
+					if tries > 1 && cl.warn != nil {
+						fmt.Fprintf(cl.warn, "mrmarket: %d of %d %s\n", we.Progress.Done, we.Progress.Of, we.Progress.What)
+					}
+					shown, advanced = we.Progress.Done, true
+				}
 			}
-			if r.Tries() == 1 && cl.warn != nil {
-				fmt.Fprintf(cl.warn, "mrmarket: %v; asking again with the same request for up to %s\n", err, span(asking.patience))
-			}
+			cancel()
 		}
 		return rep, err
 	}

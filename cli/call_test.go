@@ -79,3 +79,30 @@ func TestAskingStopsAtAnAnswerOrPatience(t *testing.T) {
 		}
 	})
 }
+
+// A long request's work shown advancing (wire.Progress: a spend placing
+// bids on thousands of hosts) is reported each time it advances and
+// waited for past the patience of a request whose answers show none.
+func TestAskingWaitsForWorkThatAdvances(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var warn bytes.Buffer
+		start := time.Now()
+		placing := func(context.Context, clients, string) (string, error) {
+			done := int(time.Since(start) / (asking.patience / 2)) // a host every half patience
+			if done == 4 {
+				return "running", nil
+			}
+			return "", &wire.Error{Code: wire.CodeUnavailable, Message: "starting",
+				Progress: &wire.Progress{Done: done, Of: 4, What: "hosts answered its bids"}}
+		}
+		rep, err := retried(placing)(t.Context(), clients{warn: &warn}, "big")
+		if err != nil || rep != "running" || time.Since(start) < 2*asking.patience {
+			t.Fatalf("%q, %v after %s", rep, err, time.Since(start))
+		}
+		for _, line := range []string{"1 of 4 hosts answered its bids", "3 of 4 hosts answered its bids"} {
+			if !strings.Contains(warn.String(), line) {
+				t.Errorf("no %q in %q", line, warn.String())
+			}
+		}
+	})
+}

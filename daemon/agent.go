@@ -28,6 +28,8 @@ type AgentConfig struct {
 	StateFile string
 	// Tick is how often Run charges, reconciles and publishes.
 	Tick time.Duration
+	// Shared is agent.Config's: caches the agents of one process share.
+	Shared *agent.Shared
 }
 
 // Agent is a host's agent, serving.
@@ -58,7 +60,8 @@ func StartAgent(ctx context.Context, cfg AgentConfig) (*Agent, error) {
 	signed, identities := cfg.bankClients(nc, cfg.Signer, "agent")
 	a, err := agent.New(agent.Config{Host: cfg.Host, Enforcer: cfg.Enforcer, Capturer: signed, Identities: identities,
 		Publisher: agent.NATSPublisher{NC: nc, KV: assets.Hosts, Signer: cfg.Signer}, AdminKey: cfg.AdminKey, Signer: cfg.Signer,
-		Metrics: cfg.Metrics, Logger: cfg.Logger, Now: cfg.Now, Capacity: cfg.Capacity, IdleBelow: cfg.IdleBelow, StateFile: cfg.StateFile})
+		Metrics: cfg.Metrics, Logger: cfg.Logger, Now: cfg.Now, Capacity: cfg.Capacity, IdleBelow: cfg.IdleBelow, StateFile: cfg.StateFile,
+		Shared: cfg.Shared})
 	if err != nil {
 		return nil, err
 	}

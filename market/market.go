@@ -157,6 +157,8 @@ type Market struct {
 	bankd    *daemon.Bank
 	brokerd  *daemon.Broker
 	agentsd  []*daemon.Agent
+	// shared are the caches the agents share (agent.Config.Shared).
+	shared *agent.Shared
 	// stops are closed with the market, last added first, before the
 	// connections they use: the job runner's consumer adds its own.
 	stops    []func()
@@ -204,7 +206,8 @@ func Start(ctx context.Context, cfg Config) (m *Market, err error) {
 		return nil, err
 	}
 	reg := prometheus.NewRegistry()
-	m = &Market{cfg: cfg, Sims: map[string]*agent.SimEnforcer{}, Registry: reg, Metrics: obs.NewMetrics(reg), stopper: stop.New()}
+	m = &Market{cfg: cfg, Sims: map[string]*agent.SimEnforcer{}, Registry: reg, Metrics: obs.NewMetrics(reg), stopper: stop.New(),
+		shared: agent.NewShared()}
 	m.stopper.AddCloser(unlock) // last: everything on the directory is closed
 	m.env = daemon.Env{Stopper: m.stopper, Connect: m.connect, Metrics: m.Metrics, Logger: cfg.Logger, Now: now, AssetsWait: 10 * time.Second}
 	started := m // every `return nil, err` below clears m before this runs
@@ -514,7 +517,8 @@ func (m *Market) startAgent(ctx context.Context, h HostSpec) (*daemon.Agent, err
 	m.stopper.AddCloser(env.Stopper.Stop)
 	m.agentStop[h.ID] = env.Stopper
 	return daemon.StartAgent(ctx, daemon.AgentConfig{Env: env, Host: h.ID, Signer: m.agentKey[h.ID], Enforcer: m.Sims[h.ID],
-		Capacity: h.CPUs, IdleBelow: m.cfg.IdleBelow, StateFile: stateFile, Tick: m.cfg.TickPeriod})
+		Capacity: h.CPUs, IdleBelow: m.cfg.IdleBelow, StateFile: stateFile, Tick: m.cfg.TickPeriod,
+		Shared: m.shared})
 }
 
 // AgentConn is host's agent's own NATS connection (nil for no such host).

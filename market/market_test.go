@@ -21,7 +21,7 @@ import (
 	"github.com/mrmarket/mrmarket/market"
 )
 
-func credits(t *testing.T, s string) money.Micro {
+func credits(t testing.TB, s string) money.Micro {
 	t.Helper()
 	m, err := money.Parse(s)
 	if err != nil {
@@ -52,7 +52,7 @@ func testMarket(t *testing.T) (*market.Market, *time.Time, bank.Client, broker.C
 // startAt starts cfg's market in a temporary directory on a free port, on
 // a virtual clock starting at start that the test advances, with a bank
 // and a broker client.
-func startAt(t *testing.T, start time.Time, cfg market.Config) (*market.Market, *time.Time, bank.Client, broker.Client) {
+func startAt(t testing.TB, start time.Time, cfg market.Config) (*market.Market, *time.Time, bank.Client, broker.Client) {
 	t.Helper()
 	clock := start
 	cfg.Dir, cfg.NATSPort, cfg.Now = t.TempDir(), -1, func() time.Time { return clock }

@@ -23,9 +23,17 @@ const DaemonAttempt = time.Second
 // until the caller's ctx ends.
 var retryPolicy = retry.Options{InitialBackoff: 20 * time.Millisecond}
 
+// busyPolicy is how a try answered "busy, retry" (a service shedding load
+// it cannot serve in time: service.ErrBusy) is made again: after a pause
+// that grows, jittered, so an overloaded service gets less of its callers'
+// load, not the same again at once.
+var busyPolicy = retry.Options{InitialBackoff: 50 * time.Millisecond, Multiplier: 2, MaxBackoff: time.Second, Jitter: 0.5}
+
 // Retried bounds each try by attempt and makes a try whose error again
-// accepts (NoAnswer, TimedOut) again, afresh — a signed request is signed
-// anew, with a new nonce — until ctx ends (retryPolicy). Only for requests
+// accepts (NoAnswer, TimedOut), or that was answered busy (Busy: not
+// served, so always safe to send again), again, afresh — a signed request
+// is signed anew, with a new nonce — until ctx ends (retryPolicy, and
+// busyPolicy after a busy answer). Only for requests
 // that are idempotent (by their id, or by what they set): a try that did
 // apply and whose answer was lost is applied again. attempt <= 0: one try,
 // bounded by ctx.
@@ -42,14 +50,32 @@ func (c *call) tries(ctx context.Context, try func(ctx context.Context) error) e
 	// The first try goes out even when ctx has already ended: its error
 	// (unavailable), not ctx's, is the caller's answer.
 	r.Next()
+	var busy *retry.Retry // its pauses grow over the busy answers only
 	for {
 		actx, cancel := context.WithTimeout(ctx, c.attempt)
 		err := try(actx)
 		cancel()
-		if err == nil || !c.again(err) || !r.Next() {
+		switch {
+		case err == nil:
+			return nil
+		case Busy(err):
+			if busy == nil {
+				busy = retry.Start(ctx, busyPolicy)
+				busy.Next() // the busy try was the first
+			}
+			if !busy.Next() {
+				return err
+			}
+		case !c.again(err) || !r.Next():
 			return err
 		}
 	}
+}
+
+// Busy says err is a service's "busy, retry" (service.ErrBusy): the
+// request was refused unserved, its sender's queue full.
+func Busy(err error) bool {
+	return errors.Is(err, wire.ErrUnavailable) && strings.Contains(err.Error(), "busy, retry")
 }
 
 // NoAnswer says err is a try that got no answer: time ran out, or nothing

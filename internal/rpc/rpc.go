@@ -24,6 +24,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -117,6 +118,12 @@ func Request[Rep any](ctx context.Context, nc *nats.Conn, subject string, req wi
 		m, err := msg()
 		if err != nil {
 			return err
+		}
+		if d, ok := ctx.Deadline(); ok && c.verbatim == nil {
+			if m.Header == nil {
+				m.Header = nats.Header{}
+			}
+			m.Header.Set(wire.HeaderPatience, strconv.FormatInt(time.Until(d).Milliseconds(), 10))
 		}
 		if c.trust != nil {
 			return trusted(ctx, nc, m, c.trust, c.onRefused, res)

@@ -80,3 +80,28 @@ func TestTriesWaitsForAReplicaUntilTheDeadline(t *testing.T) {
 		}
 	})
 }
+
+// A try answered "busy, retry" is made again, even by a call that retries
+// only lost answers (TimedOut), after pauses that grow as busyPolicy says.
+func TestTriesBacksOffWhenBusy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var at []time.Duration
+		start := time.Now()
+		err := retried(context.Background(), DaemonAttempt, TimedOut, func(context.Context) error {
+			at = append(at, time.Since(start))
+			if len(at) < 5 {
+				return wire.Errorf(wire.ErrUnavailable, "busy, retry: too many requests waiting from this principal")
+			}
+			return nil
+		})
+		if err != nil || len(at) != 5 {
+			t.Fatalf("err %v after %d tries", err, len(at))
+		}
+		for i := 1; i < len(at); i++ {
+			low := time.Duration(float64(busyPolicy.Backoff(i)) * (1 - busyPolicy.Jitter))
+			if gap := at[i] - at[i-1]; gap < low {
+				t.Fatalf("tries at %v: pause %d of %s, below the policy's %s", at, i, gap, low)
+			}
+		}
+	})
+}

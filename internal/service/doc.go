@@ -124,7 +124,13 @@
 // waiting is answered "unavailable: busy, retry" at once. So a flood delays
 // another principal by about one of the flooder's requests per turn, plus
 // the time the subscription takes to queue (or refuse) what arrived before
-// — measured in bank's TestFloodDoesNotStarveOthers. Without Fair each
+// — measured in bank's TestFloodDoesNotStarveOthers. Requests that start
+// new work (Endpoint.Bulk: a spend, a submit, a hold) wait in a lane of
+// their own, served only when no other request waits: a flood of spends
+// leaves a cancel, a plans or a capture the next free worker. And a
+// request whose sender said how long it waits (wire.HeaderPatience) and
+// has waited longer is dropped unserved: under overload the queues hold
+// what is still awaited, not the tries already retried. Without Fair each
 // endpoint's requests are served in arrival order by micro's goroutine,
 // whoever sent them.
 //

@@ -92,6 +92,11 @@ type Endpoint struct {
 	// published to the audit stream (Options.Audit) with its signed request,
 	// its principal and its result.
 	Audit bool
+	// Bulk marks a request that starts new work (a spend, a submit, a
+	// hold): with Fair queuing it is served only when no other request
+	// waits, so a flood of new work does not hold up the requests that
+	// end work or read it (a cancel, plans, a capture).
+	Bulk bool
 
 	request string // the wire request type, for listings
 	decode  func(data []byte) (any, error)
@@ -100,6 +105,12 @@ type Endpoint struct {
 	// the Own principal asking: "my plans".
 	mine   func(req any, name string)
 	handle func(ctx context.Context, req any) (any, error)
+}
+
+// Bulk is e marked Endpoint.Bulk.
+func Bulk(e Endpoint) Endpoint {
+	e.Bulk = true
+	return e
 }
 
 // Request is what an endpoint decodes into: a pointer to a wire request

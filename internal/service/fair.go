@@ -108,17 +108,34 @@ type scheduler struct {
 	// nil: this is checks.
 	checks *scheduler
 
-	mu      sync.Mutex
-	queues  map[string]*principalQueue
-	ready   list.List // of *principalQueue with a runnable request, in turn order
-	running int       // workers
-	seq     uint64    // Unordered: each request its own order key
+	mu     sync.Mutex
+	queues map[laneKey]*principalQueue
+	// ready are the principal queues with a runnable request, in turn
+	// order, by lane: the bulk lane's (Endpoint.Bulk) are served only when
+	// the other is empty.
+	ready   [lanes]list.List
+	running int    // workers
+	seq     uint64 // Unordered: each request its own order key
 
 	stats map[string]*endpointStats // by endpoint name, fixed at start
 }
 
+// The lanes a request waits in: Endpoint.Bulk's, and the others'.
+const (
+	laneFirst = iota
+	laneBulk
+	lanes
+)
+
+// laneKey is a principal's queue in one lane: its bulk requests and its
+// others wait apart, each lane with its own bound (Fair.PerPrincipal).
+type laneKey struct {
+	lane int
+	key  string
+}
+
 type principalQueue struct {
-	key     string
+	key     laneKey
 	pending int // waiting or running
 	eps     map[orderKey]*endpointQueue
 	ready   list.List // of *endpointQueue with a waiting request and none running
@@ -143,14 +160,18 @@ type endpointQueue struct {
 // handler's refusals (replied by a worker, after micro's handler returned)
 // and the requests refused busy.
 type endpointStats struct {
-	Errors atomic.Int64
-	Busy   atomic.Int64
+	Errors  atomic.Int64
+	Busy    atomic.Int64
+	Expired atomic.Int64
 }
 
 // fairStats is an endpoint's $SRV.STATS data.
 type fairStats struct {
 	Errors int64 `json:"errors"` // refused by the handler, replied from the queue
 	Busy   int64 `json:"busy"`   // refused because the principal's queue was full
+	// Expired were dropped unserved: their senders' patience
+	// (wire.HeaderPatience) ran out while they waited.
+	Expired int64 `json:"expired"`
 }
 
 func newScheduler(cfg Fair, t Table) *scheduler {
@@ -163,11 +184,11 @@ func newScheduler(cfg Fair, t Table) *scheduler {
 	if cfg.MaxQueues <= 0 {
 		cfg.MaxQueues = DefaultMaxQueues
 	}
-	s := &scheduler{cfg: cfg, queues: map[string]*principalQueue{}, stats: map[string]*endpointStats{}}
+	s := &scheduler{cfg: cfg, queues: map[laneKey]*principalQueue{}, stats: map[string]*endpointStats{}}
 	for i := range t {
 		s.stats[t[i].Name] = &endpointStats{}
 	}
-	s.checks = &scheduler{cfg: cfg, queues: map[string]*principalQueue{}, stats: s.stats}
+	s.checks = &scheduler{cfg: cfg, queues: map[laneKey]*principalQueue{}, stats: s.stats}
 	return s
 }
 
@@ -177,7 +198,7 @@ func (s *scheduler) statsOf(ep *micro.Endpoint) any {
 	if !ok {
 		return nil
 	}
-	return fairStats{Errors: st.Errors.Load(), Busy: st.Busy.Load()}
+	return fairStats{Errors: st.Errors.Load(), Busy: st.Busy.Load(), Expired: st.Expired.Load()}
 }
 
 // submit queues job for key on e, after key's earlier requests to e with
@@ -190,15 +211,19 @@ func (s *scheduler) submit(key string, e *Endpoint, order string, job func()) bo
 		s.seq++
 		order = strconv.FormatUint(s.seq, 36)
 	}
-	q, ok := s.queues[key]
+	lk := laneKey{laneFirst, key}
+	if e.Bulk {
+		lk.lane = laneBulk
+	}
+	q, ok := s.queues[lk]
 	if !ok {
 		if len(s.queues) >= s.cfg.MaxQueues {
-			key = overflowKey
-			q = s.queues[key]
+			lk.key = overflowKey
+			q = s.queues[lk]
 		}
 		if q == nil {
-			q = &principalQueue{key: key, eps: map[orderKey]*endpointQueue{}}
-			s.queues[key] = q
+			q = &principalQueue{key: lk, eps: map[orderKey]*endpointQueue{}}
+			s.queues[lk] = q
 		}
 	}
 	if q.pending >= s.cfg.PerPrincipal {
@@ -217,7 +242,7 @@ func (s *scheduler) submit(key string, e *Endpoint, order string, job func()) bo
 		eq.inReady = true
 	}
 	if !q.inRing && q.ready.Len() > 0 {
-		s.ready.PushBack(q)
+		s.ready[lk.lane].PushBack(q)
 		q.inRing = true
 	}
 	if s.running < s.cfg.Workers {
@@ -227,12 +252,24 @@ func (s *scheduler) submit(key string, e *Endpoint, order string, job func()) bo
 	return true
 }
 
-// work serves queued requests, a principal at a time in turn, until none
-// is runnable.
+// next is the lane to serve a request of: the first that has one; -1 when
+// none has.
+func (s *scheduler) next() int {
+	for lane := range s.ready {
+		if s.ready[lane].Len() > 0 {
+			return lane
+		}
+	}
+	return -1
+}
+
+// work serves queued requests, a principal at a time in turn, the bulk
+// lane's only when the other's are served, until none is runnable.
 func (s *scheduler) work() {
 	s.mu.Lock()
-	for s.ready.Len() > 0 {
-		q := s.ready.Remove(s.ready.Front()).(*principalQueue)
+	for lane := s.next(); lane >= 0; lane = s.next() {
+		ready := &s.ready[lane]
+		q := ready.Remove(ready.Front()).(*principalQueue)
 		q.inRing = false
 		eq := q.ready.Remove(q.ready.Front()).(*endpointQueue)
 		eq.inReady = false
@@ -241,7 +278,7 @@ func (s *scheduler) work() {
 		eq.jobs = eq.jobs[1:]
 		eq.busy = true
 		if q.ready.Len() > 0 { // its other endpoints wait for its next turn
-			s.ready.PushBack(q)
+			ready.PushBack(q)
 			q.inRing = true
 		}
 		s.mu.Unlock()
@@ -257,7 +294,7 @@ func (s *scheduler) work() {
 			q.ready.PushBack(eq)
 			eq.inReady = true
 			if !q.inRing {
-				s.ready.PushBack(q)
+				s.ready[q.key.lane].PushBack(q)
 				q.inRing = true
 			}
 		} else if !eq.inReady {

@@ -199,3 +199,40 @@ func TestLogSlowFromWorkersSideBySide(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestSchedulerServesBulkLast: with every worker busy and bulk requests
+// (Endpoint.Bulk: new spends) of many principals waiting, a principal's
+// other request — a cancel, a read — is the next one served, and the bulk
+// ones follow in their turns.
+func TestSchedulerServesBulkLast(t *testing.T) {
+	spend, cancel := &Endpoint{Name: "spend", Bulk: true}, &Endpoint{Name: "cancel"}
+	s := newScheduler(Fair{Workers: 1}, Table{*spend, *cancel})
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var served []string
+	var wg sync.WaitGroup
+	record := func(what string) func() {
+		wg.Add(1)
+		return func() {
+			defer wg.Done()
+			mu.Lock()
+			served = append(served, what)
+			mu.Unlock()
+		}
+	}
+	wg.Add(1)
+	s.submit("key:flood-0", spend, "", func() { defer wg.Done(); <-release }) // the one worker, busy
+	for i := range 20 {
+		if !s.submit(fmt.Sprintf("key:flood-%d", i%5), spend, "", record("spend")) {
+			t.Fatal("refused")
+		}
+	}
+	if !s.submit("key:alice", cancel, "", record("cancel")) || !s.submit("key:alice", spend, "", record("alice's spend")) {
+		t.Fatal("refused")
+	}
+	close(release)
+	wg.Wait()
+	if served[0] != "cancel" || len(served) != 22 {
+		t.Fatalf("served in the order %v: want the cancel first", served)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -120,6 +121,9 @@ func endpointMetadata(e *Endpoint) map[string]string {
 	if e.Audit {
 		md["audit"] = "true"
 	}
+	if e.Bulk {
+		md["bulk"] = "true"
+	}
 	return md
 }
 
@@ -178,7 +182,21 @@ func handler(nc *nats.Conn, service string, e *Endpoint, opts Options, sched *sc
 		in := requestCopy{subject: r.Subject(), reply: r.Reply(), header: header, data: r.Data()}
 		reply := queuedReply{nc: nc, reply: in.reply, stats: sched.stats[e.Name]}
 		order := header.Get(wire.HeaderOrder)
+		patience := patienceOf(header)
+		expired := func() bool {
+			if !given(arrived, patience) {
+				return false
+			}
+			sched.stats[e.Name].Expired.Add(1)
+			if opts.Observe != nil {
+				opts.Observe(e.Name, wire.CodeUnavailable, time.Since(arrived))
+			}
+			return true
+		}
 		check := func() {
+			if expired() {
+				return
+			}
 			// Only the ed25519 check here (whois is the serving worker's):
 			// it is what tells the signer's queue from a queue a forger
 			// names.
@@ -189,7 +207,13 @@ func handler(nc *nats.Conn, service string, e *Endpoint, opts Options, sched *sc
 			}
 			in.caller, in.verified = caller, true
 			key := fairKey(caller.Key, in.reply)
-			if !sched.submit(key, e, order, func() { serveAndReply(service, e, opts, in, reply, nil, key, arrived) }) {
+			serve := func() {
+				if expired() {
+					return
+				}
+				serveAndReply(service, e, opts, in, reply, nil, key, arrived)
+			}
+			if !sched.submit(key, e, order, serve) {
 				busy(reply, in.reply, arrived)
 			}
 		}
@@ -197,6 +221,25 @@ func handler(nc *nats.Conn, service string, e *Endpoint, opts Options, sched *sc
 			busy(r, in.reply, arrived)
 		}
 	}
+}
+
+// patienceOf is how long the sender of a request waits for its answer
+// (wire.HeaderPatience); 0: not said, as long as it takes.
+func patienceOf(h nats.Header) time.Duration {
+	ms, err := strconv.ParseInt(h.Get(wire.HeaderPatience), 10, 64)
+	if err != nil || ms <= 0 {
+		return 0
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+// given says the sender of a request that arrived at arrived has given up
+// on it: its patience ran out while the request waited in the queues. It
+// is dropped unanswered, its work not done: under overload, a request
+// served after its sender gave up only delays those still awaited, and
+// its retry (rpc.Retried) is already queued behind it.
+func given(arrived time.Time, patience time.Duration) bool {
+	return patience > 0 && time.Since(arrived) > patience
 }
 
 // refusedLogEvery spaces the log lines of an endpoint's refusals at once

@@ -40,6 +40,18 @@ var sentinels = []*Error{ErrBadRequest, ErrNotFound, ErrForbidden, ErrConflict,
 type Error struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// Progress, on an unavailable answer, says how far the request's work
+	// has come meanwhile (a spend placing bids on many hosts): asked again
+	// with the same id, it answers once done.
+	Progress *Progress `json:"progress,omitempty"`
+}
+
+// Progress is how much of a long request's work is done: Done of Of
+// units (hosts that answered their bids, for a spend).
+type Progress struct {
+	Done int    `json:"done"`
+	Of   int    `json:"of"`
+	What string `json:"what"`
 }
 
 func (e *Error) Error() string { return e.Message }

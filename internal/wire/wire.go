@@ -85,3 +85,11 @@ func Decode(data []byte, req Validator) error {
 // key one at a time in the order sent, and those with different keys side
 // by side. Unsigned on purpose: it only orders the sender's own requests.
 const HeaderOrder = "Mrm-Order"
+
+// HeaderPatience is how long the sender waits for the answer, in
+// milliseconds from when it sent the request: a service drops a request
+// that waited in its queues longer (nobody is left to answer, and serving
+// it would only delay the requests still awaited). Time from arrival,
+// not a deadline on the sender's clock, so the hosts' clocks need not
+// agree; unsigned, as it only saves the sender's own request work.
+const HeaderPatience = "Mrm-Patience"
