@@ -19,8 +19,8 @@ import (
 //     (Headroom), and what it leaves goes to the others — work-conserving
 //     by redistribution, one tick late; an idle VM keeps IdleProbe of its
 //     part, enough to show it wants the device again;
-//   - the device's bandwidth, which the caps divide, is measured, not
-//     configured: it is the most the VMs moved together in a tick over the
+//   - the device's bandwidth, which the caps divide, is its known speed
+//     where one is given (Ceiling), else measured: it is the most the VMs moved together in a tick over the
 //     last Window ticks, and above that, while every VM that wants more
 //     fills its cap, the device could do more and the estimate rises (by
 //     Probe, doubling while it keeps rising). When none wants more, the
@@ -42,7 +42,14 @@ type Throttle struct {
 	// the unit of the moved rates); 0 until the first I/O is seen, and
 	// while 0 nothing is capped.
 	Capacity float64
-	// Ceiling, when positive, bounds the estimate (a link's known speed).
+	// Ceiling, when positive, is the device's known bandwidth (a link's
+	// speed, as the operator states it): the caps divide it, and nothing
+	// is estimated. What the VMs move says little of a link: TCP flows
+	// back off below their caps, guests short of CPU move less, a shuffle
+	// moves in bursts, and an estimate lowered to what they moved, with
+	// caps planned from it, holds them there — tick by tick the caps
+	// ratchet down to a trickle (0.01 MB/s on a 2 MB/s link, a word
+	// count's shuffle stalled for a minute).
 	Ceiling float64
 
 	caps   map[string]float64 // the caps planned last
@@ -103,7 +110,9 @@ func (t *Throttle) Plan(shares, moved map[string]float64) map[string]float64 {
 			qsum += q
 		}
 	}
-	if t.Capacity <= 0 {
+	if t.Ceiling > 0 {
+		t.Capacity = t.Ceiling
+	} else if t.Capacity <= 0 {
 		if total <= 0 || qsum <= 0 {
 			return nil // nothing seen yet: nothing to divide
 		}
@@ -119,9 +128,8 @@ func (t *Throttle) Plan(shares, moved map[string]float64) map[string]float64 {
 		allowed += c
 	}
 	saturated := allowed > 0 && total >= bindAt*allowed
-	t.learn(moved, total, saturated)
-	if t.Ceiling > 0 {
-		t.Capacity = min(t.Capacity, t.Ceiling)
+	if t.Ceiling <= 0 {
+		t.learn(moved, total, saturated)
 	}
 	if qsum <= 0 {
 		t.caps, t.want, t.idle = nil, nil, nil

@@ -196,3 +196,32 @@ func TestThrottleFollowsTheDevice(t *testing.T) {
 		t.Errorf("a lone VM without a ceiling: caps %v", caps)
 	}
 }
+
+// TestThrottleKnownLinkDoesNotRatchet: on a link of known speed the caps
+// divide that speed whatever the VMs move. Two TCP-like flows that move
+// only 70 % of their caps each tick (backing off below them) keep caps in
+// proportion to their shares that add up to the link; an estimate learned
+// from what they moved would fall with them tick by tick (the mutation:
+// learning under a Ceiling, the estimate bounded by it, leaves caps of a
+// few percent of the link after 30 ticks).
+func TestThrottleKnownLinkDoesNotRatchet(t *testing.T) {
+	th := &agent.Throttle{Ceiling: 2}
+	shares := map[string]float64{"a": 3, "b": 1}
+	moved := map[string]float64{"a": 0.05, "b": 0.05}
+	var caps map[string]float64
+	for tick := range 30 {
+		caps = th.Plan(shares, moved)
+		if len(caps) != 2 {
+			t.Fatalf("tick %d: caps %v", tick, caps)
+		}
+		for vm, c := range caps {
+			moved[vm] = 0.7 * c
+		}
+	}
+	if sum := caps["a"] + caps["b"]; math.Abs(sum-2) > 1e-9 {
+		t.Errorf("caps %v add up to %.3f, want the link's 2", caps, sum)
+	}
+	if r := caps["a"] / caps["b"]; math.Abs(r-3) > 0.01 {
+		t.Errorf("caps %v in ratio %.3f, want 3", caps, r)
+	}
+}
