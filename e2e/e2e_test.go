@@ -23,7 +23,7 @@ const tolerance = 0.10
 
 // wordCount is each worker's input: a CPU-bound word count of tens of
 // seconds on a TCG guest that has a CPU to itself.
-var wordCount = worker.Input{Kind: worker.WordCount, Splits: 8, SplitBytes: 4 << 20, Seed: 21}
+var wordCount = worker.Input{Kind: worker.WordCount, Splits: 8, SplitBytes: 16 << 20, Seed: 21}
 
 // TestE2E runs the cases on one market and one set of guests (booting
 // them is the suite's largest fixed cost): alice and bob each own a
@@ -55,12 +55,14 @@ func TestE2E(t *testing.T) {
 
 // cpuShares are each user's CPU share in the model: the mean of the
 // shares the agent set on their workers, as the broker heard them.
-func (w *world) cpuShares() map[string]float64 {
-	s := w.shares()
+func (w *world) cpuShares() map[string]float64 { return w.userShares(sample{vms: w.shares()}) }
+
+// userShares are each user's CPU share in a sample.
+func (w *world) userShares(s sample) map[string]float64 {
 	out := map[string]float64{}
 	for u, c := range w.clusters {
 		for _, vm := range c.Workers {
-			out[u] += s[vm].Share / float64(len(c.Workers))
+			out[u] += s.vms[vm].Share / float64(len(c.Workers))
 		}
 	}
 	return out
@@ -222,10 +224,18 @@ func (w *world) caseMore(t *testing.T, cpuTime float64) {
 			more.Sub(ra.Submitted).Seconds(), took(ra), took(rb))
 	}
 	// The model on either clock: the top-up's moment and the jobs' ends.
-	predict := func(at, ta float64) (want, without float64) {
-		jobs := []flow{
-			{shares: map[string]float64{"cpu": q0["alice"]}, changes: []change{{at, map[string]float64{"cpu": q1["alice"]}}}},
-			{shares: map[string]float64{"cpu": q0["bob"]}, changes: []change{{at, map[string]float64{"cpu": q1["bob"]}}}},
+	// The shares as the agent set them second by second (the broker's
+	// re-spreading takes a few ticks after the top-up), on clock c.
+	users := []string{"alice", "bob"}
+	predict := func(c func(time.Time) float64, ta float64) (want, without float64) {
+		jobs := make([]flow, len(users))
+		for i, u := range users {
+			jobs[i].shares = map[string]float64{"cpu": q0[u]}
+			for _, s := range samples {
+				if s.at.After(ra.Submitted) {
+					jobs[i].changes = append(jobs[i].changes, change{c(s.at), map[string]float64{"cpu": w.userShares(s)[u]}})
+				}
+			}
 		}
 		work := calibrate(jobs, 0, "cpu", ta)
 		for i := range jobs {
@@ -237,9 +247,9 @@ func (w *world) caseMore(t *testing.T, cpuTime float64) {
 	}
 	clock := w.clock(samples, ra.Submitted, map[string]time.Time{"alice": ra.Finished, "bob": rb.Finished})
 	at, ca, cb := clock(more), clock(ra.Finished), clock(rb.Finished)
-	want, without := predict(at, ca)
+	want, without := predict(clock, ca)
 	wallAt, ta, tb := more.Sub(ra.Submitted).Seconds(), took(ra), took(rb)
-	wallWant, _ := predict(wallAt, ta)
+	wallWant, _ := predict(func(t time.Time) float64 { return t.Sub(ra.Submitted).Seconds() }, ta)
 	got := cb / tb
 	w.add(row{fmt.Sprintf("f: bob's spend --more at %.1f s (shares %.3f/%.3f → %.3f/%.3f)", at, q0["alice"], q0["bob"], q1["alice"], q1["bob"]), "CPU",
 		fmt.Sprintf("bob's remaining %.1f s (%.1f s without the top-up)", want-at, without-at),
