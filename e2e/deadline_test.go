@@ -93,6 +93,7 @@ func (w *world) caseDeadline(t *testing.T) {
 	args := []string{"jobs", "watch", "--user", "alice", "--job", file, "--yarn", a.URL, "--history", a.URL, "--every", "2s"}
 	watch.Go(func() { transcript, watchErr = w.mrmarket(args...) })
 	res, err = a.Facade.Wait(ctx, app)
+	w.mark()
 	if err != nil || !res.Succeeded {
 		t.Fatalf("alice's %s: %+v %v", name, res, err)
 	}

@@ -35,8 +35,14 @@ type sampler struct {
 	done    chan struct{}
 }
 
+// sample starts a sampler. Besides its period it samples whenever a job
+// ends (mark): the jobs' CPU clock is read at their ends, not interpolated
+// over a period that a loaded host's libvirt stretches to seconds.
 func (w *world) sample(period time.Duration) *sampler {
 	s := &sampler{w: w, stop: make(chan struct{}), done: make(chan struct{})}
+	w.smpMu.Lock()
+	w.samplers[s] = true
+	w.smpMu.Unlock()
 	go func() {
 		defer close(s.done)
 		t := time.NewTicker(period)
@@ -65,21 +71,40 @@ func (s *sampler) take() {
 	s.mu.Unlock()
 }
 
-// snapshot returns the samples so far.
+// snapshot returns the samples so far, in time order.
 func (s *sampler) snapshot() []sample {
 	s.take()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return slices.Clone(s.samples)
+	return inOrder(slices.Clone(s.samples))
 }
 
-// end stops sampling and returns the samples.
+// inOrder sorts samples by time: a job's end samples beside the period's.
+func inOrder(samples []sample) []sample {
+	slices.SortStableFunc(samples, func(a, b sample) int { return a.at.Compare(b.at) })
+	return samples
+}
+
+// end stops sampling and returns the samples, in time order.
 func (s *sampler) end() []sample {
+	s.w.smpMu.Lock()
+	delete(s.w.samplers, s)
+	s.w.smpMu.Unlock()
 	close(s.stop)
 	<-s.done
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.samples
+	return inOrder(s.samples)
+}
+
+// mark samples on every running sampler: a job has just ended.
+func (w *world) mark() {
+	w.smpMu.Lock()
+	running := slices.Collect(maps.Keys(w.samplers))
+	w.smpMu.Unlock()
+	for _, s := range running {
+		s.take()
+	}
 }
 
 // counters reads a domain's counters from libvirt.

@@ -53,9 +53,12 @@ type world struct {
 	// taps are the guests' taps, by VM.
 	taps map[string]string
 	// all samples the whole run.
-	all  *sampler
-	mu   sync.Mutex
-	rows []row
+	all *sampler
+	// samplers are the samplers running, which mark samples on.
+	smpMu    sync.Mutex
+	samplers map[*sampler]bool
+	mu       sync.Mutex
+	rows     []row
 }
 
 // row is one line of the suite's report: a case, the resource it
@@ -163,7 +166,8 @@ func newWorld(t *testing.T, inputs []worker.Input, users ...string) *world {
 		need(t, "libvirtd not reachable at %s: %v (run .ci/libvirt.sh as root)", workertest.QEMUURI, err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	w := &world{t: t, conn: conn, clusters: map[string]*workertest.Cluster{}, taps: map[string]string{}, bin: testproc.Binary(t)}
+	w := &world{t: t, conn: conn, clusters: map[string]*workertest.Cluster{}, taps: map[string]string{}, bin: testproc.Binary(t),
+		samplers: map[*sampler]bool{}}
 	w.waitAlone()
 
 	dir, err := os.MkdirTemp("", "mrm-e2e-")
@@ -306,6 +310,7 @@ func (w *world) shares() map[string]wire.VMState {
 // it succeeded.
 func (w *world) run(ctx context.Context, user string, spec yarnfacade.JobSpec) (yarnfacade.Result, error) {
 	res, err := w.clusters[user].Run(ctx, spec)
+	w.mark()
 	if err == nil && !res.Succeeded {
 		err = fmt.Errorf("%s's %s failed: %s", user, spec.Name, res.Diagnostics)
 	}
