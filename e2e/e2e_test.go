@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -31,7 +32,7 @@ var wordCount = worker.Input{Kind: worker.WordCount, Splits: 8, SplitBytes: 16 <
 // 3:1 on them with fair plans; the agent divides the CPUs by those shares.
 func TestE2E(t *testing.T) {
 	wall := time.Now()
-	w := newWorld(t, []worker.Input{wordCount}, "alice", "bob")
+	w := newWorld(t, []worker.Input{wordCount}, stageInput, 3, "alice", "bob")
 	t.Cleanup(func() { w.report(time.Since(wall)) })
 	a, b := w.clusters["alice"], w.clusters["bob"]
 	// Every bid's rate over the whole run, for the charges' check.
@@ -49,6 +50,7 @@ func TestE2E(t *testing.T) {
 	t.Run("f-more", func(t *testing.T) { w.caseMore(t, cpuTime) })
 	t.Run("e-restart", func(t *testing.T) { w.caseRestart(t, cpuTime) })
 	t.Run("b-deadline", w.caseDeadline)
+	t.Run("c-workflow", w.caseWorkflow)
 	// Last: it replaces alice's fair plan.
 	t.Run("d-bottleneck", w.caseBottleneck)
 }
@@ -308,9 +310,9 @@ func (w *world) spent(t testing.TB) map[string]float64 {
 	return out
 }
 
-// rateIntegral is what plan's bids, at the rates the samples show, add up
-// to from from to to, in credits.
-func rateIntegral(samples []sample, plan string, from, to time.Time) float64 {
+// rateIntegral is what plan's bids (on vms, or all its VMs without any),
+// at the rates the samples show, add up to from from to to, in credits.
+func rateIntegral(samples []sample, plan string, from, to time.Time, vms ...string) float64 {
 	total := 0.0
 	for i := 1; i < len(samples); i++ {
 		lo, hi := samples[i-1].at, samples[i].at
@@ -323,15 +325,19 @@ func rateIntegral(samples []sample, plan string, from, to time.Time) float64 {
 		if !hi.After(lo) {
 			continue
 		}
-		total += planRate(samples[i-1], plan) * hi.Sub(lo).Seconds()
+		total += planRate(samples[i-1], plan, vms...) * hi.Sub(lo).Seconds()
 	}
 	return total / 1e6
 }
 
-// planRate is a plan's bids' rate in a sample, micro-credits a second.
-func planRate(s sample, plan string) float64 {
+// planRate is a plan's bids' rate in a sample (on vms, or all its VMs
+// without any), micro-credits a second.
+func planRate(s sample, plan string, vms ...string) float64 {
 	r := 0.0
-	for _, v := range s.vms {
+	for vm, v := range s.vms {
+		if len(vms) > 0 && !slices.Contains(vms, vm) {
+			continue
+		}
 		for _, b := range v.Bids {
 			if b.Plan == plan {
 				r += b.Rate

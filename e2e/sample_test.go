@@ -61,10 +61,8 @@ func (w *world) sample(period time.Duration) *sampler {
 
 func (s *sampler) take() {
 	smp := sample{at: time.Now(), vms: s.w.shares(), cnt: map[string]counters{}}
-	for _, c := range s.w.clusters {
-		for _, vm := range c.Workers {
-			smp.cnt[vm] = s.w.counters(vm)
-		}
+	for _, vm := range s.w.guests() {
+		smp.cnt[vm] = s.w.counters(vm)
 	}
 	s.mu.Lock()
 	s.samples = append(s.samples, smp)
