@@ -216,6 +216,7 @@ func (w *world) caseMore(t *testing.T, cpuTime float64) {
 			return nil
 		})
 		more = time.Now()
+		w.mark()                    // the model's shares change here, however far apart the period's samples are
 		time.Sleep(3 * time.Second) // the broker re-spreads the plans over the next ticks
 		q1 = w.cpuShares()
 	})
