@@ -42,13 +42,15 @@ func TestE2E(t *testing.T) {
 	w.must(t, "spend", "--user", "bob", "--budget", "30", "--duration", "1h", "--vm", strings.Join(b.Workers, ","), "--id", "bob-fair")
 	w.waitRatio("alice", "bob", 3)
 
-	var cpuTime float64 // alice's wall time in the CPU case: how long the next cases' jobs take
-	t.Run("a-cpu", func(t *testing.T) { cpuTime = w.caseShares(t) })
-	if cpuTime == 0 {
-		cpuTime = 40
+	// Alice's time on the jobs' CPU clock in the CPU case: when the next
+	// cases act during their jobs.
+	var aliceCPU float64
+	t.Run("a-cpu", func(t *testing.T) { aliceCPU = w.caseShares(t) })
+	if aliceCPU == 0 {
+		aliceCPU = 20
 	}
-	t.Run("f-more", func(t *testing.T) { w.caseMore(t, cpuTime) })
-	t.Run("e-restart", func(t *testing.T) { w.caseRestart(t, cpuTime) })
+	t.Run("f-more", func(t *testing.T) { w.caseMore(t, aliceCPU) })
+	t.Run("e-restart", func(t *testing.T) { w.caseRestart(t, aliceCPU) })
 	t.Run("b-deadline", w.caseDeadline)
 	t.Run("c-workflow", w.caseWorkflow)
 	// Last: it replaces alice's fair plan.
@@ -170,6 +172,29 @@ func check(t *testing.T, what string, cpuClock, cpuWant, wall, wallWant, got flo
 	}
 }
 
+// waitClock waits until the jobs' CPU clock has run secs from now: the
+// CPU time alice's and bob's workers get, per host CPU. On a loaded host
+// the wall clock runs ahead of it, unevenly, and the broker's and the
+// agent's ticks stretch: the cases act on this clock so that they act at
+// the same point of the jobs however loaded.
+func (w *world) waitClock(t *testing.T, secs float64) {
+	vms := append(slices.Clone(w.clusters["alice"].Workers), w.clusters["bob"].Workers...)
+	used := func() float64 {
+		total := 0.0
+		for _, vm := range vms {
+			total += w.cpuUsed(vm).Seconds()
+		}
+		return total / float64(len(w.cpus))
+	}
+	base := used()
+	testpoll.CheckFor(t, 10*time.Minute, 200*time.Millisecond, func() error {
+		if got := used() - base; got < secs {
+			return fmt.Errorf("the jobs' CPU clock at %.1f s of %.1f s", got, secs)
+		}
+		return nil
+	})
+}
+
 // caseShares: two users' equal CPU-bound jobs at 3:1 spending finish in
 // the ratio the agent's shares predict.
 func (w *world) caseShares(t *testing.T) float64 {
@@ -190,7 +215,7 @@ func (w *world) caseShares(t *testing.T) float64 {
 		fmt.Sprintf("%.3f (alice %.1f s, bob %.1f s on the guests' CPU clock); wall %.3f (%.1f s, %.1f s); guests had %.0f %% of the CPUs",
 			cb/ca, ca, cb, tb/ta, ta, tb, 100*got)})
 	check(t, "bob's time over alice's", cb/ca, want, tb/ta, want, got)
-	return ta
+	return ca
 }
 
 // caseMore: bob tops his plan up (spend --more) while both jobs run; his
@@ -200,13 +225,13 @@ func (w *world) caseShares(t *testing.T) float64 {
 // shares, so only the first one's end shows a share. The model's work is
 // calibrated on alice's finish in the same run (her share moved too), so
 // the machine's speed is measured, not assumed.
-func (w *world) caseMore(t *testing.T, cpuTime float64) {
+func (w *world) caseMore(t *testing.T, aliceCPU float64) {
 	q0 := w.cpuShares()
 	var more time.Time
 	var q1 map[string]float64
 	smp := w.sample(time.Second)
 	ra, rb := w.pair(t, "wc-more", func(t0 time.Time) {
-		time.Sleep(time.Duration(0.3 * cpuTime * float64(time.Second)))
+		w.waitClock(t, 0.3*aliceCPU)
 		w.must(t, "spend", "--user", "bob", "--id", "bob-fair", "--more", "200", "--adjust-id", "bob-more")
 		// From when the agent's shares moved: the model's change.
 		testpoll.CheckFor(t, 30*time.Second, 100*time.Millisecond, func() error {
@@ -266,11 +291,11 @@ func (w *world) caseMore(t *testing.T, cpuTime float64) {
 // time an agent enforced its bids: at most what the bids' rates, as the
 // agent published them, add up to from the plan's start to the end, less
 // the time no agent process existed (the agent excuses its downtime).
-func (w *world) caseRestart(t *testing.T, cpuTime float64) {
+func (w *world) caseRestart(t *testing.T, aliceCPU float64) {
 	const down = 8 * time.Second
 	var killed, spawned, back time.Time
 	ra, rb := w.pair(t, "wc-restart", func(time.Time) {
-		time.Sleep(time.Duration(0.25 * cpuTime * float64(time.Second)))
+		w.waitClock(t, 0.25*aliceCPU)
 		killed = time.Now()
 		w.agent.Kill()
 		time.Sleep(down)

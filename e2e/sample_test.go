@@ -129,6 +129,21 @@ func (w *world) counters(vm string) counters {
 	return c
 }
 
+// cpuUsed is the CPU time a domain has used (libvirt's GetInfo alone, not
+// its disk and network counters: no call into the guest's QEMU).
+func (w *world) cpuUsed(vm string) time.Duration {
+	d, err := w.conn.LookupDomainByName(vm)
+	if err != nil {
+		return 0
+	}
+	defer d.Free()
+	info, err := d.GetInfo()
+	if err != nil {
+		return 0
+	}
+	return time.Duration(info.CpuTime)
+}
+
 // timeline formats samples: per interval, each VM's CPU fraction, disk
 // and network rates, its share and caps.
 func timeline(samples []sample, vms []string, t0 time.Time) string {
