@@ -72,14 +72,18 @@ func (w *world) caseDeadline(t *testing.T) {
 		t.Errorf("an unmeetable deadline: %q %v; alice's holds %v, then %v", out, err, before, after)
 	}
 
-	// The admitted job, with bob's guests busy throughout.
-	window := time.Until(quote.Earliest)
-	deadline := time.Now().Add(window * 3 / 2).Truncate(time.Second)
-	sub := mustJSON[wire.SubmitReply](t, w, "submit", "--user", "alice", "--job", file, "--deadline", deadline.Format(time.RFC3339), "--id", "wc-deadline")
-	t.Logf("admitted %s: deadline %s, price %s, share %.2f", sub.Job.ID, sub.Job.Deadline.Format(time.TimeOnly), sub.Job.Price, sub.Job.Share)
+	// The admitted job, with bob's guests busy throughout: his word counts
+	// run first, then alice quotes again (the first quote's earliest finish
+	// has come nearer while she was refused), submits with a deadline 1.5
+	// times the earliest finish's distance, and starts her job at once — the
+	// deadline counts from the admission, as it would for a user.
 	stop := w.compete(ctx, "wc-competes")
 	smp := w.sample(time.Second)
+	quote = mustJSON[wire.QuoteReply](t, w, "quote", "--user", "alice", "--job", file)
+	deadline := time.Now().Add(time.Until(quote.Earliest) * 3 / 2)
+	sub := mustJSON[wire.SubmitReply](t, w, "submit", "--user", "alice", "--job", file, "--deadline", deadline.Format(time.RFC3339Nano), "--id", "wc-deadline")
 	app, err := a.Facade.Submit(spec)
+	t.Logf("admitted %s: deadline %s, price %s, share %.2f", sub.Job.ID, sub.Job.Deadline.Format(time.TimeOnly), sub.Job.Price, sub.Job.Share)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,6 +93,7 @@ func (w *world) caseDeadline(t *testing.T) {
 	args := []string{"jobs", "watch", "--user", "alice", "--job", file, "--yarn", a.URL, "--history", a.URL, "--every", "2s"}
 	watch.Go(func() { transcript, watchErr = w.mrmarket(args...) })
 	res, err = a.Facade.Wait(ctx, app)
+	w.mark()
 	if err != nil || !res.Succeeded {
 		t.Fatalf("alice's %s: %+v %v", name, res, err)
 	}

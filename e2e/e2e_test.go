@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -23,7 +24,7 @@ const tolerance = 0.10
 
 // wordCount is each worker's input: a CPU-bound word count of tens of
 // seconds on a TCG guest that has a CPU to itself.
-var wordCount = worker.Input{Kind: worker.WordCount, Splits: 8, SplitBytes: 4 << 20, Seed: 21}
+var wordCount = worker.Input{Kind: worker.WordCount, Splits: 8, SplitBytes: 16 << 20, Seed: 21}
 
 // TestE2E runs the cases on one market and one set of guests (booting
 // them is the suite's largest fixed cost): alice and bob each own a
@@ -31,7 +32,7 @@ var wordCount = worker.Input{Kind: worker.WordCount, Splits: 8, SplitBytes: 4 <<
 // 3:1 on them with fair plans; the agent divides the CPUs by those shares.
 func TestE2E(t *testing.T) {
 	wall := time.Now()
-	w := newWorld(t, []worker.Input{wordCount}, "alice", "bob")
+	w := newWorld(t, []worker.Input{wordCount}, stageInput, 3, "alice", "bob")
 	t.Cleanup(func() { w.report(time.Since(wall)) })
 	a, b := w.clusters["alice"], w.clusters["bob"]
 	// Every bid's rate over the whole run, for the charges' check.
@@ -41,26 +42,31 @@ func TestE2E(t *testing.T) {
 	w.must(t, "spend", "--user", "bob", "--budget", "30", "--duration", "1h", "--vm", strings.Join(b.Workers, ","), "--id", "bob-fair")
 	w.waitRatio("alice", "bob", 3)
 
-	var cpuTime float64 // alice's wall time in the CPU case: how long the next cases' jobs take
-	t.Run("a-cpu", func(t *testing.T) { cpuTime = w.caseShares(t) })
-	if cpuTime == 0 {
-		cpuTime = 40
+	// Alice's time on the jobs' CPU clock in the CPU case: when the next
+	// cases act during their jobs.
+	var aliceCPU float64
+	t.Run("a-cpu", func(t *testing.T) { aliceCPU = w.caseShares(t) })
+	if aliceCPU == 0 {
+		aliceCPU = 20
 	}
-	t.Run("f-more", func(t *testing.T) { w.caseMore(t, cpuTime) })
-	t.Run("e-restart", func(t *testing.T) { w.caseRestart(t, cpuTime) })
+	t.Run("f-more", func(t *testing.T) { w.caseMore(t, aliceCPU) })
+	t.Run("e-restart", func(t *testing.T) { w.caseRestart(t, aliceCPU) })
 	t.Run("b-deadline", w.caseDeadline)
+	t.Run("c-workflow", w.caseWorkflow)
 	// Last: it replaces alice's fair plan.
 	t.Run("d-bottleneck", w.caseBottleneck)
 }
 
 // cpuShares are each user's CPU share in the model: the mean of the
 // shares the agent set on their workers, as the broker heard them.
-func (w *world) cpuShares() map[string]float64 {
-	s := w.shares()
+func (w *world) cpuShares() map[string]float64 { return w.userShares(sample{vms: w.shares()}) }
+
+// userShares are each user's CPU share in a sample.
+func (w *world) userShares(s sample) map[string]float64 {
 	out := map[string]float64{}
 	for u, c := range w.clusters {
 		for _, vm := range c.Workers {
-			out[u] += s[vm].Share / float64(len(c.Workers))
+			out[u] += s.vms[vm].Share / float64(len(c.Workers))
 		}
 	}
 	return out
@@ -166,6 +172,29 @@ func check(t *testing.T, what string, cpuClock, cpuWant, wall, wallWant, got flo
 	}
 }
 
+// waitClock waits until the jobs' CPU clock has run secs from now: the
+// CPU time alice's and bob's workers get, per host CPU. On a loaded host
+// the wall clock runs ahead of it, unevenly, and the broker's and the
+// agent's ticks stretch: the cases act on this clock so that they act at
+// the same point of the jobs however loaded.
+func (w *world) waitClock(t *testing.T, secs float64) {
+	vms := append(slices.Clone(w.clusters["alice"].Workers), w.clusters["bob"].Workers...)
+	used := func() float64 {
+		total := 0.0
+		for _, vm := range vms {
+			total += w.cpuUsed(vm).Seconds()
+		}
+		return total / float64(len(w.cpus))
+	}
+	base := used()
+	testpoll.CheckFor(t, 10*time.Minute, 200*time.Millisecond, func() error {
+		if got := used() - base; got < secs {
+			return fmt.Errorf("the jobs' CPU clock at %.1f s of %.1f s", got, secs)
+		}
+		return nil
+	})
+}
+
 // caseShares: two users' equal CPU-bound jobs at 3:1 spending finish in
 // the ratio the agent's shares predict.
 func (w *world) caseShares(t *testing.T) float64 {
@@ -186,7 +215,7 @@ func (w *world) caseShares(t *testing.T) float64 {
 		fmt.Sprintf("%.3f (alice %.1f s, bob %.1f s on the guests' CPU clock); wall %.3f (%.1f s, %.1f s); guests had %.0f %% of the CPUs",
 			cb/ca, ca, cb, tb/ta, ta, tb, 100*got)})
 	check(t, "bob's time over alice's", cb/ca, want, tb/ta, want, got)
-	return ta
+	return ca
 }
 
 // caseMore: bob tops his plan up (spend --more) while both jobs run; his
@@ -196,13 +225,13 @@ func (w *world) caseShares(t *testing.T) float64 {
 // shares, so only the first one's end shows a share. The model's work is
 // calibrated on alice's finish in the same run (her share moved too), so
 // the machine's speed is measured, not assumed.
-func (w *world) caseMore(t *testing.T, cpuTime float64) {
+func (w *world) caseMore(t *testing.T, aliceCPU float64) {
 	q0 := w.cpuShares()
 	var more time.Time
 	var q1 map[string]float64
 	smp := w.sample(time.Second)
 	ra, rb := w.pair(t, "wc-more", func(t0 time.Time) {
-		time.Sleep(time.Duration(0.3 * cpuTime * float64(time.Second)))
+		w.waitClock(t, 0.3*aliceCPU)
 		w.must(t, "spend", "--user", "bob", "--id", "bob-fair", "--more", "200", "--adjust-id", "bob-more")
 		// From when the agent's shares moved: the model's change.
 		testpoll.CheckFor(t, 30*time.Second, 100*time.Millisecond, func() error {
@@ -212,6 +241,7 @@ func (w *world) caseMore(t *testing.T, cpuTime float64) {
 			return nil
 		})
 		more = time.Now()
+		w.mark()                    // the model's shares change here, however far apart the period's samples are
 		time.Sleep(3 * time.Second) // the broker re-spreads the plans over the next ticks
 		q1 = w.cpuShares()
 	})
@@ -222,10 +252,18 @@ func (w *world) caseMore(t *testing.T, cpuTime float64) {
 			more.Sub(ra.Submitted).Seconds(), took(ra), took(rb))
 	}
 	// The model on either clock: the top-up's moment and the jobs' ends.
-	predict := func(at, ta float64) (want, without float64) {
-		jobs := []flow{
-			{shares: map[string]float64{"cpu": q0["alice"]}, changes: []change{{at, map[string]float64{"cpu": q1["alice"]}}}},
-			{shares: map[string]float64{"cpu": q0["bob"]}, changes: []change{{at, map[string]float64{"cpu": q1["bob"]}}}},
+	// The shares as the agent set them second by second (the broker's
+	// re-spreading takes a few ticks after the top-up), on clock c.
+	users := []string{"alice", "bob"}
+	predict := func(c func(time.Time) float64, ta float64) (want, without float64) {
+		jobs := make([]flow, len(users))
+		for i, u := range users {
+			jobs[i].shares = map[string]float64{"cpu": q0[u]}
+			for _, s := range samples {
+				if s.at.After(ra.Submitted) {
+					jobs[i].changes = append(jobs[i].changes, change{c(s.at), map[string]float64{"cpu": w.userShares(s)[u]}})
+				}
+			}
 		}
 		work := calibrate(jobs, 0, "cpu", ta)
 		for i := range jobs {
@@ -237,9 +275,9 @@ func (w *world) caseMore(t *testing.T, cpuTime float64) {
 	}
 	clock := w.clock(samples, ra.Submitted, map[string]time.Time{"alice": ra.Finished, "bob": rb.Finished})
 	at, ca, cb := clock(more), clock(ra.Finished), clock(rb.Finished)
-	want, without := predict(at, ca)
+	want, without := predict(clock, ca)
 	wallAt, ta, tb := more.Sub(ra.Submitted).Seconds(), took(ra), took(rb)
-	wallWant, _ := predict(wallAt, ta)
+	wallWant, _ := predict(func(t time.Time) float64 { return t.Sub(ra.Submitted).Seconds() }, ta)
 	got := cb / tb
 	w.add(row{fmt.Sprintf("f: bob's spend --more at %.1f s (shares %.3f/%.3f → %.3f/%.3f)", at, q0["alice"], q0["bob"], q1["alice"], q1["bob"]), "CPU",
 		fmt.Sprintf("bob's remaining %.1f s (%.1f s without the top-up)", want-at, without-at),
@@ -253,11 +291,11 @@ func (w *world) caseMore(t *testing.T, cpuTime float64) {
 // time an agent enforced its bids: at most what the bids' rates, as the
 // agent published them, add up to from the plan's start to the end, less
 // the time no agent process existed (the agent excuses its downtime).
-func (w *world) caseRestart(t *testing.T, cpuTime float64) {
+func (w *world) caseRestart(t *testing.T, aliceCPU float64) {
 	const down = 8 * time.Second
 	var killed, spawned, back time.Time
 	ra, rb := w.pair(t, "wc-restart", func(time.Time) {
-		time.Sleep(time.Duration(0.25 * cpuTime * float64(time.Second)))
+		w.waitClock(t, 0.25*aliceCPU)
 		killed = time.Now()
 		w.agent.Kill()
 		time.Sleep(down)
@@ -298,9 +336,9 @@ func (w *world) spent(t testing.TB) map[string]float64 {
 	return out
 }
 
-// rateIntegral is what plan's bids, at the rates the samples show, add up
-// to from from to to, in credits.
-func rateIntegral(samples []sample, plan string, from, to time.Time) float64 {
+// rateIntegral is what plan's bids (on vms, or all its VMs without any),
+// at the rates the samples show, add up to from from to to, in credits.
+func rateIntegral(samples []sample, plan string, from, to time.Time, vms ...string) float64 {
 	total := 0.0
 	for i := 1; i < len(samples); i++ {
 		lo, hi := samples[i-1].at, samples[i].at
@@ -313,15 +351,19 @@ func rateIntegral(samples []sample, plan string, from, to time.Time) float64 {
 		if !hi.After(lo) {
 			continue
 		}
-		total += planRate(samples[i-1], plan) * hi.Sub(lo).Seconds()
+		total += planRate(samples[i-1], plan, vms...) * hi.Sub(lo).Seconds()
 	}
 	return total / 1e6
 }
 
-// planRate is a plan's bids' rate in a sample, micro-credits a second.
-func planRate(s sample, plan string) float64 {
+// planRate is a plan's bids' rate in a sample (on vms, or all its VMs
+// without any), micro-credits a second.
+func planRate(s sample, plan string, vms ...string) float64 {
 	r := 0.0
-	for _, v := range s.vms {
+	for vm, v := range s.vms {
+		if len(vms) > 0 && !slices.Contains(vms, vm) {
+			continue
+		}
 		for _, b := range v.Bids {
 			if b.Plan == plan {
 				r += b.Rate

@@ -35,8 +35,14 @@ type sampler struct {
 	done    chan struct{}
 }
 
+// sample starts a sampler. Besides its period it samples whenever a job
+// ends (mark): the jobs' CPU clock is read at their ends, not interpolated
+// over a period that a loaded host's libvirt stretches to seconds.
 func (w *world) sample(period time.Duration) *sampler {
 	s := &sampler{w: w, stop: make(chan struct{}), done: make(chan struct{})}
+	w.smpMu.Lock()
+	w.samplers[s] = true
+	w.smpMu.Unlock()
 	go func() {
 		defer close(s.done)
 		t := time.NewTicker(period)
@@ -55,31 +61,48 @@ func (w *world) sample(period time.Duration) *sampler {
 
 func (s *sampler) take() {
 	smp := sample{at: time.Now(), vms: s.w.shares(), cnt: map[string]counters{}}
-	for _, c := range s.w.clusters {
-		for _, vm := range c.Workers {
-			smp.cnt[vm] = s.w.counters(vm)
-		}
+	for _, vm := range s.w.guests() {
+		smp.cnt[vm] = s.w.counters(vm)
 	}
 	s.mu.Lock()
 	s.samples = append(s.samples, smp)
 	s.mu.Unlock()
 }
 
-// snapshot returns the samples so far.
+// snapshot returns the samples so far, in time order.
 func (s *sampler) snapshot() []sample {
 	s.take()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return slices.Clone(s.samples)
+	return inOrder(slices.Clone(s.samples))
 }
 
-// end stops sampling and returns the samples.
+// inOrder sorts samples by time: a job's end samples beside the period's.
+func inOrder(samples []sample) []sample {
+	slices.SortStableFunc(samples, func(a, b sample) int { return a.at.Compare(b.at) })
+	return samples
+}
+
+// end stops sampling and returns the samples, in time order.
 func (s *sampler) end() []sample {
+	s.w.smpMu.Lock()
+	delete(s.w.samplers, s)
+	s.w.smpMu.Unlock()
 	close(s.stop)
 	<-s.done
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.samples
+	return inOrder(s.samples)
+}
+
+// mark samples on every running sampler: a job has just ended.
+func (w *world) mark() {
+	w.smpMu.Lock()
+	running := slices.Collect(maps.Keys(w.samplers))
+	w.smpMu.Unlock()
+	for _, s := range running {
+		s.take()
+	}
 }
 
 // counters reads a domain's counters from libvirt.
@@ -104,6 +127,21 @@ func (w *world) counters(vm string) counters {
 		}
 	}
 	return c
+}
+
+// cpuUsed is the CPU time a domain has used (libvirt's GetInfo alone, not
+// its disk and network counters: no call into the guest's QEMU).
+func (w *world) cpuUsed(vm string) time.Duration {
+	d, err := w.conn.LookupDomainByName(vm)
+	if err != nil {
+		return 0
+	}
+	defer d.Free()
+	info, err := d.GetInfo()
+	if err != nil {
+		return 0
+	}
+	return time.Duration(info.CpuTime)
 }
 
 // timeline formats samples: per interval, each VM's CPU fraction, disk

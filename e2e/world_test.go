@@ -48,14 +48,21 @@ type world struct {
 	conn  *libvirt.Connect
 	// clusters are the users' clusters, by user.
 	clusters map[string]*workertest.Cluster
+	// stages are alice's workflow's guests, a cluster of one worker per
+	// stage: each stage's job, its reduce included, runs on its own VM, so
+	// that stage priority's money lands where the stage computes.
+	stages []*workertest.Cluster
 	// cpus pins worker i of every cluster to host CPU cpus[i].
 	cpus []int
 	// taps are the guests' taps, by VM.
 	taps map[string]string
 	// all samples the whole run.
-	all  *sampler
-	mu   sync.Mutex
-	rows []row
+	all *sampler
+	// samplers are the samplers running, which mark samples on.
+	smpMu    sync.Mutex
+	samplers map[*sampler]bool
+	mu       sync.Mutex
+	rows     []row
 }
 
 // row is one line of the suite's report: a case, the resource it
@@ -152,9 +159,10 @@ func mustJSON[T any](t testing.TB, w *world, args ...string) T {
 	return v
 }
 
-// newWorld starts the market, boots the users' clusters and starts the
-// host's agent.
-func newWorld(t *testing.T, inputs []worker.Input, users ...string) *world {
+// newWorld starts the market, boots the users' clusters (each of two
+// workers on inputs) and the first user's workflow's guests (one cluster
+// of one worker on stageInput per stage), and starts the host's agent.
+func newWorld(t *testing.T, inputs []worker.Input, stageInput worker.Input, stages int, users ...string) *world {
 	if os.Getenv("MRM_E2E") == "" {
 		t.Skip("the end-to-end suite boots real guests for minutes: run it with `make e2e` (MRM_E2E=1)")
 	}
@@ -163,7 +171,8 @@ func newWorld(t *testing.T, inputs []worker.Input, users ...string) *world {
 		need(t, "libvirtd not reachable at %s: %v (run .ci/libvirt.sh as root)", workertest.QEMUURI, err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	w := &world{t: t, conn: conn, clusters: map[string]*workertest.Cluster{}, taps: map[string]string{}, bin: testproc.Binary(t)}
+	w := &world{t: t, conn: conn, clusters: map[string]*workertest.Cluster{}, taps: map[string]string{}, bin: testproc.Binary(t),
+		samplers: map[*sampler]bool{}}
 	w.waitAlone()
 
 	dir, err := os.MkdirTemp("", "mrm-e2e-")
@@ -195,16 +204,23 @@ func newWorld(t *testing.T, inputs []worker.Input, users ...string) *world {
 	for i := range runtime.NumCPU() {
 		w.cpus = append(w.cpus, i)
 	}
-	for i, u := range users {
-		name := fmt.Sprintf("e2%c%d", 'a'+i, os.Getpid()%100000)
-		c := workertest.Guests(t, workertest.Options{Name: name, Owner: u, Workers: 2, Inputs: inputs, Slots: 2, ScratchMiB: 2048, Create: w.create})
-		w.clusters[u] = c
+	boot := func(name, owner string, workers, first int, inputs []worker.Input) *workertest.Cluster {
+		c := workertest.Guests(t, workertest.Options{Name: name, Owner: owner, Workers: workers, Inputs: inputs, Slots: 2, ScratchMiB: 2048, Create: w.create})
 		for k, vm := range c.Workers {
-			w.pin(vm, w.cpus[k%len(w.cpus)])
+			w.pin(vm, w.cpus[(first+k)%len(w.cpus)])
 			if w.taps[vm], err = c.Tap(vm); err != nil {
 				t.Fatal(err)
 			}
 		}
+		return c
+	}
+	for i, u := range users {
+		w.clusters[u] = boot(fmt.Sprintf("e2%c%d", 'a'+i, os.Getpid()%100000), u, 2, 0, inputs)
+	}
+	// Stage k's guest on CPU k (modulo): each stage contested by one of the
+	// second user's workers.
+	for k := range stages {
+		w.stages = append(w.stages, boot(fmt.Sprintf("e2s%d%d", k, os.Getpid()%100000), users[0], 1, k, []worker.Input{stageInput}))
 	}
 	w.startAgent()
 	return w
@@ -278,11 +294,9 @@ func (w *world) startAgent() {
 	// The broker knows every guest.
 	testpoll.CheckFor(w.t, time.Minute, 200*time.Millisecond, func() error {
 		vms := w.m.Broker.VMs(&wire.VMsRequest{})
-		for _, c := range w.clusters {
-			for _, vm := range c.Workers {
-				if !slices.ContainsFunc(vms.VMs, func(v wire.HostVM) bool { return v.VM == vm }) {
-					return fmt.Errorf("the broker does not know %s yet", vm)
-				}
+		for _, vm := range w.guests() {
+			if !slices.ContainsFunc(vms.VMs, func(v wire.HostVM) bool { return v.VM == vm }) {
+				return fmt.Errorf("the broker does not know %s yet", vm)
 			}
 		}
 		return nil
@@ -306,6 +320,7 @@ func (w *world) shares() map[string]wire.VMState {
 // it succeeded.
 func (w *world) run(ctx context.Context, user string, spec yarnfacade.JobSpec) (yarnfacade.Result, error) {
 	res, err := w.clusters[user].Run(ctx, spec)
+	w.mark()
 	if err == nil && !res.Succeeded {
 		err = fmt.Errorf("%s's %s failed: %s", user, spec.Name, res.Diagnostics)
 	}
@@ -317,6 +332,19 @@ func (w *world) vms() []string {
 	var out []string
 	for _, u := range slices.Sorted(maps.Keys(w.clusters)) {
 		out = append(out, w.clusters[u].Workers...)
+	}
+	return out
+}
+
+// guests are every guest of the world: the users' workers, then the
+// workflow's stages.
+func (w *world) guests() []string { return append(w.vms(), w.stageVMs()...) }
+
+// stageVMs are the workflow's guests, a stage's each, in order.
+func (w *world) stageVMs() []string {
+	var out []string
+	for _, c := range w.stages {
+		out = append(out, c.Workers...)
 	}
 	return out
 }
