@@ -61,6 +61,7 @@ type estimated struct {
 func (b *Broker) estimate(s wire.JobSpec) (estimated, error) {
 	type done struct {
 		at     time.Time
+		plan   string // the user and plan id, which orders jobs that finished at one instant
 		x      []float64
 		mw, rw float64
 		miss   float64 // measured work over the regression's bound (0: admitted on the profile)
@@ -68,9 +69,9 @@ func (b *Broker) estimate(s wire.JobSpec) (estimated, error) {
 	var hist []done
 	b.store.each(func(rec *planRecord, _ uint64) {
 		if j := rec.Job; j != nil && j.Done && j.MapWork > 0 && j.Held >= j.MapWork {
-			d := done{at: j.Finished, x: features(j.Spec), mw: j.MapWork, rw: j.Held - j.MapWork}
+			d := done{at: j.Finished, plan: rec.Plan.User + "\x00" + rec.Plan.ID, x: features(j.Spec), mw: nanos(j.MapWork), rw: nanos(j.Held - j.MapWork)}
 			if j.Bound > 0 {
-				d.miss = j.Held / j.Bound
+				d.miss = nanos(j.Held) / j.Bound
 			}
 			hist = append(hist, d)
 		}
@@ -79,7 +80,16 @@ func (b *Broker) estimate(s wire.JobSpec) (estimated, error) {
 	profile := estimated{mean: avg, sd: (up - avg) / upperZ, upper: up, source: "profile", margin: 1, work: up}
 	profiled := up > 0 && !math.IsInf(up, 0)
 	if len(hist) >= b.cfg.MinHistory {
-		sort.Slice(hist, func(i, k int) bool { return hist[i].at.After(hist[k].at) })
+		// Newest first; jobs that finished at one instant (a simulated
+		// tick ends many) by plan, not in the store's map order: which of
+		// them the history keeps, and the order the regression sums them
+		// in, would otherwise differ from run to run.
+		sort.Slice(hist, func(i, k int) bool {
+			if !hist[i].at.Equal(hist[k].at) {
+				return hist[i].at.After(hist[k].at)
+			}
+			return hist[i].plan < hist[k].plan
+		})
 		hist = hist[:min(len(hist), maxHistory)]
 		maps, reds := &strategies.Estimator{Z: upperZ}, &strategies.Estimator{Z: upperZ}
 		var misses []float64
@@ -115,3 +125,11 @@ func (b *Broker) estimate(s wire.JobSpec) (estimated, error) {
 	}
 	return profile, nil
 }
+
+// nanos rounds measured share-seconds to the nanosecond: they are sums of
+// shares over intervals, added up as host states arrive, and states of
+// several hosts arrive in no fixed order, so the same work can differ in
+// its last bits from run to run — which a regression over it, and every
+// price and margin after, would carry (a seed's results not the same
+// twice).
+func nanos(x float64) float64 { return math.Round(x*1e9) / 1e9 }
