@@ -81,8 +81,11 @@
 // for a host CPU counts as used. A starved VM's vCPUs wait; an idle VM's
 // halt — they neither run nor wait — so it stays idle on a loaded host as
 // on a quiet one. The libvirt enforcer reads the vCPUs' scheduling delay
-// (the steal time the guest sees; their schedstats wait where libvirt has
-// no delay), the simulator the demand it did not give; a VM the Enforcer
+// (the steal time the guest sees) from the host's accounts of the QEMU
+// process, never by asking the QEMU itself: a VM the market starves cannot
+// answer, and a reading that waits on it would stall the agent's ticks and
+// the very bid that would let it answer. The simulator reads the demand it
+// did not give; a VM the Enforcer
 // cannot say, or every VM in a tick whose read failed, is judged by its
 // use alone.
 //

@@ -210,6 +210,7 @@ type e2e struct {
 	bank   *bank.Bank
 	state  string
 	a      *agent.Agent
+	enf    *virt.Enforcer
 	stopA  func()
 	prefix string
 	// mandate is alice's signed spend the bids act for, hold the hold it funds.
@@ -239,7 +240,7 @@ func (w *e2e) startAgent() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { agent.Run(ctx, a, 500*time.Millisecond); close(done) }()
-	w.a = a
+	w.a, w.enf = a, enf
 	w.stopA = func() { cancel(); <-done; stopServe(); enf.Close() }
 }
 
@@ -350,7 +351,27 @@ func TestSharesOnRealGuests(t *testing.T) {
 		check(t, fmt.Sprintf("%d:%d, the next 3 s", ratio[0], ratio[1]), fractions(t, doms, 3*time.Second), target)
 	}
 
-	// A third guest: the agent discovers it at its next tick.
+	// At 3:1 on one host CPU, g2 waits for it three quarters of the time and
+	// g1 one quarter: the agent's reading of their wait says so. Mutation:
+	// reading a vCPU's run time instead of its run-queue delay inverts it.
+	before, err := w.enf.CPUWait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	after, err := w.enf.CPUWait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waited := func(g string) float64 { return (after[w.prefix+g] - before[w.prefix+g]).Seconds() / 2 }
+	t.Logf("3:1, vCPU wait per second: g1 %.3f, g2 %.3f", waited("g1"), waited("g2"))
+	if waited("g2") < 0.5 || waited("g1") > 0.4 {
+		t.Errorf("3:1: g1 waited %.3f s/s and g2 %.3f s/s for the CPU, want about 0.25 and 0.75", waited("g1"), waited("g2"))
+	}
+
+	// A third guest: the agent discovers it at its next tick, although
+	// without a bid its QEMU gets almost no CPU beside the busy two (the
+	// agent's readings must not wait on it: procwait.go).
 	doms["g3"] = startGuest(t, conn, w.prefix+"g3", "alice", initrd, false)
 	testpoll.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
 		if hasVM(w.a.State(), w.prefix+"g3") {

@@ -54,6 +54,11 @@ type Config struct {
 	// LinkKiBps, when positive, is the link's speed (KiB/s, each
 	// direction): the network throttles never divide more than it.
 	LinkKiBps uint
+	// ProcFS and PidFile, for tests: where the host's process accounts
+	// are ("" for /proc), and where libvirt keeps a domain's QEMU process
+	// id (nil for libvirt's QEMU driver's place, pidFile).
+	ProcFS  string
+	PidFile func(domain string) string
 }
 
 // Enforcer governs a host's domains through libvirt. Safe for concurrent use.
@@ -474,39 +479,27 @@ func (e *Enforcer) timePerDomain(read func(vm string, d *libvirt.Domain) (time.D
 }
 
 // CPUWait is each managed domain's vCPUs' time runnable but waiting for a
-// host CPU, summed: their scheduling delay (vcpu.<n>.delay, the steal time
-// the guest sees), or where libvirt has not that, their wait
-// (vcpu.<n>.wait, which needs the kernel's schedstats). A domain for which
-// libvirt gives neither is absent: the agent judges its idleness by its
-// use alone.
+// host CPU, summed: their scheduling delay (the steal time the guest sees),
+// read from the host's accounts of the domain's QEMU process (procwait.go
+// says why not from libvirt's vCPU statistics). A domain whose process
+// cannot be read (another libvirt driver, a remote host, an agent without
+// the rights) is absent: the agent judges its idleness by its use alone.
 func (e *Enforcer) CPUWait(context.Context) (map[string]time.Duration, error) {
+	procfs := e.cfg.ProcFS
+	if procfs == "" {
+		procfs = "/proc"
+	}
 	return e.timePerDomain(func(vm string, d *libvirt.Domain) (time.Duration, bool, error) {
-		// One domain a call: a record's domain handle is freed with the
-		// list, so it cannot name which of several it was.
-		stats, err := e.conn.GetAllDomainStats([]*libvirt.Domain{d}, libvirt.DOMAIN_STATS_VCPU, 0)
-		if err != nil {
-			var lerr libvirt.Error
-			if errors.As(err, &lerr) && (lerr.Code == libvirt.ERR_NO_SUPPORT || lerr.Code == libvirt.ERR_NO_DOMAIN) {
-				return 0, false, nil
-			}
-			return 0, false, fmt.Errorf("virt: %s vCPU statistics: %w", vm, err)
+		path := e.cfg.PidFile
+		if path == nil {
+			path = func(name string) string { return pidFile(e.cfg.URI, name) }
 		}
-		var wait time.Duration
-		known := false
-		for _, s := range stats {
-			for _, v := range s.Vcpu {
-				switch {
-				case v.DelaySet:
-					wait += time.Duration(v.Delay)
-				case v.WaitSet:
-					wait += time.Duration(v.Wait)
-				default:
-					continue
-				}
-				known = true
-			}
+		pid, ok := readPid(path(vm))
+		if !ok {
+			return 0, false, nil
 		}
-		return wait, known, nil
+		wait, ok := processWait(procfs, pid)
+		return wait, ok, nil
 	})
 }
 
