@@ -312,8 +312,9 @@ func fill(capacity float64, shares map[string]float64, qsum float64, demand map[
 
 // ThrottleSet is one Throttle per resource fed from cumulative counters,
 // as an enforcer reads them: each Plan turns what every VM moved since the
-// last call into rates and plans every resource. A VM is planned from the
-// second reading it appears in (its counters before that are not a rate).
+// last call into rates and plans every resource. A VM is planned for a
+// resource from the second reading in a row that has its counter (before
+// that, or after a reading without it, its counter is not a rate).
 type ThrottleSet struct {
 	Plans  map[string]*Throttle // by resource
 	before map[string]map[string]float64
@@ -329,8 +330,10 @@ func (s *ThrottleSet) Plan(shares map[string]float64, sofar map[string]map[strin
 		for r, th := range s.Plans {
 			moved := map[string]float64{}
 			for vm, c := range sofar {
-				if b, ok := s.before[vm]; ok {
-					moved[vm] = max(c[r]-b[r], 0) / dt
+				now, read := c[r]
+				before, was := s.before[vm][r]
+				if read && was { // a counter read only once is not a rate
+					moved[vm] = max(now-before, 0) / dt
 				}
 			}
 			for vm, c := range th.Plan(shares, moved) {

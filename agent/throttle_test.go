@@ -5,6 +5,7 @@ import (
 	"math"
 	"sort"
 	"testing"
+	"time"
 
 	"github.com/mrmarket/mrmarket/agent"
 )
@@ -223,5 +224,28 @@ func TestThrottleKnownLinkDoesNotRatchet(t *testing.T) {
 	}
 	if r := caps["a"] / caps["b"]; math.Abs(r-3) > 0.01 {
 		t.Errorf("caps %v in ratio %.3f, want 3", caps, r)
+	}
+}
+
+// TestThrottleSetRatesNeedTwoReadings: a VM's counter is a rate only
+// between two readings in a row that have it. A disk left unread for a
+// tick (its QEMU was not asked) and read again must not count everything
+// it moved since the start as one tick's traffic. Mutation: taking a
+// missing counter as 0 plans the VM's 600 MB as 600 MB/s and caps the
+// device's capacity at that.
+func TestThrottleSetRatesNeedTwoReadings(t *testing.T) {
+	s := agent.ThrottleSet{Plans: map[string]*agent.Throttle{"disk": {}}}
+	t0 := time.Unix(0, 0)
+	shares := map[string]float64{"a": 0.5, "b": 0.5}
+	at := func(i int) time.Time { return t0.Add(time.Duration(i) * time.Second) }
+	s.Plan(shares, map[string]map[string]float64{"a": {"disk": 0}, "b": {"disk": 0}}, at(0))
+	s.Plan(shares, map[string]map[string]float64{"a": {"disk": 10}, "b": {}}, at(1)) // b unread
+	caps := s.Plan(shares, map[string]map[string]float64{"a": {"disk": 20}, "b": {"disk": 600}}, at(2))
+	if c := s.Plans["disk"].Capacity; c > 20 {
+		t.Fatalf("capacity %.1f MB/s after b's unread tick (caps %v): its 600 MB counted as one second's", c, caps)
+	}
+	caps = s.Plan(shares, map[string]map[string]float64{"a": {"disk": 30}, "b": {"disk": 610}}, at(3))
+	if caps["b"]["disk"] <= 0 {
+		t.Fatalf("b, read twice in a row, is not planned: %v", caps)
 	}
 }

@@ -61,8 +61,24 @@ func (w *world) sample(period time.Duration) *sampler {
 
 func (s *sampler) take() {
 	smp := sample{at: time.Now(), vms: s.w.shares(), cnt: map[string]counters{}}
+	s.mu.Lock()
+	var last map[string]counters
+	if n := len(s.samples); n > 0 {
+		last = s.samples[n-1].cnt
+	}
+	s.mu.Unlock()
 	for _, vm := range s.w.guests() {
-		smp.cnt[vm] = s.w.counters(vm)
+		// A guest without a share is not asked for its disks' counters,
+		// for the agent's reason (agent/virt's asksQEMU): its QEMU may get
+		// no CPU, and the call would wait for it. Its disk counts what it
+		// did when last read.
+		ask := smp.vms[vm].Share > 0
+		smp.cnt[vm] = s.w.counters(vm, ask)
+		if !ask {
+			c := smp.cnt[vm]
+			c.disk = last[vm].disk
+			smp.cnt[vm] = c
+		}
 	}
 	s.mu.Lock()
 	s.samples = append(s.samples, smp)
@@ -105,8 +121,9 @@ func (w *world) mark() {
 	}
 }
 
-// counters reads a domain's counters from libvirt.
-func (w *world) counters(vm string) counters {
+// counters reads a domain's counters from libvirt; its disks' only when
+// disks is set.
+func (w *world) counters(vm string, disks bool) counters {
 	var c counters
 	d, err := w.conn.LookupDomainByName(vm)
 	if err != nil {
@@ -117,6 +134,9 @@ func (w *world) counters(vm string) counters {
 		c.cpu = time.Duration(info.CpuTime)
 	}
 	for _, dev := range []string{"vda", "vdb"} {
+		if !disks {
+			break
+		}
 		if st, err := d.BlockStats(dev); err == nil {
 			c.disk += st.RdBytes + st.WrBytes
 		}

@@ -117,6 +117,21 @@
 // network when configured), so a VM waiting on its disk or network is
 // busy for the agent's idle rule, not idle.
 //
+// # Calls a guest's QEMU must answer
+//
+// Some libvirt calls go through the domain's QEMU monitor and hold the
+// domain's job until QEMU answers: the disks' statistics and caps
+// (virDomainBlockStats, virDomainSetBlockIoTune), and the vCPU statistics
+// group of virConnectGetAllDomainStats. A domain without a share has the
+// least CPU weight, and beside busy guests its QEMU may get no CPU for
+// minutes; such a call then does not return, and the weight change its
+// first bid needs waits on the same job. So the enforcer makes those calls
+// only for domains with a share (asksQEMU): a domain without one has no
+// disk reading (the agent judges it by its CPU use) and keeps the disk cap
+// in force until it has a share again; network counters and caps (the
+// host's taps) and CPU time and wait (the host's accounts of the QEMU
+// process) never ask it.
+//
 // # Reconciling
 //
 // Applied reports, for each VM, the share the enforcer last applied if the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"time"
 
@@ -39,6 +40,9 @@ const mib = 1 << 20
 type ioCounters struct {
 	disk, netIn, netOut float64
 	disks, nics         []string
+	// diskUnread: the disks' counters were not read (see asksQEMU), so
+	// disk is not what they moved.
+	diskUnread bool
 }
 
 // use is the IOUse the agent's idle rule reads.
@@ -52,6 +56,8 @@ type throttles struct {
 	// before it rebalances), so a tick reads the domains' stats once.
 	read   map[string]ioCounters
 	readAt time.Time
+	// shares are the shares of the last Rebalance (asksQEMU).
+	shares map[string]float64
 	// taps are the interfaces each VM's network caps were set on (see
 	// tcnet.go), so their shaping and IFBs go when the VM does.
 	taps map[string][]string
@@ -77,6 +83,7 @@ func (e *Enforcer) throttled() []string {
 func (e *Enforcer) Rebalance(ctx context.Context, shares map[string]float64) (map[string]map[string]float64, error) {
 	e.mu.Lock()
 	rs := e.throttled()
+	e.th.shares = maps.Clone(shares)
 	e.mu.Unlock()
 	if len(rs) == 0 {
 		return nil, nil
@@ -93,8 +100,9 @@ func (e *Enforcer) Rebalance(ctx context.Context, shares map[string]float64) (ma
 	e.mu.Unlock()
 	if counters == nil || !now.After(last) {
 		now, counters = time.Now(), make(map[string]ioCounters, len(doms))
+		ask := e.asksQEMU()
 		for vm, d := range doms {
-			counters[vm] = domainIO(d)
+			counters[vm] = domainIO(d, ask(vm))
 		}
 	}
 	e.mu.Lock()
@@ -110,7 +118,10 @@ func (e *Enforcer) Rebalance(ctx context.Context, shares map[string]float64) (ma
 	}
 	sofar := make(map[string]map[string]float64, len(counters))
 	for vm, c := range counters {
-		sofar[vm] = map[string]float64{wire.ResourceDisk: c.disk, wire.ResourceNetIn: c.netIn, wire.ResourceNetOut: c.netOut}
+		sofar[vm] = map[string]float64{wire.ResourceNetIn: c.netIn, wire.ResourceNetOut: c.netOut}
+		if !c.diskUnread {
+			sofar[vm][wire.ResourceDisk] = c.disk
+		}
 	}
 	want := th.plans.Plan(shares, sofar, now)
 	// What to set: the new caps, and 0 (no limit) where a cap was set
@@ -126,6 +137,16 @@ func (e *Enforcer) Rebalance(ctx context.Context, shares map[string]float64) (ma
 			next[r] = want[vm][r]
 		}
 		prev, known := th.set[vm]
+		if counters[vm].diskUnread {
+			// Its disk cap cannot be set without asking its QEMU: the
+			// one in force stays, and is re-planned once it has a share.
+			if _, has := next[wire.ResourceDisk]; has {
+				next[wire.ResourceDisk] = prev[wire.ResourceDisk]
+				if !known {
+					delete(next, wire.ResourceDisk)
+				}
+			}
+		}
 		if !known || differs(prev, next) {
 			todo = append(todo, change{vm, next})
 		}
@@ -136,7 +157,7 @@ func (e *Enforcer) Rebalance(ctx context.Context, shares map[string]float64) (ma
 	for _, c := range todo {
 		d := doms[c.vm]
 		ok := true
-		if v, has := c.caps[wire.ResourceDisk]; has {
+		if v, has := c.caps[wire.ResourceDisk]; has && !counters[c.vm].diskUnread {
 			if err := setDiskCap(d, counters[c.vm].disks, v); err != nil {
 				errs, ok = append(errs, fmt.Errorf("virt: %s disk throttle: %w", c.vm, err)), false
 			}
@@ -265,11 +286,11 @@ func (e *Enforcer) Modes() []wire.ResourceMode {
 }
 
 // domainIO reads d's I/O counters: bytes read and written on its disks
-// (virDomainBlockStats), received and sent on its interfaces
-// (virDomainInterfaceStats; libvirt reports a tap's counters from the
-// guest's side: rx is into the guest). A device whose statistics cannot be
-// read counts nothing.
-func domainIO(d *libvirt.Domain) ioCounters {
+// (virDomainBlockStats, unless askQEMU is false: see asksQEMU), received
+// and sent on its interfaces (virDomainInterfaceStats; libvirt reports a
+// tap's counters from the guest's side: rx is into the guest). A device
+// whose statistics cannot be read counts nothing.
+func domainIO(d *libvirt.Domain, askQEMU bool) ioCounters {
 	var c ioCounters
 	desc, err := d.GetXMLDesc(0)
 	if err != nil {
@@ -284,6 +305,10 @@ func domainIO(d *libvirt.Domain) ioCounters {
 			continue
 		}
 		c.disks = append(c.disks, disk.Target.Dev)
+		if !askQEMU {
+			c.diskUnread = true
+			continue
+		}
 		if st, err := d.BlockStats(disk.Target.Dev); err == nil {
 			if st.RdBytesSet {
 				c.disk += float64(st.RdBytes) / mib

@@ -5,6 +5,7 @@ import (
 	"encoding/xml"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -503,11 +504,26 @@ func (e *Enforcer) CPUWait(context.Context) (map[string]time.Duration, error) {
 	})
 }
 
+// asksQEMU says, for each managed domain, whether the enforcer may make
+// calls that the domain's QEMU must answer (libvirt's disk statistics and
+// disk caps go through its monitor): only while the domain has a CPU
+// share (applied, or the last the throttles were planned for). A domain
+// without one gets the least weight there is, and beside
+// busy ones its QEMU may get no CPU at all; such a call would then never
+// return, holding libvirt's job on the domain, and the bid that would give
+// it CPU (a weight change takes the same job) would wait behind it.
+func (e *Enforcer) asksQEMU() func(vm string) bool {
+	e.mu.Lock()
+	applied, planned := maps.Clone(e.applied), maps.Clone(e.th.shares)
+	e.mu.Unlock()
+	return func(vm string) bool { return applied[vm] > 0 || planned[vm] > 0 }
+}
+
 // IOUsage is each managed domain's I/O so far, in MB: bytes read and
 // written on its disks (virDomainBlockStats), received and sent on its
 // interfaces (virDomainInterfaceStats). A device whose statistics cannot
-// be read counts nothing. Each call also updates the host's peak rates
-// (IOCapacity).
+// be read counts nothing; a domain whose disks are not read (asksQEMU) is
+// absent. Each call also updates the host's peak rates (IOCapacity).
 func (e *Enforcer) IOUsage(context.Context) (map[string]agent.IOUse, error) {
 	doms, _, err := e.managed()
 	if err != nil {
@@ -516,9 +532,12 @@ func (e *Enforcer) IOUsage(context.Context) (map[string]agent.IOUse, error) {
 	defer freeAll(doms)
 	out := make(map[string]agent.IOUse, len(doms))
 	counters := make(map[string]ioCounters, len(doms))
+	ask := e.asksQEMU()
 	for vm, d := range doms {
-		counters[vm] = domainIO(d)
-		out[vm] = counters[vm].use()
+		counters[vm] = domainIO(d, ask(vm))
+		if !counters[vm].diskUnread { // else its use is unknown this time
+			out[vm] = counters[vm].use()
+		}
 	}
 	now := time.Now()
 	e.mu.Lock()

@@ -101,11 +101,22 @@ func TestDiscoveryDiskAndNetOnTheTestDriver(t *testing.T) {
 // and interface counters (the test driver's invent traffic as time
 // passes), so the agent can tell a VM waiting on I/O from an idle one; the
 // host's peak rates rise from what the domains moved together.
+//
+// A domain without a CPU share is not asked for its disks' counters (its
+// QEMU, which answers them, may be getting no CPU): its use is unknown
+// until it has one. Mutation: asking every domain lists it at once.
 func TestIOUsageOnTheTestDriver(t *testing.T) {
 	e := testDriver(t)
 	ctx := context.Background()
 	manageTestDomain(t, e)
 	a, err := e.IOUsage(ctx)
+	if err != nil || len(a) != 0 {
+		t.Fatalf("I/O usage before the domain has a share: %v %v, want none read", a, err)
+	}
+	e.mu.Lock()
+	e.applied["test"] = 0.5 // as Apply records it (the test driver takes no live weights)
+	e.mu.Unlock()
+	a, err = e.IOUsage(ctx)
 	if err != nil || len(a) != 1 {
 		t.Fatalf("I/O usage %v %v", a, err)
 	}
