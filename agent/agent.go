@@ -111,6 +111,13 @@ type legKey struct{ hold, vm string }
 // if that is less (see measure).
 const wakeShare = 0.5
 
+// starvedWait is the least vCPU wait (CPU-seconds a second) that makes a
+// VM busy (see measure): half of one vCPU waiting the whole interval. A
+// guest that computes and is denied the CPU waits for about all the time
+// it does not run; an idle guest's wakes wait far less (docs/E2E.md has
+// both, measured on loaded TCG hosts).
+const starvedWait = 0.5
+
 // bidKey is a bid's place in the book: one bid per plan on a VM, so several
 // plans funding one VM add up.
 type bidKey struct{ vm, plan string }
@@ -674,7 +681,12 @@ func (a *Agent) measure(ctx context.Context, now time.Time) error {
 			if last, known := a.lastWait[vm]; ok && known {
 				// Starved is not idle: what its vCPUs waited for a host CPU
 				// (runnable, not running) it wanted as much as what they ran.
-				used += max(w-last, 0).Seconds() / dt
+				// Only a wait of starvedWait or more says so: an idle guest's
+				// vCPUs wake for its timers, and on a busy host each wake
+				// waits its turn.
+				if waited := max(w-last, 0).Seconds() / dt; waited >= starvedWait {
+					used += waited
+				}
 			}
 			bar := a.cfg.IdleBelow * e
 			if a.quiet[vm] >= a.cfg.IdleTicks {
