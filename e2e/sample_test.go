@@ -67,18 +67,27 @@ func (s *sampler) take() {
 		last = s.samples[n-1].cnt
 	}
 	s.mu.Unlock()
-	for _, vm := range s.w.guests() {
-		// A guest without a share is not asked for its disks' counters,
-		// for the agent's reason (agent/virt's asksQEMU): its QEMU may get
-		// no CPU, and the call would wait for it. Its disk counts what it
-		// did when last read.
-		ask := smp.vms[vm].Share > 0
-		smp.cnt[vm] = s.w.counters(vm, ask)
-		if !ask {
-			c := smp.cnt[vm]
-			c.disk = last[vm].disk
-			smp.cnt[vm] = c
+	guests := s.w.guests()
+	// First what the host reads without asking the guests' QEMU (CPU
+	// time, the taps' bytes), all at the sample's moment: the jobs' CPU
+	// clock is read from these. Then the disks' bytes, which libvirt asks
+	// each QEMU for under the domain's job: with the jobs' disks busy one
+	// such call took up to 16 s (docs/E2E.md), and the CPU times read
+	// after it were of a later moment than the sample's.
+	for _, vm := range guests {
+		smp.cnt[vm] = s.w.counters(vm)
+	}
+	for _, vm := range guests {
+		c := smp.cnt[vm]
+		// A guest without a share is not asked at all, for the agent's
+		// reason (agent/virt's asksQEMU): its QEMU may get no CPU, and
+		// the call would wait for it. Its disk counts what it did when
+		// last read.
+		c.disk = last[vm].disk
+		if smp.vms[vm].Share > 0 {
+			c.disk = s.w.diskBytes(vm)
 		}
+		smp.cnt[vm] = c
 	}
 	s.mu.Lock()
 	s.samples = append(s.samples, smp)
@@ -121,9 +130,25 @@ func (w *world) mark() {
 	}
 }
 
-// counters reads a domain's counters from libvirt; its disks' only when
-// disks is set.
-func (w *world) counters(vm string, disks bool) counters {
+// diskBytes is the bytes a domain's disks have read and written.
+func (w *world) diskBytes(vm string) int64 {
+	d, err := w.conn.LookupDomainByName(vm)
+	if err != nil {
+		return 0
+	}
+	defer d.Free()
+	var n int64
+	for _, dev := range []string{"vda", "vdb"} {
+		if st, err := d.BlockStats(dev); err == nil {
+			n += st.RdBytes + st.WrBytes
+		}
+	}
+	return n
+}
+
+// counters reads a domain's CPU time and its taps' bytes from libvirt,
+// none of which asks the guest's QEMU.
+func (w *world) counters(vm string) counters {
 	var c counters
 	d, err := w.conn.LookupDomainByName(vm)
 	if err != nil {
@@ -132,14 +157,6 @@ func (w *world) counters(vm string, disks bool) counters {
 	defer d.Free()
 	if info, err := d.GetInfo(); err == nil {
 		c.cpu = time.Duration(info.CpuTime)
-	}
-	for _, dev := range []string{"vda", "vdb"} {
-		if !disks {
-			break
-		}
-		if st, err := d.BlockStats(dev); err == nil {
-			c.disk += st.RdBytes + st.WrBytes
-		}
 	}
 	if tap := w.taps[vm]; tap != "" {
 		if st, err := d.InterfaceStats(tap); err == nil {
