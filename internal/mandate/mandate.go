@@ -196,10 +196,22 @@ func Read(r wire.SignedRequest) (Mandate, error) {
 		return Mandate{}, fmt.Errorf("%w: signed for %s, not a spend or a submit", ErrNotAllowed, r.Subject)
 	}
 	if m.RequestID == "" {
-		m.RequestID = c.Nonce
+		m.RequestID = NonceID(c.Nonce)
 	}
 	m.Hold = HoldIDFor(m.User, m.RequestID)
 	return m, nil
+}
+
+// NonceID is the id of a request that has none: its signature's nonce,
+// which is base64url and so starts with '-' or '_' one time in 32, and an
+// id must start with a letter or digit (wire.CheckID): such a nonce gets
+// an "n" in front. A nonce that is an id already stays as it is, so the
+// plans and holds named after one keep their names.
+func NonceID(nonce string) string {
+	if wire.CheckID("id", nonce) == nil {
+		return nonce
+	}
+	return "n" + nonce
 }
 
 // HoldUntil is the latest a hold m funds may expire, on the clock of now
