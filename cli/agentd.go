@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -110,6 +111,9 @@ func runAgent(c *ucli.Context) error {
 	s.AddCloser(h.close)
 	reg := prometheus.NewRegistry()
 	env := daemonEnv(c, s, anchor, reg)
+	if l, ok := h.enforcer.(interface{ SetLogger(*slog.Logger) }); ok {
+		l.SetLogger(env.Logger) // its slow libvirt calls
+	}
 	a, err := daemon.StartAgent(c.Context, daemon.AgentConfig{Env: env, Host: host, Signer: signer, Enforcer: h.enforcer,
 		Capacity: h.capacity, IdleBelow: c.Float64("idle-below"), StateFile: state, Tick: c.Duration("tick")})
 	if err != nil {

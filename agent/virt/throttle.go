@@ -102,7 +102,7 @@ func (e *Enforcer) Rebalance(ctx context.Context, shares map[string]float64) (ma
 		now, counters = time.Now(), make(map[string]ioCounters, len(doms))
 		ask := e.asksQEMU()
 		for vm, d := range doms {
-			counters[vm] = domainIO(d, ask(vm))
+			counters[vm] = e.domainIO(vm, d, ask(vm))
 		}
 	}
 	e.mu.Lock()
@@ -158,7 +158,7 @@ func (e *Enforcer) Rebalance(ctx context.Context, shares map[string]float64) (ma
 		d := doms[c.vm]
 		ok := true
 		if v, has := c.caps[wire.ResourceDisk]; has && !counters[c.vm].diskUnread {
-			if err := setDiskCap(d, counters[c.vm].disks, v); err != nil {
+			if err := e.setDiskCap(c.vm, d, counters[c.vm].disks, v); err != nil {
 				errs, ok = append(errs, fmt.Errorf("virt: %s disk throttle: %w", c.vm, err)), false
 			}
 		}
@@ -245,14 +245,17 @@ func differs(a, b map[string]float64) bool {
 }
 
 // setDiskCap caps d's disks together at mbps MB/s (0: no limit).
-func setDiskCap(d *libvirt.Domain, disks []string, mbps float64) error {
+func (e *Enforcer) setDiskCap(vm string, d *libvirt.Domain, disks []string, mbps float64) error {
 	var errs []error
 	for _, dev := range disks {
 		p := &libvirt.DomainBlockIoTuneParameters{TotalBytesSecSet: true, TotalBytesSec: uint64(math.Round(mbps * mib))}
 		if mbps > 0 {
 			p.GroupNameSet, p.GroupName = true, throttleGroup
 		}
-		if err := d.SetBlockIoTune(dev, p, libvirt.DOMAIN_AFFECT_LIVE); err != nil {
+		start := time.Now()
+		err := d.SetBlockIoTune(dev, p, libvirt.DOMAIN_AFFECT_LIVE)
+		e.timed(vm, fmt.Sprintf("virDomainSetBlockIoTune %s %.2f MB/s", dev, mbps), start, err)
+		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", dev, err))
 		}
 	}
@@ -290,9 +293,11 @@ func (e *Enforcer) Modes() []wire.ResourceMode {
 // and sent on its interfaces (virDomainInterfaceStats; libvirt reports a
 // tap's counters from the guest's side: rx is into the guest). A device
 // whose statistics cannot be read counts nothing.
-func domainIO(d *libvirt.Domain, askQEMU bool) ioCounters {
+func (e *Enforcer) domainIO(vm string, d *libvirt.Domain, askQEMU bool) ioCounters {
 	var c ioCounters
+	start := time.Now()
 	desc, err := d.GetXMLDesc(0)
+	e.timed(vm, "virDomainGetXMLDesc", start, err)
 	if err != nil {
 		return c
 	}
@@ -309,7 +314,10 @@ func domainIO(d *libvirt.Domain, askQEMU bool) ioCounters {
 			c.diskUnread = true
 			continue
 		}
-		if st, err := d.BlockStats(disk.Target.Dev); err == nil {
+		start = time.Now()
+		st, err := d.BlockStats(disk.Target.Dev)
+		e.timed(vm, "virDomainBlockStats "+disk.Target.Dev, start, err)
+		if err == nil {
 			if st.RdBytesSet {
 				c.disk += float64(st.RdBytes) / mib
 			}

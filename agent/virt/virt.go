@@ -5,6 +5,7 @@ import (
 	"encoding/xml"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"math"
 	"slices"
@@ -83,6 +84,34 @@ type Enforcer struct {
 	io   ioSample
 	peak agent.IOUse
 	th   throttles
+	log  *slog.Logger // slow calls (timed)
+}
+
+// SlowCall is how long a libvirt call on one domain may take before the
+// enforcer logs it: the agent ticks every second or so, and a call that
+// waits on the domain's job or its QEMU holds the tick.
+const SlowCall = time.Second
+
+// SetLogger sets where the enforcer reports libvirt calls slower than
+// SlowCall (by default nowhere).
+func (e *Enforcer) SetLogger(l *slog.Logger) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.log = l
+}
+
+// timed reports call on vm, begun at start, if it took SlowCall or more.
+func (e *Enforcer) timed(vm, call string, start time.Time, err error) {
+	took := time.Since(start)
+	if took < SlowCall {
+		return
+	}
+	e.mu.Lock()
+	l := e.log
+	e.mu.Unlock()
+	if l != nil {
+		l.Warn("slow libvirt call", "vm", vm, "call", call, "took", took.Round(time.Millisecond), "err", err)
+	}
 }
 
 var (
@@ -275,7 +304,10 @@ func (e *Enforcer) Apply(_ context.Context, shares map[string]float64) error {
 		p, known := prev[vm]
 		recap := e.cfg.HardCap && (!known || p != q)
 		if w != t.weight || recap || !e.cfg.HardCap && !t.uncapped {
-			if err := e.applyCPU(t.dom, q, w, !t.uncapped); err != nil {
+			start := time.Now()
+			err := e.applyCPU(t.dom, q, w, !t.uncapped)
+			e.timed(vm, fmt.Sprintf("virDomainSetSchedulerParametersFlags cpu_shares %d", w), start, err)
+			if err != nil {
 				e.cache.forget(vm)
 				errs = append(errs, goneOr(vm, fmt.Errorf("virt: %s cpu: %w", vm, err)))
 				continue
@@ -449,8 +481,10 @@ func (e *Enforcer) Applied(context.Context) (map[string]float64, error) {
 
 // Usage is each managed domain's CPU time.
 func (e *Enforcer) Usage(context.Context) (map[string]time.Duration, error) {
-	return e.timePerDomain(func(_ string, d *libvirt.Domain) (time.Duration, bool, error) {
+	return e.timePerDomain(func(vm string, d *libvirt.Domain) (time.Duration, bool, error) {
+		start := time.Now()
 		info, err := d.GetInfo()
+		e.timed(vm, "virDomainGetInfo", start, err)
 		if err != nil {
 			return 0, false, nil
 		}
@@ -534,7 +568,7 @@ func (e *Enforcer) IOUsage(context.Context) (map[string]agent.IOUse, error) {
 	counters := make(map[string]ioCounters, len(doms))
 	ask := e.asksQEMU()
 	for vm, d := range doms {
-		counters[vm] = domainIO(d, ask(vm))
+		counters[vm] = e.domainIO(vm, d, ask(vm))
 		if !counters[vm].diskUnread { // else its use is unknown this time
 			out[vm] = counters[vm].use()
 		}

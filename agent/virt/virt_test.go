@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -393,4 +395,20 @@ func TestCPUWaitOnTheTestDriver(t *testing.T) {
 		t.Fatalf("wait %v", wait)
 	}
 	t.Logf("wait %v", wait)
+}
+
+// TestSlowCallsAreLogged: a libvirt call that took SlowCall or more is
+// logged with its domain, call and time; a quick one is not.
+func TestSlowCallsAreLogged(t *testing.T) {
+	var out strings.Builder
+	e := &Enforcer{}
+	e.SetLogger(slog.New(slog.NewTextHandler(&out, nil)))
+	e.timed("vm1", "virDomainBlockStats vda", time.Now(), nil)
+	if out.Len() > 0 {
+		t.Fatalf("a quick call was logged: %s", out.String())
+	}
+	e.timed("vm1", "virDomainBlockStats vda", time.Now().Add(-2*SlowCall), nil)
+	if got := out.String(); !strings.Contains(got, "slow libvirt call") || !strings.Contains(got, "vm=vm1") || !strings.Contains(got, "virDomainBlockStats vda") {
+		t.Fatalf("logged %q", got)
+	}
 }
