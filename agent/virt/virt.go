@@ -85,6 +85,8 @@ type Enforcer struct {
 	peak agent.IOUse
 	th   throttles
 	log  *slog.Logger // slow calls (timed)
+	// cpuSeen is what Usage read last (asksQEMU).
+	cpuSeen cpuSample
 }
 
 // SlowCall is how long a libvirt call on one domain may take before the
@@ -479,9 +481,10 @@ func (e *Enforcer) Applied(context.Context) (map[string]float64, error) {
 	return out, nil
 }
 
-// Usage is each managed domain's CPU time.
+// Usage is each managed domain's CPU time. It also notes which domains'
+// QEMU ran under minAnswerCPU since the last call (asksQEMU).
 func (e *Enforcer) Usage(context.Context) (map[string]time.Duration, error) {
-	return e.timePerDomain(func(vm string, d *libvirt.Domain) (time.Duration, bool, error) {
+	use, err := e.timePerDomain(func(vm string, d *libvirt.Domain) (time.Duration, bool, error) {
 		start := time.Now()
 		info, err := d.GetInfo()
 		e.timed(vm, "virDomainGetInfo", start, err)
@@ -490,6 +493,39 @@ func (e *Enforcer) Usage(context.Context) (map[string]time.Duration, error) {
 		}
 		return time.Duration(info.CpuTime), true, nil
 	})
+	if err == nil {
+		e.mu.Lock()
+		e.cpuSeen.next(use, time.Now())
+		e.mu.Unlock()
+	}
+	return use, err
+}
+
+// minAnswerCPU is the least CPU (a fraction of one) a domain's QEMU must
+// have had over the last Usage interval for the enforcer to ask it
+// anything (asksQEMU): a QEMU the host starves answers nothing until it
+// runs. Idle TCG guests beside busy ones run their vCPUs 15–25 ms a second
+// at a share of 0.14, and 0–5 ms at the least weight (docs/E2E.md).
+const minAnswerCPU = 0.01
+
+// cpuSample is what Usage read last and the one before, per domain.
+type cpuSample struct {
+	at, before time.Time
+	now, prev  map[string]time.Duration
+}
+
+func (c *cpuSample) next(use map[string]time.Duration, at time.Time) {
+	c.before, c.prev = c.at, c.now
+	c.at, c.now = at, use
+}
+
+// starved says whether vm's QEMU ran under minAnswerCPU between the last
+// two readings (false when there are not two).
+func (c *cpuSample) starved(vm string) bool {
+	dt := c.at.Sub(c.before).Seconds()
+	now, ok1 := c.now[vm]
+	prev, ok2 := c.prev[vm]
+	return ok1 && ok2 && dt > 0 && (now-prev).Seconds()/dt < minAnswerCPU
 }
 
 // timePerDomain reads a time of each managed domain (read says whether it
@@ -541,16 +577,22 @@ func (e *Enforcer) CPUWait(context.Context) (map[string]time.Duration, error) {
 // asksQEMU says, for each managed domain, whether the enforcer may make
 // calls that the domain's QEMU must answer (libvirt's disk statistics and
 // disk caps go through its monitor): only while the domain has a CPU
-// share (applied, or the last the throttles were planned for). A domain
-// without one gets the least weight there is, and beside
-// busy ones its QEMU may get no CPU at all; such a call would then never
-// return, holding libvirt's job on the domain, and the bid that would give
-// it CPU (a weight change takes the same job) would wait behind it.
+// share (applied, or the last the throttles were planned for), and its
+// QEMU ran at least minAnswerCPU over the last Usage interval (a small
+// share beside busy guests starves it too). A domain without a share
+// gets the least weight there is, and beside busy ones its QEMU may get
+// no CPU at all; such a call would then never return, holding libvirt's
+// job on the domain, and the bid that would give it CPU (a weight change
+// takes the same job) would wait behind it.
 func (e *Enforcer) asksQEMU() func(vm string) bool {
 	e.mu.Lock()
+	defer e.mu.Unlock()
 	applied, planned := maps.Clone(e.applied), maps.Clone(e.th.shares)
-	e.mu.Unlock()
-	return func(vm string) bool { return applied[vm] > 0 || planned[vm] > 0 }
+	starved := map[string]bool{}
+	for vm := range e.cpuSeen.now {
+		starved[vm] = e.cpuSeen.starved(vm)
+	}
+	return func(vm string) bool { return (applied[vm] > 0 || planned[vm] > 0) && !starved[vm] }
 }
 
 // IOUsage is each managed domain's I/O so far, in MB: bytes read and

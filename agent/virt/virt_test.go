@@ -412,3 +412,28 @@ func TestSlowCallsAreLogged(t *testing.T) {
 		t.Fatalf("logged %q", got)
 	}
 }
+
+// TestAStarvedQEMUIsNotAsked: a domain with a share whose QEMU ran under
+// minAnswerCPU over the last interval (a small share beside busy guests)
+// is not asked for its disks' counters; once it runs, it is. Mutation:
+// asking every domain with a share lists it while it starves.
+func TestAStarvedQEMUIsNotAsked(t *testing.T) {
+	e := testDriver(t)
+	ctx := context.Background()
+	manageTestDomain(t, e)
+	t0 := time.Unix(0, 0)
+	e.mu.Lock()
+	e.applied["test"] = 0.5
+	e.cpuSeen.next(map[string]time.Duration{"test": 0}, t0)
+	e.cpuSeen.next(map[string]time.Duration{"test": time.Millisecond}, t0.Add(time.Second))
+	e.mu.Unlock()
+	if a, err := e.IOUsage(ctx); err != nil || len(a) != 0 {
+		t.Fatalf("I/O usage of a domain whose QEMU ran 1 ms in a second: %v %v, want none read", a, err)
+	}
+	e.mu.Lock()
+	e.cpuSeen.next(map[string]time.Duration{"test": 51 * time.Millisecond}, t0.Add(2*time.Second))
+	e.mu.Unlock()
+	if a, err := e.IOUsage(ctx); err != nil || len(a) != 1 {
+		t.Fatalf("I/O usage of a domain whose QEMU ran 50 ms in a second: %v %v", a, err)
+	}
+}
