@@ -158,7 +158,10 @@ func (e *Enforcer) Rebalance(ctx context.Context, shares map[string]float64) (ma
 		d := doms[c.vm]
 		ok := true
 		if v, has := c.caps[wire.ResourceDisk]; has && !counters[c.vm].diskUnread {
-			if err := e.setDiskCap(c.vm, d, counters[c.vm].disks, v); err != nil {
+			switch err := e.setDiskCap(c.vm, d, counters[c.vm].disks, v); {
+			case errors.Is(err, errUnanswered):
+				ok = false // set when it answers, or again at a later tick
+			case err != nil:
 				errs, ok = append(errs, fmt.Errorf("virt: %s disk throttle: %w", c.vm, err)), false
 			}
 		}
@@ -244,7 +247,8 @@ func differs(a, b map[string]float64) bool {
 	return false
 }
 
-// setDiskCap caps d's disks together at mbps MB/s (0: no limit).
+// setDiskCap caps d's disks together at mbps MB/s (0: no limit), through
+// ask: errUnanswered when the domain's QEMU has not answered in time.
 func (e *Enforcer) setDiskCap(vm string, d *libvirt.Domain, disks []string, mbps float64) error {
 	var errs []error
 	for _, dev := range disks {
@@ -252,9 +256,12 @@ func (e *Enforcer) setDiskCap(vm string, d *libvirt.Domain, disks []string, mbps
 		if mbps > 0 {
 			p.GroupNameSet, p.GroupName = true, throttleGroup
 		}
-		start := time.Now()
-		err := d.SetBlockIoTune(dev, p, libvirt.DOMAIN_AFFECT_LIVE)
-		e.timed(vm, fmt.Sprintf("virDomainSetBlockIoTune %s %.2f MB/s", dev, mbps), start, err)
+		err := e.ask(vm, d, fmt.Sprintf("virDomainSetBlockIoTune %s %.2f MB/s", dev, mbps), func(d *libvirt.Domain) error {
+			return d.SetBlockIoTune(dev, p, libvirt.DOMAIN_AFFECT_LIVE)
+		})
+		if errors.Is(err, errUnanswered) {
+			return err // the domain's other disks wait for it too
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", dev, err))
 		}
@@ -314,9 +321,15 @@ func (e *Enforcer) domainIO(vm string, d *libvirt.Domain, askQEMU bool) ioCounte
 			c.diskUnread = true
 			continue
 		}
-		start = time.Now()
-		st, err := d.BlockStats(disk.Target.Dev)
-		e.timed(vm, "virDomainBlockStats "+disk.Target.Dev, start, err)
+		var st *libvirt.DomainBlockStats
+		err := e.ask(vm, d, "virDomainBlockStats "+disk.Target.Dev, func(d *libvirt.Domain) (err error) {
+			st, err = d.BlockStats(disk.Target.Dev)
+			return err
+		})
+		if errors.Is(err, errUnanswered) {
+			c.diskUnread, askQEMU = true, false // and its other disks wait too
+			continue
+		}
 		if err == nil {
 			if st.RdBytesSet {
 				c.disk += float64(st.RdBytes) / mib

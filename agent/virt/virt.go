@@ -87,6 +87,8 @@ type Enforcer struct {
 	log  *slog.Logger // slow calls (timed)
 	// cpuSeen is what Usage read last (asksQEMU).
 	cpuSeen cpuSample
+	// asking is the domains with a call to their QEMU running (ask).
+	asking map[string]bool
 }
 
 // SlowCall is how long a libvirt call on one domain may take before the
@@ -588,9 +590,12 @@ func (e *Enforcer) asksQEMU() func(vm string) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	applied, planned := maps.Clone(e.applied), maps.Clone(e.th.shares)
-	starved := map[string]bool{}
+	starved := maps.Clone(e.asking) // still waiting on an earlier call
+	if starved == nil {
+		starved = map[string]bool{}
+	}
 	for vm := range e.cpuSeen.now {
-		starved[vm] = e.cpuSeen.starved(vm)
+		starved[vm] = starved[vm] || e.cpuSeen.starved(vm)
 	}
 	return func(vm string) bool { return (applied[vm] > 0 || planned[vm] > 0) && !starved[vm] }
 }

@@ -437,3 +437,35 @@ func TestAStarvedQEMUIsNotAsked(t *testing.T) {
 		t.Fatalf("I/O usage of a domain whose QEMU ran 50 ms in a second: %v %v", a, err)
 	}
 }
+
+// TestAnUnansweredCallDoesNotHoldTheTick: a call into a domain's QEMU
+// that has not returned after askWait leaves the caller with
+// errUnanswered; the domain is not asked again (nor read by IOUsage) until
+// the call ends, and then it is. Mutation: waiting for the call holds the
+// caller as long as the QEMU does.
+func TestAnUnansweredCallDoesNotHoldTheTick(t *testing.T) {
+	e := testDriver(t)
+	d := manageTestDomain(t, e)
+	e.mu.Lock()
+	e.applied["test"] = 0.5
+	e.mu.Unlock()
+	release, ran := make(chan struct{}), make(chan struct{}, 2)
+	start := time.Now()
+	err := e.ask("test", d, "stuck", func(*libvirt.Domain) error { ran <- struct{}{}; <-release; return nil })
+	if !errors.Is(err, errUnanswered) || time.Since(start) > 10*askWait {
+		t.Fatalf("a stuck call: %v after %v", err, time.Since(start))
+	}
+	if err := e.ask("test", d, "second", func(*libvirt.Domain) error { ran <- struct{}{}; return nil }); !errors.Is(err, errUnanswered) || len(ran) != 1 {
+		t.Fatalf("a second call while the first waits: %v, %d ran", err, len(ran))
+	}
+	if a, err := e.IOUsage(context.Background()); err != nil || len(a) != 0 {
+		t.Fatalf("I/O usage while a call waits: %v %v, want the domain unread", a, err)
+	}
+	close(release)
+	testpoll.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if a, err := e.IOUsage(context.Background()); err != nil || len(a) != 1 {
+			return fmt.Errorf("I/O usage after the call ended: %v %v", a, err)
+		}
+		return nil
+	})
+}
