@@ -129,8 +129,11 @@
 // in the e2e suite a workflow's idle guest beside busy ones answered one
 // disk statistics call in 16–17 s. So the enforcer makes those calls only
 // for domains with a share whose QEMU ran at least minAnswerCPU over the
-// last interval (asksQEMU; the CPU time is read without asking QEMU), and
-// logs any libvirt call of a second or more. A domain left out has no
+// last interval (asksQEMU; the CPU time is read without asking QEMU),
+// waits for one such call 250 ms at most (ask: a guest can lose the CPU
+// during a call, when the host turns busy; the call goes on by itself and
+// the domain is left out until it ends), and logs any libvirt call of a
+// second or more. A domain left out has no
 // disk reading (the agent judges it by its CPU use) and keeps the disk cap
 // in force until it is asked again; network counters and caps (the
 // host's taps) and CPU time and wait (the host's accounts of the QEMU
