@@ -354,21 +354,28 @@ func TestIdleAfterQuietTicks(t *testing.T) {
 	}
 }
 
+// twoEqualBids is a host with alice's VMs a and b, bid on equally by one
+// plan.
+func twoEqualBids(t *testing.T) *host {
+	t.Helper()
+	h := newHost(t, agent.VM{ID: "a", Owner: "alice"}, agent.VM{ID: "b", Owner: "alice"})
+	h.fund(t, "alice", "ha", 100_000)
+	if _, err := h.a.SetBids(context.Background(), bidReq(
+		wire.Bid{VM: "a", Owner: "alice", Plan: "pa", Hold: "ha", Budget: 3600, Duration: wire.Duration(time.Hour)},
+		wire.Bid{VM: "b", Owner: "alice", Plan: "pa", Hold: "ha", Budget: 3600, Duration: wire.Duration(time.Hour)},
+	)); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
 // TestStarvedIsNotIdle: on a host whose CPUs processes outside the market
 // take nearly all of, a VM that wants all it is entitled to gets a small
 // part of it; it waits for the rest, so it is busy — bottleneck elimination
 // must not move money away from it — while a VM that wants nothing on the
 // same host is idle.
 func TestStarvedIsNotIdle(t *testing.T) {
-	ctx := context.Background()
-	h := newHost(t, agent.VM{ID: "a", Owner: "alice"}, agent.VM{ID: "b", Owner: "alice"})
-	h.fund(t, "alice", "ha", 100_000)
-	if _, err := h.a.SetBids(ctx, bidReq(
-		wire.Bid{VM: "a", Owner: "alice", Plan: "pa", Hold: "ha", Budget: 3600, Duration: wire.Duration(time.Hour)},
-		wire.Bid{VM: "b", Owner: "alice", Plan: "pa", Hold: "ha", Budget: 3600, Duration: wire.Duration(time.Hour)},
-	)); err != nil {
-		t.Fatal(err)
-	}
+	h := twoEqualBids(t)
 	h.sim.SetForeignLoad(0.96)
 	h.sim.SetDemand("b", 0.001)
 	for i := 1; i <= 5; i++ {
@@ -393,15 +400,7 @@ func TestStarvedIsNotIdle(t *testing.T) {
 // guests idle beside busy ones, measured in docs/E2E.md). Mutation:
 // counting every wait as use keeps b busy.
 func TestTimerWakesAreNotStarvation(t *testing.T) {
-	ctx := context.Background()
-	h := newHost(t, agent.VM{ID: "a", Owner: "alice"}, agent.VM{ID: "b", Owner: "alice"})
-	h.fund(t, "alice", "ha", 100_000)
-	if _, err := h.a.SetBids(ctx, bidReq(
-		wire.Bid{VM: "a", Owner: "alice", Plan: "pa", Hold: "ha", Budget: 3600, Duration: wire.Duration(time.Hour)},
-		wire.Bid{VM: "b", Owner: "alice", Plan: "pa", Hold: "ha", Budget: 3600, Duration: wire.Duration(time.Hour)},
-	)); err != nil {
-		t.Fatal(err)
-	}
+	h := twoEqualBids(t)
 	h.sim.SetForeignLoad(0.99)
 	h.sim.SetDemand("b", 0.3) // wakes that wait: under half a CPU in all
 	for i := 1; i <= 5; i++ {

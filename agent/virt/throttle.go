@@ -139,7 +139,7 @@ func (e *Enforcer) Rebalance(ctx context.Context, shares map[string]float64) (ma
 		prev, known := th.set[vm]
 		if counters[vm].diskUnread {
 			// Its disk cap cannot be set without asking its QEMU: the
-			// one in force stays, and is re-planned once it has a share.
+			// one in force stays until the domain is asked again.
 			if _, has := next[wire.ResourceDisk]; has {
 				next[wire.ResourceDisk] = prev[wire.ResourceDisk]
 				if !known {

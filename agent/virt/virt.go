@@ -56,11 +56,6 @@ type Config struct {
 	// LinkKiBps, when positive, is the link's speed (KiB/s, each
 	// direction): the network throttles never divide more than it.
 	LinkKiBps uint
-	// ProcFS and PidFile, for tests: where the host's process accounts
-	// are ("" for /proc), and where libvirt keeps a domain's QEMU process
-	// id (nil for libvirt's QEMU driver's place, pidFile).
-	ProcFS  string
-	PidFile func(domain string) string
 }
 
 // Enforcer governs a host's domains through libvirt. Safe for concurrent use.
@@ -558,20 +553,12 @@ func (e *Enforcer) timePerDomain(read func(vm string, d *libvirt.Domain) (time.D
 // cannot be read (another libvirt driver, a remote host, an agent without
 // the rights) is absent: the agent judges its idleness by its use alone.
 func (e *Enforcer) CPUWait(context.Context) (map[string]time.Duration, error) {
-	procfs := e.cfg.ProcFS
-	if procfs == "" {
-		procfs = "/proc"
-	}
 	return e.timePerDomain(func(vm string, d *libvirt.Domain) (time.Duration, bool, error) {
-		path := e.cfg.PidFile
-		if path == nil {
-			path = func(name string) string { return pidFile(e.cfg.URI, name) }
-		}
-		pid, ok := readPid(path(vm))
+		pid, ok := readPid(pidFile(e.cfg.URI, vm))
 		if !ok {
 			return 0, false, nil
 		}
-		wait, ok := processWait(procfs, pid)
+		wait, ok := processWait("/proc", pid)
 		return wait, ok, nil
 	})
 }
