@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -209,6 +210,11 @@ type Broker struct {
 	// sealWhois caches the plan records' signers (seal.go), forgotten on
 	// revocations like the others.
 	sealWhois *service.WhoisCache
+	// roundSince is when the round running now began (unix ns, Config.Now;
+	// 0: none runs), lastBeat when the last heartbeat was written (the
+	// heartbeat loop of Run, heartbeat.go).
+	roundSince atomic.Int64
+	lastBeat   atomic.Int64
 }
 
 // vmPlace is a VM's host and its index in the host's state.

@@ -176,12 +176,17 @@
 // With a JetStream bucket (MRM_PLANS) the plans are shared by every broker
 // replica in the queue group: each follows the bucket through a watch,
 // writes only by compare-and-set on revisions, and beats a heartbeat every
-// tick; the hosts' deadline commitment records live there too, each
-// written by compare-and-set (Deadlines, above). A plan is run by its
-// owner; when an owner's heartbeat is two ticks old, the first replica to
-// win the compare-and-set takes its plans over, so a survivor runs them
-// from its next round (within three ticks of the death), and no plan is
-// ever run by two replicas for one revision.
+// tick — and during a round longer than half a tick, so a busy replica is
+// not taken for a dead one (heartbeat.go; a round stuck for roundStall
+// stops beating); the hosts' deadline commitment records live there too,
+// each written by compare-and-set (Deadlines, above). A plan is run by its
+// owner; when an owner's heartbeat is two ticks older than the replica's
+// own latest one as the watch brought it back (silence counted in the
+// bucket's order, so a bucket that takes no writes for a while, or a watch
+// that stalls, makes no replica silent), the first replica to win the
+// compare-and-set takes its plans over, so a survivor runs them from its
+// next round (within three ticks of the death), and no plan is ever run by
+// two replicas for one revision.
 // Without a bucket, plans live in the process's memory — the replica's
 // own, or a MemoryPlans several replicas in one process share.
 //

@@ -81,7 +81,12 @@ type step struct {
 // (compare-and-set writes, bank releases, bid requests). Plans run side by
 // side, at most roundWorkers at once; with Serial one at a time, by id.
 func (b *Broker) Tick(ctx context.Context, now time.Time) error {
-	if err := b.store.heartbeat(ctx, b.cfg.Replica, now); err != nil {
+	if err := b.beat(ctx, now); err != nil {
+		return err
+	}
+	b.roundSince.Store(now.UnixNano())
+	defer b.roundSince.Store(0)
+	if err := b.store.repair(ctx); err != nil {
 		return err
 	}
 	if _, err := b.recoverHolds(ctx, now); err != nil {
@@ -124,14 +129,24 @@ func (r *round) candidates(store planStore) []versioned {
 }
 
 // ownerAlive reports whether a plan's owner has a heartbeat (heard) and
-// is another replica whose heartbeat is at most two ticks old (alive: its
-// plans are left alone). This replica is heard, and not another.
+// is another replica whose heartbeat is at most two ticks older than this
+// replica's own latest one as the store gave it back (alive: its plans are
+// left alone). Silence is measured in the store's order, not against the
+// clock: while the store takes no heartbeat (its stream lost its leader)
+// or its watch delivers none (its consumer's node died), the others' beats
+// stop and so do this one's, and no replica goes silent to another. Until
+// this replica's own heartbeat has come back, it judges none silent. This
+// replica is heard, and not another.
 func (r *round) ownerAlive(owner string) (heard, alive bool) {
 	if owner == r.replica {
 		return true, false
 	}
 	last, ok := r.beats[owner]
-	return ok, ok && r.now.Sub(last) <= 2*r.tick
+	own, back := r.beats[r.replica]
+	if !back {
+		return ok, true
+	}
+	return ok, ok && own.Sub(last) <= 2*r.tick
 }
 
 // decide is the planner, a pure function of the round, the plan as read

@@ -82,3 +82,31 @@ func TestDecide(t *testing.T) {
 		})
 	}
 }
+
+// TestSilenceIsCountedInTheStoresOrder: another replica is silent when this
+// one's heartbeats came back from the store two ticks past its last, not
+// when the clock has moved on — while the store took no beats (its stream
+// lost its leader) or the watch brought none back, neither replica's plans
+// are taken. Mutation: measuring silence against the round's clock
+// (r.now) takes the plan over in the second and third cases.
+func TestSilenceIsCountedInTheStoresOrder(t *testing.T) {
+	now := time.Date(2026, 6, 1, 10, 0, 0, 0, time.UTC)
+	const tick = 10 * time.Second
+	rec := &planRecord{Plan: wire.Plan{ID: "p", User: "u", Hold: "h", Owner: "other", Status: wire.PlanRunning, Budget: 1,
+		Start: now.Add(-time.Hour), End: now.Add(time.Hour)}, Bids: map[string]bidRec{}}
+	for _, c := range []struct {
+		name  string
+		beats map[string]time.Time
+		take  bool
+	}{
+		{"its beats stopped, this one's came back", map[string]time.Time{"me": now, "other": now.Add(-21 * time.Second)}, true},
+		{"the store took no beats for a while", map[string]time.Time{"me": now.Add(-15 * time.Second), "other": now.Add(-21 * time.Second)}, false},
+		{"this replica's beat not back yet", map[string]time.Time{"other": now.Add(-time.Minute)}, false},
+	} {
+		r := &round{now: now, replica: "me", tick: tick, settle: tick, beats: c.beats}
+		st := r.decide(versioned{rec, 1}, func() strategies.Decision { return strategies.Decision{} })
+		if st.takeOver != c.take {
+			t.Errorf("%s: taken over %v, want %v", c.name, st.takeOver, c.take)
+		}
+	}
+}

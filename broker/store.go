@@ -119,6 +119,9 @@ type planStore interface {
 	each(f func(rec *planRecord, rev uint64))
 	heartbeat(ctx context.Context, replica string, at time.Time) error
 	heartbeats() map[string]time.Time
+	// repair writes back the plans found deleted or overwritten; Tick
+	// calls it before its round.
+	repair(ctx context.Context) error
 	// commitments is host's deadline commitment record as stored now and
 	// its revision (0: none yet); commit writes one over revision rev (0:
 	// none yet), errStale if it changed since (commit.go).
@@ -217,6 +220,8 @@ func (s *memStore) heartbeat(_ context.Context, replica string, at time.Time) er
 	return nil
 }
 
+func (s *memStore) repair(context.Context) error { return nil }
+
 func (s *memStore) heartbeats() map[string]time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -261,7 +266,10 @@ type kvStore struct {
 	// of seconds later; meanwhile this replica would see no other replica
 	// beat and no plan another wrote. heartbeat notices within watchStall
 	// and follows the bucket anew.
-	watchRev   atomic.Uint64
+	watchRev atomic.Uint64
+	// advanced is closed, and replaced, each time watchRev grows.
+	advancedMu sync.Mutex
+	advanced   chan struct{}
 	beatMu     sync.Mutex
 	beatRev    uint64
 	beatAt     time.Time
@@ -342,7 +350,16 @@ func (s *kvStore) follow(w jetstream.KeyWatcher, ready, done chan struct{}) {
 		s.apply(e.Key(), e.Value(), e.Revision(), e.Operation())
 		for rev := e.Revision(); ; {
 			cur := s.watchRev.Load()
-			if rev <= cur || s.watchRev.CompareAndSwap(cur, rev) {
+			if rev <= cur {
+				break
+			}
+			if s.watchRev.CompareAndSwap(cur, rev) {
+				s.advancedMu.Lock()
+				if s.advanced != nil {
+					close(s.advanced)
+					s.advanced = nil
+				}
+				s.advancedMu.Unlock()
 				break
 			}
 		}
@@ -578,8 +595,36 @@ func (s *kvStore) heartbeat(ctx context.Context, replica string, at time.Time) e
 		}
 	}
 	s.checkWatch(rev)
-	s.apply(replicaPrefix+replica, data, 0, jetstream.KeyValuePut)
-	return s.repair(ctx)
+	// The mirror has this replica's heartbeat once the watch brings it
+	// back, not before: another replica is silent only when this one's
+	// beats came back through the same watch and theirs did not (round.go).
+	s.awaitWatch(ctx, rev, rpc.DaemonAttempt)
+	return nil
+}
+
+// awaitWatch waits until the watch has delivered revision rev, ctx ends or
+// within passes: the mirror is then at least as fresh as that write.
+func (s *kvStore) awaitWatch(ctx context.Context, rev uint64, within time.Duration) {
+	timer := time.NewTimer(within)
+	defer timer.Stop()
+	for s.watchRev.Load() < rev {
+		s.advancedMu.Lock()
+		if s.advanced == nil {
+			s.advanced = make(chan struct{})
+		}
+		ch := s.advanced
+		s.advancedMu.Unlock()
+		if s.watchRev.Load() >= rev {
+			return
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 func (s *kvStore) close() {

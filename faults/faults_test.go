@@ -143,6 +143,9 @@ func TestFaults(tt *testing.T) {
 		rows = append(rows, r)
 		c.checkLedger(t, nc, f.name)
 		t.Logf("%s killed: longest gaps %v; the workload's longest single operations %v; retried: %v", f.name, r.gaps, waits, w.log.sampleErrors())
+		for _, o := range w.log.slowOps(killed, time.Now()) {
+			t.Logf("    slow: %s", o)
+		}
 	}
 	w.finish(t)
 	c.settle(t, nc, w.log)
@@ -205,7 +208,7 @@ func (c *cluster) settle(t testing.TB, nc *nats.Conn, log *journal) {
 	defer cancel()
 	for _, user := range spenders {
 		var plans wire.PlansReply
-		if err := log.do(ctx, "final", func(ctx context.Context) (err error) {
+		if err := log.do(ctx, "final", "", func(ctx context.Context) (err error) {
 			plans, err = c.broker(nc).Plans(ctx, &wire.PlansRequest{User: user})
 			return err
 		}); err != nil {
@@ -216,7 +219,7 @@ func (c *cluster) settle(t testing.TB, nc *nats.Conn, log *journal) {
 				continue
 			}
 			req := &wire.CancelRequest{Plan: p.ID, User: user, ID: "final-" + p.ID}
-			if err := log.do(ctx, "final", func(ctx context.Context) error { _, err := c.broker(nc).Cancel(ctx, req); return err }); err != nil && !strings.Contains(err.Error(), "not running") {
+			if err := log.do(ctx, "final", req.ID, func(ctx context.Context) error { _, err := c.broker(nc).Cancel(ctx, req); return err }); err != nil && !strings.Contains(err.Error(), "not running") {
 				t.Fatalf("cancelling %s: %v", p.ID, err)
 			}
 		}
@@ -262,7 +265,7 @@ func (c *cluster) checkExactlyOnce(t testing.TB, nc *nats.Conn, log *journal) {
 	defer cancel()
 	call := func(what string, op func(ctx context.Context) error) {
 		t.Helper()
-		if err := log.do(ctx, "final", op); err != nil {
+		if err := log.do(ctx, "final", "", op); err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
 	}

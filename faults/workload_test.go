@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -74,6 +75,22 @@ type journal struct {
 	// jobs refused admission (a definitive answer: the deadline cannot be
 	// met or paid).
 	notAdmitted int
+	// slow are the operations that waited longer than slowOp, with their
+	// tries: what a failed row's bound was spent on.
+	slow []slowOp
+}
+
+// slowOp is an operation answered after more than half of MaxGap, and each
+// of its tries: when it began (after the first), how long it took, and
+// what it got.
+type slowOp struct {
+	kind, id   string
+	start, end time.Time
+	tries      []string
+}
+
+func (o slowOp) String() string {
+	return fmt.Sprintf("%s %s (%s): %s", o.kind, o.id, o.end.Sub(o.start).Round(time.Millisecond), strings.Join(o.tries, "; "))
 }
 
 func newJournal() *journal {
@@ -132,14 +149,23 @@ func (l *journal) gap(kind string, from, to time.Time) time.Duration {
 
 // do runs op until it gives a definitive answer, each try bounded by
 // attempt, and records the answer's time; it gives up only when ctx ends.
-func (l *journal) do(ctx context.Context, kind string, op func(ctx context.Context) error) error {
+func (l *journal) do(ctx context.Context, kind, id string, op func(ctx context.Context) error) error {
 	start := time.Now()
+	var tries []string
 	for {
+		began := time.Now()
 		actx, cancel := context.WithTimeout(ctx, attempt)
 		err := op(actx)
 		cancel()
+		end := time.Now()
+		tries = append(tries, fmt.Sprintf("+%s %s %v", began.Sub(start).Round(time.Millisecond), end.Sub(began).Round(time.Millisecond), cmp.Or(err, error(errOK))))
 		if err == nil || !retryable(err) {
-			l.waited(kind, start, time.Now())
+			l.waited(kind, start, end)
+			if end.Sub(start) > MaxGap/2 {
+				l.mu.Lock()
+				l.slow = append(l.slow, slowOp{kind: kind, id: id, start: start, end: end, tries: tries})
+				l.mu.Unlock()
+			}
 			return err
 		}
 		if ctx.Err() != nil {
@@ -158,6 +184,22 @@ func (l *journal) do(ctx context.Context, kind string, op func(ctx context.Conte
 		l.mu.Unlock()
 		time.Sleep(time.Duration(20+rand.IntN(30)) * time.Millisecond)
 	}
+}
+
+// errOK stands for a try's nil error in a slow operation's tries.
+var errOK = errors.New("answered")
+
+// slowOps are the slow operations that overlapped [from, to].
+func (l *journal) slowOps(from, to time.Time) []slowOp {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []slowOp
+	for _, o := range l.slow {
+		if !o.end.Before(from) && !o.start.After(to) {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 // workload is the clients: each loops until stop, finishing the operation
@@ -203,7 +245,7 @@ func startWorkload(t testing.TB, c *cluster) *workload {
 				to = payers[rng.IntN(len(payers))]
 			}
 			req := &wire.TransferRequest{ID: fmt.Sprintf("tr-%d-%d", k, n), From: from, To: to, Amount: money.Micro(1 + rng.IntN(1000))}
-			err := w.log.do(ctx, kindTransfer, func(ctx context.Context) error { _, err := c.bank(nc).Transfer(ctx, req); return err })
+			err := w.log.do(ctx, kindTransfer, req.ID, func(ctx context.Context) error { _, err := c.bank(nc).Transfer(ctx, req); return err })
 			if err != nil {
 				return fmt.Errorf("transfer %s: %w", req.ID, err)
 			}
@@ -222,7 +264,7 @@ func startWorkload(t testing.TB, c *cluster) *workload {
 			req := &wire.SpendRequest{ID: fmt.Sprintf("sp-%s-%d", user, n), User: user, Budget: money.PerCredit / 100,
 				Duration: wire.Duration(time.Duration(5+rng.IntN(20)) * time.Second), VMs: []string{vms[rng.IntN(len(vms))]}, Strategy: wire.StrategyFair}
 			var rep wire.SpendReply
-			err := w.log.do(ctx, kindSpend, func(ctx context.Context) (err error) { rep, err = c.broker(nc).Spend(ctx, req); return err })
+			err := w.log.do(ctx, kindSpend, req.ID, func(ctx context.Context) (err error) { rep, err = c.broker(nc).Spend(ctx, req); return err })
 			if err != nil {
 				return fmt.Errorf("spend %s: %w", req.ID, err)
 			}
@@ -246,7 +288,7 @@ func startWorkload(t testing.TB, c *cluster) *workload {
 		req := &wire.SubmitRequest{ID: fmt.Sprintf("job-%d", n), User: "carol", Job: job, Deadline: time.Now().Add(2 * time.Hour),
 			MaxPrice: 50 * money.PerCredit}
 		var rep wire.SubmitReply
-		err := w.log.do(ctx, kindSubmit, func(ctx context.Context) (err error) { rep, err = c.broker(nc).Submit(ctx, req); return err })
+		err := w.log.do(ctx, kindSubmit, req.ID, func(ctx context.Context) (err error) { rep, err = c.broker(nc).Submit(ctx, req); return err })
 		switch {
 		case is(err, broker.ErrDeadline), is(err, broker.ErrUnaffordable):
 			w.log.mu.Lock()
@@ -295,7 +337,7 @@ func (w *workload) cancelLoop(c *cluster) func(ctx context.Context, nc *nats.Con
 		}
 		user, plan := job[0], job[1]
 		req := &wire.CancelRequest{Plan: plan, User: user, ID: "cancel-" + plan}
-		err := w.log.do(ctx, kindCancel, func(ctx context.Context) error { _, err := c.broker(nc).Cancel(ctx, req); return err })
+		err := w.log.do(ctx, kindCancel, req.ID, func(ctx context.Context) error { _, err := c.broker(nc).Cancel(ctx, req); return err })
 		switch {
 		case is(err, broker.ErrNotRunning): // it ended first: an answer
 		case err != nil:
