@@ -290,7 +290,11 @@ func startWorkload(t testing.TB, c *cluster) *workload {
 		var rep wire.SubmitReply
 		err := w.log.do(ctx, kindSubmit, req.ID, func(ctx context.Context) (err error) { rep, err = c.broker(nc).Submit(ctx, req); return err })
 		switch {
-		case is(err, broker.ErrDeadline), is(err, broker.ErrUnaffordable):
+		// Not admitted, a definitive answer: the deadline cannot be met, or
+		// carol cannot pay for it — as the broker priced it, or as the bank
+		// found her balance when it held the price (her cancels' releases
+		// race her submits).
+		case is(err, broker.ErrDeadline), is(err, broker.ErrUnaffordable), errors.Is(err, wire.ErrInsufficient):
 			w.log.mu.Lock()
 			w.log.notAdmitted++
 			w.log.mu.Unlock()
