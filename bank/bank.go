@@ -88,6 +88,10 @@ type Bank struct {
 	st      *store
 	now     func() time.Time
 	metrics *obs.Metrics
+	// captureTxs and captureTries count the capture transactions committed
+	// or failed and how many times they began (serialization failures
+	// begin one again).
+	captureTxs, captureTries atomic.Int64
 	logger  *slog.Logger
 	// signingClock checks signing times (Options.SigningClock); nil: wall clock.
 	signingClock func() time.Time

@@ -3,6 +3,7 @@ package bank_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -290,4 +291,131 @@ func BenchmarkSignedHold(b *testing.B) {
 			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 		})
 	}
+}
+
+// BenchmarkCaptureReplicas is the market's load on two bank replicas
+// sharing one database, as deploy/ runs them: hosts agents, each with
+// vmsPerHost VMs each funded by its own plan's hold, send their tick's
+// capture batch every 200 ms to either replica (NATS's queue group picks),
+// waiting for its answer at most an agent's attempt (1 s), while spends
+// and cancels place and release other holds on both. It runs b.N seconds
+// and reports the legs/s committed, the p50 and p99 of a batch's wait,
+// the share of batches not answered within the attempt, and how many
+// times a capture transaction began on average (each beyond the first a
+// serialization failure).
+func BenchmarkCaptureReplicas(b *testing.B) {
+	for _, s := range stores {
+		for _, hosts := range []int{3, 30} {
+			b.Run(fmt.Sprintf("store=%s/hosts=%d", s.name, hosts), func(b *testing.B) { benchCaptureReplicas(b, s.new(b), hosts) })
+		}
+	}
+}
+
+func benchCaptureReplicas(b *testing.B, target string, hosts int) {
+	const (
+		vmsPerHost = 20
+		tick       = 200 * time.Millisecond
+		attempt    = time.Second
+		churnEvery = 20 * time.Millisecond
+	)
+	ctx := context.Background()
+	var replicas []*bank.Bank
+	for range 2 {
+		bk, err := bank.Open(target, bank.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { bk.Close() })
+		replicas = append(replicas, bk)
+	}
+	for u := range captureHolds {
+		if _, err := replicas[0].Grant(ctx, &wire.GrantRequest{ID: fmt.Sprintf("g-u%d", u), User: fmt.Sprintf("u%d", u), Amount: 1_000_000_000_000}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	holdOf := func(host, vm int) string { return fmt.Sprintf("plan-%d-%d", host, vm) }
+	for h := range hosts {
+		for v := range vmsPerHost {
+			if _, err := replicas[0].Hold(ctx, &wire.HoldRequest{ID: holdOf(h, v), User: fmt.Sprintf("u%d", (h+v)%captureHolds),
+				Amount: 1_000_000_000, Expires: time.Now().Add(time.Hour)}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	var (
+		mu        sync.Mutex
+		lat       []time.Duration
+		committed atomic.Int64
+		late      atomic.Int64
+		wg        sync.WaitGroup
+	)
+	stop := make(chan struct{})
+	b.ResetTimer()
+	start := time.Now()
+	for h := range hosts {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(h), 1))
+			next := start.Add(time.Duration(rng.Int64N(int64(tick))))
+			for round := int64(1); ; round++ {
+				select {
+				case <-stop:
+					return
+				case <-time.After(time.Until(next)):
+				}
+				next = next.Add(tick)
+				name := fmt.Sprintf("host-%d", h)
+				batch := &wire.CaptureBatch{Host: name, Tick: round, Legs: make([]wire.CaptureLeg, vmsPerHost)}
+				for v := range batch.Legs {
+					batch.Legs[v] = wire.CaptureLeg{ID: fmt.Sprintf("%s/vm%d/%d", name, v, round), Hold: holdOf(h, v), VM: fmt.Sprintf("vm%d", v), Cumulative: money.Micro(round)}
+				}
+				actx, cancel := context.WithTimeout(ctx, attempt)
+				sent := time.Now()
+				_, err := replicas[rng.IntN(2)].Capture(actx, batch)
+				took := time.Since(sent)
+				cancel()
+				switch {
+				case err == nil:
+					committed.Add(vmsPerHost)
+				case bank.IsUnavailable(err):
+					late.Add(1)
+					took = max(took, attempt)
+				default:
+					b.Errorf("%s round %d: %v", name, round, err)
+					return
+				}
+				mu.Lock()
+				lat = append(lat, took)
+				mu.Unlock()
+			}
+		})
+	}
+	for r := range replicas {
+		wg.Go(func() {
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				case <-time.After(churnEvery):
+				}
+				id, user := fmt.Sprintf("churn-%d-%d", r, n), fmt.Sprintf("u%d", n%captureHolds)
+				if _, err := replicas[r].Hold(ctx, &wire.HoldRequest{ID: id, User: user, Amount: 10_000, Expires: time.Now().Add(time.Hour)}); err != nil {
+					continue
+				}
+				_, _ = replicas[1-r].Release(ctx, &wire.ReleaseRequest{Hold: id, User: user})
+			}
+		})
+	}
+	time.Sleep(time.Duration(b.N) * time.Second)
+	close(stop)
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	reportCapture(b, float64(committed.Load())/elapsed.Seconds(), lat)
+	b.ReportMetric(100*float64(late.Load())/float64(max(1, len(lat))), "late-%")
+	var txs, tries int64
+	for _, r := range replicas {
+		t, n := r.CaptureTries()
+		txs, tries = txs+t, tries+n
+	}
+	b.ReportMetric(float64(tries)/float64(max(1, txs)), "begins/tx")
 }

@@ -39,3 +39,7 @@ func (b *Bank) CaptureAlone(ctx context.Context, batch *wire.CaptureBatch) (wire
 	}
 	return reps[0], nil
 }
+
+// CaptureTries is how many capture transactions ran and how many times they
+// began in all.
+func (b *Bank) CaptureTries() (txs, tries int64) { return b.captureTxs.Load(), b.captureTries.Load() }

@@ -45,6 +45,11 @@ import (
 // group of its own): one transaction's arrays and its time to commit.
 const maxGroupLegs = 20_000
 
+// slowGroup is how long a capture transaction may take before it is
+// logged, with its size and how many times serialization failures began it
+// again: half an agent's attempt.
+const slowGroup = 500 * time.Millisecond
+
 // captureCall is one batch waiting for its group.
 type captureCall struct {
 	ctx   context.Context
@@ -171,13 +176,29 @@ func groupContext(calls []*captureCall) (context.Context, context.CancelFunc) {
 // commitCaptureTx commits calls' batches in one transaction, each with its
 // audit event when its call is served over NATS, and replies to each.
 func (b *Bank) commitCaptureTx(ctx context.Context, calls []*captureCall) ([]wire.CaptureReply, error) {
+	start := time.Now()
+	legs := 0
+	for _, c := range calls {
+		legs += len(c.batch.Legs)
+	}
+	tries := 0
+	defer func() {
+		b.captureTxs.Add(1)
+		b.captureTries.Add(int64(tries))
+		// A group's time is what each of its captures waited: an agent's
+		// capture lost for one attempt (rpc.DaemonAttempt) stalls its tick.
+		if took := time.Since(start); took >= slowGroup {
+			b.logger.Warn("bank: slow capture transaction", "batches", len(calls), "legs", legs, "tries", tries, "took", took.Round(time.Millisecond))
+		}
+	}()
 	batches := make([]*wire.CaptureBatch, len(calls))
 	for i, c := range calls {
 		batches[i] = c.batch
 	}
 	reps := make([]wire.CaptureReply, len(calls))
 	audited := false
-	err := b.st.run(ctx, func(t tx) error {
+	var err error
+	tries, err = b.st.runTries(ctx, func(t tx) error {
 		now := b.now()
 		in, err := readCapture(ctx, t, batches)
 		if err != nil {

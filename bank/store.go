@@ -49,7 +49,7 @@ var txRetry = retry.Options{InitialBackoff: time.Millisecond, Multiplier: 2, Max
 func openStore(target string) (*store, error) {
 	switch {
 	case strings.HasPrefix(target, "postgres://"), strings.HasPrefix(target, "postgresql://"):
-		db, err := sql.Open("pgx", withConnectTimeout(withCustomPlans(target)))
+		db, err := sql.Open("pgx", withConnectTimeout(withSessionSettings(target)))
 		if err != nil {
 			return nil, fmt.Errorf("bank: opening PostgreSQL: %w", err)
 		}
@@ -114,22 +114,38 @@ func privateFiles(path string) error {
 	return nil
 }
 
-// withCustomPlans asks PostgreSQL to plan every execution of a prepared
-// statement with its real parameters, unless the URL says otherwise: by
-// default it switches to a generic plan after five executions, and a generic
-// plan for "id IN ($1 … $100)" scans whole tables, several times slower for
-// a capture batch of 100 legs when captures listed their ids
-// (docs/MEASUREMENTS.md), and guesses an array's length for unnest. pgx
-// still caches the parsed statements.
-func withCustomPlans(url string) string {
-	if strings.Contains(url, "plan_cache_mode=") {
-		return url
+// withSessionSettings sets what every session of the bank asks of
+// PostgreSQL, each unless the URL sets it:
+//
+//   - plan_cache_mode=force_custom_plan: plan every execution of a prepared
+//     statement with its real parameters. By default PostgreSQL switches to a
+//     generic plan after five executions, and a generic plan for "id IN ($1 …
+//     $100)" scans whole tables, several times slower for a capture batch of
+//     100 legs when captures listed their ids (docs/MEASUREMENTS.md), and
+//     guesses an array's length for unnest. pgx still caches the parsed
+//     statements.
+//   - enable_seqscan=off: read rows through indexes whenever one serves.
+//     Under SERIALIZABLE a sequential scan locks the whole table against
+//     concurrent writers (PostgreSQL's manual, "Serializable Isolation
+//     Level"), so two replicas' capture groups, or a capture and a spend's
+//     hold, that touch different rows of a small table abort each other:
+//     with two replicas a capture transaction began 2.2 times on average and
+//     4 % of agents' batches missed their 1 s attempt; through indexes 1.2
+//     times and none (BenchmarkCaptureReplicas, docs/MEASUREMENTS.md). A
+//     query no index serves still scans.
+func withSessionSettings(url string) string {
+	for _, setting := range []string{"plan_cache_mode=force_custom_plan", "enable_seqscan=off"} {
+		name, _, _ := strings.Cut(setting, "=")
+		if strings.Contains(url, name+"=") {
+			continue
+		}
+		sep := "?"
+		if strings.Contains(url, "?") {
+			sep = "&"
+		}
+		url += sep + setting
 	}
-	sep := "?"
-	if strings.Contains(url, "?") {
-		sep = "&"
-	}
-	return url + sep + "plan_cache_mode=force_custom_plan"
+	return url
 }
 
 // multiHostConnectTimeout bounds each host's connection attempt when the
@@ -263,17 +279,23 @@ func eachRow(ctx context.Context, t tx, scan func(*sql.Rows) error, q string, ar
 // mistaken for success (the crdb.ExecuteTx pitfall, docs/PLATFORM.md). fn must
 // therefore have no effects outside the transaction.
 func (s *store) run(ctx context.Context, fn func(tx) error) error {
+	_, err := s.runTries(ctx, fn)
+	return err
+}
+
+// runTries is run, and how many times the transaction began.
+func (s *store) runTries(ctx context.Context, fn func(tx) error) (int, error) {
 	var err error
 	r := retry.Start(ctx, txRetry)
 	for r.Next() {
 		if err = s.runOnce(ctx, fn); err == nil || !retryable(err) {
-			return err
+			return r.Tries(), err
 		}
 	}
 	if ctx.Err() != nil {
-		return fmt.Errorf("%w: bank store: %v (after %d attempts: %v)", errUnavailable, ctx.Err(), r.Tries(), err)
+		return r.Tries(), fmt.Errorf("%w: bank store: %v (after %d attempts: %v)", errUnavailable, ctx.Err(), r.Tries(), err)
 	}
-	return fmt.Errorf("%w: bank store: gave up after %d serialization failures: %v", errUnavailable, r.Tries(), err)
+	return r.Tries(), fmt.Errorf("%w: bank store: gave up after %d serialization failures: %v", errUnavailable, r.Tries(), err)
 }
 
 func (s *store) runOnce(ctx context.Context, fn func(tx) error) error {
@@ -399,7 +421,7 @@ func (c column) len() int { return max(len(c.text), len(c.ints)) }
 // on SQLite (json_each), so a statement over a thousand rows is parsed and
 // planned as one over ten. A multi-row VALUES list instead takes a
 // placeholder per value, is planned anew on every execution (custom
-// plans, withCustomPlans) and has to be cut into chunks under the
+// plans, withSessionSettings) and has to be cut into chunks under the
 // placeholder limits. The columns must have the same length.
 func (s *store) table(cols ...column) (string, []any) {
 	names := make([]string, len(cols))
