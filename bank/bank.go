@@ -92,7 +92,7 @@ type Bank struct {
 	// or failed and how many times they began (serialization failures
 	// begin one again).
 	captureTxs, captureTries atomic.Int64
-	logger  *slog.Logger
+	logger                   *slog.Logger
 	// signingClock checks signing times (Options.SigningClock); nil: wall clock.
 	signingClock func() time.Time
 	onPrincipal  func(wire.Principal)
