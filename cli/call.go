@@ -111,10 +111,12 @@ func withClients(c *ucli.Context, use func(cl clients) error) error {
 // asking is the CLI's policy, as data: the bound of each try, the pause
 // before the next, and how long a command goes on asking before it gives
 // up as unavailable (exit 4). The first attempt is the fault test's
-// client's (docs/HA.md): the other replica answers a retry at once. Later
-// attempts grow to rpc.DefaultTimeout, the time a service gives its
-// handler, so a live but slow answer (a large statement or ledger) still
-// comes. The pauses stay short, as the daemons' (a fixed 20 ms): an answer
+// client's (docs/HA.md): the other replica answers a retry at once. After
+// each try that got no answer in time, the next attempt is longer, up to
+// rpc.DefaultTimeout, the time a service gives its handler, so a live but
+// slow answer (a large statement or ledger) still comes; a try answered
+// "unavailable" does not lengthen it (the service answers, fast), so the
+// command waits at most one short attempt once the service is back. The pauses stay short, as the daemons' (a fixed 20 ms): an answer
 // "unavailable" that comes at once (a plan still starting on the replica
 // that took the first try) is asked again within a quarter of a second,
 // not after a pause grown to a second.
@@ -138,13 +140,17 @@ var asking = struct {
 func retried[Req, Rep any](do op[Req, Rep]) op[Req, Rep] {
 	return func(ctx context.Context, cl clients, req Req) (rep Rep, err error) {
 		tries, shown := 0, -1 // shown: the work done the last progress shown said
+		late := 0             // tries that got no answer in time
 		for advanced := true; advanced; {
 			advanced = false
 			patient, cancel := context.WithTimeout(ctx, asking.patience)
 			for r := retry.Start(patient, asking.pauses); !advanced && r.Next(); {
 				tries++
-				actx, cancelTry := context.WithTimeout(patient, asking.attempts.Backoff(tries))
+				actx, cancelTry := context.WithTimeout(patient, asking.attempts.Backoff(late+1))
 				rep, err = do(actx, cl, req)
+				if actx.Err() != nil && patient.Err() == nil {
+					late++
+				}
 				cancelTry()
 				if err == nil || !errors.Is(err, wire.ErrUnavailable) {
 					cancel()

@@ -106,3 +106,35 @@ func TestAskingWaitsForWorkThatAdvances(t *testing.T) {
 		}
 	})
 }
+
+// A service answering "unavailable" at once (a bank whose database is
+// failing over) does not lengthen the attempts: when it is back, a try it
+// loses costs the first, short attempt, not the longest. Mutation: growing
+// the attempt with every try makes the lost try cost rpc.DefaultTimeout
+// (5 s) here.
+func TestAttemptsGrowOnlyAfterTriesWithoutAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const back = 20 * time.Second // the database answers again
+		start := time.Now()
+		lostOne := false
+		failover := func(ctx context.Context, _ clients, _ string) (string, error) {
+			if time.Since(start) < back {
+				return "", wire.Errorf(wire.ErrUnavailable, "bank store begin: conn closed")
+			}
+			if !lostOne { // the first try after it is lost with a connection the bank drops
+				lostOne = true
+				<-ctx.Done()
+				return "", wire.Errorf(wire.ErrUnavailable, "no answer on mrm.v1.bank.transfer in time")
+			}
+			return "done", nil
+		}
+		rep, err := retried(failover)(t.Context(), clients{}, "tr")
+		took := time.Since(start)
+		if err != nil || rep != "done" {
+			t.Fatalf("%q, %v", rep, err)
+		}
+		if bound := back + asking.attempts.InitialBackoff + 2*asking.pauses.MaxBackoff; took > bound {
+			t.Fatalf("answered %s after the start, %s after the service was back: want at most one short attempt and a pause (%s)", took, took-back, bound)
+		}
+	})
+}
