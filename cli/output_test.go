@@ -92,14 +92,14 @@ func TestVMsShowEveryBid(t *testing.T) {
 	}
 	// a1's disk is throttled at 187.5 MB/s, its network not governed; b1's
 	// host says nothing: no share shown where none is delivered.
-	for i, want := range [][]string{{"a1", "p1", "0.0036/h", "1 ", "187.5 MB/s"}, {"a1", "p2", "0.0072/h", "2.5"}, {"b1", "idle", " - "}} {
+	for i, want := range [][]string{{"a1", "p1", "0.0036/h", "1 ", "187.5 MiB/s"}, {"a1", "p2", "0.0072/h", "2.5"}, {"b1", "idle", " - "}} {
 		for _, w := range want {
 			if !strings.Contains(lines[i+1], w) {
 				t.Errorf("vms row %d %q lacks %q", i+1, lines[i+1], w)
 			}
 		}
 	}
-	if f := strings.Fields(lines[1]); len(f) < 9 || f[8] != "-" { // after "187.5 MB/s"
+	if f := strings.Fields(lines[1]); len(f) < 9 || f[8] != "-" { // after "187.5 MiB/s"
 		t.Errorf("a1's network is not governed, so it shows no share: %q", lines[1])
 	}
 	if !strings.Contains(lines[1], "0.0108/h") || !strings.Contains(lines[2], "0.0108/h") {

@@ -553,7 +553,7 @@ func noteStale(w *out, hosts []string) error {
 }
 
 // delivered says how v's host delivers its share of resources: a
-// throttle's caps now (MB/s), "weights" where the kernel divides by its
+// throttle's caps now (MiB/s), "weights" where the kernel divides by its
 // share, "-" where nothing governs it — never a share nothing delivers.
 func delivered(v wire.HostVM, resources ...string) string {
 	mode, caps := v.Delivery(resources...)
@@ -567,7 +567,7 @@ func delivered(v wire.HostVM, resources ...string) string {
 		for i, c := range caps {
 			s[i] = fmt.Sprintf("%.1f", c)
 		}
-		return strings.Join(s, "/") + " MB/s"
+		return strings.Join(s, "/") + " MiB/s"
 	}
 	return "-"
 }

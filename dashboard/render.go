@@ -359,7 +359,7 @@ func delivered(v wire.HostVM, resources ...string) string {
 		for i, c := range caps {
 			s[i] = fmt.Sprintf("%.1f", c)
 		}
-		return "cap " + strings.Join(s, " / ") + " MB/s"
+		return "cap " + strings.Join(s, " / ") + " MiB/s"
 	}
 	return "not governed"
 }

@@ -30,7 +30,8 @@ func (d DiskDevice) Weighs() bool { return d.Scheduler == "bfq" }
 
 // DiskDevices lists the block devices backing the managed domains' disks
 // (file-backed disks by the filesystem they live on, block-backed ones by
-// their device), read under sysfs ("" for /sys).
+// their device), read under sysfs ("" for /sys), and the servers of their
+// network disks (by protocol and address, with no scheduler).
 func (e *Enforcer) DiskDevices(sysfs string) ([]DiskDevice, error) {
 	if sysfs == "" {
 		sysfs = "/sys"
@@ -51,18 +52,24 @@ func (e *Enforcer) DiskDevices(sysfs string) ([]DiskDevice, error) {
 			continue
 		}
 		for _, disk := range dx.Devices.Disks {
-			path := diskSource(disk)
-			if path == "" {
-				continue
-			}
-			name, err := blockDevice(sysfs, path)
-			if err != nil {
-				continue
+			name := networkSource(disk)
+			if name == "" {
+				path := diskSource(disk)
+				if path == "" {
+					continue
+				}
+				if name, err = blockDevice(sysfs, path); err != nil {
+					continue
+				}
 			}
 			dev := byName[name]
 			if dev == nil {
 				dev = &DiskDevice{Name: name}
-				dev.Scheduler, _ = Scheduler(sysfs, name)
+				if disk.Source.Network == nil {
+					dev.Scheduler, _ = Scheduler(sysfs, name)
+				} else {
+					dev.Scheduler = "no host I/O scheduler"
+				}
 				byName[name] = dev
 			}
 			if len(dev.Domains) == 0 || dev.Domains[len(dev.Domains)-1] != vm {
@@ -91,6 +98,28 @@ func diskSource(d libvirtxml.DomainDisk) string {
 		return d.Source.Block.Dev
 	}
 	return ""
+}
+
+// networkSource names a network disk's server ("nbd 127.0.0.1:10809"):
+// the guest reads it through QEMU's own client, past every host I/O
+// scheduler, so only a throttle shares it; "" for other sources.
+func networkSource(d libvirtxml.DomainDisk) string {
+	if d.Source == nil || d.Source.Network == nil {
+		return ""
+	}
+	n := d.Source.Network
+	name := n.Protocol
+	for _, h := range n.Hosts {
+		switch {
+		case h.Socket != "":
+			name += " " + h.Socket
+		case h.Port != "":
+			name += " " + h.Name + ":" + h.Port
+		default:
+			name += " " + h.Name
+		}
+	}
+	return name
 }
 
 // blockDevice is the whole block device a path lives on (a file: its

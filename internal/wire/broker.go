@@ -493,7 +493,7 @@ type HostVM struct {
 }
 
 // Delivery is how v's host delivers its share of resources (the first
-// names the mode) and, under a throttle, each one's cap now in MB/s; nil
+// names the mode) and, under a throttle, each one's cap now in MiB/s (2^20 bytes); nil
 // caps when one has none yet. Whoever shows a share shows this with it, so
 // no one is shown a share nothing enforces.
 func (v HostVM) Delivery(resources ...string) (mode string, caps []float64) {
