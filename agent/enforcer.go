@@ -101,12 +101,17 @@ func (a *Agent) enforce(ctx context.Context, reconcile bool) error {
 	a.mu.Unlock()
 	if reconcile && sameShares(want, a.applied) {
 		got, err := a.cfg.Enforcer.Applied(ctx)
-		if err == nil && sameShares(want, got) {
-			return nil
-		}
 		if err == nil {
-			a.cfg.Metrics.Error("agent", "drift")
-			a.cfg.Logger.Warn("agent: shares changed behind the agent's back; repairing", "host", a.cfg.Host, "want", want, "found", got)
+			changed, missing := compareShares(want, got)
+			if len(changed) == 0 && !missing {
+				// A VM found that want does not name is new since the
+				// listing: the next tick's takes it in.
+				return nil
+			}
+			if len(changed) > 0 {
+				a.cfg.Metrics.Error("agent", "drift")
+				a.cfg.Logger.Warn("agent: shares changed behind the agent's back; repairing", "host", a.cfg.Host, "vms", changed, "want", want, "found", got)
+			}
 		}
 	}
 	err := a.cfg.Enforcer.Apply(ctx, want)
@@ -177,6 +182,22 @@ func (a *Agent) drop(gone []string) (map[string]float64, bool) {
 	a.setVMs(list, now)
 	a.desired = Shares(a.vmIDs(), a.rates(now))
 	return a.desired, true
+}
+
+// compareShares lists the VMs of want whose share in got differs (sorted),
+// and says whether got lacks one of want's VMs (gone since the listing).
+func compareShares(want, got map[string]float64) (changed []string, missing bool) {
+	for vm, q := range want {
+		p, ok := got[vm]
+		switch {
+		case !ok:
+			missing = true
+		case math.Abs(p-q) > 1e-9:
+			changed = append(changed, vm)
+		}
+	}
+	slices.Sort(changed)
+	return changed, missing
 }
 
 func sameShares(a, b map[string]float64) bool {
