@@ -84,6 +84,9 @@ const (
 	// Window is how many ticks the most moved together is remembered as
 	// what the device delivers.
 	Window = 30
+	// maxProbe bounds the estimate: at most this many times the most the
+	// VMs moved together in a contended tick of the window.
+	maxProbe = 2
 	// holdAfterDrop is how many ticks the estimate does not rise after a
 	// raise overshot the device, so a device at its limit is overshot one
 	// tick in holdAfterDrop+2, not every other one — and the caps change
@@ -96,7 +99,9 @@ const (
 // Plan returned last) and the shares, and returns the new caps: one per VM
 // with a positive share, or none while the capacity is unknown or at most
 // one VM uses the device (then, when Ceiling is set, each VM is capped at
-// the Ceiling). The caps add up to the capacity.
+// the Ceiling). The caps add up to the capacity, or more where a VM
+// paying more would otherwise be capped below one paying less
+// (noInversion).
 func (t *Throttle) Plan(shares, moved map[string]float64) map[string]float64 {
 	var total float64
 	for _, m := range moved {
@@ -129,7 +134,7 @@ func (t *Throttle) Plan(shares, moved map[string]float64) map[string]float64 {
 	}
 	saturated := allowed > 0 && total >= bindAt*allowed
 	if t.Ceiling <= 0 {
-		t.learn(moved, total, saturated)
+		t.learn(moved, total, saturated, contended(shares, moved, qsum, t.Capacity))
 	}
 	if qsum <= 0 {
 		t.caps, t.want, t.idle = nil, nil, nil
@@ -186,15 +191,71 @@ func (t *Throttle) Plan(shares, moved map[string]float64) map[string]float64 {
 		return caps
 	}
 	t.caps, t.want, t.idle = fill(t.Capacity, shares, qsum, demand), want, idle
+	noInversion(t.caps, shares)
 	return t.caps
+}
+
+// noInversion raises each VM's cap to the largest cap of the VMs with a
+// smaller share: a VM using less than its part is capped near its use, and
+// the moment it wants more it must not find a cap below that of a VM
+// paying less. The caps then add up to more than the capacity, by what
+// the VMs raised leave unused; if they use it, they fill their caps and
+// the next tick divides the device by the shares.
+func noInversion(caps, shares map[string]float64) {
+	vms := make([]string, 0, len(caps))
+	for vm := range caps {
+		vms = append(vms, vm)
+	}
+	sort.Slice(vms, func(i, j int) bool {
+		if shares[vms[i]] != shares[vms[j]] {
+			return shares[vms[i]] < shares[vms[j]]
+		}
+		return vms[i] < vms[j]
+	})
+	below, group := 0.0, 0.0 // the largest cap of smaller shares, and of this share so far
+	for i, vm := range vms {
+		if i > 0 && shares[vm] != shares[vms[i-1]] {
+			below = max(below, group)
+			group = 0
+		}
+		group = max(group, caps[vm])
+		caps[vm] = max(caps[vm], below)
+	}
+}
+
+// contended says whether two or more VMs with a share used the device in
+// a tick: only then does what they moved together say what the device
+// gives its VMs when it is shared.
+func contended(shares, moved map[string]float64, qsum, capacity float64) bool {
+	n := 0
+	for vm, q := range shares {
+		if q > 0 && moved[vm] > 0 && moved[vm] >= idleAt*capacity*q/qsum {
+			n++
+		}
+	}
+	return n >= 2
 }
 
 // learn updates the capacity estimate from one tick (see Throttle): the
 // VMs that wanted more last tick (and were capped at their part) either
 // all filled their caps — the device could do more — or some fell short:
 // the estimate is back at the most the device delivered lately, or, when
-// it was saturated, at what it delivered this tick.
-func (t *Throttle) learn(moved map[string]float64, total float64, saturated bool) {
+// it was saturated, at what it delivered this tick. Only contended ticks
+// teach it: a VM alone on the device is not capped, and what it moves
+// alone (a server's lone burst, a cache) is not what the device gives
+// several; the estimate is kept through such ticks, so the caps after a
+// pause, a VM's return from idle or a new VM start from the last
+// contended measurement. It is never above twice the most moved in a
+// contended tick of the window: a raise probes, it does not run away.
+func (t *Throttle) learn(moved map[string]float64, total float64, saturated, contended bool) {
+	if !contended {
+		t.raised, t.rose, t.last = false, 0, 0
+		return
+	}
+	if len(t.recent) == 0 {
+		// The first contended tick: what was seen before was one VM alone.
+		t.Capacity = total
+	}
 	t.recent = append(t.recent, total)
 	if len(t.recent) > Window {
 		t.recent = t.recent[len(t.recent)-Window:]
@@ -273,6 +334,7 @@ func (t *Throttle) learn(moved map[string]float64, total float64, saturated bool
 		t.Capacity = c
 		t.step = Probe
 	}
+	t.Capacity = min(t.Capacity, maxProbe*delivered)
 }
 
 // fill divides capacity by weighted max-min: no VM gets more than its
