@@ -14,6 +14,7 @@ ls /boot/vmlinuz-* >/dev/null 2>&1 || need+=(linux-image-amd64)
 command -v systemd-analyze >/dev/null || need+=(systemd)
 [ -e /usr/lib/x86_64-linux-gnu/libc.a ] || need+=(libc6-dev) # the guests' static init
 command -v tc >/dev/null || need+=(iproute2)                   # the network shares' shaping
+command -v nbdkit >/dev/null || need+=(nbdkit)                 # a disk server the project did not write
 if ((${#need[@]})); then
 	apt-get update -q
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}"
