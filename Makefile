@@ -58,7 +58,7 @@ ARTEFACTS ?= bin/test-artefacts
 # devices (an NBD server, TCP peers), which the race detector slows below the
 # speeds the tests set (a guest alone no longer fills the shared disk): they
 # run without it; the enforcer is raced by the package's other tests.
-IOSHARES := ^(TestDiskSharesOnRealGuests|TestNetShares)$$
+IOSHARES := ^(TestDiskSharesOnRealGuests|TestDiskSharesOnNBDKit|TestNetShares)$$
 # Each step prints what go test prints without -v, and under each package the
 # tests it skipped and why (a suite skipped for want of libvirt, PostgreSQL or
 # Chromium would otherwise print the same "ok" line as one that ran). A step

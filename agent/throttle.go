@@ -20,8 +20,12 @@ import (
 //     by redistribution, one tick late; an idle VM keeps IdleProbe of its
 //     part, enough to show it wants the device again;
 //   - the device's bandwidth, which the caps divide, is its known speed
-//     where one is given (Ceiling), else measured: it is the most the VMs moved together in a tick over the
-//     last Window ticks, and above that, while every VM that wants more
+//     where one is given (Ceiling), else measured: it is the most the VMs
+//     moved together in a contended tick (two VMs or more on the device)
+//     over the last Window such ticks — what one VM moves alone (a
+//     server's lone burst) is not what the device gives several, and the
+//     caps after a pause or a return from idle start from the last
+//     contended measurement — never above twice it, and above that, while every VM that wants more
 //     fills its cap, the device could do more and the estimate rises (by
 //     Probe, doubling while it keeps rising). When none wants more, the
 //     estimate is back at the most moved; while a VM that wanted more
