@@ -56,15 +56,16 @@ type Throttle struct {
 	// count's shuffle stalled for a minute).
 	Ceiling float64
 
-	caps   map[string]float64 // the caps planned last
-	want   map[string]bool    // the VMs that wanted more than their part last
-	idle   map[string]bool    // the VMs held to their idle probe last
-	recent []float64          // the totals moved in the last Window ticks
-	hold   int                // ticks left without raising after an overshoot
-	step   float64            // the next relative raise
-	raised bool               // the last tick raised the estimate
-	rose   float64            // by how much (relative)
-	last   float64            // the total moved in the last tick
+	caps    map[string]float64 // the caps planned last
+	allowed float64            // what they divided of the capacity (before noInversion)
+	want    map[string]bool    // the VMs that wanted more than their part last
+	idle    map[string]bool    // the VMs held to their idle probe last
+	recent  []float64          // the totals moved in the last Window ticks
+	hold    int                // ticks left without raising after an overshoot
+	step    float64            // the next relative raise
+	raised  bool               // the last tick raised the estimate
+	rose    float64            // by how much (relative)
+	last    float64            // the total moved in the last tick
 }
 
 // Tuning of the throttle planner.
@@ -132,16 +133,13 @@ func (t *Throttle) Plan(shares, moved map[string]float64) map[string]float64 {
 	// held back by the device dividing itself (which, not weighing its
 	// users, gives each an equal turn), not by its own demand, and still
 	// wants more — only capping the others gives it its part.
-	var allowed float64
-	for _, c := range t.caps {
-		allowed += c
-	}
+	allowed := t.allowed
 	saturated := allowed > 0 && total >= bindAt*allowed
 	if t.Ceiling <= 0 {
 		t.learn(moved, total, saturated, contended(shares, moved, qsum, t.Capacity))
 	}
 	if qsum <= 0 {
-		t.caps, t.want, t.idle = nil, nil, nil
+		t.caps, t.want, t.idle, t.allowed = nil, nil, nil, 0
 		return nil
 	}
 	// Each VM's demand: unbounded if it filled its cap (or moved
@@ -150,20 +148,28 @@ func (t *Throttle) Plan(shares, moved map[string]float64) map[string]float64 {
 	want, idle := map[string]bool{}, map[string]bool{}
 	active := 0
 	for vm, q := range shares {
+		if q > 0 && max(moved[vm], 0) >= idleAt*t.Capacity*q/qsum {
+			active++
+		}
+	}
+	// A device that delivered about all it can (the estimate) gives each
+	// VM that asks at least an equal turn, whatever its cap: a VM that
+	// moved that much may have been held to it by the device and still
+	// want more; one that moved less did not ask for more.
+	full := active > 0 && total >= bindAt*t.Capacity
+	turn := bindAt * total / float64(max(active, 1))
+	for vm, q := range shares {
 		if q <= 0 {
 			continue
 		}
 		part := t.Capacity * q / qsum
 		m := max(moved[vm], 0)
 		c, capped := t.caps[vm]
-		if m >= idleAt*part {
-			active++
-		}
 		switch {
 		case m < idleAt*part:
 			demand[vm] = IdleProbe * part
 			idle[vm] = true
-		case !capped || m >= bindAt*c || saturated && t.want[vm] || t.idle[vm] && m >= c/2:
+		case !capped || m >= bindAt*c || saturated && t.want[vm] || full && m >= turn || t.idle[vm] && m >= c/2:
 			// (A VM waking from idle is taken at its word: its probe
 			// is a request or two a tick, too coarse to tell filling
 			// it from falling short.)
@@ -178,7 +184,7 @@ func (t *Throttle) Plan(shares, moved map[string]float64) map[string]float64 {
 		// so its bursts are not held to its average (and the device's
 		// bandwidth is measured uncapped). Caps return as soon as a
 		// second VM moves data — a tick late, as every redistribution.
-		t.caps, t.want, t.idle = nil, nil, nil
+		t.caps, t.want, t.idle, t.allowed = nil, nil, nil, 0
 		if t.Ceiling <= 0 {
 			return nil
 		}
@@ -195,6 +201,12 @@ func (t *Throttle) Plan(shares, moved map[string]float64) map[string]float64 {
 		return caps
 	}
 	t.caps, t.want, t.idle = fill(t.Capacity, shares, qsum, demand), want, idle
+	// What the device was asked for is what fill divided; what
+	// noInversion adds is lent, and if the VMs use it they fill their caps.
+	t.allowed = 0
+	for _, c := range t.caps {
+		t.allowed += c
+	}
 	noInversion(t.caps, shares)
 	return t.caps
 }

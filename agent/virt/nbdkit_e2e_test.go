@@ -64,11 +64,13 @@ func startNBDKit(t *testing.T, size uint64, mibps int) int {
 	return port
 }
 
-// TestDiskSharesOnNBDKit: two TCG guests reading flat out from NBD disks
+// TestDiskSharesOnNBDKit: TCG guests reading flat out from NBD disks
 // served by nbdkit's memory plugin behind its rate filter at 64 MiB/s, the
 // enforcer in its default disk mode (throttle) re-planning the caps each
-// tick: 3:1 holds within 0.05 over 10 s windows in steady state and from
-// 5 s after each resume of either guest, twice. Before the estimate
+// tick: each guest's part is within 0.05 of its bid's over 10 s windows —
+// 3:1 in steady state and from 5 s after each resume of either guest,
+// twice; 1:2:5 from 5 s after a third guest arrives and after its resume;
+// 5:2:1 from 5 s after the bids change. Before the estimate
 // learned from contended ticks only, the guest paying 3× got 0.50–0.56
 // for ~27 s after each resume (a lone guest's burst had taught the
 // estimate ~160 MiB/s, caps that bound nothing).
@@ -78,7 +80,7 @@ func TestDiskSharesOnNBDKit(t *testing.T) {
 	initrd := buildIOInitramfs(t)
 	prefix := fmt.Sprintf("mrm-nbk-%d-", os.Getpid())
 	doms := map[string]*libvirt.Domain{}
-	for _, g := range []string{"k1", "k2"} {
+	for _, g := range []string{"k1", "k2", "k3"} {
 		xml := fmt.Sprintf(`<disk type='network' device='disk'><driver name='qemu' type='raw' cache='none'/>`+
 			`<source protocol='nbd'><host name='127.0.0.1' port='%d'/></source>`+
 			`<target dev='vda' bus='virtio'/><readonly/></disk>`, port)
@@ -90,22 +92,34 @@ func TestDiskSharesOnNBDKit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer enf.Close()
+	var mu sync.Mutex
 	bids := map[string]float64{"k1": 3, "k2": 1}
+	setBids := func(b map[string]float64) {
+		mu.Lock()
+		defer mu.Unlock()
+		bids = b
+	}
 	caps := runThrottles(t, enf, func() map[string]float64 {
+		mu.Lock()
+		defer mu.Unlock()
 		shares := map[string]float64{}
 		for g, q := range partsOf(bids) {
 			shares[prefix+g] = q
 		}
 		return shares
 	})
-	for _, d := range doms {
+	running := map[string]*libvirt.Domain{"k1": doms["k1"], "k2": doms["k2"]}
+	for _, d := range running {
 		if err := d.Resume(); err != nil {
 			t.Fatal(err)
 		}
 	}
 	window := func(what string) {
-		r := diskRates(t, doms, 10*time.Second)
-		checkParts(t, what, r, partsOf(bids), diskShareTol)
+		r := diskRates(t, running, 10*time.Second)
+		mu.Lock()
+		target := partsOf(bids)
+		mu.Unlock()
+		checkParts(t, what, r, target, diskShareTol)
 		t.Logf("%s: caps now %v, capacity %s", what, caps(), modes(enf))
 	}
 	time.Sleep(10 * time.Second)
@@ -123,4 +137,25 @@ func TestDiskSharesOnNBDKit(t *testing.T) {
 			window(fmt.Sprintf("3:1, 5–15 s after %s's resume (round %d)", g, round))
 		}
 	}
+	// A third guest arrives, the bids 1:2:5; then it pauses and resumes;
+	// then the bids change to 5:2:1.
+	setBids(map[string]float64{"k1": 1, "k2": 2, "k3": 5})
+	running["k3"] = doms["k3"]
+	if err := doms["k3"].Resume(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Second)
+	window("1:2:5, 5–15 s after k3 arrived")
+	if err := doms["k3"].Suspend(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Second)
+	if err := doms["k3"].Resume(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Second)
+	window("1:2:5, 5–15 s after k3's resume")
+	setBids(map[string]float64{"k1": 5, "k2": 2, "k3": 1})
+	time.Sleep(5 * time.Second)
+	window("5:2:1, 5–15 s after the bids changed")
 }

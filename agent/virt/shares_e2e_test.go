@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -31,11 +32,16 @@ func runThrottles(t *testing.T, enf *virt.Enforcer, shares func() map[string]flo
 		defer close(done)
 		tick := time.NewTicker(throttleTick)
 		defer tick.Stop()
+		trace := os.Getenv("MRM_TRACE_CAPS") != ""
 		for {
-			if _, err := enf.IOUsage(ctx); err != nil && ctx.Err() == nil {
+			use, err := enf.IOUsage(ctx)
+			if err != nil && ctx.Err() == nil {
 				t.Errorf("I/O usage: %v", err)
 			}
 			caps, err := enf.Rebalance(ctx, shares())
+			if trace {
+				t.Logf("trace %s: used %v caps %v (%s)", time.Now().Format("15:04:05.0"), use, caps, modes(enf))
+			}
 			if err != nil && ctx.Err() == nil {
 				t.Errorf("rebalance: %v", err)
 			}
