@@ -136,7 +136,7 @@ func (t *Throttle) Plan(shares, moved map[string]float64) map[string]float64 {
 	allowed := t.allowed
 	saturated := allowed > 0 && total >= bindAt*allowed
 	if t.Ceiling <= 0 {
-		t.learn(moved, total, saturated, contended(shares, moved, qsum, t.Capacity))
+		t.learn(moved, total, saturated, active(shares, moved, qsum, t.Capacity) >= 2)
 	}
 	if qsum <= 0 {
 		t.caps, t.want, t.idle, t.allowed = nil, nil, nil, 0
@@ -146,18 +146,13 @@ func (t *Throttle) Plan(shares, moved map[string]float64) map[string]float64 {
 	// uncapped), its use plus headroom if it used less, a probe if idle.
 	demand := make(map[string]float64, len(shares))
 	want, idle := map[string]bool{}, map[string]bool{}
-	active := 0
-	for vm, q := range shares {
-		if q > 0 && max(moved[vm], 0) >= idleAt*t.Capacity*q/qsum {
-			active++
-		}
-	}
+	using := active(shares, moved, qsum, t.Capacity)
 	// A device that delivered about all it can (the estimate) gives each
 	// VM that asks at least an equal turn, whatever its cap: a VM that
 	// moved that much may have been held to it by the device and still
 	// want more; one that moved less did not ask for more.
-	full := active > 0 && total >= bindAt*t.Capacity
-	turn := bindAt * total / float64(max(active, 1))
+	full := using > 0 && total >= bindAt*t.Capacity
+	turn := bindAt * total / float64(max(using, 1))
 	for vm, q := range shares {
 		if q <= 0 {
 			continue
@@ -179,7 +174,7 @@ func (t *Throttle) Plan(shares, moved map[string]float64) map[string]float64 {
 			demand[vm] = max(m*(1+Headroom), IdleProbe*part)
 		}
 	}
-	if active <= 1 {
+	if using <= 1 {
 		// One VM using the device has nothing to share it with: no caps,
 		// so its bursts are not held to its average (and the device's
 		// bandwidth is measured uncapped). Caps return as soon as a
@@ -239,17 +234,18 @@ func noInversion(caps, shares map[string]float64) {
 	}
 }
 
-// contended says whether two or more VMs with a share used the device in
-// a tick: only then does what they moved together say what the device
-// gives its VMs when it is shared.
-func contended(shares, moved map[string]float64, qsum, capacity float64) bool {
+// active counts the VMs with a share that used the device in a tick: that
+// moved at least idleAt of their part of capacity. Two or more make the
+// tick contended — only then does what they moved together say what the
+// device gives its VMs when it is shared.
+func active(shares, moved map[string]float64, qsum, capacity float64) int {
 	n := 0
 	for vm, q := range shares {
 		if q > 0 && moved[vm] > 0 && moved[vm] >= idleAt*capacity*q/qsum {
 			n++
 		}
 	}
-	return n >= 2
+	return n
 }
 
 // learn updates the capacity estimate from one tick (see Throttle): the
