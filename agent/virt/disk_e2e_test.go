@@ -3,7 +3,6 @@ package virt_test
 import (
 	"fmt"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -63,22 +62,8 @@ func TestDiskSharesOnRealGuests(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer enf.Close()
-	var mu sync.Mutex
-	bids := map[string]float64{}
-	setBids := func(b map[string]float64) {
-		mu.Lock()
-		defer mu.Unlock()
-		bids = b
-	}
-	caps := runThrottles(t, enf, func() map[string]float64 {
-		mu.Lock()
-		defer mu.Unlock()
-		shares := map[string]float64{}
-		for g, q := range partsOf(bids) {
-			shares[prefix+g] = q
-		}
-		return shares
-	})
+	book := &bidBook{prefix: prefix}
+	caps := runThrottles(t, enf, book.shares)
 	pick := func(names ...string) map[string]*libvirt.Domain {
 		m := map[string]*libvirt.Domain{}
 		for _, n := range names {
@@ -103,7 +88,7 @@ func TestDiskSharesOnRealGuests(t *testing.T) {
 	}
 
 	two := map[string]float64{"d1": 3, "d2": 1}
-	setBids(two)
+	book.set(two)
 	start := resume("d1", "d2")
 	first := diskRates(t, pick("d1", "d2"), 10*time.Second)
 	t.Logf("3:1, the first 10 s (caps forming): parts %v", partsOf(first))
@@ -127,7 +112,7 @@ func TestDiskSharesOnRealGuests(t *testing.T) {
 	window("3:1, 2–12 s after d2's resume", pick("d1", "d2"), two)
 
 	three := map[string]float64{"d1": 1, "d2": 2, "d3": 5}
-	setBids(three)
+	book.set(three)
 	resume("d3")
 	time.Sleep(10 * time.Second)
 	window("1:2:5, 10–20 s after d3 started", doms, three)

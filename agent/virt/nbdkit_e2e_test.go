@@ -93,22 +93,8 @@ func TestDiskSharesOnNBDKit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer enf.Close()
-	var mu sync.Mutex
-	bids := map[string]float64{"k1": 3, "k2": 1}
-	setBids := func(b map[string]float64) {
-		mu.Lock()
-		defer mu.Unlock()
-		bids = b
-	}
-	caps := runThrottles(t, enf, func() map[string]float64 {
-		mu.Lock()
-		defer mu.Unlock()
-		shares := map[string]float64{}
-		for g, q := range partsOf(bids) {
-			shares[prefix+g] = q
-		}
-		return shares
-	})
+	book := &bidBook{prefix: prefix, bids: map[string]float64{"k1": 3, "k2": 1}}
+	caps := runThrottles(t, enf, book.shares)
 	running := map[string]*libvirt.Domain{"k1": doms["k1"], "k2": doms["k2"]}
 	for _, d := range running {
 		if err := d.Resume(); err != nil {
@@ -117,9 +103,7 @@ func TestDiskSharesOnNBDKit(t *testing.T) {
 	}
 	window := func(what string) {
 		r := diskRates(t, running, 10*time.Second)
-		mu.Lock()
-		target := partsOf(bids)
-		mu.Unlock()
+		target := book.parts()
 		checkParts(t, what, r, target, diskShareTol)
 		t.Logf("%s: caps now %v, capacity %s", what, caps(), modes(enf))
 	}
@@ -133,9 +117,7 @@ func TestDiskSharesOnNBDKit(t *testing.T) {
 	// more (issue [resources-2]).
 	measure := func(what string) {
 		r := diskRates(t, running, 10*time.Second)
-		mu.Lock()
-		target := partsOf(bids)
-		mu.Unlock()
+		target := book.parts()
 		var parts []string
 		for _, g := range []string{"k1", "k2", "k3"} {
 			if _, ok := r[g]; ok {
@@ -161,7 +143,7 @@ func TestDiskSharesOnNBDKit(t *testing.T) {
 	}
 	// A third guest arrives, the bids 1:2:5; then it pauses and resumes;
 	// then the bids change to 5:2:1.
-	setBids(map[string]float64{"k1": 1, "k2": 2, "k3": 5})
+	book.set(map[string]float64{"k1": 1, "k2": 2, "k3": 5})
 	running["k3"] = doms["k3"]
 	if err := doms["k3"].Resume(); err != nil {
 		t.Fatal(err)
@@ -177,7 +159,7 @@ func TestDiskSharesOnNBDKit(t *testing.T) {
 	}
 	time.Sleep(5 * time.Second)
 	measure("1:2:5, 5–15 s after k3's resume")
-	setBids(map[string]float64{"k1": 5, "k2": 2, "k3": 1})
+	book.set(map[string]float64{"k1": 5, "k2": 2, "k3": 1})
 	time.Sleep(5 * time.Second)
 	measure("5:2:1, 5–15 s after the bids changed")
 }

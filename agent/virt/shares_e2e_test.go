@@ -63,6 +63,38 @@ func runThrottles(t *testing.T, enf *virt.Enforcer, shares func() map[string]flo
 	}
 }
 
+// bidBook is a test's bids by guest, which the test changes while
+// runThrottles reads them as the shares of the guests' domains (prefix and
+// the guest's name).
+type bidBook struct {
+	prefix string
+	mu     sync.Mutex
+	bids   map[string]float64
+}
+
+// set replaces the bids.
+func (b *bidBook) set(bids map[string]float64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.bids = bids
+}
+
+// parts is each guest's part of the bids now.
+func (b *bidBook) parts() map[string]float64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return partsOf(b.bids)
+}
+
+// shares is the parts by domain: runThrottles' shares.
+func (b *bidBook) shares() map[string]float64 {
+	shares := map[string]float64{}
+	for g, q := range b.parts() {
+		shares[b.prefix+g] = q
+	}
+	return shares
+}
+
 // partsOf turns rates into each one's part of their sum.
 func partsOf(rates map[string]float64) map[string]float64 {
 	var sum float64
