@@ -25,9 +25,20 @@ import (
 //     over the last Window such ticks — what one VM moves alone (a
 //     server's lone burst) is not what the device gives several, and the
 //     caps after a pause or a return from idle start from the last
-//     contended measurement — never above twice it, and above that, while every VM that wants more
-//     fills its cap, the device could do more and the estimate rises (by
-//     Probe, doubling while it keeps rising). When none wants more, the
+//     contended measurement — never above twice it while the caps bind.
+//     While every VM that wants more fills its cap, the device could do
+//     more and the estimate rises (by Probe, doubling while it keeps
+//     rising). While no VM fills its cap and what they move is divided as
+//     the shares divide it (over the last splitTicks contended ticks), the
+//     device is not what holds them — it would give them equal turns — and
+//     the caps are loosened the same way, up to maxLoose times the most
+//     moved: VMs whose reads wait on their own computing (a map task, a
+//     TCG guest) move 1/(1/cap + 1/cpu), below any cap, and caps planned
+//     from what they move would ratchet them down to a fifth of their
+//     speed. Once the split departs from the shares (the device dividing
+//     itself) or the caps are filled, a loosened estimate halves each tick
+//     back to twice the most moved: within splitTicks + 3 ticks of the
+//     device dividing itself the ordinary rules hold again. When none wants more, the
 //     estimate is back at the most moved; while a VM that wanted more
 //     falls short of its cap, it comes down from there by Probe a tick
 //     toward what was moved, so the caps bind even where the VMs' rates
@@ -56,16 +67,17 @@ type Throttle struct {
 	// count's shuffle stalled for a minute).
 	Ceiling float64
 
-	caps    map[string]float64 // the caps planned last
-	allowed float64            // what they divided of the capacity (before noInversion)
-	want    map[string]bool    // the VMs that wanted more than their part last
-	idle    map[string]bool    // the VMs held to their idle probe last
-	recent  []float64          // the totals moved in the last Window ticks
-	hold    int                // ticks left without raising after an overshoot
-	step    float64            // the next relative raise
-	raised  bool               // the last tick raised the estimate
-	rose    float64            // by how much (relative)
-	last    float64            // the total moved in the last tick
+	caps    map[string]float64   // the caps planned last
+	allowed float64              // what they divided of the capacity (before noInversion)
+	want    map[string]bool      // the VMs that wanted more than their part last
+	idle    map[string]bool      // the VMs held to their idle probe last
+	recent  []float64            // the totals moved in the last Window ticks
+	hold    int                  // ticks left without raising after an overshoot
+	step    float64              // the next relative raise
+	raised  bool                 // the last tick raised the estimate
+	rose    float64              // by how much (relative)
+	last    float64              // the total moved in the last tick
+	lately  []map[string]float64 // what each VM moved in the last splitTicks contended ticks
 }
 
 // Tuning of the throttle planner.
@@ -92,6 +104,18 @@ const (
 	// maxProbe bounds the estimate: at most this many times the most the
 	// VMs moved together in a contended tick of the window.
 	maxProbe = 2
+	// maxLoose bounds the estimate while the VMs' split follows their
+	// shares and they move less than their caps: a reader that computes
+	// between its reads moves 1/(1/cap + 1/cpu), so 90 % of its speed
+	// needs a cap of 9 times it.
+	maxLoose = 10
+	// splitTol is how far a VM's part of what was moved may be from its
+	// share's part (relative) before the split counts as not following
+	// the shares.
+	splitTol = 0.1
+	// splitTicks is how many contended ticks the split is judged over: a
+	// guest's rate is never steady from one tick to the next.
+	splitTicks = 3
 	// holdAfterDrop is how many ticks the estimate does not rise after a
 	// raise overshot the device, so a device at its limit is overshot one
 	// tick in holdAfterDrop+2, not every other one — and the caps change
@@ -136,7 +160,24 @@ func (t *Throttle) Plan(shares, moved map[string]float64) map[string]float64 {
 	allowed := t.allowed
 	saturated := allowed > 0 && total >= bindAt*allowed
 	if t.Ceiling <= 0 {
-		t.learn(moved, total, saturated, active(shares, moved, qsum, t.Capacity) >= 2)
+		contended := active(shares, moved, qsum, t.Capacity) >= 2
+		split := true
+		if contended {
+			t.lately = append(t.lately, moved)
+			if len(t.lately) > splitTicks {
+				t.lately = t.lately[len(t.lately)-splitTicks:]
+			}
+			sum := map[string]float64{}
+			for _, m := range t.lately {
+				for vm, x := range m {
+					if x > 0 && !math.IsInf(x, 0) {
+						sum[vm] += x / float64(len(t.lately))
+					}
+				}
+			}
+			split = follows(shares, sum, qsum, t.Capacity)
+		}
+		t.learn(moved, total, saturated, contended, split)
 	}
 	if qsum <= 0 {
 		t.caps, t.want, t.idle, t.allowed = nil, nil, nil, 0
@@ -248,6 +289,34 @@ func active(shares, moved map[string]float64, qsum, capacity float64) int {
 	return n
 }
 
+// follows reports whether what the VMs using the device moved is divided
+// about as their shares divide it: no VM is behind its part (among those
+// using the device) by more than splitTol while another is ahead of its
+// own by as much. A device that divides itself against the shares (equal
+// turns, above the caps' sum) shows as one behind and one ahead; VMs held
+// back by something the shares also divide (their CPUs) do not.
+func follows(shares, moved map[string]float64, qsum, capacity float64) bool {
+	var q, m float64
+	for vm, s := range shares {
+		if s > 0 && moved[vm] > 0 && moved[vm] >= idleAt*capacity*s/qsum {
+			q += s
+			m += moved[vm]
+		}
+	}
+	if q <= 0 || m <= 0 {
+		return true
+	}
+	behind, ahead := false, false
+	for vm, s := range shares {
+		if s > 0 && moved[vm] > 0 && moved[vm] >= idleAt*capacity*s/qsum {
+			r := (moved[vm] / m) / (s / q)
+			behind = behind || r < 1-splitTol
+			ahead = ahead || r > 1+splitTol
+		}
+	}
+	return !(behind && ahead)
+}
+
 // learn updates the capacity estimate from one tick (see Throttle): the
 // VMs that wanted more last tick (and were capped at their part) either
 // all filled their caps — the device could do more — or some fell short:
@@ -259,7 +328,7 @@ func active(shares, moved map[string]float64, qsum, capacity float64) int {
 // pause, a VM's return from idle or a new VM start from the last
 // contended measurement. It is never above twice the most moved in a
 // contended tick of the window: a raise probes, it does not run away.
-func (t *Throttle) learn(moved map[string]float64, total float64, saturated, contended bool) {
+func (t *Throttle) learn(moved map[string]float64, total float64, saturated, contended, split bool) {
 	if !contended {
 		t.raised, t.rose, t.last = false, 0, 0
 		return
@@ -305,6 +374,28 @@ func (t *Throttle) learn(moved map[string]float64, total float64, saturated, con
 	paid := !raised || total >= t.last*(1+rose/2)
 	t.last = total
 	switch {
+	case split && !bound && len(t.caps) > 0:
+		// No VM filled its cap, and what they moved is divided as the
+		// shares divide it: the device is not what holds them (it would
+		// give them equal turns), something the shares also divide is
+		// (their CPUs), or the caps are, below their fill. A VM whose
+		// reads wait on its own computing moves less than its cap however
+		// loose: 1/(1/cap + 1/cpu), half its speed at a cap of its speed.
+		// Caps divide nothing scarce here, so they are loosened; if the
+		// device turns out to be the limit, it divides itself against the
+		// shares and the estimate comes back down.
+		t.Capacity = min(max(t.Capacity, delivered)*(1+t.step), maxLoose*delivered)
+		t.step = min(2*t.step, 1)
+		return
+	case t.Capacity > maxProbe*delivered:
+		// Loosened (above), and now the split does not follow the shares
+		// or the caps are about filled: back toward what the device
+		// delivered, by half a tick, so one uneven tick of VMs held by
+		// their CPUs does not undo the loosening and a device that
+		// divides itself is held again within a few ticks.
+		t.Capacity = max(maxProbe*delivered, t.Capacity/2)
+		t.step = Probe
+		return
 	case filled > 0 && short == 0 && paid:
 		if t.hold == 0 {
 			t.Capacity = max(t.Capacity, delivered) * (1 + t.step)
