@@ -2,8 +2,10 @@ package agent_test
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"testing"
 	"time"
@@ -385,8 +387,8 @@ func TestThrottleDoesNotHoldBackVMsTheDeviceDoesNot(t *testing.T) {
 		moved := map[string]float64{}
 		var sum, asked float64
 		for tick := range 300 {
-			for vm, w := range tc.want {
-				dev.cpu[vm] = w * (0.85 + 0.3*rng.Float64())
+			for _, vm := range slices.Sorted(maps.Keys(tc.want)) {
+				dev.cpu[vm] = tc.want[vm] * (0.85 + 0.3*rng.Float64())
 			}
 			caps := th.Plan(tc.shares, moved)
 			moved = dev.serve(caps)
@@ -450,7 +452,7 @@ func TestThrottleDividesADeviceItsReadersWaitOn(t *testing.T) {
 		moved := map[string]float64{}
 		sum, total := map[string]float64{}, 0.0
 		for tick := range 200 {
-			for vm := range shares {
+			for _, vm := range slices.Sorted(maps.Keys(shares)) {
 				dev.cpu[vm] = 200 * (0.85 + 0.3*rng.Float64())
 			}
 			moved = dev.serve(th.Plan(shares, moved))
