@@ -678,7 +678,9 @@ func (a *Agent) measure(ctx context.Context, now time.Time) error {
 				}
 			}
 			w, ok := wait[vm]
-			if last, known := a.lastWait[vm]; ok && known {
+			last, known := a.lastWait[vm]
+			waitKnown := ok && known
+			if waitKnown {
 				// Starved is not idle: what its vCPUs waited for a host CPU
 				// (runnable, not running) it wanted as much as what they ran.
 				// Only a wait of starvedWait or more says so: an idle guest's
@@ -694,9 +696,19 @@ func (a *Agent) measure(ctx context.Context, now time.Time) error {
 				// share, not its use, so the same small use is a larger
 				// part of the smaller share. It stays idle until it uses
 				// IdleBelow of the largest entitlement it had while
-				// quiet, or half of its entitlement now if that is less
-				// (filling a small share is busy at once).
-				bar = max(bar, min(a.cfg.IdleBelow*a.quietE[vm], wakeShare*e))
+				// quiet. Where its vCPUs' wait is known, a VM that
+				// computes again on its small share is starved and its
+				// wait counts as use; where it is not, half of its
+				// entitlement now is enough if that is less (filling a
+				// small share is busy at once) — not where the wait is
+				// known: an idle TCG guest's timers fill half of a share
+				// shrunk to a twentieth (0.03-0.04 CPU), and its money
+				// would come back and go again every few ticks.
+				wake := a.cfg.IdleBelow * a.quietE[vm]
+				if !waitKnown {
+					wake = min(wake, wakeShare*e)
+				}
+				bar = max(bar, wake)
 			}
 			if used < bar {
 				a.quiet[vm]++
