@@ -232,7 +232,13 @@ func (w *world) caseMore(t *testing.T, aliceCPU float64) {
 	smp := w.sample(time.Second)
 	ra, rb := w.pair(t, "wc-more", func(t0 time.Time) {
 		w.waitClock(t, 0.3*aliceCPU)
+		clocked := time.Now()
 		w.must(t, "spend", "--user", "bob", "--id", "bob-fair", "--more", "200", "--adjust-id", "bob-more")
+		spent := time.Now()
+		defer func() {
+			t.Logf("the jobs' CPU clock reached %.1f s %.1f s after they were started; the top-up was answered %.1f s later, and the agent's shares had moved %.1f s after that",
+				0.3*aliceCPU, clocked.Sub(t0).Seconds(), spent.Sub(clocked).Seconds(), more.Sub(spent).Seconds())
+		}()
 		// From when the agent's shares moved: the model's change.
 		testpoll.CheckFor(t, 30*time.Second, 100*time.Millisecond, func() error {
 			if q := w.cpuShares(); q["bob"] <= q0["bob"]*1.05 {

@@ -81,11 +81,16 @@ func (s *sampler) take() {
 		c := smp.cnt[vm]
 		// A guest without a share is not asked at all, for the agent's
 		// reason (agent/virt's asksQEMU): its QEMU may get no CPU, and
-		// the call would wait for it. Its disk counts what it did when
-		// last read.
+		// the call would wait for it. Nor is one waited for long, for the
+		// agent's other reason (agent/virt's askWait): a QEMU that loses
+		// the CPU during the call answers seconds later, and the sample
+		// (with the jobs' CPU clock) would be of a later moment. Either
+		// way its disk counts what it did when last read.
 		c.disk = last[vm].disk
 		if smp.vms[vm].Share > 0 {
-			c.disk = s.w.diskBytes(vm)
+			if n, ok := s.w.diskBytes(vm); ok {
+				c.disk = n
+			}
 		}
 		smp.cnt[vm] = c
 	}
@@ -130,20 +135,47 @@ func (w *world) mark() {
 	}
 }
 
-// diskBytes is the bytes a domain's disks have read and written.
-func (w *world) diskBytes(vm string) int64 {
-	d, err := w.conn.LookupDomainByName(vm)
-	if err != nil {
-		return 0
+// diskWait is how long a sample waits for a domain's disk counters.
+const diskWait = 250 * time.Millisecond
+
+// diskBytes is the bytes a domain's disks have read and written, if its
+// QEMU answers within diskWait; a call not answered goes on by itself,
+// and the domain is not asked again until it ends.
+func (w *world) diskBytes(vm string) (int64, bool) {
+	w.diskMu.Lock()
+	if w.asking[vm] {
+		w.diskMu.Unlock()
+		return 0, false
 	}
-	defer d.Free()
-	var n int64
-	for _, dev := range []string{"vda", "vdb"} {
-		if st, err := d.BlockStats(dev); err == nil {
-			n += st.RdBytes + st.WrBytes
+	w.asking[vm] = true
+	w.diskMu.Unlock()
+	done := make(chan int64, 1)
+	go func() {
+		defer func() {
+			w.diskMu.Lock()
+			delete(w.asking, vm)
+			w.diskMu.Unlock()
+		}()
+		d, err := w.conn.LookupDomainByName(vm)
+		if err != nil {
+			done <- 0
+			return
 		}
+		defer d.Free()
+		var n int64
+		for _, dev := range []string{"vda", "vdb"} {
+			if st, err := d.BlockStats(dev); err == nil {
+				n += st.RdBytes + st.WrBytes
+			}
+		}
+		done <- n
+	}()
+	select {
+	case n := <-done:
+		return n, true
+	case <-time.After(diskWait):
+		return 0, false
 	}
-	return n
 }
 
 // counters reads a domain's CPU time and its taps' bytes from libvirt,

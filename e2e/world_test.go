@@ -56,6 +56,9 @@ type world struct {
 	cpus []int
 	// taps are the guests' taps, by VM.
 	taps map[string]string
+	// asking are the domains whose disk counters a sample still waits on.
+	diskMu sync.Mutex
+	asking map[string]bool
 	// all samples the whole run.
 	all *sampler
 	// samplers are the samplers running, which mark samples on.
@@ -171,7 +174,7 @@ func newWorld(t *testing.T, inputs []worker.Input, stageInput worker.Input, stag
 		need(t, "libvirtd not reachable at %s: %v (run .ci/libvirt.sh as root)", workertest.QEMUURI, err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	w := &world{t: t, conn: conn, clusters: map[string]*workertest.Cluster{}, taps: map[string]string{}, bin: testproc.Binary(t),
+	w := &world{t: t, conn: conn, clusters: map[string]*workertest.Cluster{}, taps: map[string]string{}, asking: map[string]bool{}, bin: testproc.Binary(t),
 		samplers: map[*sampler]bool{}}
 	w.waitAlone()
 
@@ -179,7 +182,11 @@ func newWorld(t *testing.T, inputs []worker.Input, stageInput worker.Input, stag
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	if os.Getenv("MRM_E2E_KEEP") != "" {
+		t.Logf("the suite's directory (the agent's log, the market's stores) is kept: %s", dir)
+	} else {
+		t.Cleanup(func() { os.RemoveAll(dir) })
+	}
 	w.dir, w.creds = dir, filepath.Join(dir, "creds")
 	m, err := market.Start(context.Background(), market.Config{Dir: filepath.Join(dir, "market"), NATSHost: "127.0.0.1", NATSPort: -1, Users: users})
 	if err != nil {
