@@ -137,7 +137,12 @@
 // disk reading (the agent judges it by its CPU use) and keeps the disk cap
 // in force until it is asked again; network counters and caps (the
 // host's taps) and CPU time and wait (the host's accounts of the QEMU
-// process) never ask it.
+// process) never ask it. A weight change does not ask QEMU but takes the
+// same job, so it too is made through ask: behind a disk call that a
+// starved QEMU answered in 14-25 s, one such change held the agent's
+// tick, and a user's top-up reached the host's published shares 14 s
+// late. It is not made while another call on the domain waits; the next
+// Apply makes the latest.
 //
 // # Reconciling
 //

@@ -303,9 +303,22 @@ func (e *Enforcer) Apply(_ context.Context, shares map[string]float64) error {
 		p, known := prev[vm]
 		recap := e.cfg.HardCap && (!known || p != q)
 		if w != t.weight || recap || !e.cfg.HardCap && !t.uncapped {
-			start := time.Now()
-			err := e.applyCPU(t.dom, q, w, !t.uncapped)
-			e.timed(vm, fmt.Sprintf("virDomainSetSchedulerParametersFlags cpu_shares %d", w), start, err)
+			// Through ask: libvirt changes a weight under the domain's
+			// job, which a disk call to a QEMU starved of CPU holds for
+			// tens of seconds; the other VMs' weights, the tick and the
+			// host's state must not wait for it. A change not answered
+			// yet is made when the job is free, and the next tick's
+			// Apply makes the latest one.
+			uncapping := !t.uncapped
+			err := e.ask(vm, t.dom, fmt.Sprintf("virDomainSetSchedulerParametersFlags cpu_shares %d", w), func(d *libvirt.Domain) error {
+				return e.applyCPU(d, q, w, uncapping)
+			})
+			if errors.Is(err, errUnanswered) {
+				e.mu.Lock()
+				e.applied[vm] = q
+				e.mu.Unlock()
+				continue
+			}
 			if err != nil {
 				e.cache.forget(vm)
 				errs = append(errs, goneOr(vm, fmt.Errorf("virt: %s cpu: %w", vm, err)))
