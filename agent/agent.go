@@ -665,6 +665,7 @@ func (a *Agent) measure(ctx context.Context, now time.Time) error {
 				a.util[vm] /= total
 			}
 			e := a.entitlement(vm)
+			ran, waited := used, 0.0 // for the log of an idle VM waking
 			if x, ok := io[vm]; ok && e > 0 {
 				// Its disk or network share used as much as its CPU
 				// share counts as CPU used: the VM is as busy as its
@@ -686,7 +687,7 @@ func (a *Agent) measure(ctx context.Context, now time.Time) error {
 				// Only a wait of starvedWait or more says so: an idle guest's
 				// vCPUs wake for its timers, and on a busy host each wake
 				// waits its turn.
-				if waited := max(w-last, 0).Seconds() / dt; waited >= starvedWait {
+				if waited = max(w-last, 0).Seconds() / dt; waited >= starvedWait {
 					used += waited
 				}
 			}
@@ -713,7 +714,17 @@ func (a *Agent) measure(ctx context.Context, now time.Time) error {
 			if used < bar {
 				a.quiet[vm]++
 				a.quietE[vm] = max(a.quietE[vm], e)
+				if a.quiet[vm] == a.cfg.IdleTicks {
+					a.cfg.Logger.Debug("agent: VM idle", "host", a.cfg.Host, "vm", vm, "cpus", ran, "used", used, "bar", bar)
+				}
 			} else {
+				if a.quiet[vm] >= a.cfg.IdleTicks {
+					// What woke it, for an operator asking why its money
+					// came back: its CPUs, its I/O (as CPUs, used counts
+					// the busiest), or a starved vCPU's wait.
+					a.cfg.Logger.Debug("agent: VM busy again", "host", a.cfg.Host, "vm", vm, "cpus", ran, "waited", waited,
+						"used", used, "bar", bar)
+				}
 				a.quiet[vm] = 0
 				delete(a.quietE, vm)
 			}

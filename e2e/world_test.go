@@ -295,6 +295,7 @@ func (w *world) startAgent() {
 	w.agent = &testproc.Proc{Name: "agent", Bin: w.bin, Ready: "mrmarket agent " + host, Log: filepath.Join(w.dir, "agent.log"),
 		Args: []string{"agent", "--host", host, "--libvirt", workertest.QEMUURI, "--nats", w.m.URL, "--creds", w.creds,
 			"--capacity", fmt.Sprint(runtime.NumCPU()), "--tick", "1s", "--state", filepath.Join(w.dir, "agent.json"), "--http", "",
+			"--log-level", "debug", // idle VMs and their waking, in agent.log
 			"--link-kibps", fmt.Sprint(linkKiBps)}}
 	w.t.Cleanup(w.agent.Stop)
 	w.agent.Start(w.t)
