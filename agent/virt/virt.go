@@ -482,7 +482,9 @@ func (e *Enforcer) Applied(context.Context) (map[string]float64, error) {
 	}
 	out := make(map[string]float64, len(read))
 	for vm, w := range read {
-		if q, ok := e.applied[vm]; ok && cpuWeight(q, scale) == w {
+		if q, ok := e.applied[vm]; ok && (cpuWeight(q, scale) == w || e.asking[vm]) {
+			// (A domain with a call in flight may have a weight change
+			// waiting behind it (Apply, through ask): not drift.)
 			out[vm] = q
 		} else {
 			out[vm] = float64(w) / scale
