@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,17 +16,29 @@ import (
 )
 
 // hotJob is alice's job whose work is all on her first worker: two maps,
-// each four of its splits (a split ends at a word's end, padded with
-// newlines, so consecutive ones are one), filling its two slots while her
-// second worker idles — a workflow's bottleneck.
+// each four of its splits, filling its two slots while her second worker
+// idles — a workflow's bottleneck.
 func hotJob(c *workertest.Cluster, name string) yarnfacade.JobSpec {
-	splits := c.Splits(c.Workers[0], worker.WordCount)
 	spec := c.Job(name, worker.WordCount, 1, 1)
-	spec.Splits = nil
-	for k := 0; k+4 <= len(splits); k += 4 {
-		spec.Splits = append(spec.Splits, worker.Split{VM: splits[k].VM, Offset: splits[k].Offset, Length: 4 * splits[k].Length})
-	}
+	spec.Splits = slotMaps(c, c.Workers[0], 4)
 	return spec
+}
+
+// slotMaps are maps over vm's input, each per consecutive splits of it (a
+// split ends at a word's end, padded with newlines, so consecutive ones
+// are one): as many maps as the worker has slots at 4 splits each, so
+// that each runs where its input is. A map waiting while a slot is free on
+// another worker is started there and reads its input over the link (the
+// task model places a job's maps where their input is when it can, and
+// else where a slot is free), at the link's 2 MB/s: the job's last
+// seconds would be the link's, not the CPU's.
+func slotMaps(c *workertest.Cluster, vm string, per int) []worker.Split {
+	splits := c.Splits(vm, worker.WordCount)
+	var out []worker.Split
+	for k := 0; k+per <= len(splits); k += per {
+		out = append(out, worker.Split{VM: splits[k].VM, Offset: splits[k].Offset, Length: int64(per) * splits[k].Length})
+	}
+	return out
 }
 
 // caseBottleneck: alice runs the hot job against bob's word counts on
@@ -131,9 +142,10 @@ type hotResult struct {
 }
 
 // hotRun runs alice's hot job while bob's keeps her busy worker's CPU
-// busy: his job's maps all read his own worker on that CPU, three passes
-// over its input, so that they compute from before her job starts to
-// after it ends — in both runs, whatever her share. (His word counts over
+// busy: his job's two maps (his worker's two slots) each read all of his
+// worker's input on that CPU, twice her job's work, so that they compute
+// from before her job starts to after it ends — in both runs, whatever
+// her share. (His word counts over
 // both workers would leave the CPU for their shuffles and reduces, at
 // moments that differ from run to run, and the model, which gives her
 // the CPU in proportion to the shares, would be fed a rival that was not
@@ -143,7 +155,8 @@ func (w *world) hotRun(t *testing.T, name string) hotResult {
 	defer cancel()
 	a := w.clusters["alice"]
 	rival := hotJob(w.clusters["bob"], name+"-rival")
-	rival.Splits = slices.Concat(rival.Splits, rival.Splits, rival.Splits)
+	rival.Splits = slotMaps(w.clusters["bob"], w.clusters["bob"].Workers[0], 8)
+	rival.Splits = append(rival.Splits, rival.Splits...)
 	stop := w.competeWith(ctx, rival)
 	smp := w.sample(time.Second)
 	spec := hotJob(a, name)

@@ -93,7 +93,19 @@ func (w *world) pair(t *testing.T, name string, during func(t0 time.Time)) (ra, 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	a, b := w.clusters["alice"], w.clusters["bob"]
+	// Each worker's maps are its slots' (slotMaps): the jobs compute on
+	// their own CPUs to the end, and no map of one worker's input waits to
+	// be read over the link by the other.
 	specA, specB := a.Job(name, worker.WordCount, 2, 1), b.Job(name, worker.WordCount, 2, 1)
+	for _, c := range []struct {
+		cl   *workertest.Cluster
+		spec *yarnfacade.JobSpec
+	}{{a, &specA}, {b, &specB}} {
+		c.spec.Splits = nil
+		for _, vm := range c.cl.Workers {
+			c.spec.Splits = append(c.spec.Splits, slotMaps(c.cl, vm, 4)...)
+		}
+	}
 	t0 := time.Now()
 	var wg sync.WaitGroup
 	var errA, errB error
