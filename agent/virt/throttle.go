@@ -302,28 +302,19 @@ func (e *Enforcer) Modes() []wire.ResourceMode {
 // whose statistics cannot be read counts nothing.
 func (e *Enforcer) domainIO(vm string, d *libvirt.Domain, askQEMU bool) ioCounters {
 	var c ioCounters
-	start := time.Now()
-	desc, err := d.GetXMLDesc(0)
-	e.timed(vm, "virDomainGetXMLDesc", start, err)
-	if err != nil {
+	devs, ok := e.devicesOf(vm, d)
+	if !ok {
 		return c
 	}
-	var dx libvirtxml.Domain
-	if dx.Unmarshal(desc) != nil || dx.Devices == nil {
-		return c
-	}
-	for _, disk := range dx.Devices.Disks {
-		if disk.Target == nil || disk.Target.Dev == "" || disk.Device == "cdrom" || disk.Device == "floppy" {
-			continue
-		}
-		c.disks = append(c.disks, disk.Target.Dev)
+	for _, dev := range devs.disks {
+		c.disks = append(c.disks, dev)
 		if !askQEMU {
 			c.diskUnread = true
 			continue
 		}
 		var st *libvirt.DomainBlockStats
-		err := e.ask(vm, d, "virDomainBlockStats "+disk.Target.Dev, func(d *libvirt.Domain) (err error) {
-			st, err = d.BlockStats(disk.Target.Dev)
+		err := e.ask(vm, d, "virDomainBlockStats "+dev, func(d *libvirt.Domain) (err error) {
+			st, err = d.BlockStats(dev)
 			return err
 		})
 		if errors.Is(err, errUnanswered) {
@@ -339,12 +330,9 @@ func (e *Enforcer) domainIO(vm string, d *libvirt.Domain, askQEMU bool) ioCounte
 			}
 		}
 	}
-	for _, nic := range dx.Devices.Interfaces {
-		if nic.Target == nil || nic.Target.Dev == "" {
-			continue
-		}
-		c.nics = append(c.nics, nic.Target.Dev)
-		if st, err := d.InterfaceStats(nic.Target.Dev); err == nil {
+	for _, nic := range devs.taps {
+		c.nics = append(c.nics, nic)
+		if st, err := d.InterfaceStats(nic); err == nil {
 			if st.RxBytesSet {
 				c.netIn += float64(st.RxBytes) / mib
 			}
@@ -354,6 +342,67 @@ func (e *Enforcer) domainIO(vm string, d *libvirt.Domain, askQEMU bool) ioCounte
 		}
 	}
 	return c
+}
+
+// devices are a domain's disks and taps, as its XML named them when it
+// had the ID id.
+type devices struct {
+	id          uint
+	disks, taps []string
+	read        time.Time
+}
+
+// devicesTTL is how long a domain's devices are taken from the last
+// reading of its XML: disks and taps change with a restart (a new ID) or
+// a hot-plug, seldom within a minute.
+const devicesTTL = time.Minute
+
+// devicesOf are vm's disks and taps. Its XML is read only for a domain
+// not seen with its ID in devicesTTL: libvirt answers the XML of a domain
+// whose job a slow call holds (a disk statistics call to a busy or
+// starved QEMU, a weight change waiting behind one) only when the job is
+// free, seconds later, and every tick read every domain's (make e2e: a
+// bid change waited 4.4 s behind one).
+func (e *Enforcer) devicesOf(vm string, d *libvirt.Domain) (devices, bool) {
+	id, err := d.GetID()
+	if err != nil {
+		return devices{}, false
+	}
+	e.mu.Lock()
+	known, ok := e.devs[vm]
+	e.mu.Unlock()
+	if ok && known.id == id && time.Since(known.read) < devicesTTL {
+		return known, true
+	}
+	start := time.Now()
+	desc, err := d.GetXMLDesc(0)
+	e.timed(vm, "virDomainGetXMLDesc", start, err)
+	if err != nil {
+		return devices{}, false
+	}
+	var dx libvirtxml.Domain
+	if dx.Unmarshal(desc) != nil || dx.Devices == nil {
+		return devices{}, false
+	}
+	devs := devices{id: id, read: time.Now()}
+	for _, disk := range dx.Devices.Disks {
+		if disk.Target == nil || disk.Target.Dev == "" || disk.Device == "cdrom" || disk.Device == "floppy" {
+			continue
+		}
+		devs.disks = append(devs.disks, disk.Target.Dev)
+	}
+	for _, nic := range dx.Devices.Interfaces {
+		if nic.Target != nil && nic.Target.Dev != "" {
+			devs.taps = append(devs.taps, nic.Target.Dev)
+		}
+	}
+	e.mu.Lock()
+	if e.devs == nil {
+		e.devs = map[string]devices{}
+	}
+	e.devs[vm] = devs
+	e.mu.Unlock()
+	return devs, true
 }
 
 // SetModes sets how disk and network shares are delivered (see Config),

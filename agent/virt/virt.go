@@ -84,6 +84,7 @@ type Enforcer struct {
 	cpuSeen cpuSample
 	// asking is the domains with a call to their QEMU running (ask).
 	asking map[string]bool
+	devs   map[string]devices // each domain's disks and taps (devicesOf)
 }
 
 // SlowCall is how long a libvirt call on one domain may take before the
