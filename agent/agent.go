@@ -666,7 +666,10 @@ func (a *Agent) measure(ctx context.Context, now time.Time) error {
 			}
 			e := a.entitlement(vm)
 			ran, waited := used, 0.0 // for the log of an idle VM waking
-			if x, ok := io[vm]; ok && e > 0 {
+			// (A VM whose I/O was not read last tick — its QEMU did not
+			// answer — has no rate this tick: its counters would count
+			// all it ever moved as one tick's, and an idle VM would wake.)
+			if x, ok := io[vm]; ok && e > 0 && hasIO(a.lastIO, vm) {
 				// Its disk or network share used as much as its CPU
 				// share counts as CPU used: the VM is as busy as its
 				// busiest resource.
@@ -732,6 +735,12 @@ func (a *Agent) measure(ctx context.Context, now time.Time) error {
 	}
 	a.lastTick, a.lastUse, a.lastIO, a.lastWait = now, use, io, wait
 	return waitErr
+}
+
+// hasIO reports whether vm's I/O was read in the reading io.
+func hasIO(io map[string]IOUse, vm string) bool {
+	_, ok := io[vm]
+	return ok
 }
 
 // rebalance re-spreads a throttling Enforcer's caps by the shares in force

@@ -663,3 +663,70 @@ func TestAVMGoneMidTickIsDropped(t *testing.T) {
 		t.Fatalf("the gone VM logged %d times:\n%s", n, logged.String())
 	}
 }
+
+// unreadIO is a SimEnforcer whose I/O reading leaves out the VMs in skip,
+// as the libvirt enforcer leaves out a domain whose QEMU has not answered.
+type unreadIO struct {
+	*agent.SimEnforcer
+	skip map[string]bool
+}
+
+func (u *unreadIO) IOUsage(ctx context.Context) (map[string]agent.IOUse, error) {
+	io, err := u.SimEnforcer.IOUsage(ctx)
+	for vm := range u.skip {
+		delete(io, vm)
+	}
+	return io, err
+}
+
+// TestAnUnreadTickIsNotABurst: an idle VM whose I/O was not read for a
+// tick (its QEMU did not answer) stays idle when it is read again. Its
+// counters hold all it ever moved; taken as one tick's traffic (the
+// mutation: comparing with a reading that did not have it), 150 MB in a
+// second woke it, and bottleneck elimination gave its money back (make
+// e2e, case d: "used" 46 CPUs).
+func TestAnUnreadTickIsNotABurst(t *testing.T) {
+	h := newHost(t, agent.VM{ID: "a", Owner: "alice"}, agent.VM{ID: "b", Owner: "bob"})
+	h.sim.SetIOCapacity(agent.IOUse{Disk: 100, Net: 100})
+	u := &unreadIO{SimEnforcer: h.sim, skip: map[string]bool{}}
+	a, err := agent.New(agent.Config{Host: "host-1", Enforcer: u, Capturer: h.bank, Now: func() time.Time { return *h.clock }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec := 0
+	tick := func() bool {
+		sec++
+		*h.clock = t0.Add(time.Duration(sec) * time.Second)
+		st, err := a.Tick(context.Background(), *h.clock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range st.VMs {
+			if v.VM == "b" {
+				return v.Idle
+			}
+		}
+		t.Fatal("no VM b")
+		return false
+	}
+	h.sim.SetDemand("b", 0)
+	h.sim.SetIO("b", agent.IOUse{Disk: 30})
+	for range 5 {
+		tick()
+	}
+	h.sim.SetIO("b", agent.IOUse{})
+	for range 3 {
+		tick()
+	}
+	if !tick() {
+		t.Fatal("b, quiet for 4 ticks, is not idle")
+	}
+	u.skip["b"] = true
+	tick()
+	delete(u.skip, "b")
+	for i := range 3 {
+		if !tick() {
+			t.Fatalf("tick %d after an unread one: b, moving nothing, is busy", i+1)
+		}
+	}
+}
