@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"maps"
 	"math"
 	"sort"
 	"time"
@@ -38,10 +39,11 @@ import (
 //     speed. Once the split departs from the shares (the device dividing
 //     itself) or the caps are filled, a loosened estimate halves each tick
 //     back to twice the most moved: within splitTicks + 3 ticks of the
-//     device dividing itself the ordinary rules hold again. When none wants more, the
-//     estimate is back at the most moved; while a VM that wanted more
-//     falls short of its cap, it comes down from there by Probe a tick
-//     toward what was moved, so the caps bind even where the VMs' rates
+//     device dividing itself the ordinary rules hold again. When none
+//     wants more, the estimate is back at the most moved; while a VM that
+//     wanted more falls short of its cap, it comes down from there by
+//     Probe a tick toward what was moved, so the caps bind even where the
+//     VMs' rates
 //     depend on each other (TCG guests whose bytes cost the CPUs they
 //     share). A raise after which the VMs did not move more together is
 //     undone (the estimate back at what they moved, not raised for a
@@ -163,7 +165,7 @@ func (t *Throttle) Plan(shares, moved map[string]float64) map[string]float64 {
 		contended := active(shares, moved, qsum, t.Capacity) >= 2
 		split := true
 		if contended {
-			t.lately = append(t.lately, moved)
+			t.lately = append(t.lately, maps.Clone(moved)) // the caller's to reuse
 			if len(t.lately) > splitTicks {
 				t.lately = t.lately[len(t.lately)-splitTicks:]
 			}
@@ -390,7 +392,7 @@ func (t *Throttle) learn(moved map[string]float64, total float64, saturated, con
 	case t.Capacity > maxProbe*delivered:
 		// Loosened (above), and now the split does not follow the shares
 		// or the caps are about filled: back toward what the device
-		// delivered, by half a tick, so one uneven tick of VMs held by
+		// delivered, by half each tick, so one uneven tick of VMs held by
 		// their CPUs does not undo the loosening and a device that
 		// divides itself is held again within a few ticks.
 		t.Capacity = max(maxProbe*delivered, t.Capacity/2)
