@@ -43,9 +43,8 @@ import (
 //     wants more, the estimate is back at the most moved; while a VM that
 //     wanted more falls short of its cap, it comes down from there by
 //     Probe a tick toward what was moved, so the caps bind even where the
-//     VMs' rates
-//     depend on each other (TCG guests whose bytes cost the CPUs they
-//     share). A raise after which the VMs did not move more together is
+//     VMs' rates depend on each other (TCG guests whose bytes cost the
+//     CPUs they share). A raise after which the VMs did not move more together is
 //     undone (the estimate back at what they moved, not raised for a
 //     while): where the VMs' rates depend on each other, the ones filling
 //     their caps would take the raise from the others. A VM whose I/O
