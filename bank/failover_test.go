@@ -29,6 +29,10 @@ const failoverDetect = time.Second
 // waits for the standby and are retried on top of it.
 const standbyPause = 2500 * time.Millisecond
 
+// commitWait is how much longer than standbyPause the primary is kept
+// until a COMMIT begun during the pause waits for the standby.
+const commitWait = 3 * time.Second
+
 // pauseGrace is how long after the pause an acknowledgement may still be
 // the answer to a commit the standby confirmed before it.
 const pauseGrace = 200 * time.Millisecond
@@ -197,6 +201,15 @@ func TestFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(standbyPause)
+	// The kill must cut a COMMIT begun during the pause (a retry on top of
+	// an attempt that timed out): on a loaded machine the retries may not
+	// have reached their COMMIT yet, and the kill would cut none (a CI run
+	// under make test's parallel packages). So wait for one, a while.
+	for waited := time.Now(); time.Since(waited) < commitWait; time.Sleep(20 * time.Millisecond) {
+		if n, err := pair.SyncRepWaiters(paused); err == nil && n > 0 {
+			break
+		}
+	}
 	a.mu.Lock()
 	ackedBefore := len(a.ids)
 	a.mu.Unlock()

@@ -139,6 +139,23 @@ func (p *Pair) syncState() (string, error) {
 	return state, err
 }
 
+// SyncRepWaiters counts the primary's backends whose transaction began
+// after since and that now wait for the synchronous standby (wait event
+// SyncRep): COMMITs in flight, whose outcome a client loses if the primary
+// dies now.
+func (p *Pair) SyncRepWaiters(since time.Time) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, p.Primary.url("postgres"))
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(ctx)
+	var n int
+	err = conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep' AND xact_start > $1`, since).Scan(&n)
+	return n, err
+}
+
 // Current is the cluster that is the primary now: the standby once promoted.
 func (p *Pair) Current() *Cluster {
 	if p.promoted {
