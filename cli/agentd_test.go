@@ -251,6 +251,17 @@ func TestAgentSimDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	p = runAgentProcess(t, "TestAgentSimDaemon", args...)
+	// Up before anything is read of it: a capture the killed agent sent
+	// before its kill can reach the bank after the ledger was read, and
+	// then the charges go on without the new agent; a SIGTERM before its
+	// Main handles signals (a re-executed test binary under -race on a
+	// loaded machine) kills it with exit code -1.
+	testpoll.CheckFor(t, 20*time.Second, 20*time.Millisecond, func() error {
+		if !strings.Contains(p.output(), "mrmarket agent host-7") {
+			return fmt.Errorf("the restarted agent has not started; its output:\n%s", p.output())
+		}
+		return nil
+	})
 	charged(alice.Spent)
 
 	r = mrmarket("cancel", n, "--user", "alice", "--plan", sp.Plan.ID)
