@@ -321,6 +321,18 @@ func TestSimHostIsWorkConserving(t *testing.T) {
 	}
 }
 
+// vmIn is vm's state in the host's state st.
+func vmIn(t testing.TB, st wire.HostState, vm string) wire.VMState {
+	t.Helper()
+	for _, v := range st.VMs {
+		if v.VM == vm {
+			return v
+		}
+	}
+	t.Fatalf("no VM %s in the host's state", vm)
+	return wire.VMState{}
+}
+
 func must[T any](v T, err error) T {
 	if err != nil {
 		panic(err)
@@ -420,15 +432,7 @@ func TestTimerWakesAreNotStarvation(t *testing.T) {
 func TestWaitingOnIOIsBusy(t *testing.T) {
 	h := newHost(t, agent.VM{ID: "a", Owner: "alice"}, agent.VM{ID: "b", Owner: "bob"})
 	h.sim.SetIOCapacity(agent.IOUse{Disk: 100, Net: 100})
-	idleB := func(st wire.HostState) bool {
-		for _, v := range st.VMs {
-			if v.VM == "b" {
-				return v.Idle
-			}
-		}
-		t.Fatal("no VM b")
-		return false
-	}
+	idleB := func(st wire.HostState) bool { return vmIn(t, st, "b").Idle }
 	h.sim.SetDemand("b", 0)
 	sec := 0
 	for _, io := range []agent.IOUse{{Disk: 30}, {Net: 30}} {
@@ -701,13 +705,7 @@ func TestAnUnreadTickIsNotABurst(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, v := range st.VMs {
-			if v.VM == "b" {
-				return v.Idle
-			}
-		}
-		t.Fatal("no VM b")
-		return false
+		return vmIn(t, st, "b").Idle
 	}
 	h.sim.SetDemand("b", 0)
 	h.sim.SetIO("b", agent.IOUse{Disk: 30})

@@ -197,13 +197,7 @@ func TestIdleVMStaysIdleWhenItsMoneyMoves(t *testing.T) {
 	step := func() wire.VMState {
 		at += time.Second
 		*h.clock = t0.Add(at)
-		for _, v := range h.tick(t).VMs {
-			if v.VM == "s" {
-				return v
-			}
-		}
-		t.Fatal("no VM s in the host's state")
-		return wire.VMState{}
+		return vmIn(t, h.tick(t), "s")
 	}
 	for i := 1; i <= 3; i++ {
 		if v := step(); v.Idle != (i == 3) {
