@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,11 +26,10 @@ const netShareTol = 0.05
 // netRig is the network share tests' guests, driven by one enforcer as the
 // agent drives it, with the bids the shares are normalised from.
 type netRig struct {
-	gs    map[string]*netGuest
-	caps  func() map[string]map[string]float64
-	mu    sync.Mutex
-	bids  map[string]float64
-	names []string
+	bidBook // by guest name; its domains are the rig's prefix and the name
+	gs      map[string]*netGuest
+	caps    func() map[string]map[string]float64
+	names   []string
 }
 
 // startNetRig boots one net guest per name (idle until directed), waits
@@ -49,7 +47,7 @@ func startNetRig(t *testing.T, names []string) *netRig {
 	}
 	initrd := buildIOInitramfs(t)
 	prefix := fmt.Sprintf("mrm-nets-%d-", os.Getpid())
-	r := &netRig{gs: map[string]*netGuest{}, bids: map[string]float64{}, names: names}
+	r := &netRig{bidBook: bidBook{prefix: prefix}, gs: map[string]*netGuest{}, names: names}
 	for i, n := range names {
 		r.gs[n] = startNetGuest(t, conn, prefix+n, "alice", initrd, 21+i, false)
 	}
@@ -77,41 +75,6 @@ func startNetRig(t *testing.T, names []string) *netRig {
 	})
 	r.caps = runThrottles(t, enf, r.shares)
 	return r
-}
-
-// bid sets the bids (a guest without one has no share).
-func (r *netRig) bid(b map[string]float64) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.bids = b
-}
-
-// shares are the bids normalised, by VM id (the domain's name).
-func (r *netRig) shares() map[string]float64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var sum float64
-	for _, b := range r.bids {
-		sum += b
-	}
-	out := map[string]float64{}
-	for n, b := range r.bids {
-		if name, err := r.gs[n].Dom.GetName(); err == nil && sum > 0 {
-			out[name] = b / sum
-		}
-	}
-	return out
-}
-
-// target is each of names' part of the bids among them.
-func (r *netRig) target(names ...string) map[string]float64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	m := map[string]float64{}
-	for _, n := range names {
-		m[n] = r.bids[n]
-	}
-	return partsOf(m)
 }
 
 // direct turns dir ("out": the guests send, "in": they receive) on or off
@@ -160,8 +123,8 @@ func TestNetShares(t *testing.T) {
 	r := startNetRig(t, []string{"a", "b", "c"})
 	for _, dir := range []string{"out", "in"} {
 		t.Run(dir, func(t *testing.T) {
-			r.bid(map[string]float64{"a": 3, "b": 1})
-			target := r.target("a", "b")
+			r.set(map[string]float64{"a": 3, "b": 1})
+			target := r.among("a", "b")
 			r.direct(dir, true, "a", "b")
 			defer r.direct(dir, false, "a", "b")
 			time.Sleep(10 * time.Second)
@@ -202,11 +165,11 @@ func TestNetShares(t *testing.T) {
 		})
 	}
 	t.Run("out 1:2:5", func(t *testing.T) {
-		r.bid(map[string]float64{"a": 1, "b": 2, "c": 5})
+		r.set(map[string]float64{"a": 1, "b": 2, "c": 5})
 		r.direct("out", true, "a", "b", "c")
 		defer r.direct("out", false, "a", "b", "c")
 		time.Sleep(10 * time.Second)
-		checkParts(t, "out 1:2:5, 10-20 s after the start", r.rates("out", 10*time.Second, "a", "b", "c"), r.target("a", "b", "c"), netShareTol)
+		checkParts(t, "out 1:2:5, 10-20 s after the start", r.rates("out", 10*time.Second, "a", "b", "c"), r.among("a", "b", "c"), netShareTol)
 		r.logCaps(t, "out 1:2:5")
 	})
 }

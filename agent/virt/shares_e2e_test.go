@@ -86,6 +86,17 @@ func (b *bidBook) parts() map[string]float64 {
 	return partsOf(b.bids)
 }
 
+// among is each of names' part of the bids among them.
+func (b *bidBook) among(names ...string) map[string]float64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	m := map[string]float64{}
+	for _, n := range names {
+		m[n] = b.bids[n]
+	}
+	return partsOf(m)
+}
+
 // shares is the parts by domain: runThrottles' shares.
 func (b *bidBook) shares() map[string]float64 {
 	shares := map[string]float64{}
