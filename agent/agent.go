@@ -669,13 +669,13 @@ func (a *Agent) measure(ctx context.Context, now time.Time) error {
 			// (A VM whose I/O was not read last tick — its QEMU did not
 			// answer — has no rate this tick: its counters would count
 			// all it ever moved as one tick's, and an idle VM would wake.)
-			if x, ok := io[vm]; ok && e > 0 && hasIO(a.lastIO, vm) {
+			lastIO, read := a.lastIO[vm]
+			if x, ok := io[vm]; ok && read && e > 0 {
 				// Its disk or network share used as much as its CPU
 				// share counts as CPU used: the VM is as busy as its
 				// busiest resource.
 				q := a.desired[vm]
-				last := a.lastIO[vm]
-				for _, r := range [...]struct{ moved, cap float64 }{{x.Disk - last.Disk, capacity.Disk}, {x.Net - last.Net, capacity.Net}} {
+				for _, r := range [...]struct{ moved, cap float64 }{{x.Disk - lastIO.Disk, capacity.Disk}, {x.Net - lastIO.Net, capacity.Net}} {
 					if r.cap > 0 && q > 0 {
 						used = max(used, r.moved/dt/(q*r.cap)*e)
 					}
@@ -700,14 +700,13 @@ func (a *Agent) measure(ctx context.Context, now time.Time) error {
 				// share, not its use, so the same small use is a larger
 				// part of the smaller share. It stays idle until it uses
 				// IdleBelow of the largest entitlement it had while
-				// quiet. Where its vCPUs' wait is known, a VM that
-				// computes again on its small share is starved and its
-				// wait counts as use; where it is not, half of its
+				// quiet. Where its vCPUs' wait is unknown, half of its
 				// entitlement now is enough if that is less (filling a
-				// small share is busy at once) — not where the wait is
-				// known: an idle TCG guest's timers fill half of a share
-				// shrunk to a twentieth (0.03-0.04 CPU), and its money
-				// would come back and go again every few ticks.
+				// small share is busy at once). Where it is known, a VM
+				// that computes again on its small share is starved and
+				// its wait counts as use, and half a share shrunk to a
+				// twentieth is what an idle TCG guest's timers use
+				// (0.03-0.04 CPU): its money would come and go.
 				wake := a.cfg.IdleBelow * a.quietE[vm]
 				if !waitKnown {
 					wake = min(wake, wakeShare*e)
@@ -735,12 +734,6 @@ func (a *Agent) measure(ctx context.Context, now time.Time) error {
 	}
 	a.lastTick, a.lastUse, a.lastIO, a.lastWait = now, use, io, wait
 	return waitErr
-}
-
-// hasIO reports whether vm's I/O was read in the reading io.
-func hasIO(io map[string]IOUse, vm string) bool {
-	_, ok := io[vm]
-	return ok
 }
 
 // rebalance re-spreads a throttling Enforcer's caps by the shares in force
