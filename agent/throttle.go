@@ -283,11 +283,17 @@ func noInversion(caps, shares map[string]float64) {
 func active(shares, moved map[string]float64, qsum, capacity float64) int {
 	n := 0
 	for vm, q := range shares {
-		if q > 0 && moved[vm] > 0 && moved[vm] >= idleAt*capacity*q/qsum {
+		if uses(q, moved[vm], qsum, capacity) {
 			n++
 		}
 	}
 	return n
+}
+
+// uses reports whether a VM with share q of qsum that moved m used the
+// device: at least idleAt of its part of capacity.
+func uses(q, m, qsum, capacity float64) bool {
+	return q > 0 && m > 0 && m >= idleAt*capacity*q/qsum
 }
 
 // follows reports whether what the VMs using the device moved is divided
@@ -299,7 +305,7 @@ func active(shares, moved map[string]float64, qsum, capacity float64) int {
 func follows(shares, moved map[string]float64, qsum, capacity float64) bool {
 	var q, m float64
 	for vm, s := range shares {
-		if s > 0 && moved[vm] > 0 && moved[vm] >= idleAt*capacity*s/qsum {
+		if uses(s, moved[vm], qsum, capacity) {
 			q += s
 			m += moved[vm]
 		}
@@ -309,7 +315,7 @@ func follows(shares, moved map[string]float64, qsum, capacity float64) bool {
 	}
 	behind, ahead := false, false
 	for vm, s := range shares {
-		if s > 0 && moved[vm] > 0 && moved[vm] >= idleAt*capacity*s/qsum {
+		if uses(s, moved[vm], qsum, capacity) {
 			r := (moved[vm] / m) / (s / q)
 			behind = behind || r < 1-splitTol
 			ahead = ahead || r > 1+splitTol
