@@ -253,7 +253,7 @@ func New(cfg Config) (*Agent, error) {
 	if m, ok := cfg.Enforcer.(WaitMeter); ok {
 		a.lastWait, _ = m.CPUWait(ctx)
 	}
-	if err := a.enforce(ctx, false); err != nil {
+	if err := a.enforce(ctx, false, nil); err != nil {
 		a.cfg.Metrics.Error("agent", "apply")
 		a.cfg.Logger.Warn("agent: applying the initial shares failed; the first tick retries", "host", cfg.Host, "err", err)
 	}
@@ -315,6 +315,8 @@ func (a *Agent) SetBids(ctx context.Context, req *wire.BidRequest) (wire.HostSta
 	if err := req.Validate(); err != nil {
 		return wire.HostState{}, err
 	}
+	l := startLaps()
+	defer l.logIfSlow(a.cfg.Logger, "agent: slow bid change", "host", a.cfg.Host, "plan", req.Plan)
 	if a.cfg.Identities != nil {
 		// The book first (an unknown VM is not found whatever its
 		// mandate), then the mandates without mu (whois is I/O), then the
@@ -328,6 +330,7 @@ func (a *Agent) SetBids(ctx context.Context, req *wire.BidRequest) (wire.HostSta
 		if err != nil {
 			return wire.HostState{}, err
 		}
+		l.lap("mandates")
 	}
 	a.mu.Lock()
 	if err := a.checkBids(req); err != nil {
@@ -339,6 +342,7 @@ func (a *Agent) SetBids(ctx context.Context, req *wire.BidRequest) (wire.HostSta
 	// a bid that settles nothing (a plan's first) does not wait on the bank.
 	batch := a.captureBatch(now, a.changeBids(req, now))
 	a.mu.Unlock()
+	l.lap("book")
 	// Settled charges go to the bank now, so a plan's hold can be released
 	// right after; if the bank is away, later rounds retry them. The bank
 	// gets one daemon attempt here, not the request's whole deadline: the
@@ -351,6 +355,7 @@ func (a *Agent) SetBids(ctx context.Context, req *wire.BidRequest) (wire.HostSta
 	if err != nil {
 		a.failed("capture", err)
 	}
+	l.lap("capture")
 	a.mu.Lock()
 	a.desired = Shares(a.vmIDs(), a.rates(now))
 	st := a.snapshot(now)
@@ -360,7 +365,8 @@ func (a *Agent) SetBids(ctx context.Context, req *wire.BidRequest) (wire.HostSta
 		// under-charge, never charge twice, but it must be seen.
 		a.failed("save_state", err)
 	}
-	if err := a.enforce(ctx, false); err != nil {
+	l.lap("save")
+	if err := a.enforce(ctx, false, l); err != nil {
 		a.failed("apply", err) // the next tick's reconcile retries
 	}
 	return st, nil
@@ -425,8 +431,11 @@ func (a *Agent) changeBids(req *wire.BidRequest, now time.Time) map[legKey]bool 
 // utilisation and publish the host's state. Errors of any phase are
 // counted and returned after the round completed; the next round retries.
 func (a *Agent) Tick(ctx context.Context, now time.Time) (wire.HostState, error) {
+	l := startLaps()
 	a.tickMu.Lock()
 	defer a.tickMu.Unlock()
+	l.lap("wait")
+	defer l.logIfSlow(a.cfg.Logger, "agent: slow tick", "host", a.cfg.Host)
 	var errs []error
 	fail := func(kind string, err error) {
 		a.cfg.Metrics.Error("agent", kind)
@@ -436,6 +445,7 @@ func (a *Agent) Tick(ctx context.Context, now time.Time) (wire.HostState, error)
 	if vmErr != nil {
 		fail("vms", vmErr)
 	}
+	l.lap("list")
 	a.mu.Lock()
 	a.ticks++
 	if vmErr == nil {
@@ -449,6 +459,7 @@ func (a *Agent) Tick(ctx context.Context, now time.Time) (wire.HostState, error)
 	if err := a.capture(ctx, batch); err != nil {
 		fail("capture", err)
 	}
+	l.lap("capture")
 	a.mu.Lock()
 	a.dropFinished(now)
 	a.desired = Shares(a.vmIDs(), a.rates(now))
@@ -456,15 +467,17 @@ func (a *Agent) Tick(ctx context.Context, now time.Time) (wire.HostState, error)
 	if err := a.save(); err != nil {
 		fail("save_state", err)
 	}
-	if err := a.enforce(ctx, true); err != nil {
+	l.lap("save")
+	if err := a.enforce(ctx, true, l); err != nil {
 		fail("apply", err)
 	}
-	if err := a.measure(ctx, now); err != nil {
+	if err := a.measure(ctx, now, l); err != nil {
 		fail("usage", err)
 	}
 	if err := a.rebalance(ctx); err != nil {
 		fail("throttle", err)
 	}
+	l.lap("throttle")
 	if m := a.cfg.Metrics; m != nil {
 		m.Ticks.WithLabelValues(a.cfg.Host).Inc()
 	}
@@ -475,6 +488,7 @@ func (a *Agent) Tick(ctx context.Context, now time.Time) (wire.HostState, error)
 		if err := a.cfg.Publisher.Publish(ctx, st); err != nil {
 			fail("publish", fmt.Errorf("agent %s: publishing state: %w", a.cfg.Host, err))
 		}
+		l.lap("publish")
 	}
 	return st, errors.Join(errs...)
 }
@@ -627,11 +641,12 @@ func (a *Agent) vmIDs() []string {
 // measure turns the CPU time used since the last tick into utilisation,
 // and the I/O done (an IOMeter's) into each VM's busiest use of its
 // shares; the Enforcer is read without mu.
-func (a *Agent) measure(ctx context.Context, now time.Time) error {
+func (a *Agent) measure(ctx context.Context, now time.Time, l *laps) error {
 	use, err := a.cfg.Enforcer.Usage(ctx)
 	if err != nil {
 		return fmt.Errorf("agent %s: reading CPU usage: %w", a.cfg.Host, err)
 	}
+	l.lap("usage")
 	var io map[string]IOUse
 	var capacity IOUse
 	if m, ok := a.cfg.Enforcer.(IOMeter); ok {
@@ -639,6 +654,7 @@ func (a *Agent) measure(ctx context.Context, now time.Time) error {
 			return fmt.Errorf("agent %s: reading I/O usage: %w", a.cfg.Host, err)
 		}
 		capacity = m.IOCapacity()
+		l.lap("io")
 	}
 	var wait map[string]time.Duration
 	var waitErr error // reported once the rest is measured: the use alone judges idleness meanwhile
@@ -646,6 +662,7 @@ func (a *Agent) measure(ctx context.Context, now time.Time) error {
 		if wait, waitErr = m.CPUWait(ctx); waitErr != nil {
 			wait, waitErr = nil, fmt.Errorf("agent %s: reading CPU wait: %w", a.cfg.Host, waitErr)
 		}
+		l.lap("cpu_wait")
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()

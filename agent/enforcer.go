@@ -93,14 +93,16 @@ type Publisher interface {
 // tick's level-triggered pass) it first reads back what is in force and
 // applies only on a difference; a difference while the set is the one last
 // applied is drift, changed behind the agent's back, and counted.
-func (a *Agent) enforce(ctx context.Context, reconcile bool) error {
+func (a *Agent) enforce(ctx context.Context, reconcile bool, l *laps) error {
 	a.enforceMu.Lock()
 	defer a.enforceMu.Unlock()
+	l.lap("apply_wait")
 	a.mu.Lock()
 	want := a.desired
 	a.mu.Unlock()
 	if reconcile && sameShares(want, a.applied) {
 		got, err := a.cfg.Enforcer.Applied(ctx)
+		l.lap("read_back")
 		if err == nil {
 			changed, missing := compareShares(want, got)
 			if len(changed) == 0 && !missing {
@@ -126,6 +128,7 @@ func (a *Agent) enforce(ctx context.Context, reconcile bool) error {
 		a.cfg.Logger.Info("agent: VM gone since it was listed; dropped until it is listed again", "host", a.cfg.Host, "vms", gone)
 		err = a.cfg.Enforcer.Apply(ctx, want)
 	}
+	l.lap("apply")
 	if err != nil {
 		return fmt.Errorf("agent %s: applying shares: %w", a.cfg.Host, err)
 	}
