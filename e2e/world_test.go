@@ -24,6 +24,7 @@ import (
 	"github.com/mrmarket/mrmarket/hadoopvm/worker"
 	"github.com/mrmarket/mrmarket/hadoopvm/workertest"
 	"github.com/mrmarket/mrmarket/hadoopvm/yarnfacade"
+	"github.com/mrmarket/mrmarket/internal/obs"
 	"github.com/mrmarket/mrmarket/internal/retry"
 	"github.com/mrmarket/mrmarket/internal/testpoll"
 	"github.com/mrmarket/mrmarket/internal/testproc"
@@ -188,7 +189,19 @@ func newWorld(t *testing.T, inputs []worker.Input, stageInput worker.Input, stag
 		t.Cleanup(func() { os.RemoveAll(dir) })
 	}
 	w.dir, w.creds = dir, filepath.Join(dir, "creds")
-	m, err := market.Start(context.Background(), market.Config{Dir: filepath.Join(dir, "market"), NATSHost: "127.0.0.1", NATSPort: -1, Users: users})
+	// The market's log beside the agent's: a slow bid or capture shows in
+	// both.
+	logFile, err := os.Create(filepath.Join(dir, "market.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { logFile.Close() })
+	logger, err := obs.NewLogger(logFile, "info", "text")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := market.Start(context.Background(), market.Config{Dir: filepath.Join(dir, "market"), NATSHost: "127.0.0.1", NATSPort: -1, Users: users,
+		Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
