@@ -256,7 +256,7 @@ func (e *Enforcer) setDiskCap(vm string, d *libvirt.Domain, disks []string, mbps
 		if mbps > 0 {
 			p.GroupNameSet, p.GroupName = true, throttleGroup
 		}
-		err := e.ask(vm, d, fmt.Sprintf("virDomainSetBlockIoTune %s %.2f MB/s", dev, mbps), func(d *libvirt.Domain) error {
+		err := e.ask(vm, d, fmt.Sprintf("virDomainSetBlockIoTune %s %.2f MB/s", dev, mbps), true, func(d *libvirt.Domain) error {
 			return d.SetBlockIoTune(dev, p, libvirt.DOMAIN_AFFECT_LIVE)
 		})
 		if errors.Is(err, errUnanswered) {
@@ -313,7 +313,7 @@ func (e *Enforcer) domainIO(vm string, d *libvirt.Domain, askQEMU bool) ioCounte
 			continue
 		}
 		var st *libvirt.DomainBlockStats
-		err := e.ask(vm, d, "virDomainBlockStats "+dev, func(d *libvirt.Domain) (err error) {
+		err := e.ask(vm, d, "virDomainBlockStats "+dev, true, func(d *libvirt.Domain) (err error) {
 			st, err = d.BlockStats(dev)
 			return err
 		})

@@ -84,7 +84,9 @@ type Enforcer struct {
 	cpuSeen cpuSample
 	// asking is the domains with a call to their QEMU running (ask).
 	asking map[string]bool
-	devs   map[string]devices // each domain's disks and taps (devicesOf)
+	// qemuCalls is how many of those a QEMU must answer (maxQEMUCalls).
+	qemuCalls int
+	devs      map[string]devices // each domain's disks and taps (devicesOf)
 }
 
 // SlowCall is how long a libvirt call on one domain may take before the
@@ -311,7 +313,7 @@ func (e *Enforcer) Apply(_ context.Context, shares map[string]float64) error {
 			// yet is made when the job is free, and the next tick's
 			// Apply makes the latest one.
 			uncapping := !t.uncapped
-			err := e.ask(vm, t.dom, fmt.Sprintf("virDomainSetSchedulerParametersFlags cpu_shares %d", w), func(d *libvirt.Domain) error {
+			err := e.ask(vm, t.dom, fmt.Sprintf("virDomainSetSchedulerParametersFlags cpu_shares %d", w), false, func(d *libvirt.Domain) error {
 				return e.applyCPU(d, q, w, uncapping)
 			})
 			if errors.Is(err, errUnanswered) {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -451,11 +452,11 @@ func TestAnUnansweredCallDoesNotHoldTheTick(t *testing.T) {
 	e.mu.Unlock()
 	release, ran := make(chan struct{}), make(chan struct{}, 2)
 	start := time.Now()
-	err := e.ask("test", d, "stuck", func(*libvirt.Domain) error { ran <- struct{}{}; <-release; return nil })
+	err := e.ask("test", d, "stuck", true, func(*libvirt.Domain) error { ran <- struct{}{}; <-release; return nil })
 	if !errors.Is(err, errUnanswered) || time.Since(start) > 10*askWait {
 		t.Fatalf("a stuck call: %v after %v", err, time.Since(start))
 	}
-	if err := e.ask("test", d, "second", func(*libvirt.Domain) error { ran <- struct{}{}; return nil }); !errors.Is(err, errUnanswered) || len(ran) != 1 {
+	if err := e.ask("test", d, "second", true, func(*libvirt.Domain) error { ran <- struct{}{}; return nil }); !errors.Is(err, errUnanswered) || len(ran) != 1 {
 		t.Fatalf("a second call while the first waits: %v, %d ran", err, len(ran))
 	}
 	if a, err := e.IOUsage(context.Background()); err != nil || len(a) != 0 {
@@ -479,4 +480,36 @@ func TestAnUnansweredCallDoesNotHoldTheTick(t *testing.T) {
 	if err := e.Apply(context.Background(), map[string]float64{"test": 0.25}); err == nil {
 		t.Log("the test driver accepted cpu_shares: the weight change after the call ended is not seen")
 	}
+}
+
+// TestStuckQEMUCallsAreBounded: while maxQEMUCalls calls wait on their
+// domains' QEMUs, a call to another domain's QEMU is not made (that domain
+// is unread, as one whose call still waits), and a weight change, which no
+// QEMU answers, still is; once a stuck call ends, the other domain is asked
+// again. Mutation: no bound — the third call is made, and on libvirtd calls
+// stuck beyond its max_client_requests hold every call of the connection.
+func TestStuckQEMUCallsAreBounded(t *testing.T) {
+	e := testDriver(t)
+	d := manageTestDomain(t, e)
+	release := make(chan struct{})
+	for i := range maxQEMUCalls {
+		if err := e.ask(fmt.Sprintf("stuck-%d", i), d, "stuck", true, func(*libvirt.Domain) error { <-release; return nil }); !errors.Is(err, errUnanswered) {
+			t.Fatalf("stuck call %d: %v", i, err)
+		}
+	}
+	var made atomic.Int32
+	mark := func(*libvirt.Domain) error { made.Add(1); return nil }
+	if err := e.ask("other", d, "virDomainBlockStats", true, mark); !errors.Is(err, errUnanswered) || made.Load() != 0 {
+		t.Fatalf("a QEMU call while %d wait: %v, made %d times; want it not made", maxQEMUCalls, err, made.Load())
+	}
+	if err := e.ask("other", d, "cpu_shares", false, mark); err != nil || made.Load() != 1 {
+		t.Fatalf("a weight change while %d QEMU calls wait: %v, made %d times; want it made", maxQEMUCalls, err, made.Load())
+	}
+	close(release)
+	testpoll.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if err := e.ask("other", d, "virDomainBlockStats", true, mark); err != nil {
+			return fmt.Errorf("a QEMU call after the stuck ones ended: %v", err)
+		}
+		return nil
+	})
 }
