@@ -138,12 +138,19 @@ func (w *world) mark() {
 // diskWait is how long a sample waits for a domain's disk counters.
 const diskWait = 250 * time.Millisecond
 
+// maxDiskCalls is how many of the samples' disk calls may wait on QEMUs at
+// once: libvirtd's workers are shared by every connection, and a sampler
+// holding one per guest (seven) beside the agent's would make the agent
+// wait for them (docs/PLATFORM.md, "Stuck calls hold everyone's").
+const maxDiskCalls = 2
+
 // diskBytes is the bytes a domain's disks have read and written, if its
 // QEMU answers within diskWait; a call not answered goes on by itself,
-// and the domain is not asked again until it ends.
+// and the domain is not asked again until it ends, nor another while
+// maxDiskCalls wait.
 func (w *world) diskBytes(vm string) (int64, bool) {
 	w.diskMu.Lock()
-	if w.asking[vm] {
+	if w.asking[vm] || len(w.asking) >= maxDiskCalls {
 		w.diskMu.Unlock()
 		return 0, false
 	}
