@@ -279,7 +279,7 @@ func (w *world) caseMore(t *testing.T, aliceCPU float64) {
 			jobs[i].shares = map[string]float64{"cpu": q0[u]}
 			for _, s := range samples {
 				if s.at.After(ra.Submitted) {
-					jobs[i].changes = append(jobs[i].changes, change{c(s.at), map[string]float64{"cpu": w.userShares(s)[u]}})
+					jobs[i].changes = append(jobs[i].changes, change{c(s.setAt()), map[string]float64{"cpu": w.userShares(s)[u]}})
 				}
 			}
 		}
@@ -355,11 +355,15 @@ func (w *world) spent(t testing.TB) map[string]float64 {
 }
 
 // rateIntegral is what plan's bids (on vms, or all its VMs without any),
-// at the rates the samples show, add up to from from to to, in credits.
+// at the rates the samples show from when the agent set them (setAt), add
+// up to from from to to, in credits.
 func rateIntegral(samples []sample, plan string, from, to time.Time, vms ...string) float64 {
 	total := 0.0
-	for i := 1; i < len(samples); i++ {
-		lo, hi := samples[i-1].at, samples[i].at
+	for i, s := range samples {
+		lo, hi := s.setAt(), to
+		if i+1 < len(samples) {
+			hi = samples[i+1].setAt()
+		}
 		if lo.Before(from) {
 			lo = from
 		}
@@ -369,7 +373,7 @@ func rateIntegral(samples []sample, plan string, from, to time.Time, vms ...stri
 		if !hi.After(lo) {
 			continue
 		}
-		total += planRate(samples[i-1], plan, vms...) * hi.Sub(lo).Seconds()
+		total += planRate(s, plan, vms...) * hi.Sub(lo).Seconds()
 	}
 	return total / 1e6
 }

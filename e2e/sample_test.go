@@ -16,8 +16,27 @@ import (
 // (CPU time, disk and network bytes).
 type sample struct {
 	at  time.Time
-	vms map[string]wire.VMState
+	vms map[string]wire.HostVM
 	cnt map[string]counters
+}
+
+// setAt is when the agent set what the sample shows: the time of the host
+// state it is from (a tick's), at most the sample's. The broker hears a
+// state as its tick ends, and a tick held by a slow call ends seconds
+// after it set the shares and charged the rates; taken at the sample's
+// time, a change would reach the model that late. (The suite's guests
+// are all on one host: one state.)
+func (s sample) setAt() time.Time {
+	var t time.Time
+	for _, v := range s.vms {
+		if v.Updated.After(t) {
+			t = v.Updated
+		}
+	}
+	if t.IsZero() || t.After(s.at) {
+		return s.at
+	}
+	return t
 }
 
 // counters are a domain's cumulative use.

@@ -328,11 +328,12 @@ func (w *world) startAgent() {
 // divides.
 const linkKiBps = 2048
 
-// shares are the agent's shares of the VMs, as the broker last heard.
-func (w *world) shares() map[string]wire.VMState {
-	out := map[string]wire.VMState{}
+// shares are the agent's shares of the VMs, as the broker last heard, with
+// the time of the host state they are from.
+func (w *world) shares() map[string]wire.HostVM {
+	out := map[string]wire.HostVM{}
 	for _, v := range w.m.Broker.VMs(&wire.VMsRequest{}).VMs {
-		out[v.VM] = v.VMState
+		out[v.VM] = v
 	}
 	return out
 }
