@@ -160,7 +160,8 @@ const diskWait = 250 * time.Millisecond
 // maxDiskCalls is how many of the samples' disk calls may wait on QEMUs at
 // once: libvirtd's workers are shared by every connection, and a sampler
 // holding one per guest (seven) beside the agent's would make the agent
-// wait for them (docs/PLATFORM.md, "Stuck calls hold everyone's").
+// wait for them (docs/PLATFORM.md, "A stuck call holds others on its
+// connection").
 const maxDiskCalls = 2
 
 // diskBytes is the bytes a domain's disks have read and written, if its
@@ -182,7 +183,7 @@ func (w *world) diskBytes(vm string) (int64, bool) {
 			delete(w.asking, vm)
 			w.diskMu.Unlock()
 		}()
-		d, err := w.conn.LookupDomainByName(vm)
+		d, err := w.diskConn.LookupDomainByName(vm)
 		if err != nil {
 			done <- 0
 			return

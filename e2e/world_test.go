@@ -47,6 +47,8 @@ type world struct {
 	bin   string
 	agent *testproc.Proc
 	conn  *libvirt.Connect
+	// diskConn is the samples' connection for disk calls (diskBytes).
+	diskConn *libvirt.Connect
 	// clusters are the users' clusters, by user.
 	clusters map[string]*workertest.Cluster
 	// stages are alice's workflow's guests, a cluster of one worker per
@@ -175,7 +177,15 @@ func newWorld(t *testing.T, inputs []worker.Input, stageInput worker.Input, stag
 		need(t, "libvirtd not reachable at %s: %v (run .ci/libvirt.sh as root)", workertest.QEMUURI, err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	w := &world{t: t, conn: conn, clusters: map[string]*workertest.Cluster{}, taps: map[string]string{}, asking: map[string]bool{}, bin: testproc.Binary(t),
+	// The samples' disk calls on a connection of their own, as the agent's
+	// (agent/virt's Enforcer.qemu): one stuck on a starved QEMU holds
+	// other calls of its connection, the samples' CPU times among them.
+	diskConn, err := libvirt.NewConnect(workertest.QEMUURI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { diskConn.Close() })
+	w := &world{t: t, conn: conn, diskConn: diskConn, clusters: map[string]*workertest.Cluster{}, taps: map[string]string{}, asking: map[string]bool{}, bin: testproc.Binary(t),
 		samplers: map[*sampler]bool{}}
 	w.waitAlone()
 

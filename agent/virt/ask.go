@@ -13,15 +13,12 @@ import (
 const askWait = 250 * time.Millisecond
 
 // maxQEMUCalls is how many calls that a QEMU must answer may be in flight
-// at once, over all domains. libvirtd serves at most five calls of one
-// connection at a time (max_client_requests) and queues the rest, and
-// about twenty over all its connections (max_workers, less those it
-// keeps): calls stuck on QEMUs starved of CPU beyond these hold every
-// other call with them (make e2e: the tick's listing of the domains, which
-// asks no QEMU, waited 17 s behind such calls; docs/PLATFORM.md). Two
-// leave the connection three for the tick's listing, read-back and weight
-// changes, and a bid change's.
-const maxQEMUCalls = 2
+// at once, over all domains: fewer than the five calls of one connection
+// libvirtd serves at a time (max_client_requests), so that a call on the
+// connection for them (Enforcer.qemu) is served while others are stuck
+// on starved QEMUs, and a small part of the workers libvirtd shares among
+// all its connections (max_workers).
+const maxQEMUCalls = 4
 
 // errUnanswered is a call still waiting on the domain's QEMU after
 // askWait; it goes on, and the domain is not asked again until it ends.
@@ -33,9 +30,16 @@ var errUnanswered = errors.New("virt: the domain's QEMU has not answered yet")
 // askWait for it: a call not answered by then goes on by itself (on its
 // own reference to the domain) and makes asksQEMU pass over the domain
 // until it ends. A call the domain's QEMU answers (qemu: statistics and
-// throttles, not a cgroup weight) is not made while maxQEMUCalls others
-// are in flight.
+// throttles, not a cgroup weight) is made on the enforcer's connection
+// for such calls, and not while maxQEMUCalls others are in flight.
 func (e *Enforcer) ask(vm string, d *libvirt.Domain, name string, qemu bool, call func(d *libvirt.Domain) error) error {
+	var uuid string
+	if qemu && e.qemu != e.conn {
+		var err error
+		if uuid, err = d.GetUUIDString(); err != nil { // the handle's own: no call
+			return err
+		}
+	}
 	e.mu.Lock()
 	if e.asking[vm] || qemu && e.qemuCalls >= maxQEMUCalls {
 		e.mu.Unlock()
@@ -58,7 +62,16 @@ func (e *Enforcer) ask(vm string, d *libvirt.Domain, name string, qemu bool, cal
 	go func() {
 		defer h.Free()
 		start := time.Now()
-		err := call(&h)
+		var err error
+		if uuid != "" {
+			var qd *libvirt.Domain
+			if qd, err = e.qemu.LookupDomainByUUIDString(uuid); err == nil {
+				err = call(qd)
+				_ = qd.Free()
+			}
+		} else {
+			err = call(&h)
+		}
 		e.timed(vm, name, start, err)
 		e.mu.Lock()
 		delete(e.asking, vm)

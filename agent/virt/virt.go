@@ -62,6 +62,12 @@ type Config struct {
 type Enforcer struct {
 	cfg  Config
 	conn *libvirt.Connect
+	// qemu is the connection for the calls a domain's QEMU answers (ask):
+	// while one waits on a starved QEMU, libvirt holds other calls of its
+	// connection, seemingly at random (docs/PLATFORM.md), and the tick's
+	// listing, read-back and weights must not wait with it. The same as
+	// conn when borrowed.
+	qemu *libvirt.Connect
 
 	cache domainCache
 	// applyMu orders Apply and Applied: the scale and the weights in
@@ -135,7 +141,12 @@ func New(cfg Config) (*Enforcer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("virt: connecting to %s: %w", cfg.URI, err)
 	}
-	e := &Enforcer{cfg: cfg, conn: conn, applied: map[string]float64{}}
+	qemu, err := libvirt.NewConnect(cfg.URI)
+	if err != nil {
+		_, _ = conn.Close()
+		return nil, fmt.Errorf("virt: connecting to %s: %w", cfg.URI, err)
+	}
+	e := &Enforcer{cfg: cfg, conn: conn, qemu: qemu, applied: map[string]float64{}}
 	e.cache.watch(conn)
 	return e, nil
 }
@@ -143,12 +154,13 @@ func New(cfg Config) (*Enforcer, error) {
 // NewWithConn makes an enforcer on an open connection (which it does not
 // close): the test driver keeps its state per connection. It registers no
 // events on a connection it does not own (they would hold it open until
-// Close), so it lists the domains at every call.
+// Close), so it lists the domains at every call, and it makes every call
+// on it, those a QEMU answers too.
 func NewWithConn(cfg Config, conn *libvirt.Connect) (*Enforcer, error) {
 	if cfg.HostCPUs <= 0 {
 		cfg.HostCPUs = 1
 	}
-	e := &Enforcer{cfg: cfg, conn: conn, applied: map[string]float64{}, borrowed: true}
+	e := &Enforcer{cfg: cfg, conn: conn, qemu: conn, applied: map[string]float64{}, borrowed: true}
 	e.cache.byName, e.cache.dirty, e.cache.wake = map[string]*domain{}, map[string]bool{}, make(chan struct{}, 1)
 	return e, nil
 }
@@ -163,7 +175,8 @@ func (e *Enforcer) Close() error {
 		return err
 	}
 	_, cerr := e.conn.Close()
-	return errors.Join(err, cerr)
+	_, qerr := e.qemu.Close()
+	return errors.Join(err, cerr, qerr)
 }
 
 // CPUShares maps a share q to cpu_shares at the least scale, q·10000.
