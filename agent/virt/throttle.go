@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"slices"
+	"sync"
 	"time"
 
 	"libvirt.org/go/libvirt"
@@ -99,11 +101,8 @@ func (e *Enforcer) Rebalance(ctx context.Context, shares map[string]float64) (ma
 	th.read = nil
 	e.mu.Unlock()
 	if counters == nil || !now.After(last) {
-		now, counters = time.Now(), make(map[string]ioCounters, len(doms))
-		ask := e.asksQEMU()
-		for vm, d := range doms {
-			counters[vm] = e.domainIO(vm, d, ask(vm))
-		}
+		counters = e.readIO(doms)
+		now = time.Now()
 	}
 	e.mu.Lock()
 	if th.plans.Plans == nil {
@@ -154,7 +153,18 @@ func (e *Enforcer) Rebalance(ctx context.Context, shares map[string]float64) (ma
 	e.mu.Unlock()
 
 	var errs []error
+	var errMu sync.Mutex
+	fail := func(err error) {
+		errMu.Lock()
+		errs = append(errs, err)
+		errMu.Unlock()
+	}
+	changes := make(map[string]change, len(todo))
 	for _, c := range todo {
+		changes[c.vm] = c
+	}
+	eachAtOnce(slices.Collect(maps.Keys(changes)), func(vm string) {
+		c := changes[vm]
 		d := doms[c.vm]
 		ok := true
 		if v, has := c.caps[wire.ResourceDisk]; has && !counters[c.vm].diskUnread {
@@ -162,7 +172,8 @@ func (e *Enforcer) Rebalance(ctx context.Context, shares map[string]float64) (ma
 			case errors.Is(err, errUnanswered):
 				ok = false // set when it answers, or again at a later tick
 			case err != nil:
-				errs, ok = append(errs, fmt.Errorf("virt: %s disk throttle: %w", c.vm, err)), false
+				fail(fmt.Errorf("virt: %s disk throttle: %w", c.vm, err))
+				ok = false
 			}
 		}
 		if _, has := c.caps[wire.ResourceNetIn]; has {
@@ -171,7 +182,8 @@ func (e *Enforcer) Rebalance(ctx context.Context, shares map[string]float64) (ma
 			e.th.taps[c.vm] = nics
 			e.mu.Unlock()
 			if err := setNetCaps(nics, c.caps[wire.ResourceNetIn], c.caps[wire.ResourceNetOut]); err != nil {
-				errs, ok = append(errs, fmt.Errorf("virt: %s network throttle: %w", c.vm, err)), false
+				fail(fmt.Errorf("virt: %s network throttle: %w", c.vm, err))
+				ok = false
 			}
 		}
 		if ok {
@@ -179,7 +191,7 @@ func (e *Enforcer) Rebalance(ctx context.Context, shares map[string]float64) (ma
 			e.th.set[c.vm] = c.caps
 			e.mu.Unlock()
 		}
-	}
+	})
 	if err := e.forgetTaps(doms); err != nil {
 		errs = append(errs, err)
 	}
@@ -292,6 +304,21 @@ func (e *Enforcer) Modes() []wire.ResourceMode {
 		}
 		out = append(out, m)
 	}
+	return out
+}
+
+// readIO reads every domain's I/O counters (domainIO), maxQEMUCalls at a
+// time (eachAtOnce).
+func (e *Enforcer) readIO(doms map[string]*libvirt.Domain) map[string]ioCounters {
+	ask := e.asksQEMU()
+	out := make(map[string]ioCounters, len(doms))
+	var mu sync.Mutex
+	eachAtOnce(slices.Collect(maps.Keys(doms)), func(vm string) {
+		c := e.domainIO(vm, doms[vm], ask(vm))
+		mu.Lock()
+		out[vm] = c
+		mu.Unlock()
+	})
 	return out
 }
 

@@ -630,12 +630,10 @@ func (e *Enforcer) IOUsage(context.Context) (map[string]agent.IOUse, error) {
 	}
 	defer freeAll(doms)
 	out := make(map[string]agent.IOUse, len(doms))
-	counters := make(map[string]ioCounters, len(doms))
-	ask := e.asksQEMU()
-	for vm, d := range doms {
-		counters[vm] = e.domainIO(vm, d, ask(vm))
-		if !counters[vm].diskUnread { // else its use is unknown this time
-			out[vm] = counters[vm].use()
+	counters := e.readIO(doms)
+	for vm, c := range counters {
+		if !c.diskUnread { // else its use is unknown this time
+			out[vm] = c.use()
 		}
 	}
 	now := time.Now()

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -512,4 +513,50 @@ func TestStuckQEMUCallsAreBounded(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestEachAtOnceAsksDomainsTogether: eachAtOnce has maxQEMUCalls of its
+// calls running at once, never more, and makes each once. Mutation: one
+// after another — the calls never run together, and a tick waits askWait
+// once per slow domain.
+func TestEachAtOnceAsksDomainsTogether(t *testing.T) {
+	vms := []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j"}
+	var mu sync.Mutex
+	active, most := 0, 0
+	made := map[string]int{}
+	together := make(chan struct{})
+	eachAtOnce(vms, func(vm string) {
+		mu.Lock()
+		active++
+		most = max(most, active)
+		made[vm]++
+		if active == maxQEMUCalls && most == maxQEMUCalls {
+			select {
+			case <-together:
+			default:
+				close(together)
+			}
+		}
+		mu.Unlock()
+		select { // the first maxQEMUCalls wait for one another
+		case <-together:
+		case <-time.After(time.Second):
+		}
+		mu.Lock()
+		active--
+		mu.Unlock()
+	})
+	select {
+	case <-together:
+	default:
+		t.Fatalf("the calls never ran %d at once (at most %d)", maxQEMUCalls, most)
+	}
+	if most > maxQEMUCalls {
+		t.Errorf("%d calls ran at once, want at most %d", most, maxQEMUCalls)
+	}
+	for _, vm := range vms {
+		if made[vm] != 1 {
+			t.Errorf("%s: made %d times, want once", vm, made[vm])
+		}
+	}
 }
