@@ -79,6 +79,7 @@ type Throttle struct {
 	rose    float64              // by how much (relative)
 	last    float64              // the total moved in the last tick
 	lately  []map[string]float64 // what each VM moved in the last splitTicks contended ticks
+	fills   []map[string]float64 // and what part of its cap, where it had one
 }
 
 // Tuning of the throttle planner.
@@ -117,6 +118,11 @@ const (
 	// splitTicks is how many contended ticks the split is judged over: a
 	// guest's rate is never steady from one tick to the next.
 	splitTicks = 3
+	// fullAt is the part of its caps a VM must move on average over
+	// splitTicks ticks to count as held by them (fullLately): QEMU's
+	// throttle is a leaky bucket, so a VM its cap holds moves all of it on
+	// average, whatever whole requests each tick let through.
+	fullAt = 0.98
 	// holdAfterDrop is how many ticks the estimate does not rise after a
 	// raise overshot the device, so a device at its limit is overshot one
 	// tick in holdAfterDrop+2, not every other one — and the caps change
@@ -206,7 +212,7 @@ func (t *Throttle) Plan(shares, moved map[string]float64) map[string]float64 {
 		case m < idleAt*part:
 			demand[vm] = IdleProbe * part
 			idle[vm] = true
-		case !capped || m >= bindAt*c || saturated && t.want[vm] || full && m >= turn || t.idle[vm] && m >= c/2:
+		case !capped || m >= bindAt*c || t.fullLately(vm) || saturated && t.want[vm] || full && m >= turn || t.idle[vm] && m >= c/2:
 			// (A VM waking from idle is taken at its word: its probe
 			// is a request or two a tick, too coarse to tell filling
 			// it from falling short.)
@@ -335,6 +341,23 @@ func follows(shares, moved map[string]float64, qsum, capacity float64) bool {
 // pause, a VM's return from idle or a new VM start from the last
 // contended measurement. It is never above twice the most moved in a
 // contended tick of the window: a raise probes, it does not run away.
+// fullLately says whether vm moved, on average over the last splitTicks
+// contended ticks, all its caps let through (fullAt): a guest reads in
+// requests of a megabyte or so, and at a few MB/s a cap that holds it lets
+// 1, 1, 2 requests through a tick. Judged tick by tick, such a VM seemed
+// to want no more than it moved and was capped near that; caps totalling
+// 10 MB/s held CPU-bound jobs on a disk that reads 200 (make e2e, run 30).
+// A VM the device holds back moves less than its cap, tick after tick.
+func (t *Throttle) fullLately(vm string) bool {
+	sum, n := 0.0, 0
+	for _, f := range t.fills {
+		if x, ok := f[vm]; ok {
+			sum, n = sum+x, n+1
+		}
+	}
+	return n > 0 && sum/float64(n) >= fullAt
+}
+
 func (t *Throttle) learn(moved map[string]float64, total float64, saturated, contended, split bool) {
 	if !contended {
 		t.raised, t.rose, t.last = false, 0, 0
@@ -372,6 +395,23 @@ func (t *Throttle) learn(moved map[string]float64, total float64, saturated, con
 			short++
 		}
 	}
+	// Whether the VMs that want more fill their caps over the last
+	// splitTicks contended ticks (fullLately), for raising the estimate
+	// when some fell short on this tick alone.
+	fill := map[string]float64{}
+	for vm, c := range t.caps {
+		if c > 0 {
+			fill[vm] = max(moved[vm], 0) / c
+		}
+	}
+	t.fills = append(t.fills, fill)
+	if len(t.fills) > splitTicks {
+		t.fills = t.fills[len(t.fills)-splitTicks:]
+	}
+	allFull := len(t.want) > 0
+	for vm := range t.want {
+		allFull = allFull && t.fullLately(vm)
+	}
 	raised, rose := t.raised, t.rose
 	t.raised, t.rose = false, 0
 	// A raise pays off when the VMs then move more together; where their
@@ -403,7 +443,7 @@ func (t *Throttle) learn(moved map[string]float64, total float64, saturated, con
 		t.Capacity = max(maxProbe*delivered, t.Capacity/2)
 		t.step = Probe
 		return
-	case filled > 0 && short == 0 && paid:
+	case (filled > 0 && short == 0 || allFull) && paid:
 		if t.hold == 0 {
 			t.Capacity = max(t.Capacity, delivered) * (1 + t.step)
 			t.rose = t.step
