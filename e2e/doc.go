@@ -9,7 +9,10 @@
 //
 // Decisions:
 //   - Expected values come from a fluid model (model.go) fed with the
-//     shares the agent set, as the broker heard them; the test never
+//     shares the agent set, as the broker heard them, from the time of
+//     the host state that carried them (when the agent set them, not
+//     when a sample heard them: a tick held by a slow call is heard
+//     seconds late); the test never
 //     computes a share, a price or a charge itself. The model's work is
 //     taken from the run (one job's finish calibrates it), never assumed.
 //   - Worker i of every cluster is pinned to host CPU i, so each CPU is

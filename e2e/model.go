@@ -17,7 +17,8 @@ import "math"
 // that is 1.5.
 //
 // The model knows nothing of the market: the shares it is given are the
-// ones the agent set, as the broker heard them.
+// ones the agent set, as the broker heard them, from when the agent set
+// them (sample.setAt).
 
 // phase is a stretch of a job on one resource: how long it takes with the
 // whole resource.
