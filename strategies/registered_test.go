@@ -47,7 +47,12 @@ var registeredCases = []struct {
 	{"stage-carry moves past a stage whose VMs are all idle", "stage-carry", digg(true, false, 0),
 		[]alloc{{"a5", "h1", 7_333_334, 90 * time.Minute}, {"a2", "h1", 1_833_333, 90 * time.Minute}},
 		[]int{1, 0}},
-	{"the last stage spends even when idle", "stage-carry", digg(true, true, 0),
+	// Mutation: moving past every idle stage — the next stage's VMs are
+	// idle until its job starts, and it would start unfunded.
+	{"an idle stage keeps its funds until a later one is busy", "stage-carry", digg(true, true, 0),
+		[]alloc{{"a1", "h1", 6_666_667, time.Hour}, {"a3", "h2", 6_666_666, time.Hour}, {"a2", "h1", 1_833_333, 90 * time.Minute}},
+		[]int{0, 0}},
+	{"the last stage spends even when idle", "stage-carry", digg(true, true, 2),
 		[]alloc{{"a1", "h1", 7_333_334, 3 * time.Hour}, {"a3", "h2", 7_333_333, 3 * time.Hour}, {"a2", "h1", 1_833_333, 90 * time.Minute}},
 		[]int{2, 0}},
 	{"stage-carry never moves back", "stage-carry", digg(false, false, 1),
