@@ -47,8 +47,8 @@ func slotMaps(c *workertest.Cluster, vm string, per int) []worker.Split {
 // (the same spending rate). Bottleneck elimination moves her idle
 // worker's money to the busy one, whose share the agent raises; the
 // model, fed with the shares the agent set on the contested CPU, second
-// by second, and her job's work (its CPU time in the fair run), predicts
-// the second run's time.
+// by second, and calibrated on the fair run, predicts the second run's
+// time.
 func (w *world) caseBottleneck(t *testing.T) {
 	a, b := w.clusters["alice"], w.clusters["bob"]
 	hot, rival := a.Workers[0], b.Workers[0]
@@ -102,17 +102,12 @@ func (w *world) caseBottleneck(t *testing.T) {
 		}
 		return f
 	}
-	// Her job's work: the CPU time her busy guest took for it in the fair
-	// run (it computes all the while). Calibrated on the fair run's finish
-	// instead, the work took in what bob's guest spends beside its vCPU:
-	// his two maps read his input twice, and its I/O threads, on the other
-	// CPU, count in his CPU time and in the clock, so that at equal shares
-	// she had 0.47 of the clock, not 0.5, and the model, 6 % too much work,
-	// ran 5-13 % slow (runs 27-30).
-	work := guestCPU(fair.samples, []string{hot}, fair.res.Finished) - guestCPU(fair.samples, []string{hot}, fair.res.Submitted)
 	predict := func(clockOf func(hotResult) func(time.Time) float64) (want, measured, fairTime float64) {
 		cf, cb := clockOf(fair), clockOf(boosted)
 		fairTime = cf(fair.res.Finished)
+		jobs := []flow{model(fair, cf, 0), rivalFlow(fair, cf)}
+		jobs[0].phases = nil
+		work := calibrate(jobs, 0, "cpu", fairTime)
 		want = finishes([]flow{model(boosted, cb, work), rivalFlow(boosted, cb)})[0]
 		return want, cb(boosted.res.Finished), fairTime
 	}
