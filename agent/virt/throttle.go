@@ -307,8 +307,8 @@ func (e *Enforcer) Modes() []wire.ResourceMode {
 	return out
 }
 
-// readIO reads every domain's I/O counters (domainIO), maxQEMUCalls at a
-// time (eachAtOnce).
+// readIO reads every domain's I/O counters (domainIO), askTogether at a
+// time (eachAtOnce), and closes the QEMU connections of domains gone.
 func (e *Enforcer) readIO(doms map[string]*libvirt.Domain) map[string]ioCounters {
 	ask := e.asksQEMU()
 	out := make(map[string]ioCounters, len(doms))
@@ -319,6 +319,7 @@ func (e *Enforcer) readIO(doms map[string]*libvirt.Domain) map[string]ioCounters
 		out[vm] = c
 		mu.Unlock()
 	})
+	e.closeQEMUConns(doms)
 	return out
 }
 

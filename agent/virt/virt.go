@@ -62,12 +62,9 @@ type Config struct {
 type Enforcer struct {
 	cfg  Config
 	conn *libvirt.Connect
-	// qemu is the connection for the calls a domain's QEMU answers (ask):
-	// while one waits on a starved QEMU, libvirt holds other calls of its
-	// connection, seemingly at random (docs/PLATFORM.md), and the tick's
-	// listing, read-back and weights must not wait with it. The same as
-	// conn when borrowed.
-	qemu *libvirt.Connect
+	// qemu are the domains' own connections for the calls their QEMU
+	// answers (onQEMUConn); none when borrowed (those calls use conn).
+	qemu map[string]*libvirt.Connect
 
 	cache domainCache
 	// applyMu orders Apply and Applied: the scale and the weights in
@@ -90,9 +87,9 @@ type Enforcer struct {
 	cpuSeen cpuSample
 	// asking is the domains with a call to their QEMU running (ask).
 	asking map[string]bool
-	// qemuCalls is how many of those a QEMU must answer (maxQEMUCalls).
-	qemuCalls int
-	devs      map[string]devices // each domain's disks and taps (devicesOf)
+	// stuck is how many calls to QEMUs wait past askWait (maxStuck).
+	stuck int
+	devs  map[string]devices // each domain's disks and taps (devicesOf)
 }
 
 // SlowCall is how long a libvirt call on one domain may take before the
@@ -141,12 +138,7 @@ func New(cfg Config) (*Enforcer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("virt: connecting to %s: %w", cfg.URI, err)
 	}
-	qemu, err := libvirt.NewConnect(cfg.URI)
-	if err != nil {
-		_, _ = conn.Close()
-		return nil, fmt.Errorf("virt: connecting to %s: %w", cfg.URI, err)
-	}
-	e := &Enforcer{cfg: cfg, conn: conn, qemu: qemu, applied: map[string]float64{}}
+	e := &Enforcer{cfg: cfg, conn: conn, applied: map[string]float64{}}
 	e.cache.watch(conn)
 	return e, nil
 }
@@ -160,7 +152,7 @@ func NewWithConn(cfg Config, conn *libvirt.Connect) (*Enforcer, error) {
 	if cfg.HostCPUs <= 0 {
 		cfg.HostCPUs = 1
 	}
-	e := &Enforcer{cfg: cfg, conn: conn, qemu: conn, applied: map[string]float64{}, borrowed: true}
+	e := &Enforcer{cfg: cfg, conn: conn, applied: map[string]float64{}, borrowed: true}
 	e.cache.byName, e.cache.dirty, e.cache.wake = map[string]*domain{}, map[string]bool{}, make(chan struct{}, 1)
 	return e, nil
 }
@@ -175,8 +167,8 @@ func (e *Enforcer) Close() error {
 		return err
 	}
 	_, cerr := e.conn.Close()
-	_, qerr := e.qemu.Close()
-	return errors.Join(err, cerr, qerr)
+	e.closeQEMUConns(nil)
+	return errors.Join(err, cerr)
 }
 
 // CPUShares maps a share q to cpu_shares at the least scale, q·10000.

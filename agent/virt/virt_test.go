@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -483,17 +485,18 @@ func TestAnUnansweredCallDoesNotHoldTheTick(t *testing.T) {
 	}
 }
 
-// TestStuckQEMUCallsAreBounded: while maxQEMUCalls calls wait on their
-// domains' QEMUs, a call to another domain's QEMU is not made (that domain
-// is unread, as one whose call still waits), and a weight change, which no
-// QEMU answers, still is; once a stuck call ends, the other domain is asked
-// again. Mutation: no bound — the third call is made, and on libvirtd calls
-// stuck beyond its max_client_requests hold every call of the connection.
+// TestStuckQEMUCallsAreBounded: while maxStuck calls wait past askWait on
+// their domains' QEMUs, a call to another domain's QEMU is not made (that
+// domain is unread, as one whose call still waits), and a weight change,
+// which no QEMU answers, still is; once a stuck call ends, the other
+// domain is asked again. Each call is made on its domain's own connection.
+// Mutation: no bound — the call is made, and on libvirtd stuck calls
+// beyond its shared workers hold every call of every connection.
 func TestStuckQEMUCallsAreBounded(t *testing.T) {
 	e := testDriver(t)
 	d := manageTestDomain(t, e)
 	release := make(chan struct{})
-	for i := range maxQEMUCalls {
+	for i := range maxStuck {
 		if err := e.ask(fmt.Sprintf("stuck-%d", i), d, "stuck", true, func(*libvirt.Domain) error { <-release; return nil }); !errors.Is(err, errUnanswered) {
 			t.Fatalf("stuck call %d: %v", i, err)
 		}
@@ -501,10 +504,16 @@ func TestStuckQEMUCallsAreBounded(t *testing.T) {
 	var made atomic.Int32
 	mark := func(*libvirt.Domain) error { made.Add(1); return nil }
 	if err := e.ask("other", d, "virDomainBlockStats", true, mark); !errors.Is(err, errUnanswered) || made.Load() != 0 {
-		t.Fatalf("a QEMU call while %d wait: %v, made %d times; want it not made", maxQEMUCalls, err, made.Load())
+		t.Fatalf("a QEMU call while %d wait: %v, made %d times; want it not made", maxStuck, err, made.Load())
 	}
 	if err := e.ask("other", d, "cpu_shares", false, mark); err != nil || made.Load() != 1 {
-		t.Fatalf("a weight change while %d QEMU calls wait: %v, made %d times; want it made", maxQEMUCalls, err, made.Load())
+		t.Fatalf("a weight change while %d QEMU calls wait: %v, made %d times; want it made", maxStuck, err, made.Load())
+	}
+	e.mu.Lock()
+	conns := len(e.qemu)
+	e.mu.Unlock()
+	if conns != maxStuck {
+		t.Errorf("%d QEMU connections for %d domains' calls, want one each", conns, maxStuck)
 	}
 	close(release)
 	testpoll.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
@@ -513,9 +522,15 @@ func TestStuckQEMUCallsAreBounded(t *testing.T) {
 		}
 		return nil
 	})
+	e.closeQEMUConns(map[string]*libvirt.Domain{"other": d})
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, kept := e.qemu["other"]; len(e.qemu) != 1 || !kept {
+		t.Errorf("QEMU connections after the others' domains went: %v, want other's alone", slices.Collect(maps.Keys(e.qemu)))
+	}
 }
 
-// TestEachAtOnceAsksDomainsTogether: eachAtOnce has maxQEMUCalls of its
+// TestEachAtOnceAsksDomainsTogether: eachAtOnce has askTogether of its
 // calls running at once, never more, and makes each once. Mutation: one
 // after another — the calls never run together, and a tick waits askWait
 // once per slow domain.
@@ -530,7 +545,7 @@ func TestEachAtOnceAsksDomainsTogether(t *testing.T) {
 		active++
 		most = max(most, active)
 		made[vm]++
-		if active == maxQEMUCalls && most == maxQEMUCalls {
+		if active == askTogether && most == askTogether {
 			select {
 			case <-together:
 			default:
@@ -538,7 +553,7 @@ func TestEachAtOnceAsksDomainsTogether(t *testing.T) {
 			}
 		}
 		mu.Unlock()
-		select { // the first maxQEMUCalls wait for one another
+		select { // the first askTogether wait for one another
 		case <-together:
 		case <-time.After(time.Second):
 		}
@@ -549,10 +564,10 @@ func TestEachAtOnceAsksDomainsTogether(t *testing.T) {
 	select {
 	case <-together:
 	default:
-		t.Fatalf("the calls never ran %d at once (at most %d)", maxQEMUCalls, most)
+		t.Fatalf("the calls never ran %d at once (at most %d)", askTogether, most)
 	}
-	if most > maxQEMUCalls {
-		t.Errorf("%d calls ran at once, want at most %d", most, maxQEMUCalls)
+	if most > askTogether {
+		t.Errorf("%d calls ran at once, want at most %d", most, askTogether)
 	}
 	for _, vm := range vms {
 		if made[vm] != 1 {
