@@ -93,14 +93,16 @@ func (WorkflowPriority) Allocate(s Snapshot) Decision {
 // idle VMs give to its busy ones by bottleneck elimination at the plan's
 // capped boost.
 //
-// A stage whose VMs are all idle is done once a later stage's are not (its
-// job has started), and the workflow moves on to that stage (the broker
-// also moves it on when a later stage is reported started), never back;
-// while every stage from the active one on is idle, the active one keeps
-// its funds. The next stage's VMs are idle too until its job starts, and
-// a workflow moved past it then left it unfunded when it did (make e2e,
-// run 31: stage 2 ran 146 s at a share of 0.038 while stage 3 was
-// funded); the last stage spends even when idle.
+// A stage whose VMs are all idle is done once the next stage's are not (its
+// job has started), and the workflow moves on to it (the broker also moves
+// it on when a later stage is reported started), one stage at a time,
+// never back; until then the active stage keeps its funds. The next
+// stage's VMs are idle until its job starts, and a later stage's may still
+// be busy from an earlier run: a workflow moved past the next stage then
+// left it unfunded when it started, starved beside busy guests (make e2e:
+// stage 2 ran 146 s at a share of 0.038 in run 31, and made no progress in
+// 8 minutes in run 34, while stage 3 was funded). The last stage spends
+// even when idle.
 type StagePriority struct {
 	Boosted bool
 	Carry   bool
@@ -148,13 +150,8 @@ func (p StagePriority) Allocate(s Snapshot) Decision {
 	var out []Allocation
 	for i, w := range s.Workflows {
 		k := stage[i]
-		if allIdle(w.Stages[k].VMs) {
-			for j := k + 1; j < len(w.Stages); j++ {
-				if !allIdle(w.Stages[j].VMs) {
-					k = j
-					break
-				}
-			}
+		for k < len(w.Stages)-1 && allIdle(w.Stages[k].VMs) && !allIdle(w.Stages[k+1].VMs) {
+			k++
 		}
 		stage[i] = k
 		vms := w.Stages[k].VMs

@@ -52,6 +52,12 @@ var registeredCases = []struct {
 	{"an idle stage keeps its funds until a later one is busy", "stage-carry", digg(true, true, 0),
 		[]alloc{{"a1", "h1", 6_666_667, time.Hour}, {"a3", "h2", 6_666_666, time.Hour}, {"a2", "h1", 1_833_333, 90 * time.Minute}},
 		[]int{0, 0}},
+	// Mutation: moving to the first later stage that is busy — a stage
+	// still busy from an earlier run is funded, and the next one, not
+	// started yet, starts unfunded.
+	{"an idle stage is left only for the next one", "stage-carry", threeStages(false, false, true),
+		[]alloc{{"s1", "h1", 3_000_000, 20 * time.Minute}},
+		[]int{0}},
 	{"the last stage spends even when idle", "stage-carry", digg(true, true, 2),
 		[]alloc{{"a1", "h1", 7_333_334, 3 * time.Hour}, {"a3", "h2", 7_333_333, 3 * time.Hour}, {"a2", "h1", 1_833_333, 90 * time.Minute}},
 		[]int{2, 0}},
@@ -137,6 +143,16 @@ func digg(joinIdle, distIdle bool, from int) strategies.Snapshot {
 		{Name: "other", Weight: 1, Stages: []strategies.Stage{
 			{Name: "one", Weight: 1, VMs: []strategies.VM{vm("a2", "h1", false)}},
 			{Name: "two", Weight: 3, VMs: []strategies.VM{vm("a4", "h2", false)}}}}}}
+}
+
+// threeStages is a stage-carry plan of one workflow over 1 h, three stages
+// of equal weight on a VM each, busy as given.
+func threeStages(busy1, busy2, busy3 bool) strategies.Snapshot {
+	return strategies.Snapshot{Remaining: 9_000_000, Left: time.Hour, Stage: []int{0}, Workflows: []strategies.Workflow{
+		{Name: "w", Weight: 1, Stages: []strategies.Stage{
+			{Name: "one", Weight: 1, VMs: []strategies.VM{vm("s1", "h1", !busy1)}},
+			{Name: "two", Weight: 1, VMs: []strategies.VM{vm("s2", "h1", !busy2)}},
+			{Name: "three", Weight: 1, VMs: []strategies.VM{vm("s3", "h2", !busy3)}}}}}}
 }
 
 // mapReduce is a stage-bottleneck plan of one workflow over 1 h: map
