@@ -178,8 +178,8 @@ func newWorld(t *testing.T, inputs []worker.Input, stageInput worker.Input, stag
 	}
 	t.Cleanup(func() { conn.Close() })
 	// The samples' disk calls on a connection of their own, as the agent's
-	// (agent/virt's Enforcer.qemu): one stuck on a starved QEMU holds
-	// other calls of its connection, the samples' CPU times among them.
+	// (agent/virt's onQEMUConn): one stuck on a starved QEMU holds other
+	// calls of its connection, the samples' CPU times among them.
 	diskConn, err := libvirt.NewConnect(workertest.QEMUURI)
 	if err != nil {
 		t.Fatal(err)

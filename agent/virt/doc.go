@@ -144,6 +144,15 @@
 // late. It is not made while another call on the domain waits; the next
 // Apply makes the latest.
 //
+// A call waiting on a starved QEMU also holds other calls of its libvirt
+// connection, calls that ask no QEMU among them (docs/PLATFORM.md): on the
+// agent's one connection the tick's listing of the domains and its weight
+// read-back waited 17-24 s behind two. So each domain's calls to its QEMU
+// go on a connection of that domain's own (onQEMUConn), none is made while
+// maxStuck wait past askWait (libvirtd's workers are shared by all its
+// connections), and a tick reads and sets its domains' disks askTogether at
+// a time (eachAtOnce).
+//
 // # Reconciling
 //
 // Applied reports, for each VM, the share the enforcer last applied if the
