@@ -68,18 +68,22 @@ type Throttle struct {
 	// count's shuffle stalled for a minute).
 	Ceiling float64
 
-	caps    map[string]float64   // the caps planned last
-	allowed float64              // what they divided of the capacity (before noInversion)
-	want    map[string]bool      // the VMs that wanted more than their part last
-	idle    map[string]bool      // the VMs held to their idle probe last
-	recent  []float64            // the totals moved in the last Window ticks
-	hold    int                  // ticks left without raising after an overshoot
-	step    float64              // the next relative raise
-	raised  bool                 // the last tick raised the estimate
-	rose    float64              // by how much (relative)
-	last    float64              // the total moved in the last tick
-	lately  []map[string]float64 // what each VM moved in the last splitTicks contended ticks
-	fills   []map[string]float64 // and what part of its cap, where it had one
+	caps    map[string]float64 // the caps planned last
+	allowed float64            // what they divided of the capacity (before noInversion)
+	want    map[string]bool    // the VMs that wanted more than their part last
+	idle    map[string]bool    // the VMs held to their idle probe last
+	recent  []float64          // the totals moved in the last Window ticks
+	hold    int                // ticks left without raising after an overshoot
+	step    float64            // the next relative raise
+	raised  bool               // the last tick raised the estimate
+	rose    float64            // by how much (relative)
+	last    float64            // the total moved in the last tick
+	lately  []contendedTick    // the last splitTicks contended ticks
+}
+
+// contendedTick is what each VM moved in a contended tick, under which caps.
+type contendedTick struct {
+	moved, caps map[string]float64
 }
 
 // Tuning of the throttle planner.
@@ -170,13 +174,15 @@ func (t *Throttle) Plan(shares, moved map[string]float64) map[string]float64 {
 		contended := active(shares, moved, qsum, t.Capacity) >= 2
 		split := true
 		if contended {
-			t.lately = append(t.lately, maps.Clone(moved)) // the caller's to reuse
+			// (moved is the caller's to reuse; the caps are replaced, not
+			// changed, by the next Plan.)
+			t.lately = append(t.lately, contendedTick{maps.Clone(moved), t.caps})
 			if len(t.lately) > splitTicks {
 				t.lately = t.lately[len(t.lately)-splitTicks:]
 			}
 			sum := map[string]float64{}
-			for _, m := range t.lately {
-				for vm, x := range m {
+			for _, tk := range t.lately {
+				for vm, x := range tk.moved {
 					if x > 0 && !math.IsInf(x, 0) {
 						sum[vm] += x / float64(len(t.lately))
 					}
@@ -330,6 +336,23 @@ func follows(shares, moved map[string]float64, qsum, capacity float64) bool {
 	return !(behind && ahead)
 }
 
+// fullLately says whether vm moved, on average over the last splitTicks
+// contended ticks, all its caps let through (fullAt): a guest reads in
+// requests of a megabyte or so, and at a few MB/s a cap that holds it lets
+// 1, 1, 2 requests through a tick. Judged tick by tick, such a VM seemed
+// to want no more than it moved and was capped near that; caps totalling
+// 10 MB/s held CPU-bound jobs on a disk that reads 200 (make e2e, run 30).
+// A VM the device holds back moves less than its cap, tick after tick.
+func (t *Throttle) fullLately(vm string) bool {
+	sum, n := 0.0, 0
+	for _, tick := range t.lately {
+		if c := tick.caps[vm]; c > 0 {
+			sum, n = sum+max(tick.moved[vm], 0)/c, n+1
+		}
+	}
+	return n > 0 && sum/float64(n) >= fullAt
+}
+
 // learn updates the capacity estimate from one tick (see Throttle): the
 // VMs that wanted more last tick (and were capped at their part) either
 // all filled their caps — the device could do more — or some fell short:
@@ -341,23 +364,6 @@ func follows(shares, moved map[string]float64, qsum, capacity float64) bool {
 // pause, a VM's return from idle or a new VM start from the last
 // contended measurement. It is never above twice the most moved in a
 // contended tick of the window: a raise probes, it does not run away.
-// fullLately says whether vm moved, on average over the last splitTicks
-// contended ticks, all its caps let through (fullAt): a guest reads in
-// requests of a megabyte or so, and at a few MB/s a cap that holds it lets
-// 1, 1, 2 requests through a tick. Judged tick by tick, such a VM seemed
-// to want no more than it moved and was capped near that; caps totalling
-// 10 MB/s held CPU-bound jobs on a disk that reads 200 (make e2e, run 30).
-// A VM the device holds back moves less than its cap, tick after tick.
-func (t *Throttle) fullLately(vm string) bool {
-	sum, n := 0.0, 0
-	for _, f := range t.fills {
-		if x, ok := f[vm]; ok {
-			sum, n = sum+x, n+1
-		}
-	}
-	return n > 0 && sum/float64(n) >= fullAt
-}
-
 func (t *Throttle) learn(moved map[string]float64, total float64, saturated, contended, split bool) {
 	if !contended {
 		t.raised, t.rose, t.last = false, 0, 0
@@ -398,16 +404,6 @@ func (t *Throttle) learn(moved map[string]float64, total float64, saturated, con
 	// Whether the VMs that want more fill their caps over the last
 	// splitTicks contended ticks (fullLately), for raising the estimate
 	// when some fell short on this tick alone.
-	fill := map[string]float64{}
-	for vm, c := range t.caps {
-		if c > 0 {
-			fill[vm] = max(moved[vm], 0) / c
-		}
-	}
-	t.fills = append(t.fills, fill)
-	if len(t.fills) > splitTicks {
-		t.fills = t.fills[len(t.fills)-splitTicks:]
-	}
 	allFull := len(t.want) > 0
 	for vm := range t.want {
 		allFull = allFull && t.fullLately(vm)
