@@ -146,23 +146,23 @@ func (e *Enforcer) closeQEMUConns(keep map[string]*libvirt.Domain) {
 	}
 }
 
-// eachAtOnce runs do for every one of vms, askTogether at a time: each of
-// do's calls to a QEMU waits askWait at most (ask), so reading or setting
-// a host's domains waits that about once per askTogether of them, not once
-// per domain (make e2e: a tick's I/O reading took 1.3 s with four slow
-// QEMUs asked one after another).
-func eachAtOnce(vms []string, do func(vm string)) {
-	work := make(chan string)
+// eachAtOnce runs do for every one of items (a domain each), askTogether
+// at a time: each of do's calls to a QEMU waits askWait at most (ask), so
+// reading or setting a host's domains waits that about once per
+// askTogether of them, not once per domain (make e2e: a tick's I/O reading
+// took 1.3 s with four slow QEMUs asked one after another).
+func eachAtOnce[T any](items []T, do func(T)) {
+	work := make(chan T)
 	var wg sync.WaitGroup
-	for range min(askTogether, len(vms)) {
+	for range min(askTogether, len(items)) {
 		wg.Go(func() {
-			for vm := range work {
-				do(vm)
+			for x := range work {
+				do(x)
 			}
 		})
 	}
-	for _, vm := range vms {
-		work <- vm
+	for _, x := range items {
+		work <- x
 	}
 	close(work)
 	wg.Wait()

@@ -159,12 +159,7 @@ func (e *Enforcer) Rebalance(ctx context.Context, shares map[string]float64) (ma
 		errs = append(errs, err)
 		errMu.Unlock()
 	}
-	changes := make(map[string]change, len(todo))
-	for _, c := range todo {
-		changes[c.vm] = c
-	}
-	eachAtOnce(slices.Collect(maps.Keys(changes)), func(vm string) {
-		c := changes[vm]
+	eachAtOnce(todo, func(c change) {
 		d := doms[c.vm]
 		ok := true
 		if v, has := c.caps[wire.ResourceDisk]; has && !counters[c.vm].diskUnread {
