@@ -133,7 +133,10 @@ func TestAttemptsGrowOnlyAfterTriesWithoutAnswer(t *testing.T) {
 		if err != nil || rep != "done" {
 			t.Fatalf("%q, %v", rep, err)
 		}
-		if bound := back + asking.attempts.InitialBackoff + 2*asking.pauses.MaxBackoff; took > bound {
+		// The longest pause is the jittered one, MaxBackoff·(1+Jitter):
+		// one before the lost try and one after it.
+		longest := time.Duration(float64(asking.pauses.MaxBackoff) * (1 + asking.pauses.Jitter))
+		if bound := back + asking.attempts.InitialBackoff + 2*longest; took > bound {
 			t.Fatalf("answered %s after the start, %s after the service was back: want at most one short attempt and a pause (%s)", took, took-back, bound)
 		}
 	})
