@@ -143,6 +143,8 @@ func libvirtFlags() []ucli.Flag {
 		&ucli.StringFlag{Name: "net-mode", Usage: "how network shares are delivered, both directions: auto (throttle), throttle (per-VM tap caps by tc " +
 			"of the measured bandwidth, re-spread each tick; none when the host cannot shape taps), none", Value: "auto"},
 		&ucli.UintFlag{Name: "link-kibps", Usage: "the link's speed per direction (KiB/s): network throttles never divide more (0: measured only)"},
+		&ucli.UintFlag{Name: "disk-kibps", Usage: "the speed of the device the VMs' disks are on (KiB/s, reads and writes together; fio or dd with direct I/O " +
+			"measures it): the disk throttle divides it (0: estimated from what the VMs move)"},
 	}
 }
 
@@ -169,7 +171,8 @@ func libvirtHost(c *ucli.Context, capacity float64) (func() (agentHost, error), 
 		return nil, wire.Errorf(wire.ErrBadRequest, "--net-mode %q: want auto, throttle or none", netMode)
 	}
 	return func() (agentHost, error) {
-		cfg := virt.Config{URI: c.String("libvirt"), HostCPUs: capacity, HardCap: c.Bool("hard-cap"), LinkKiBps: c.Uint("link-kibps")}
+		cfg := virt.Config{URI: c.String("libvirt"), HostCPUs: capacity, HardCap: c.Bool("hard-cap"), LinkKiBps: c.Uint("link-kibps"),
+			DiskKiBps: c.Uint("disk-kibps")}
 		enf, err := virt.New(cfg)
 		if err != nil {
 			return agentHost{}, wire.Errorf(wire.ErrUnavailable, "%v", err)

@@ -321,6 +321,7 @@ func TestAgentFlags(t *testing.T) {
 		{[]string{"--sim", "--vms", "a1=alice", "--libvirt", "test:///default"}, "--libvirt (or MRM_LIBVIRT_URI) is for a libvirt host"},
 		{[]string{"--sim", "--vms", "a1=alice", "--hard-cap"}, "--hard-cap is for a libvirt host"},
 		{[]string{"--sim", "--vms", "a1=alice", "--link-kibps", "100"}, "--link-kibps is for a libvirt host"},
+		{[]string{"--sim", "--vms", "a1=alice", "--disk-kibps", "100"}, "--disk-kibps is for a libvirt host"},
 		{[]string{"--sim", "--vms", "a1=alice", "--disk-mode", "throttle"}, "--disk-mode is for a libvirt host"},
 		{[]string{"--sim", "--vms", "a1=alice", "--net-mode", "none"}, "--net-mode is for a libvirt host"},
 		{[]string{"--libvirt", "test:///default", "--disk-mode", "fast"}, `--disk-mode "fast": want auto, throttle, weights or none`},

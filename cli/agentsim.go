@@ -56,7 +56,7 @@ const simDescription = "With --sim the host is simulated (no libvirt): its VMs a
 var simOnly = []string{"vms", "vms-per-host", "users"}
 
 // libvirtOnly are the flags of a libvirt host (libvirtFlags).
-var libvirtOnly = []string{"libvirt", "hard-cap", "disk-mode", "disk-scheduler", "net-mode", "link-kibps"}
+var libvirtOnly = []string{"libvirt", "hard-cap", "disk-mode", "disk-scheduler", "net-mode", "link-kibps", "disk-kibps"}
 
 // simFlags are the flags of a simulated host.
 func simFlags() []ucli.Flag {

@@ -72,9 +72,14 @@
 //   - throttle (the default for both): per-VM bandwidth caps re-planned
 //     every tick by an agent.Throttle from what each domain moved —
 //     weighted max-min over the VMs that want more, an idle VM's part lent
-//     to the busy ones, the device's bandwidth measured (the most moved
-//     together lately, probed upward while the caps bind), no caps while at
-//     most one VM uses the device. Disks: total_bytes_sec on every disk of
+//     to the busy ones, the device's bandwidth stated (DiskKiBps,
+//     LinkKiBps) or else measured (the most moved together lately, probed
+//     upward while the caps bind), no caps while at most one VM uses the
+//     device. A stated speed is the operator's to give where the VMs
+//     cannot show it: guests whose reads wait on their own CPUs move far
+//     less than the device gives, and an estimate from what they move
+//     caps them near it, which slows them further (a map task's reads
+//     queue behind its cap). Disks: total_bytes_sec on every disk of
 //     the domain in one QEMU throttle group ("mrm"), so its disks share
 //     the cap (blkdeviotune, which QEMU holds closely: docs/PLATFORM.md).
 //     Interfaces: the

@@ -79,6 +79,15 @@ func (e *Enforcer) throttled() []string {
 	return rs
 }
 
+// ceiling is resource r's known speed (MiB/s), 0 where it is estimated.
+func (e *Enforcer) ceiling(r string) float64 {
+	kibps := e.cfg.LinkKiBps
+	if r == wire.ResourceDisk {
+		kibps = e.cfg.DiskKiBps
+	}
+	return float64(kibps) / 1024
+}
+
 // Rebalance re-plans and sets the throttled resources' caps from what each
 // managed domain moved since the last call (see the comment above), and
 // returns the caps in force.
@@ -108,10 +117,7 @@ func (e *Enforcer) Rebalance(ctx context.Context, shares map[string]float64) (ma
 	if th.plans.Plans == nil {
 		th.plans.Plans, th.set, th.taps = map[string]*agent.Throttle{}, map[string]map[string]float64{}, map[string][]string{}
 		for _, r := range rs {
-			p := &agent.Throttle{}
-			if r != wire.ResourceDisk && e.cfg.LinkKiBps > 0 {
-				p.Ceiling = float64(e.cfg.LinkKiBps) / 1024
-			}
+			p := &agent.Throttle{Ceiling: e.ceiling(r)}
 			th.plans.Plans[r] = p
 		}
 	}

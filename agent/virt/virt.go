@@ -56,6 +56,10 @@ type Config struct {
 	// LinkKiBps, when positive, is the link's speed (KiB/s, each
 	// direction): the network throttles never divide more than it.
 	LinkKiBps uint
+	// DiskKiBps, when positive, is the speed of the device the managed
+	// disks are on (KiB/s, reads and writes together): the disk throttle
+	// divides it instead of estimating it.
+	DiskKiBps uint
 }
 
 // Enforcer governs a host's domains through libvirt. Safe for concurrent use.
@@ -647,6 +651,9 @@ func (e *Enforcer) IOCapacity() agent.IOUse {
 	c := e.peak
 	if e.cfg.LinkKiBps > 0 {
 		c.Net = float64(e.cfg.LinkKiBps) / 1024
+	}
+	if e.cfg.DiskKiBps > 0 {
+		c.Disk = float64(e.cfg.DiskKiBps) / 1024
 	}
 	return c
 }

@@ -575,3 +575,24 @@ func TestEachAtOnceAsksDomainsTogether(t *testing.T) {
 		}
 	}
 }
+
+// TestKnownSpeedsAreDivided: a device whose speed the operator states
+// (--disk-kibps, --link-kibps) is what its throttle divides and what the
+// host reports as its capacity; one not stated is estimated. Mutation:
+// the disk's stated speed ignored (as before --disk-kibps) gives a ceiling
+// of 0, and the disk throttle estimates.
+func TestKnownSpeedsAreDivided(t *testing.T) {
+	e := &Enforcer{cfg: Config{LinkKiBps: 2048, DiskKiBps: 512 << 10}}
+	for r, want := range map[string]float64{wire.ResourceDisk: 512, wire.ResourceNetIn: 2, wire.ResourceNetOut: 2} {
+		if got := e.ceiling(r); got != want {
+			t.Errorf("%s: ceiling %v MiB/s, want %v", r, got, want)
+		}
+	}
+	if c := e.IOCapacity(); c.Disk != 512 || c.Net != 2 {
+		t.Errorf("capacity %+v, want disk 512 and net 2 MiB/s", c)
+	}
+	e.cfg.DiskKiBps = 0
+	if got := e.ceiling(wire.ResourceDisk); got != 0 {
+		t.Errorf("an unstated disk speed: ceiling %v, want 0 (estimated)", got)
+	}
+}
