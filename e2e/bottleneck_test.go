@@ -111,10 +111,13 @@ func (w *world) caseBottleneck(t *testing.T) {
 		want = finishes([]flow{model(boosted, cb, work), rivalFlow(boosted, cb)})[0]
 		return want, cb(boosted.res.Finished), fairTime
 	}
+	// The contested CPU's clock: the time it ran the two guests' vCPUs.
+	// (Their QEMUs' other threads, which move their disk reads, run on
+	// the other CPU, outside what the weights divide here.)
 	cpuClock := func(r hotResult) func(time.Time) float64 {
 		vms := []string{hot, rival}
-		base := guestCPU(r.samples, vms, r.res.Submitted)
-		return func(t time.Time) float64 { return guestCPU(r.samples, vms, t) - base }
+		base := guestVCPU(r.samples, vms, r.res.Submitted)
+		return func(t time.Time) float64 { return guestVCPU(r.samples, vms, t) - base }
 	}
 	wallClock := func(r hotResult) func(time.Time) float64 {
 		return func(t time.Time) float64 { return t.Sub(r.res.Submitted).Seconds() }

@@ -41,7 +41,8 @@ func (s sample) setAt() time.Time {
 
 // counters are a domain's cumulative use.
 type counters struct {
-	cpu          time.Duration
+	cpu          time.Duration // the whole domain's: its vCPUs and QEMU's other threads
+	vcpu         time.Duration // its vCPUs', on the host CPU they are pinned to
 	disk, rx, tx int64
 }
 
@@ -217,6 +218,11 @@ func (w *world) counters(vm string) counters {
 	if info, err := d.GetInfo(); err == nil {
 		c.cpu = time.Duration(info.CpuTime)
 	}
+	if vcpus, err := d.GetVcpus(); err == nil {
+		for _, v := range vcpus {
+			c.vcpu += time.Duration(v.CpuTime)
+		}
+	}
 	if tap := w.taps[vm]; tap != "" {
 		if st, err := d.InterfaceStats(tap); err == nil {
 			c.rx, c.tx = st.RxBytes, st.TxBytes
@@ -264,7 +270,7 @@ func timeline(samples []sample, vms []string, t0 time.Time) string {
 			if st.Idle {
 				idle = "I"
 			}
-			fmt.Fprintf(&b, " | cpu %.2f d %5.1f rx %5.2f tx %5.2f q %.3f%s %s", (z.cpu-a.cpu).Seconds()/dt, float64(z.disk-a.disk)/dt/1e6,
+			fmt.Fprintf(&b, " | cpu %.2f v %.2f d %5.1f rx %5.2f tx %5.2f q %.3f%s %s", (z.cpu-a.cpu).Seconds()/dt, (z.vcpu-a.vcpu).Seconds()/dt, float64(z.disk-a.disk)/dt/1e6,
 				float64(z.rx-a.rx)/dt/1e6, float64(z.tx-a.tx)/dt/1e6, st.Share, idle, strings.Join(caps, ","))
 		}
 		b.WriteString("\n")
@@ -273,12 +279,27 @@ func timeline(samples []sample, vms []string, t0 time.Time) string {
 }
 
 // guestCPU is the CPU time the guests vms had used by t, in seconds,
-// interpolated between the samples around it.
+// interpolated between the samples around it: their domains' whole time,
+// QEMU's other threads with their vCPUs.
 func guestCPU(samples []sample, vms []string, t time.Time) float64 {
+	return guestTime(samples, vms, t, func(c counters) time.Duration { return c.cpu })
+}
+
+// guestVCPU is guestCPU of their vCPUs alone: the time the host CPUs
+// they are pinned to ran them. QEMU's other threads (its main loop, which
+// under TCG moves the guest's disk and network data) run on whichever CPU
+// is free, mostly another one.
+func guestVCPU(samples []sample, vms []string, t time.Time) float64 {
+	return guestTime(samples, vms, t, func(c counters) time.Duration { return c.vcpu })
+}
+
+// guestTime is the time of the guests vms by t, as of says, interpolated
+// between the samples around it.
+func guestTime(samples []sample, vms []string, t time.Time, of func(counters) time.Duration) float64 {
 	total := func(s sample) float64 {
 		sum := 0.0
 		for _, vm := range vms {
-			sum += s.cnt[vm].cpu.Seconds()
+			sum += of(s.cnt[vm]).Seconds()
 		}
 		return sum
 	}

@@ -59,6 +59,9 @@ type world struct {
 	cpus []int
 	// taps are the guests' taps, by VM.
 	taps map[string]string
+	// diskKiBps is the speed of the device under the guests' disks, as the
+	// agent is told it (diskSpeed).
+	diskKiBps uint
 	// asking are the domains whose disk counters a sample still waits on.
 	diskMu sync.Mutex
 	asking map[string]bool
@@ -252,8 +255,55 @@ func newWorld(t *testing.T, inputs []worker.Input, stageInput worker.Input, stag
 	for k := range stages {
 		w.stages = append(w.stages, boot(fmt.Sprintf("e2s%d%d", k, os.Getpid()%100000), users[0], 1, k, []worker.Input{stageInput}))
 	}
+	w.diskKiBps = w.diskSpeed()
 	w.startAgent()
 	return w
+}
+
+// diskSpeed is what the device under the guests' disks reads (KiB/s):
+// each user's first worker's input image read whole, both at once, in the
+// 1 MiB direct reads the guests' virtio disks make. The agent is told it
+// (--disk-kibps), as an operator states a disk's speed measured with fio,
+// so its disk caps divide the device rather than an estimate from what
+// the guests move — which their CPUs hold at a hundredth of it, and caps
+// planned near it would slow their CPU-bound jobs (docs/E2E.md).
+func (w *world) diskSpeed() uint {
+	var paths []string
+	for _, u := range slices.Sorted(maps.Keys(w.clusters)) {
+		c := w.clusters[u]
+		paths = append(paths, cluster.InputImage(c.Spec, c.Workers[0]))
+	}
+	read := make([]int64, len(paths))
+	errs := make([]error, len(paths))
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i, p := range paths {
+		wg.Go(func() {
+			d, err := worker.OpenDisk(p, false)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer d.Close()
+			if !d.Direct {
+				errs[i] = fmt.Errorf("%s: its file system refuses direct I/O, so the page cache would be measured", p)
+				return
+			}
+			errs[i] = d.ReadAt(0, d.Size(), func(b []byte) error { read[i] += int64(len(b)); return nil })
+		})
+	}
+	wg.Wait()
+	took := time.Since(start)
+	if err := errors.Join(errs...); err != nil {
+		w.t.Fatalf("measuring the guests' disk device: %v", err)
+	}
+	var total int64
+	for _, n := range read {
+		total += n
+	}
+	kibps := uint(float64(total) / 1024 / took.Seconds())
+	w.t.Logf("the guests' disk device read %d MiB in %s with %d direct readers: %d MiB/s, the agent's --disk-kibps", total>>20, took.Round(time.Millisecond), len(paths), kibps>>10)
+	return kibps
 }
 
 // create creates a cluster with `mrmarket cluster create`.
@@ -319,7 +369,7 @@ func (w *world) startAgent() {
 		Args: []string{"agent", "--host", host, "--libvirt", workertest.QEMUURI, "--nats", w.m.URL, "--creds", w.creds,
 			"--capacity", fmt.Sprint(runtime.NumCPU()), "--tick", "1s", "--state", filepath.Join(w.dir, "agent.json"), "--http", "",
 			"--log-level", "debug", // idle VMs and their waking, in agent.log
-			"--link-kibps", fmt.Sprint(linkKiBps)}}
+			"--link-kibps", fmt.Sprint(linkKiBps), "--disk-kibps", fmt.Sprint(w.diskKiBps)}}
 	w.t.Cleanup(w.agent.Stop)
 	w.agent.Start(w.t)
 	// The broker knows every guest.
