@@ -643,17 +643,17 @@ func (e *Enforcer) IOUsage(context.Context) (map[string]agent.IOUse, error) {
 // IOCapacity is the fastest the host's managed domains have moved data
 // together (MB/s, each resource over one interval between IOUsage calls):
 // a measured stand-in for the device's bandwidth, against which a domain's
-// own rate says whether it is busy. The network's is the configured link
-// when there is one.
+// own rate says whether it is busy. A device whose speed is stated (the
+// link's, the disk's: ceiling) has that instead.
 func (e *Enforcer) IOCapacity() agent.IOUse {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	c := e.peak
-	if e.cfg.LinkKiBps > 0 {
-		c.Net = float64(e.cfg.LinkKiBps) / 1024
+	if v := e.ceiling(wire.ResourceNetIn); v > 0 {
+		c.Net = v
 	}
-	if e.cfg.DiskKiBps > 0 {
-		c.Disk = float64(e.cfg.DiskKiBps) / 1024
+	if v := e.ceiling(wire.ResourceDisk); v > 0 {
+		c.Disk = v
 	}
 	return c
 }
