@@ -275,6 +275,17 @@ func (b *Broker) Submit(ctx context.Context, req *wire.SubmitRequest) (wire.Subm
 		// counts for nothing (commit.go).
 		b.uncommit(ctx, p.commits.hosts, token)
 	}
+	if errors.Is(err, ErrPlanReused) {
+		// Another try of this submit, on another replica, recorded its
+		// plan first. It priced at another moment, so its spend differs
+		// from this one's; the submit does not, and its answer is this
+		// one's (replaySubmit refuses a different job under the id).
+		if rep, done, rerr := b.replaySubmit(ctx, id, req, true); done {
+			return rep, rerr
+		}
+		// That try's plan has failed since: a retry admits the job again.
+		return wire.SubmitReply{}, fmt.Errorf("%w: another try of job %q failed while this one was admitting it; retry with the same id", wire.ErrUnavailable, id)
+	}
 	if err != nil {
 		return wire.SubmitReply{}, err
 	}
