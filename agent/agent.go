@@ -681,7 +681,19 @@ func (a *Agent) measure(ctx context.Context, now time.Time, l *laps) error {
 				// taken back in proportion.
 				a.util[vm] /= total
 			}
-			e := a.entitlement(vm)
+			e, q := a.entitlement(vm), a.desired[vm]
+			if q <= FloorShare {
+				// A VM on the floor (no funded bid) has no share to
+				// fill — an idle guest's timers use a hundred times the
+				// floor — so it is judged against all it may use: its
+				// CPUs, the whole disk and link. Unfunded, a guest that
+				// computes, waits for a CPU or moves data is busy, and
+				// one that sleeps is idle. Taken for busy whatever it
+				// did, a later stage's unfunded guests looked busy, and
+				// stage priority left a stage whose job had not yet
+				// begun for them.
+				e, q = a.cpusOf(vm), 1
+			}
 			ran, waited := used, 0.0 // for the log of an idle VM waking
 			// (A VM whose I/O was not read last tick — its QEMU did not
 			// answer — has no rate this tick: its counters would count
@@ -691,7 +703,6 @@ func (a *Agent) measure(ctx context.Context, now time.Time, l *laps) error {
 				// Its disk or network share used as much as its CPU
 				// share counts as CPU used: the VM is as busy as its
 				// busiest resource.
-				q := a.desired[vm]
 				for _, r := range [...]struct{ moved, cap float64 }{{x.Disk - lastIO.Disk, capacity.Disk}, {x.Net - lastIO.Net, capacity.Net}} {
 					if r.cap > 0 && q > 0 {
 						used = max(used, r.moved/dt/(q*r.cap)*e)
@@ -776,11 +787,17 @@ func (a *Agent) rebalance(ctx context.Context) error {
 // entitlement is how many CPUs vm may use: its share of the host, at most
 // the CPUs it can run on; under mu.
 func (a *Agent) entitlement(vm string) float64 {
+	return min(a.desired[vm]*a.cfg.Capacity, a.cpusOf(vm))
+}
+
+// cpusOf is how many of the host's CPUs vm may run on: its vCPUs, at most
+// the host's.
+func (a *Agent) cpusOf(vm string) float64 {
 	cpus := a.vms[vm].CPUs
 	if cpus <= 0 || cpus > a.cfg.Capacity {
 		cpus = a.cfg.Capacity
 	}
-	return min(a.desired[vm]*a.cfg.Capacity, cpus)
+	return cpus
 }
 
 // bytesPerMB converts the caps' MB/s (MiB, as the throttles plan them) to

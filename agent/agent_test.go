@@ -366,6 +366,36 @@ func TestIdleAfterQuietTicks(t *testing.T) {
 	}
 }
 
+// TestUnfundedVMIsJudgedByAllItMayUse: a VM without a funded bid keeps
+// only the floor share, which an idle guest's timers exceed many times
+// over; it is judged against the CPUs it may run on. Beside alice's busy
+// funded VM, unfunded s that sleeps (its timers: 0.03 CPUs) is idle, and
+// unfunded w that computes is busy — starved, while alice computes, and
+// running on the CPU she leaves, once she sleeps. Mutation: judging a
+// floor VM against its floor share makes s busy.
+func TestUnfundedVMIsJudgedByAllItMayUse(t *testing.T) {
+	h := newHost(t, agent.VM{ID: "a", Owner: "alice"}, agent.VM{ID: "s", Owner: "bob"}, agent.VM{ID: "w", Owner: "bob"})
+	h.fund(t, "alice", "ha", 3600)
+	if _, err := h.a.SetBids(context.Background(), bidReq(hourBid("a", "alice", "pa", "ha", 3600))); err != nil {
+		t.Fatal(err)
+	}
+	h.sim.SetDemand("s", 0.03)
+	sec := 0
+	for _, aliceWants := range []float64{1, 0} {
+		h.sim.SetDemand("a", aliceWants)
+		for i := 1; i <= 5; i++ {
+			sec++
+			*h.clock = t0.Add(time.Duration(sec) * time.Second)
+			st := h.tick(t)
+			s, w := vmIn(t, st, "s"), vmIn(t, st, "w")
+			if s.Idle != (sec >= 3) || w.Idle {
+				t.Fatalf("second %d, alice wanting %.0f CPU: idle s %v (share %.4f, util %.4f), w %v (share %.4f, util %.4f)",
+					sec, aliceWants, s.Idle, s.Share, s.Util, w.Idle, w.Share, w.Util)
+			}
+		}
+	}
+}
+
 // twoEqualBids is a host with alice's VMs a and b, bid on equally by one
 // plan.
 func twoEqualBids(t *testing.T) *host {

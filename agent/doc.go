@@ -63,7 +63,12 @@
 // that is less: moving money away from an idle VM shrinks its share, not its
 // use, so the smaller share alone must not make it busy again (bottleneck
 // elimination would oscillate), while a VM that wakes and fills its smaller
-// share is busy at once.
+// share is busy at once. A VM on the floor share (no funded bid, see
+// FloorShare) is judged against all it may use — its CPUs, the whole disk
+// and link — since an idle guest's timers alone use many times the floor:
+// an unfunded guest is busy when it computes, waits for a CPU or moves
+// data, and idle when it sleeps, so a later stage's guests, unfunded until
+// their stage, are not taken for a stage already under way.
 //
 // Use is not only CPU: when the Enforcer is also an IOMeter (the libvirt
 // enforcer and the simulator's hosts are), a VM that moves as large a part
