@@ -189,8 +189,9 @@ type Agent struct {
 	ticks    int64
 	desired  map[string]float64 // the shares the book calls for; replaced, never changed in place
 	util     map[string]float64
-	quiet    map[string]int     // consecutive ticks below IdleBelow
-	quietE   map[string]float64 // the largest entitlement over those ticks
+	quiet    map[string]int           // consecutive ticks below IdleBelow
+	quietE   map[string]float64       // the largest entitlement over those ticks
+	short    map[[2]string]*shortfall // (vm, resource) delivered short of its share (delivery.go)
 	// downtime is how long nobody ran this agent before it started (from
 	// its state file's last write), excused from every bid's charge.
 	downtime time.Duration
@@ -226,7 +227,7 @@ func New(cfg Config) (*Agent, error) {
 		cfg.IdleTicks = 3
 	}
 	a := &Agent{cfg: cfg, vms: map[string]VM{}, bids: map[bidKey]*bid{}, total: map[legKey]money.Micro{},
-		captured: map[legKey]money.Micro{}, util: map[string]float64{}, quiet: map[string]int{}, quietE: map[string]float64{},
+		captured: map[legKey]money.Micro{}, util: map[string]float64{}, quiet: map[string]int{}, quietE: map[string]float64{}, short: map[[2]string]*shortfall{},
 		mandates: &mandate.Cache{Size: mandateCacheSize}, signers: newSignerCache()}
 	if cfg.Shared != nil {
 		a.mandates, a.signers = &cfg.Shared.mandates, cfg.Shared.whois
@@ -664,9 +665,13 @@ func (a *Agent) measure(ctx context.Context, now time.Time, l *laps) error {
 		}
 		l.lap("cpu_wait")
 	}
+	governed := governedIO(a.cfg.Enforcer)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if dt := now.Sub(a.lastTick).Seconds(); dt > 0 {
+		// What each VM took of each resource, for checkDelivery.
+		ran, entitled, waits := map[string]float64{}, map[string]float64{}, map[string]float64{}
+		moved := map[string]map[string]float64{wire.ResourceDisk: {}, wire.ResourceNet: {}}
 		total := 0.0
 		for vm, u := range use {
 			total += (u - a.lastUse[vm]).Seconds() / dt / a.cfg.Capacity
@@ -681,6 +686,7 @@ func (a *Agent) measure(ctx context.Context, now time.Time, l *laps) error {
 				// taken back in proportion.
 				a.util[vm] /= total
 			}
+			ran[vm], entitled[vm], waits[vm] = a.util[vm]*a.cfg.Capacity, a.entitlement(vm), -1
 			e, q := a.entitlement(vm), a.desired[vm]
 			if q <= FloorShare {
 				// A VM on the floor (no funded bid) has no share to
@@ -699,6 +705,9 @@ func (a *Agent) measure(ctx context.Context, now time.Time, l *laps) error {
 			// answer — has no rate this tick: its counters would count
 			// all it ever moved as one tick's, and an idle VM would wake.)
 			lastIO, read := a.lastIO[vm]
+			if x, ok := io[vm]; ok && read {
+				moved[wire.ResourceDisk][vm], moved[wire.ResourceNet][vm] = (x.Disk-lastIO.Disk)/dt, (x.Net-lastIO.Net)/dt
+			}
 			if x, ok := io[vm]; ok && read && e > 0 {
 				// Its disk or network share used as much as its CPU
 				// share counts as CPU used: the VM is as busy as its
@@ -721,6 +730,7 @@ func (a *Agent) measure(ctx context.Context, now time.Time, l *laps) error {
 				if waited = max(w-last, 0).Seconds() / dt; waited >= starvedWait {
 					used += waited
 				}
+				waits[vm] = waited
 			}
 			bar := a.cfg.IdleBelow * e
 			if a.quiet[vm] >= a.cfg.IdleTicks {
@@ -757,6 +767,12 @@ func (a *Agent) measure(ctx context.Context, now time.Time, l *laps) error {
 				}
 				a.quiet[vm] = 0
 				delete(a.quietE, vm)
+			}
+		}
+		a.checkDelivery(now, wire.ResourceCPU, cpuTook(a.cfg.Capacity, ran, entitled, waits))
+		if io != nil {
+			for _, r := range governed {
+				a.checkDelivery(now, r, ioTook(a.desired, moved[r], a.capsOf(r)))
 			}
 		}
 	}
@@ -818,6 +834,7 @@ func (a *Agent) snapshot(now time.Time) wire.HostState {
 		if c := a.caps[id]; len(c) > 0 {
 			vs.Caps = maps.Clone(c)
 		}
+		vs.Short = a.shortfalls(id)
 		st.Price += vs.Rate
 		st.VMs = append(st.VMs, vs)
 		if m != nil {
@@ -825,6 +842,9 @@ func (a *Agent) snapshot(now time.Time) wire.HostState {
 			m.VMRate.WithLabelValues(a.cfg.Host, id).Set(vs.Rate / float64(money.PerCredit))
 			for r, c := range vs.Caps {
 				m.VMCap.WithLabelValues(a.cfg.Host, id, r).Set(c * bytesPerMB)
+			}
+			for _, r := range [...]string{wire.ResourceCPU, wire.ResourceDisk, wire.ResourceNet} {
+				m.VMShortfall.WithLabelValues(a.cfg.Host, id, r).Set(a.shortBy(id, r))
 			}
 		}
 	}

@@ -261,8 +261,8 @@ func (h recordHandler) Handle(_ context.Context, r slog.Record) error {
 func (h recordHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h recordHandler) WithGroup(string) slog.Handler      { return h }
 
-// counter is the value of metric name with labels, from reg.
-func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+// metricValue is the value of counter or gauge name with labels, from reg.
+func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
 	t.Helper()
 	families := must(reg.Gather())
 	for _, f := range families {
@@ -275,6 +275,9 @@ func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[str
 				if labels[l.GetName()] != l.GetValue() {
 					continue metrics
 				}
+			}
+			if g := m.GetGauge(); g != nil {
+				return g.GetValue()
 			}
 			return m.GetCounter().GetValue()
 		}
@@ -318,7 +321,7 @@ func TestRunLogsAndCountsFailedTicks(t *testing.T) {
 	}
 	cancel()
 	within(t, done, "Run returned once its context ended")
-	if n := counter(t, reg, "mrm_errors_total", map[string]string{"component": "agent", "kind": "tick"}); n < 1 {
+	if n := metricValue(t, reg, "mrm_errors_total", map[string]string{"component": "agent", "kind": "tick"}); n < 1 {
 		t.Fatalf("failed ticks counted: %v", n)
 	}
 	if st := a.State(); !st.Time.Equal(at) || st.Tick < 1 {

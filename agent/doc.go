@@ -107,6 +107,23 @@
 //
 // Package agent/virt is the libvirt Enforcer for real hosts (mrmarket agent).
 //
+// # Delivered shares
+//
+// The agent checks, every tick, that it delivers what it sets. A VM that
+// wanted more of a resource than it got — for the CPU, its vCPUs waited
+// half a CPU or more for a host CPU; for the disk or the network (in and
+// out together, as the meter counts them), it filled its cap or moved an
+// equal turn of what the VMs using the device moved — and got a part of it
+// short of its entitlement by more than 0.05 is short. Its entitlement is,
+// for the CPU, its entitlement above as a part of the host; for a device,
+// its share's part of the shares of the VMs that moved data on it, against
+// its part of what they moved (a VM alone on a device is never short). The
+// shortfall is the metric mrm_vm_share_shortfall from its first tick; once
+// it has lasted 5 s it is logged once, and again when it ends, and the
+// host state carries it (wire.VMState.Short), so `mrmarket vms` shows the
+// user what they pay for and do not get. Resources not governed (mode
+// none) are not checked: no share is promised there.
+//
 // # Locks and I/O
 //
 // The state lock (Agent.mu) covers the book only: VMs, bids, capture totals,

@@ -332,3 +332,22 @@ func TestStaleHostsMarked(t *testing.T) {
 		t.Fatalf("vms --no-headers with a stale host:\n%s", got)
 	}
 }
+
+// A VM its agent found short of its share is named after the vms table,
+// with what it got, what its share entitles it to, and for how long.
+func TestShortVMsNoted(t *testing.T) {
+	at := time.Date(2026, 5, 1, 9, 0, 0, 0, time.UTC)
+	rep := wire.VMsReply{VMs: []wire.HostVM{
+		{Host: "host-1", VMState: wire.VMState{VM: "a1", Owner: "alice", Rate: 3, Share: 0.75,
+			Short: []wire.Shortfall{{Resource: wire.ResourceDisk, Entitled: 0.75, Delivered: 0.5, Since: at.Add(-27 * time.Second)}}}, Updated: at},
+		{Host: "host-1", VMState: wire.VMState{VM: "b1", Owner: "alice", Rate: 1, Share: 0.25}, Updated: at}}}
+	var buf bytes.Buffer
+	if err := printVMs(&out{Writer: &buf}, rep); err != nil {
+		t.Fatal(err)
+	}
+	got := buf.String()
+	want := "short: a1 on host-1 got 50.00% of the disk for 27s, its share entitles it to 75.00%"
+	if !strings.Contains(got, want) || strings.Contains(got, "b1 on host-1") {
+		t.Fatalf("vms with a VM short of its disk share:\n%s\nwant the line %q", got, want)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nuid"
 	ucli "github.com/urfave/cli/v2"
@@ -539,7 +540,25 @@ func printVMs(w *out, rep wire.VMsReply) error {
 	if err := t.flush(); err != nil {
 		return err
 	}
+	if err := noteShort(w, rep.VMs); err != nil {
+		return err
+	}
 	return noteStale(w, stale)
+}
+
+// noteShort says, after a table, which VMs their agents found short of
+// their shares: each wanted more of a resource than it got, and got less
+// than its share entitles it to.
+func noteShort(w *out, vms []wire.HostVM) error {
+	for _, v := range vms {
+		for _, s := range v.Short {
+			if err := w.note("short: %s on %s got %s of the %s for %s, its share entitles it to %s (the agent does not deliver what it pays for)\n",
+				v.VM, v.Host, pct(s.Delivered), s.Resource, v.Updated.Sub(s.Since).Round(time.Second), pct(s.Entitled)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // noteStale says, after a table, what its "stale" hosts' rows are: the

@@ -30,6 +30,7 @@ type Metrics struct {
 	VMRate          *prometheus.GaugeVec     // host, vm
 	ResourceMode    *prometheus.GaugeVec     // host, resource, mode
 	VMCap           *prometheus.GaugeVec     // host, vm, resource
+	VMShortfall     *prometheus.GaugeVec     // host, vm, resource
 	Captures        *prometheus.CounterVec   // host
 	CapturedCredits *prometheus.CounterVec   // host
 	Ticks           *prometheus.CounterVec   // host
@@ -62,6 +63,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		VMCap: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "mrm_vm_cap_bytes_per_second",
 			Help: "A throttled resource's bandwidth cap on a VM (its share of the measured capacity, re-spread each tick), bytes per second.",
+		}, []string{"host", "vm", "resource"}),
+		VMShortfall: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "mrm_vm_share_shortfall",
+			Help: "How far a VM that wanted more of a resource got less than its share entitles it to (entitled part less delivered part, 0..1; 0 when it got its share or wanted no more); resource cpu, disk or net.",
 		}, []string{"host", "vm", "resource"}),
 		Captures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mrm_captures_total", Help: "Capture batches an agent sent and the bank accepted.",
@@ -98,7 +103,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // own are mrmarket's own collectors (the mrm_ families), in the order
 // docs/METRICS.md lists them.
 func (m *Metrics) own() []prometheus.Collector {
-	return []prometheus.Collector{m.HostPrice, m.VMShare, m.VMRate, m.ResourceMode, m.VMCap, m.Captures, m.CapturedCredits,
+	return []prometheus.Collector{m.HostPrice, m.VMShare, m.VMRate, m.ResourceMode, m.VMCap, m.VMShortfall, m.Captures, m.CapturedCredits,
 		m.Ticks, m.Requests, m.RequestSeconds, m.Errors, m.PlansRunning, m.JobsAdmitted, m.JobDeadlines, m.JobLateness, m.sources}
 }
 

@@ -165,6 +165,22 @@ type VMState struct {
 	// now, by resource (ResourceDisk, ResourceNetIn, ResourceNetOut): its
 	// share of the measured capacity, re-spread each tick.
 	Caps map[string]float64 `json:"caps_mb_per_s,omitempty"`
+	// Short are the resources the VM wanted more of than it got, and got
+	// less of than its share entitles it to (by more than 0.05 of the
+	// resource, for 5 s or more): the agent says where it does not
+	// deliver what the VM pays for.
+	Short []Shortfall `json:"short,omitempty"`
+}
+
+// Shortfall is a VM's share of a resource delivered short, as its agent
+// measured it: Entitled is the part of the resource its share gives it
+// (of the host's CPUs; of what the VMs using a device moved), Delivered
+// the part it got, both in the last tick, and Since when it began.
+type Shortfall struct {
+	Resource  string    `json:"resource"`
+	Entitled  float64   `json:"entitled"`
+	Delivered float64   `json:"delivered"`
+	Since     time.Time `json:"since"`
 }
 
 // Bid is the VM's bid of plan, if it has one.
