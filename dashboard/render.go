@@ -145,6 +145,9 @@ type vmRow struct {
 	Disk, Net              string
 	Bids                   []bidRow
 	ShareTitle, UsageTitle string
+	// Short are the resources its agent found it short of: it wanted
+	// more than it got, and got less than its share entitles it to.
+	Short []string
 }
 
 type bidRow struct{ Plan, Rate string }
@@ -338,6 +341,9 @@ func (m *model) vms(s Snapshot) {
 			ShareTitle: "its rate over the host's price", UsageTitle: "CPU the VM used over the last tick, as a share of its host; the mark is its share"}
 		for _, b := range v.Bids {
 			row.Bids = append(row.Bids, bidRow{Plan: b.Plan, Rate: fmt.Sprintf("%.2f", perHour(b.Rate))})
+		}
+		for _, sh := range v.Short {
+			row.Short = append(row.Short, fmt.Sprintf("%s %s of %s for %s", sh.Resource, pct(sh.Delivered), pct(sh.Entitled), span(v.Updated.Sub(sh.Since))))
 		}
 		m.VMs = append(m.VMs, row)
 	}
