@@ -844,7 +844,13 @@ func (a *Agent) snapshot(now time.Time) wire.HostState {
 				m.VMCap.WithLabelValues(a.cfg.Host, id, r).Set(c * bytesPerMB)
 			}
 			for _, r := range [...]string{wire.ResourceCPU, wire.ResourceDisk, wire.ResourceNet} {
-				m.VMShortfall.WithLabelValues(a.cfg.Host, id, r).Set(a.shortBy(id, r))
+				// A series only while the VM is short: a host of many VMs
+				// that get their shares exports none.
+				if v := a.shortBy(id, r); v > 0 {
+					m.VMShortfall.WithLabelValues(a.cfg.Host, id, r).Set(v)
+				} else {
+					m.VMShortfall.DeleteLabelValues(a.cfg.Host, id, r)
+				}
 			}
 		}
 	}

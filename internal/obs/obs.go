@@ -66,7 +66,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"host", "vm", "resource"}),
 		VMShortfall: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "mrm_vm_share_shortfall",
-			Help: "How far a VM that wanted more of a resource got less than its share entitles it to (entitled part less delivered part, 0..1; 0 when it got its share or wanted no more); resource cpu, disk or net.",
+			Help: "How far a VM that wanted more of a resource got less than its share entitles it to (entitled part less delivered part, 0..1; a series only while it is short); resource cpu, disk or net.",
 		}, []string{"host", "vm", "resource"}),
 		Captures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mrm_captures_total", Help: "Capture batches an agent sent and the bank accepted.",
