@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -670,7 +671,7 @@ func (a *Agent) measure(ctx context.Context, now time.Time, l *laps) error {
 	defer a.mu.Unlock()
 	if dt := now.Sub(a.lastTick).Seconds(); dt > 0 {
 		// What each VM took of each resource, for checkDelivery.
-		ran, entitled, waits := map[string]float64{}, map[string]float64{}, map[string]float64{}
+		cpus, entitled, waits := map[string]float64{}, map[string]float64{}, map[string]float64{}
 		moved := map[string]map[string]float64{wire.ResourceDisk: {}, wire.ResourceNet: {}}
 		total := 0.0
 		for vm, u := range use {
@@ -686,8 +687,8 @@ func (a *Agent) measure(ctx context.Context, now time.Time, l *laps) error {
 				// taken back in proportion.
 				a.util[vm] /= total
 			}
-			ran[vm], entitled[vm], waits[vm] = a.util[vm]*a.cfg.Capacity, a.entitlement(vm), -1
 			e, q := a.entitlement(vm), a.desired[vm]
+			cpus[vm], entitled[vm], waits[vm] = a.util[vm]*a.cfg.Capacity, e, -1
 			if q <= FloorShare {
 				// A VM on the floor (no funded bid) has no share to
 				// fill — an idle guest's timers use a hundred times the
@@ -769,11 +770,13 @@ func (a *Agent) measure(ctx context.Context, now time.Time, l *laps) error {
 				delete(a.quietE, vm)
 			}
 		}
-		a.checkDelivery(now, wire.ResourceCPU, cpuTook(a.cfg.Capacity, ran, entitled, waits))
-		if io != nil {
-			for _, r := range governed {
-				a.checkDelivery(now, r, ioTook(a.desired, moved[r], a.capsOf(r)))
+		a.checkDelivery(now, wire.ResourceCPU, cpuTook(a.cfg.Capacity, cpus, entitled, waits))
+		for _, r := range [...]string{wire.ResourceDisk, wire.ResourceNet} {
+			var tick map[string]took // none: not measured, or not governed (no share promised)
+			if io != nil && slices.Contains(governed, r) {
+				tick = ioTook(a.desired, moved[r], a.capsOf(r))
 			}
+			a.checkDelivery(now, r, tick)
 		}
 	}
 	a.lastTick, a.lastUse, a.lastIO, a.lastWait = now, use, io, wait
