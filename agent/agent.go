@@ -774,7 +774,11 @@ func (a *Agent) measure(ctx context.Context, now time.Time, l *laps) error {
 		for _, r := range [...]string{wire.ResourceDisk, wire.ResourceNet} {
 			var tick map[string]took // none: not measured, or not governed (no share promised)
 			if io != nil && slices.Contains(governed, r) {
-				tick = ioTook(a.desired, moved[r], a.capsOf(r))
+				c := capacity.Disk
+				if r == wire.ResourceNet {
+					c = capacity.Net
+				}
+				tick = ioTook(a.desired, moved[r], a.capsOf(r), c)
 			}
 			a.checkDelivery(now, r, tick)
 		}

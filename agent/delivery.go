@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"math"
 	"slices"
 	"time"
 
@@ -47,11 +48,13 @@ func cpuTook(capacity float64, ran, entitled, waited map[string]float64) map[str
 // ioTook is each VM's part of one device in a tick, among the VMs that
 // moved data on it (moved, MB/s): its part of what they moved against its
 // share's part of theirs. A VM wanted more when it filled its cap (caps,
-// MB/s; none where the resource is not throttled) or moved at least an
-// equal turn of the device, which a device that is the bottleneck gives
-// each reader whatever its cap. A lone VM has the device to itself:
-// nothing to compare.
-func ioTook(shares, moved, caps map[string]float64) map[string]took {
+// MB/s; none where the resource is not throttled) or, on a device about
+// full (the VMs moved bindAt of capacity, MB/s, or more), moved at least
+// an equal turn of it, which a device that is the bottleneck gives each
+// reader whatever its cap. (On a device with room to spare, VMs that move
+// alike are held by something else, their CPUs: they want no more of the
+// device.) A lone VM has the device to itself: nothing to compare.
+func ioTook(shares, moved, caps map[string]float64, capacity float64) map[string]took {
 	total := 0.0
 	for _, m := range moved {
 		total += max(m, 0)
@@ -71,7 +74,10 @@ func ioTook(shares, moved, caps map[string]float64) map[string]took {
 	for _, vm := range movers {
 		moverTotal += moved[vm]
 	}
-	turn := bindAt * moverTotal / float64(len(movers))
+	turn := math.Inf(1)
+	if capacity > 0 && total >= bindAt*capacity {
+		turn = bindAt * moverTotal / float64(len(movers))
+	}
 	out := make(map[string]took, len(movers))
 	for _, vm := range movers {
 		m := moved[vm]

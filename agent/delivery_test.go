@@ -22,9 +22,11 @@ import (
 // and 5 s on, each is reported short — in its state, once in the log, and
 // in the shortfall metric, which shows it from the first tick. Once the
 // CPU is free again they are delivered again. Then both read the disk at
-// the same rate, an equal turn each: a, paying three times b's rate, is
-// short of the disk (0.5 of 0.75), and b is not. Mutations: a check that
-// never reports, or reports at once, or counts a VM that wants no more,
+// the same rate, an equal turn each: with the disk's bandwidth to spare
+// neither is short (they want no more of it); on a disk they fill, a,
+// paying three times b's rate, is short of it (0.5 of 0.75), and b is not.
+// Mutations: a check that never reports, or reports at once, or counts a
+// VM that wants no more (of the CPU, or of a disk with room to spare),
 // fails this test.
 func TestShortfallsAreReported(t *testing.T) {
 	h := newHost(t, agent.VM{ID: "a", Owner: "alice"}, agent.VM{ID: "b", Owner: "bob"})
@@ -106,13 +108,22 @@ func TestShortfallsAreReported(t *testing.T) {
 		}
 	}
 
-	// The disk: an equal turn each, though a pays three times b's rate.
+	// The disk: an equal turn each, though a pays three times b's rate —
+	// on a disk with room to spare (they want no more of it), then on
+	// one they fill.
 	h.sim.SetDemand("a", 0)
 	h.sim.SetDemand("b", 0)
-	h.sim.SetIOCapacity(agent.IOUse{Disk: 60})
+	h.sim.SetIOCapacity(agent.IOUse{Disk: 200})
 	h.sim.SetIO("a", agent.IOUse{Disk: 30})
 	h.sim.SetIO("b", agent.IOUse{Disk: 30})
-	tick() // the first reading of the counters
+	for range 8 {
+		for _, v := range tick().VMs {
+			if len(v.Short) > 0 {
+				t.Fatalf("second %d, 60 MB/s moved of a 200 MB/s disk: %s short %+v", sec, v.VM, v.Short)
+			}
+		}
+	}
+	h.sim.SetIOCapacity(agent.IOUse{Disk: 60})
 	start = sec + 1
 	for range 7 {
 		st := tick()

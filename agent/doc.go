@@ -112,8 +112,10 @@
 // The agent checks, every tick, that it delivers what it sets. A VM that
 // wanted more of a resource than it got — for the CPU, its vCPUs waited
 // half a CPU or more for a host CPU; for the disk or the network (in and
-// out together, as the meter counts them), it filled its cap or moved an
-// equal turn of what the VMs using the device moved — and got a part of it
+// out together, as the meter counts them), it filled its cap or, on a
+// device about full, moved an equal turn of what the VMs using it moved
+// (with room to spare, VMs that move alike are held by their CPUs) — and
+// got a part of it
 // short of its entitlement by more than 0.05 is short. Its entitlement is,
 // for the CPU, its entitlement above as a part of the host; for a device,
 // its share's part of the shares of the VMs that moved data on it, against
