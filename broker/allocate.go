@@ -33,7 +33,7 @@ func (b *Broker) allocate(rec *planRecord, now time.Time, v roundView) strategie
 	left, rest := rec.Plan.End.Sub(now), remaining(rec, now)
 	st, err := strategies.ByName(rec.Plan.Strategy)
 	if err != nil || left <= 0 || rest <= 0 {
-		return strategies.Decision{Stage: slices.Clone(rec.Plan.Stage)}
+		return strategies.Decision{Stage: slices.Clone(rec.Plan.Stage), Held: slices.Clone(rec.Held)}
 	}
 	d := st.Allocate(b.snapshot(rec, now, st.Reads(), v, rest, left))
 	if rc, ok := b.rateCap(rec); ok {
@@ -50,7 +50,7 @@ func (b *Broker) allocate(rec *planRecord, now time.Time, v roundView) strategie
 // hosts' prices and its own rates there, its job and what EDF decided.
 func (b *Broker) snapshot(rec *planRecord, now time.Time, reads strategies.Reads, v roundView, rest money.Micro, left time.Duration) strategies.Snapshot {
 	s := strategies.Snapshot{Remaining: rest, Left: left, Budget: rec.Plan.Budget, Duration: rec.Plan.Duration.D(),
-		Stage: slices.Clone(rec.Plan.Stage), HostWeights: rec.Plan.HostWeights}
+		Stage: slices.Clone(rec.Plan.Stage), Held: slices.Clone(rec.Held), HostWeights: rec.Plan.HostWeights}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if reads&strategies.ReadsVMs != 0 {
@@ -131,7 +131,7 @@ func (b *Broker) prices(rec *planRecord, vms []strategies.VM, now time.Time) (pr
 // Strategies fund a VM at most once, so the wanted VMs all kept and as
 // many as the bids means no bid is dropped.
 func needsChange(rec *planRecord, want strategies.Decision, now time.Time) bool {
-	if !slices.Equal(want.Stage, rec.Plan.Stage) {
+	if !slices.Equal(want.Stage, rec.Plan.Stage) || !sameHeld(want.Held, rec.Held) {
 		return true
 	}
 	for _, cur := range rec.Bids {
@@ -172,4 +172,15 @@ func overCommits(rec *planRecord, want []strategies.Allocation, now time.Time) b
 		}
 	}
 	return commit > remaining(rec, now)
+}
+
+// sameHeld reports whether two Held lists hold the same workflows (nil
+// and all false alike).
+func sameHeld(a, b []bool) bool {
+	for i := range max(len(a), len(b)) {
+		if (i < len(a) && a[i]) != (i < len(b) && b[i]) {
+			return false
+		}
+	}
+	return true
 }

@@ -23,13 +23,13 @@ type bidChange struct {
 // then apply the bid changes.
 func (b *Broker) replan(ctx context.Context, rec *planRecord, now time.Time, v roundView) (changed bool, errs []error) {
 	d := b.allocate(rec, now, v)
-	return b.apply(ctx, rec, now, d.Stage, bidChanges(rec, d.Allocs, now))
+	return b.apply(ctx, rec, now, d.Stage, d.Held, bidChanges(rec, d.Allocs, now))
 }
 
 // apply sends a plan's bid changes, one request per host, and applies to
 // rec the stages and what the hosts took. It reports whether rec changed,
 // and the errors of the hosts that did not take their change.
-func (b *Broker) apply(ctx context.Context, rec *planRecord, now time.Time, stage []int, changes []bidChange) (changed bool, errs []error) {
+func (b *Broker) apply(ctx context.Context, rec *planRecord, now time.Time, stage []int, held []bool, changes []bidChange) (changed bool, errs []error) {
 	results := b.send(ctx, changes)
 	for i, err := range results {
 		if err != nil {
@@ -37,7 +37,7 @@ func (b *Broker) apply(ctx context.Context, rec *planRecord, now time.Time, stag
 			errs = append(errs, fmt.Errorf("%s: %w", changes[i].host, err))
 		}
 	}
-	changed = settleRound(rec, now, stage, changes, results)
+	changed = settleRound(rec, now, stage, held, changes, results)
 	if accountRun(rec, now, changed, func() float64 { return b.heldShare(rec) }) {
 		changed = true
 	}
@@ -119,9 +119,13 @@ type answeredKey struct{}
 // bids settled at what they charged and the new ones in force; bids that
 // ran their course paid in full; and each of the plan's VMs showing its
 // bid. It reports whether rec changed.
-func settleRound(rec *planRecord, now time.Time, stage []int, changes []bidChange, results []error) (changed bool) {
-	changed = !slices.Equal(stage, rec.Plan.Stage)
+func settleRound(rec *planRecord, now time.Time, stage []int, held []bool, changes []bidChange, results []error) (changed bool) {
+	changed = !slices.Equal(stage, rec.Plan.Stage) || !sameHeld(held, rec.Held)
 	rec.Plan.Stage = stage
+	rec.Held = held
+	if !slices.Contains(held, true) {
+		rec.Held = nil
+	}
 	for i, c := range changes {
 		if results[i] != nil {
 			continue

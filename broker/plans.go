@@ -665,7 +665,8 @@ func adjustReplay(rec *planRecord, req *wire.AdjustRequest) error {
 // StageStarted tells the broker that stage of workflow of user's started
 // (the YARN monitor sees its application, or the simulator submits its
 // job): that user's running stage-priority plans with this workflow and
-// stage move to it, never back. Idle VMs alone cannot tell when stages run
+// stage move to it, never back, and hold it until its VMs are seen busy
+// (strategies.Snapshot.Held). Idle VMs alone cannot tell when stages run
 // back to back on the same VMs.
 func (b *Broker) StageStarted(ctx context.Context, user, workflow, stage string) error {
 	var refs []planRef
@@ -683,7 +684,14 @@ func (b *Broker) StageStarted(ctx context.Context, user, workflow, stage string)
 				}
 				for k, st := range w.Stages {
 					if st.Name == stage && k > rec.Plan.Stage[i] {
+						// Held until its VMs are seen busy: its job may
+						// not compute yet, and its VMs, idle since before
+						// it, are not a stage that ended.
 						rec.Plan.Stage[i] = k
+						if len(rec.Held) != len(rec.Plan.Workflows) {
+							rec.Held = make([]bool, len(rec.Plan.Workflows))
+						}
+						rec.Held[i] = true
 					}
 				}
 			}

@@ -71,6 +71,7 @@ type step struct {
 	takeOver bool
 	action   action
 	stage    []int
+	held     []bool
 	changes  []bidChange
 }
 
@@ -188,7 +189,7 @@ func (r *round) decide(v versioned, want func() strategies.Decision) step {
 		// round of one of ours changes nothing and copies nothing.
 		d := want()
 		if st.takeOver || needsChange(rec, d, r.now) {
-			st.action, st.stage, st.changes = actRebid, d.Stage, bidChanges(rec, d.Allocs, r.now)
+			st.action, st.stage, st.held, st.changes = actRebid, d.Stage, d.Held, bidChanges(rec, d.Allocs, r.now)
 		}
 	}
 	return st
@@ -221,7 +222,7 @@ func (b *Broker) execute(ctx context.Context, r *round, st step) []error {
 	case actSettle:
 		return b.settle(ctx, rec, rev, r.now)
 	}
-	changed, errs := b.apply(ctx, rec, r.now, st.stage, st.changes)
+	changed, errs := b.apply(ctx, rec, r.now, st.stage, st.held, st.changes)
 	if changed {
 		if _, err := b.store.update(ctx, rec, rev); errors.Is(err, errStale) {
 			b.withdrawIfEnded(ctx, refOf(&rec.Plan), st.changes)

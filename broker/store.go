@@ -43,6 +43,10 @@ type planRecord struct {
 	// what its bids may spend per second (mandate.RateCap): every bid
 	// carries them too.
 	More []wire.SignedRequest `json:"more,omitempty"`
+	// Held says, per workflow, that StageStarted moved it to its active
+	// stage and that stage's VMs have not been seen busy since
+	// (strategies.Snapshot.Held); nil: none.
+	Held []bool `json:"stage_held,omitempty"`
 	// untried: no try of start has sent this plan's bids yet (a record
 	// the spend at hand just created; never stored).
 	untried bool
@@ -72,6 +76,7 @@ func (r *planRecord) clone() *planRecord {
 	c.untried = false // a copy is a stored record's
 	c.Plan.VMs = slices.Clone(r.Plan.VMs)
 	c.Plan.Stage = slices.Clone(r.Plan.Stage)
+	c.Held = slices.Clone(r.Held)
 	c.More = slices.Clone(r.More)
 	c.Bids = make(map[string]bidRec, len(r.Bids))
 	for k, v := range r.Bids {

@@ -101,8 +101,12 @@ func (WorkflowPriority) Allocate(s Snapshot) Decision {
 // be busy from an earlier run: a workflow moved past the next stage then
 // left it unfunded when it started, starved beside busy guests (make e2e:
 // stage 2 ran 146 s at a share of 0.038 in run 31, and made no progress in
-// 8 minutes in run 34, while stage 3 was funded). The last stage spends
-// even when idle.
+// 8 minutes in run 34, while stage 3 was funded). A stage the broker was
+// told started is held (Snapshot.Held) until its VMs are seen busy: its
+// job may take a while to compute, and its VMs, idle since before it, are
+// not a stage that ended (in run 42 of make e2e the plan moved from a
+// just-started stage 2 to stage 3, whose unfunded guest looked busy). The
+// last stage spends even when idle.
 type StagePriority struct {
 	Boosted bool
 	Carry   bool
@@ -147,10 +151,18 @@ func (p StagePriority) Allocate(s Snapshot) Decision {
 		}
 	}
 	stage := slices.Clone(s.Stage)
+	var held []bool
+	if s.Held != nil {
+		held = make([]bool, len(s.Workflows))
+		copy(held, s.Held)
+	}
 	var out []Allocation
 	for i, w := range s.Workflows {
 		k := stage[i]
-		for k < len(w.Stages)-1 && allIdle(w.Stages[k].VMs) && !allIdle(w.Stages[k+1].VMs) {
+		if held != nil && held[i] && !allIdle(w.Stages[k].VMs) {
+			held[i] = false // its job computes: from now on idle means done
+		}
+		for (held == nil || !held[i]) && k < len(w.Stages)-1 && allIdle(w.Stages[k].VMs) && !allIdle(w.Stages[k+1].VMs) {
 			k++
 		}
 		stage[i] = k
@@ -176,7 +188,7 @@ func (p StagePriority) Allocate(s Snapshot) Decision {
 		}
 		out = even(out, vms, stageParts[0], slice)
 	}
-	return Decision{Allocs: out, Stage: stage}
+	return Decision{Allocs: out, Stage: stage, Held: held}
 }
 
 // fixedStage funds stage k of w at Eq. 9's fixed rate: its part of the

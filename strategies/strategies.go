@@ -22,7 +22,8 @@
 //     (Eq. 8), each part evenly over the workflow's VMs.
 //   - stage (StagePriority): each workflow's part split over its remaining
 //     stages by weight (Eq. 9), the active stage's part spent in an equal
-//     slice of the time left; a stage whose VMs are all idle is done.
+//     slice of the time left; a stage whose VMs are all idle is done
+//     (once they were seen busy, for a stage reported started).
 //   - stage-bottleneck (StagePriority with Boosted): the same across
 //     stages, bottleneck elimination among the active stage's VMs.
 //   - bottleneck (BottleneckElimination): idle VMs give a fraction of the
@@ -141,6 +142,11 @@ type Snapshot struct {
 	// VMs the broker knows; Stage is each workflow's active stage.
 	Workflows []Workflow
 	Stage     []int
+	// Held says, per workflow, that its active stage was reported started
+	// (Broker.StageStarted) and its VMs have not been seen busy since: a
+	// stage whose job has not begun computing is not left for its idle
+	// VMs. Nil: none held.
+	Held []bool
 	// Boost is the plan's bottleneck-elimination boost, capped with
 	// everyone else's (CapBoosts).
 	Boost float64
@@ -172,17 +178,19 @@ type Allocation struct {
 }
 
 // Decision is a strategy's answer for one plan: its VMs' allocations, in
-// the plan's order, and each workflow's active stage.
+// the plan's order, each workflow's active stage, and which of them are
+// still held (Snapshot.Held).
 type Decision struct {
 	Allocs []Allocation
 	Stage  []int
+	Held   []bool
 }
 
 // spendable reports whether the snapshot has money and time to spend.
 func (s Snapshot) spendable() bool { return s.Left > 0 && s.Remaining > 0 }
 
 // nothing is the decision to spend nothing and stay at the same stages.
-func (s Snapshot) nothing() Decision { return Decision{Stage: s.Stage} }
+func (s Snapshot) nothing() Decision { return Decision{Stage: s.Stage, Held: s.Held} }
 
 // registry holds the registered strategies by name.
 var registry = map[string]Strategy{}
