@@ -707,15 +707,15 @@ func (a *Agent) measure(ctx context.Context, now time.Time, l *laps) error {
 			// all it ever moved as one tick's, and an idle VM would wake.)
 			lastIO, read := a.lastIO[vm]
 			if x, ok := io[vm]; ok && read {
-				moved[wire.ResourceDisk][vm], moved[wire.ResourceNet][vm] = (x.Disk-lastIO.Disk)/dt, (x.Net-lastIO.Net)/dt
-			}
-			if x, ok := io[vm]; ok && read && e > 0 {
+				disk, net := (x.Disk-lastIO.Disk)/dt, (x.Net-lastIO.Net)/dt // MB/s
+				moved[wire.ResourceDisk][vm], moved[wire.ResourceNet][vm] = disk, net
 				// Its disk or network share used as much as its CPU
 				// share counts as CPU used: the VM is as busy as its
-				// busiest resource.
-				for _, r := range [...]struct{ moved, cap float64 }{{x.Disk - lastIO.Disk, capacity.Disk}, {x.Net - lastIO.Net, capacity.Net}} {
-					if r.cap > 0 && q > 0 {
-						used = max(used, r.moved/dt/(q*r.cap)*e)
+				// busiest resource. (q and e are positive: a VM on the
+				// floor is judged as above.)
+				for _, r := range [...]struct{ rate, cap float64 }{{disk, capacity.Disk}, {net, capacity.Net}} {
+					if r.cap > 0 {
+						used = max(used, r.rate/(q*r.cap)*e)
 					}
 				}
 			}

@@ -3,6 +3,7 @@ package agent
 import (
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/mrmarket/mrmarket/internal/wire"
@@ -96,11 +97,7 @@ func (a *Agent) checkDelivery(now time.Time, resource string, tick map[string]to
 		key := [2]string{vm, resource}
 		s := a.short[key]
 		if !t.wanted || t.entitled-t.delivered <= shortfallBar {
-			if s != nil && s.reported {
-				a.cfg.Logger.Info("agent: share delivered again", "host", a.cfg.Host, "vm", vm, "resource", resource,
-					"short_for", now.Sub(s.since).Round(time.Second).String())
-			}
-			delete(a.short, key)
+			a.endShortfall(key, now)
 			continue
 		}
 		if s == nil {
@@ -116,15 +113,25 @@ func (a *Agent) checkDelivery(now time.Time, resource string, tick map[string]to
 		}
 	}
 	// A VM that took nothing of the resource this tick is not short of it.
-	for key, s := range a.short {
+	for key := range a.short {
 		if _, ok := tick[key[0]]; key[1] == resource && !ok {
-			if s.reported {
-				a.cfg.Logger.Info("agent: share delivered again", "host", a.cfg.Host, "vm", key[0], "resource", resource,
-					"short_for", now.Sub(s.since).Round(time.Second).String())
-			}
-			delete(a.short, key)
+			a.endShortfall(key, now)
 		}
 	}
+}
+
+// endShortfall ends key's (vm, resource) shortfall at now, if it has one,
+// logging the end of one that was reported; under mu.
+func (a *Agent) endShortfall(key [2]string, now time.Time) {
+	s := a.short[key]
+	if s == nil {
+		return
+	}
+	if s.reported {
+		a.cfg.Logger.Info("agent: share delivered again", "host", a.cfg.Host, "vm", key[0], "resource", key[1],
+			"short_for", now.Sub(s.since).Round(time.Second).String())
+	}
+	delete(a.short, key)
 }
 
 // shortfalls are vm's reported shortfalls, by resource, for its state.
@@ -135,15 +142,7 @@ func (a *Agent) shortfalls(vm string) []wire.Shortfall {
 			out = append(out, wire.Shortfall{Resource: key[1], Entitled: s.entitled, Delivered: s.delivered, Since: s.since})
 		}
 	}
-	slices.SortFunc(out, func(x, y wire.Shortfall) int {
-		if x.Resource < y.Resource {
-			return -1
-		}
-		if x.Resource > y.Resource {
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(x, y wire.Shortfall) int { return strings.Compare(x.Resource, y.Resource) })
 	return out
 }
 
