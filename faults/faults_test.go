@@ -16,6 +16,8 @@ import (
 
 	"github.com/mrmarket/mrmarket/internal/money"
 	"github.com/mrmarket/mrmarket/internal/pgtest"
+	"github.com/mrmarket/mrmarket/internal/retry"
+	"github.com/mrmarket/mrmarket/internal/rpc"
 	"github.com/mrmarket/mrmarket/internal/testpoll"
 	"github.com/mrmarket/mrmarket/internal/testproc"
 	"github.com/mrmarket/mrmarket/internal/wire"
@@ -185,20 +187,38 @@ func TestFaults(tt *testing.T) {
 }
 
 // checkLedger asserts the bank's invariant: no violations, granted money
-// all in balances and open holds.
+// all in balances and open holds. Its tries are the CLI's `mrmarket
+// ledger`'s: each one not answered lengthens the next, up to the time the
+// bank gives its handler, so a ledger read that takes longer than a
+// workload operation's attempt on a loaded machine still comes. The log
+// says how long it took.
 func (c *cluster) checkLedger(t testing.TB, nc *nats.Conn, after string) {
 	t.Helper()
 	var l wire.LedgerReply
-	testpoll.CheckFor(t, 30*time.Second, 100*time.Millisecond, func() (err error) {
-		ctx, cancel := context.WithTimeout(context.Background(), attempt)
+	start, tries := time.Now(), 0
+	var errs []string
+	err := testpoll.Wait(30*time.Second, 100*time.Millisecond, func() (err error) {
+		tries++
+		ctx, cancel := context.WithTimeout(context.Background(), ledgerTries.Backoff(tries))
 		defer cancel()
+		began := time.Now()
 		l, err = c.bank(nc).Ledger(ctx)
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("+%s %s: %v", began.Sub(start).Round(time.Millisecond), time.Since(began).Round(time.Millisecond), err))
+		}
 		return err
 	})
+	if err != nil {
+		t.Fatalf("after %s: the ledger did not answer in 30 s; its tries:\n%s", after, strings.Join(errs, "\n"))
+	}
+	t.Logf("after %s: the ledger answered in %s, try %d", after, time.Since(start).Round(time.Millisecond), tries)
 	if len(l.Violations) > 0 {
 		t.Fatalf("after %s: ledger violations %v", after, l.Violations)
 	}
 }
+
+// ledgerTries bounds each try of a ledger read, as the CLI's asking does.
+var ledgerTries = retry.Options{InitialBackoff: attempt, Multiplier: 1.5, MaxBackoff: rpc.DefaultTimeout}
 
 // settle cancels every plan still running and waits until no spender's
 // money is held.
