@@ -29,7 +29,8 @@ type Enforcer interface {
 	Apply(ctx context.Context, shares map[string]float64) error
 	// Applied reads back the shares in force, for the reconcile pass.
 	Applied(ctx context.Context) (map[string]float64, error)
-	// Usage is each VM's cumulative CPU time.
+	// Usage is each VM's cumulative CPU time: what its guest ran, without
+	// its emulator's own threads where the enforcer can tell them apart.
 	Usage(ctx context.Context) (map[string]time.Duration, error)
 }
 

@@ -32,58 +32,79 @@ func pidFile(uri, name string) string {
 	return filepath.Join(dir, name+".pid")
 }
 
-// processWait is the time the vCPU threads of process pid spent runnable
-// and waiting for a host CPU (the second field of each thread's
-// /proc/<pid>/task/<tid>/schedstat, the scheduling delay the guest sees as
-// steal time), summed. QEMU names its vCPU threads "CPU <n>/<accel>" (the
-// debug-threads option, which libvirt sets); a process with none so named
-// counts all its threads. ok is false when the process or its accounts
-// cannot be read.
-func processWait(procfs string, pid int) (wait time.Duration, ok bool) {
+// schedTimes is what the host's scheduler accounted to threads: the time
+// they ran on a CPU and the time they were runnable but waited for one.
+type schedTimes struct{ ran, waited time.Duration }
+
+// processTimes sums the schedstat accounts (/proc/<pid>/task/<tid>/schedstat)
+// of the vCPU threads of QEMU process pid. QEMU names its vCPU threads
+// "CPU <n>/<accel>" (the debug-threads option, which libvirt sets); vcpus
+// is false when none is so named, and the sums are then all its threads'.
+// ok is false when the process or its accounts cannot be read.
+func processTimes(procfs string, pid int) (t schedTimes, vcpus, ok bool) {
 	taskDir := filepath.Join(procfs, strconv.Itoa(pid), "task")
 	tasks, err := os.ReadDir(taskDir)
 	if err != nil {
-		return 0, false
+		return schedTimes{}, false, false
 	}
-	var vcpus, all time.Duration
-	nvcpus, nall := 0, 0
-	for _, t := range tasks {
-		d, err := threadDelay(filepath.Join(taskDir, t.Name(), "schedstat"))
+	var named, all schedTimes
+	nnamed, nall := 0, 0
+	for _, task := range tasks {
+		d, err := threadTimes(filepath.Join(taskDir, task.Name(), "schedstat"))
 		if err != nil {
 			continue // a thread that ended between the listing and the read
 		}
-		all += d
+		all.ran, all.waited = all.ran+d.ran, all.waited+d.waited
 		nall++
-		if comm, err := os.ReadFile(filepath.Join(taskDir, t.Name(), "comm")); err == nil && strings.HasPrefix(string(comm), "CPU ") {
-			vcpus += d
-			nvcpus++
+		if comm, err := os.ReadFile(filepath.Join(taskDir, task.Name(), "comm")); err == nil && strings.HasPrefix(string(comm), "CPU ") {
+			named.ran, named.waited = named.ran+d.ran, named.waited+d.waited
+			nnamed++
 		}
 	}
 	switch {
-	case nvcpus > 0:
-		return vcpus, true
+	case nnamed > 0:
+		return named, true, true
 	case nall > 0:
-		return all, true
+		return all, false, true
 	}
-	return 0, false
+	return schedTimes{}, false, false
 }
 
-// threadDelay reads the run-queue wait (ns) from a schedstat file: "<time
-// on CPU> <time waiting on a run queue> <timeslices run>".
-func threadDelay(path string) (time.Duration, error) {
+// processWait is the time the vCPU threads of process pid spent runnable
+// and waiting for a host CPU (the scheduling delay the guest sees as steal
+// time), summed; a process with no named vCPU threads counts all its
+// threads (processTimes).
+func processWait(procfs string, pid int) (wait time.Duration, ok bool) {
+	t, _, ok := processTimes(procfs, pid)
+	return t.waited, ok
+}
+
+// guestRan is the CPU time the vCPU threads of process pid ran: what the
+// guest itself computed, without its QEMU's main loop and I/O threads. ok
+// is false when the vCPU threads are not named or not readable.
+func guestRan(procfs string, pid int) (ran time.Duration, ok bool) {
+	t, vcpus, ok := processTimes(procfs, pid)
+	return t.ran, ok && vcpus
+}
+
+// threadTimes reads a schedstat file: "<time on CPU> <time waiting on a
+// run queue> <timeslices run>", in ns.
+func threadTimes(path string) (schedTimes, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return 0, err
+		return schedTimes{}, err
 	}
 	f := strings.Fields(string(b))
-	if len(f) < 2 {
-		return 0, fmt.Errorf("virt: %s: %q is not a schedstat line", path, b)
+	var ns [2]int64
+	for i := range ns {
+		if len(f) > i {
+			ns[i], err = strconv.ParseInt(f[i], 10, 64)
+		}
+		if len(f) <= i || err != nil || ns[i] < 0 {
+			return schedTimes{}, fmt.Errorf("virt: %s: %q is not a schedstat line", path, b)
+		}
 	}
-	ns, err := strconv.ParseInt(f[1], 10, 64)
-	if err != nil || ns < 0 {
-		return 0, fmt.Errorf("virt: %s: %q is not a schedstat line", path, b)
-	}
-	return time.Duration(ns), nil
+	return schedTimes{ran: time.Duration(ns[0]), waited: time.Duration(ns[1])}, nil
 }
 
 // readPid reads a pid file.

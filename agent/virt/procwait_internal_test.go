@@ -9,7 +9,8 @@ import (
 
 // TestProcessWait: a QEMU process's wait is its vCPU threads' run-queue
 // delay (schedstat's second field), not their run time nor the other
-// threads' delay; a process without named vCPU threads counts them all.
+// threads' delay; a process without named vCPU threads counts them all
+// for its wait, and has no guest run time (Usage then reads the domain's).
 // Mutations: reading the first field, or summing every thread while vCPU
 // threads are named, changes the sums below.
 func TestProcessWait(t *testing.T) {
@@ -41,6 +42,19 @@ func TestProcessWait(t *testing.T) {
 		got, ok := processWait(procfs, c.pid)
 		if got != c.want || ok != c.ok {
 			t.Errorf("pid %d: wait %v ok %v, want %v %v", c.pid, got, ok, c.want, c.ok)
+		}
+	}
+	// The guest's run time is its named vCPU threads' first field, and
+	// unknown without them. Mutations: counting every thread (12000 →
+	// 21001), or falling back to all threads for 20.
+	for _, c := range []struct {
+		pid  int
+		want time.Duration
+		ok   bool
+	}{{10, 12000, true}, {20, 0, false}, {30, 0, false}, {40, 0, false}} {
+		got, ok := guestRan(procfs, c.pid)
+		if ok != c.ok || ok && got != c.want {
+			t.Errorf("pid %d: guest ran %v ok %v, want %v %v", c.pid, got, ok, c.want, c.ok)
 		}
 	}
 	if _, ok := processWait("/proc", os.Getpid()); !ok {

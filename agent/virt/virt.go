@@ -505,9 +505,20 @@ func (e *Enforcer) Applied(context.Context) (map[string]float64, error) {
 	return out, nil
 }
 
-// Usage is each managed domain's CPU time. It also notes which domains'
-// QEMU ran under minAnswerCPU since the last call (asksQEMU).
+// Usage is the CPU time each managed domain's guest ran: its vCPU threads',
+// read from the host's accounts of its QEMU process (processTimes), or the
+// whole domain's (virDomainGetInfo) where those cannot be read. The agent
+// judges a VM idle or busy by it, and an idle TCG guest's QEMU spends two
+// to three times its vCPUs' time on its own main loop and timers
+// (docs/E2E.md): counted, a guest that sleeps looked busy to a bar a tenth
+// of a small share. What a guest's devices move is measured as its I/O.
+// A domain's source stays the same while its QEMU runs (the vCPU threads
+// are named when it starts), so the agent's differences do not mix them.
+// Usage also notes which domains' QEMU ran under minAnswerCPU since the
+// last call (asksQEMU), on the whole domain's time: that is what must run
+// to answer.
 func (e *Enforcer) Usage(context.Context) (map[string]time.Duration, error) {
+	domains := map[string]time.Duration{}
 	use, err := e.timePerDomain(func(vm string, d *libvirt.Domain) (time.Duration, bool, error) {
 		start := time.Now()
 		info, err := d.GetInfo()
@@ -515,11 +526,17 @@ func (e *Enforcer) Usage(context.Context) (map[string]time.Duration, error) {
 		if err != nil {
 			return 0, false, nil
 		}
-		return time.Duration(info.CpuTime), true, nil
+		domains[vm] = time.Duration(info.CpuTime)
+		if pid, ok := readPid(pidFile(e.cfg.URI, vm)); ok {
+			if ran, ok := guestRan("/proc", pid); ok {
+				return ran, true, nil
+			}
+		}
+		return domains[vm], true, nil
 	})
 	if err == nil {
 		e.mu.Lock()
-		e.cpuSeen.next(use, time.Now())
+		e.cpuSeen.next(domains, time.Now())
 		e.mu.Unlock()
 	}
 	return use, err
