@@ -133,8 +133,15 @@ func privateFiles(path string) error {
 //     4 % of agents' batches missed their 1 s attempt; through indexes 1.2
 //     times and none (BenchmarkCaptureReplicas, docs/MEASUREMENTS.md). A
 //     query no index serves still scans.
+//   - jit=off: no query compiled to machine code. A scan enable_seqscan
+//     turns away is costed at ten billion, far past jit_above_cost, so
+//     every query that must still scan (the ledger's over accounts, grants
+//     and holds) was compiled first: 50–100 ms each, 150 ms of a ledger
+//     read that runs in 2 ms, and the fault test's ledger reads took
+//     1.3–8.6 s under its workload (BenchmarkLedger, docs/MEASUREMENTS.md).
+//     The bank's transactions are short; compiling never pays for them.
 func withSessionSettings(url string) string {
-	for _, setting := range []string{"plan_cache_mode=force_custom_plan", "enable_seqscan=off"} {
+	for _, setting := range []string{"plan_cache_mode=force_custom_plan", "enable_seqscan=off", "jit=off"} {
 		name, _, _ := strings.Cut(setting, "=")
 		if strings.Contains(url, name+"=") {
 			continue
