@@ -97,9 +97,10 @@ type Bank struct {
 	signingClock func() time.Time
 	onPrincipal  func(wire.Principal)
 
-	adminKey string          // Options.AdminKey
-	signer   *signing.Signer // Options.Signer
-	ownMiss  atomic.Int64    // when ownCert last found no record (Unix ns)
+	adminKey string                      // Options.AdminKey
+	signer   *signing.Signer             // Options.Signer
+	ownMiss  atomic.Int64                // when ownCert last found no record (Unix ns)
+	ownLast  atomic.Pointer[wire.Sealed] // the record ownCert last found
 
 	mu         sync.Mutex
 	principals map[string]cachedPrincipal // cache by key (principals.go)

@@ -161,23 +161,37 @@ func (b *Bank) forgetAll() {
 }
 
 // ownCert is the bank's own principal record, once registered (nil before:
-// replies are signed but nobody trusts them yet).
+// replies are signed but nobody trusts them yet). It is read through the
+// principal cache, so a rotation or revocation is seen; while the store
+// cannot be read the record last found is kept. Dropped then, every reply
+// of a bank whose database was failing over — its "unavailable, retry"
+// above all — went out without a record, and clients ignored it and waited
+// out their whole attempt instead of asking again at once.
 func (b *Bank) ownCert() *wire.Sealed {
 	if b.signer == nil {
 		return nil
 	}
 	key := b.signer.Public()
-	if c, ok := b.cached(key); ok && !c.revoked && c.p.Cert != nil {
+	if c, ok := b.cached(key); ok && c.revoked {
+		b.ownLast.Store(nil)
+		return nil
+	} else if ok && c.p.Cert != nil {
+		b.ownLast.Store(c.p.Cert)
 		return c.p.Cert
 	}
 	if last := b.ownMiss.Load(); last != 0 && time.Since(time.Unix(0, last)) < time.Second {
-		return nil // not registered a moment ago: do not ask the store on every reply
+		return b.ownLast.Load() // not found a moment ago: do not ask the store on every reply
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if p, err := b.Whois(ctx, key); err == nil && p.Cert != nil {
+	p, err := b.Whois(ctx, key)
+	switch {
+	case err == nil && p.Cert != nil:
+		b.ownLast.Store(p.Cert)
 		return p.Cert
+	case err == nil || !IsUnavailable(err):
+		b.ownLast.Store(nil) // not registered, revoked: an answer, not an outage
 	}
 	b.ownMiss.Store(time.Now().UnixNano())
-	return nil
+	return b.ownLast.Load()
 }
