@@ -88,6 +88,7 @@ func TestFaults(tt *testing.T) {
 	// row's bound is Patroni's own, ttl + loop_wait, plus MaxGap for the
 	// market to use the new primary; the lost member then rejoins.
 	var lostDB *pgtest.PatroniNode
+	var lostAt time.Time
 	faults = append(faults, fault{name: "PostgreSQL primary (Patroni promotes)",
 		bound: c.pg.TTL + c.pg.LoopWait + MaxGap,
 		kill: func(t testing.TB) {
@@ -95,11 +96,14 @@ func TestFaults(tt *testing.T) {
 			if lostDB, err = c.pg.KillLeader(); err != nil {
 				t.Fatal(err)
 			}
+			lostAt = time.Now()
 		},
 		heal: func(t testing.TB) {
 			if err := c.pg.WaitPromoted(lostDB, 3*(c.pg.TTL+c.pg.LoopWait)); err != nil {
 				t.Fatalf("Patroni did not promote the standby: %v", err)
 			}
+			// Which part of the row's gap is Patroni's, which the market's.
+			t.Logf("Patroni's new primary took writes %s after the kill", time.Since(lostAt).Round(10*time.Millisecond))
 		},
 		after: func(t testing.TB) {
 			if err := c.pg.Rejoin(lostDB); err != nil {
