@@ -86,6 +86,7 @@ const ioInitSource = `
 #include <fcntl.h>
 #include <linux/fs.h>
 #include <net/if.h>
+#include <net/route.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -190,6 +191,18 @@ static void net(void) {
 	setaddr(s, SIOCSIFNETMASK, "255.255.255.252");
 	ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
 	if (ioctl(s, SIOCSIFFLAGS, &ifr) != 0) say("%s up", "eth0", errno);
+	const char *gw = getenv("mrm_gw");
+	if (gw) { // a peer beyond the host: the default route through it
+		struct rtentry rt;
+		memset(&rt, 0, sizeof rt);
+		((struct sockaddr_in *)&rt.rt_dst)->sin_family = AF_INET;
+		((struct sockaddr_in *)&rt.rt_genmask)->sin_family = AF_INET;
+		struct sockaddr_in *g = (struct sockaddr_in *)&rt.rt_gateway;
+		g->sin_family = AF_INET;
+		inet_pton(AF_INET, gw, &g->sin_addr);
+		rt.rt_flags = RTF_UP | RTF_GATEWAY;
+		if (ioctl(s, SIOCADDRT, &rt) != 0) say("route via %s", gw, errno);
+	}
 	close(s);
 	say("eth0 %s: streaming", ip, 0);
 	if (fork() == 0) stream(peer, atoi(ip_), 0);
@@ -386,10 +399,24 @@ func netSubnet(i int) (host, guest string) {
 // libvirt creates the tap (type='ethernet'), which the agent shapes with tc.
 func startNetGuest(t testing.TB, conn *libvirt.Connect, name, owner, initrd string, i int, paused bool) *netGuest {
 	t.Helper()
+	host, _ := netSubnet(i)
+	listen := func(port int) (net.Listener, error) { return net.Listen("tcp", fmt.Sprintf("%s:%d", host, port)) }
+	return bootNetGuest(t, conn, name, owner, initrd, i, paused, host, "", netOutPort, netInPort, listen)
+}
+
+// bootNetGuest boots the i-th net guest streaming to peer on outPort and
+// inPort (routed through its host when gw is set), its peer listening with
+// listen.
+func bootNetGuest(t testing.TB, conn *libvirt.Connect, name, owner, initrd string, i int, paused bool,
+	peer, gw string, outPort, inPort int, listen func(port int) (net.Listener, error)) *netGuest {
+	t.Helper()
 	host, guest := netSubnet(i)
 	tap := fmt.Sprintf("mrmt%d%d", os.Getpid()%1000, i)
 	iface := fmt.Sprintf(`<interface type='ethernet'><target dev='%s'/><model type='virtio'/></interface>`, tap)
-	cmdline := fmt.Sprintf("mrm_mode=net mrm_ip=%s mrm_peer=%s mrm_out_port=%d mrm_in_port=%d", guest, host, netOutPort, netInPort)
+	cmdline := fmt.Sprintf("mrm_mode=net mrm_ip=%s mrm_peer=%s mrm_out_port=%d mrm_in_port=%d", guest, peer, outPort, inPort)
+	if gw != "" {
+		cmdline += " mrm_gw=" + gw
+	}
 	d := startIOGuest(t, conn, name, owner, initrd, cmdline, iface, paused)
 	// libvirt 9.0 takes an ethernet interface's <ip> for the guest's side
 	// ("not supported by QEMU"): the host's side is set here.
@@ -398,12 +425,12 @@ func startNetGuest(t testing.TB, conn *libvirt.Connect, name, owner, initrd stri
 			t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 	}
-	return &netGuest{Dom: d, Tap: tap, Peer: newNetPeer(t, host)}
+	return &netGuest{Dom: d, Tap: tap, Peer: newNetPeer(t, host, outPort, inPort, listen)}
 }
 
 // netPeer is the host's end of a net guest's link: it sinks what the guest
-// sends (port netOutPort) and sources what it receives (port netInPort),
-// each while enabled, counting the bytes.
+// sends (its out port) and sources what it receives (its in port), each
+// while enabled, counting the bytes.
 type netPeer struct {
 	out, in       atomic.Bool
 	sunk, sourced atomic.Int64
@@ -414,20 +441,20 @@ type netPeer struct {
 	done  bool
 }
 
-func newNetPeer(t testing.TB, host string) *netPeer {
+func newNetPeer(t testing.TB, host string, outPort, inPort int, listen func(port int) (net.Listener, error)) *netPeer {
 	t.Helper()
 	p := &netPeer{conns: map[net.Conn]bool{}}
-	for _, port := range []int{netOutPort, netInPort} {
+	for _, port := range []int{outPort, inPort} {
 		var ln net.Listener
-		// The address is on the tap; the wait is for its duplicate address detection.
+		// An address on the tap waits for its duplicate address detection.
 		if err := testpoll.Wait(5*time.Second, 50*time.Millisecond, func() (err error) {
-			ln, err = net.Listen("tcp", fmt.Sprintf("%s:%d", host, port))
+			ln, err = listen(port)
 			return err
 		}); err != nil {
-			t.Fatalf("host side of %s: %v", host, err)
+			t.Fatalf("peer of %s, port %d: %v", host, port, err)
 		}
 		p.lns = append(p.lns, ln)
-		go p.serve(ln, port == netOutPort)
+		go p.serve(ln, port == outPort)
 	}
 	t.Cleanup(p.close)
 	return p
