@@ -125,7 +125,7 @@ var asking = struct {
 	pauses   retry.Options // the pause after each unavailable try
 	patience time.Duration // the whole command's asking
 }{
-	attempts: retry.Options{InitialBackoff: 2 * time.Second, Multiplier: 1.5, MaxBackoff: rpc.DefaultTimeout},
+	attempts: rpc.Tries,
 	pauses:   retry.Options{InitialBackoff: 50 * time.Millisecond, Multiplier: 2, MaxBackoff: 250 * time.Millisecond, Jitter: 0.5},
 	patience: 30 * time.Second,
 }

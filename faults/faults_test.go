@@ -16,7 +16,6 @@ import (
 
 	"github.com/mrmarket/mrmarket/internal/money"
 	"github.com/mrmarket/mrmarket/internal/pgtest"
-	"github.com/mrmarket/mrmarket/internal/retry"
 	"github.com/mrmarket/mrmarket/internal/rpc"
 	"github.com/mrmarket/mrmarket/internal/testpoll"
 	"github.com/mrmarket/mrmarket/internal/testproc"
@@ -203,7 +202,7 @@ func (c *cluster) checkLedger(t testing.TB, nc *nats.Conn, after string) {
 	var errs []string
 	err := testpoll.Wait(30*time.Second, 100*time.Millisecond, func() (err error) {
 		tries++
-		ctx, cancel := context.WithTimeout(context.Background(), ledgerTries.Backoff(tries))
+		ctx, cancel := context.WithTimeout(context.Background(), rpc.Tries.Backoff(tries))
 		defer cancel()
 		began := time.Now()
 		l, err = c.bank(nc).Ledger(ctx)
@@ -220,9 +219,6 @@ func (c *cluster) checkLedger(t testing.TB, nc *nats.Conn, after string) {
 		t.Fatalf("after %s: ledger violations %v", after, l.Violations)
 	}
 }
-
-// ledgerTries bounds each try of a ledger read, as the CLI's asking does.
-var ledgerTries = retry.Options{InitialBackoff: attempt, Multiplier: 1.5, MaxBackoff: rpc.DefaultTimeout}
 
 // settle cancels every plan still running and waits until no spender's
 // money is held.

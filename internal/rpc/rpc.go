@@ -29,6 +29,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/mrmarket/mrmarket/internal/retry"
 	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
@@ -36,6 +37,14 @@ import (
 // DefaultTimeout bounds a request when the caller's context has no
 // deadline; a service gives its handlers as long.
 const DefaultTimeout = 5 * time.Second
+
+// Tries bounds a client's successive tries of one request (Backoff(n) is
+// try n's): the first short, so a request lost with a dead replica costs
+// little, and each after one that got no answer longer, up to
+// DefaultTimeout, the time a service gives its handler, so a live but slow
+// answer (a large statement or ledger) still comes. The CLI asks so, and
+// so does the fault test's ledger check.
+var Tries = retry.Options{InitialBackoff: 2 * time.Second, Multiplier: 1.5, MaxBackoff: DefaultTimeout}
 
 // Option says how Request sends its request.
 type Option func(*call)
