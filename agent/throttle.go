@@ -44,12 +44,21 @@ import (
 //     wanted more falls short of its cap, it comes down from there by
 //     Probe a tick toward what was moved, so the caps bind even where the
 //     VMs' rates depend on each other (TCG guests whose bytes cost the
-//     CPUs they share). A raise after which the VMs did not move more together is
-//     undone (the estimate back at what they moved, not raised for a
-//     while): where the VMs' rates depend on each other, the ones filling
-//     their caps would take the raise from the others. A VM whose I/O
-//     comes in bursts shorter than a tick is not capped at its average; a
-//     device that slows down is followed within Window ticks.
+//     CPUs they share). A raise after which the VMs did not move more
+//     together, or a VM that wanted more fell short of its raised cap, is
+//     undone (where the VMs' rates depend on each other, the ones filling
+//     their caps would take the raise from the others), and so is any
+//     estimate under which the device divides itself (a VM that wants
+//     more short of its cap while the split departs from the shares):
+//     the estimate is then what the VMs moved this tick, the window's
+//     best ticks are forgotten, and it does not rise for a while. A
+//     device limited by a token bucket (nbdkit's rate filter) delivers
+//     what it banked on top of its rate, so a raise seems to pay until
+//     the bucket is empty; the tick after, the estimate is back at what
+//     the device delivers, and a burst is not remembered as its speed.
+//     A VM whose I/O comes in bursts shorter than a tick is not capped
+//     at its average; a device that slows down is followed within Window
+//     ticks.
 //
 // A Throttle is not safe for concurrent use; the enforcer owns one per
 // resource and direction.
@@ -401,6 +410,11 @@ func (t *Throttle) learn(moved map[string]float64, total float64, saturated, con
 			short++
 		}
 	}
+	// The device divided itself this tick when a VM that wanted more fell
+	// short of its cap while what the VMs moved departs from the shares
+	// (one behind its part, another ahead): the device delivered all it
+	// could, whatever the caps allowed, and that is its speed now.
+	dividing := short > 0 && !split
 	// Whether the VMs that want more fill their caps over the last
 	// splitTicks contended ticks (fullLately), for raising the estimate
 	// when some fell short on this tick alone.
@@ -417,6 +431,20 @@ func (t *Throttle) learn(moved map[string]float64, total float64, saturated, con
 	paid := !raised || total >= t.last*(1+rose/2)
 	t.last = total
 	switch {
+	case raised && (short > 0 && !allFull || !paid) || dividing:
+		// The raise overshot the device (a VM that wanted more fell short
+		// of its raised cap, or the VMs did not move more together), or
+		// the device is dividing itself: what they moved is what it
+		// delivers now, and the window's best ticks are forgotten — they
+		// may have been a burst (a rate limiter's bucket emptying after
+		// a pause), and raising from one, or coming down from it a Probe
+		// a tick, leaves the device to divide itself for many ticks. The
+		// estimate then stays a while (holdAfterDrop).
+		t.Capacity = total
+		t.recent = append(t.recent[:0], total)
+		t.hold = holdAfterDrop
+		t.step = Probe
+		return
 	case split && !bound && len(t.caps) > 0:
 		// No VM filled its cap, and what they moved is divided as the
 		// shares divide it: the device is not what holds them (it would
@@ -447,17 +475,8 @@ func (t *Throttle) learn(moved map[string]float64, total float64, saturated, con
 			t.raised = true
 		}
 	default:
-		if raised && (short > 0 || !paid) {
-			// The raise overshot the device: stay at what it delivers
-			// a while.
-			t.hold = holdAfterDrop
-		}
 		c := delivered
 		switch {
-		case !paid:
-			// The estimate is above what the VMs move together: back
-			// at what they moved.
-			c = min(c, total)
 		case short > 0 && saturated:
 			// The device delivered all it could this tick: that is its
 			// speed now, not the best tick of the window (a lucky one
