@@ -53,7 +53,9 @@
 // hosts' prices and its own rates there, or its job and the EDF decision)
 // and the strategy answers with a budget over a duration for each VM and
 // the new stages: fair (constant rate), workflow and stage priority
-// (weights, stages advancing when all of a stage's VMs are idle),
+// (weights, stages advancing when all of a stage's VMs are idle, or when
+// the user's YARN monitor reports the next stage's application on
+// mrm.v1.broker.stage: StartStage, `mrmarket stages watch`),
 // bottleneck elimination, best response (across the plan's hosts, against
 // the others' rates), our stage-bottleneck (stage priority across a
 // workflow's stages, bottleneck elimination among the active stage's

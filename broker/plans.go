@@ -663,27 +663,56 @@ func adjustReplay(rec *planRecord, req *wire.AdjustRequest) error {
 }
 
 // StageStarted tells the broker that stage of workflow of user's started
-// (the YARN monitor sees its application, or the simulator submits its
-// job): that user's running stage-priority plans with this workflow and
-// stage move to it, never back, and hold it until its VMs are seen busy
-// (strategies.Snapshot.Held). Idle VMs alone cannot tell when stages run
-// back to back on the same VMs.
+// (the simulator submits its job: sim.StageFeed; the broker scripts):
+// StartStage without its reply, and without checking the names, as before
+// the request had a subject.
 func (b *Broker) StageStarted(ctx context.Context, user, workflow, stage string) error {
+	_, err := b.startStage(ctx, &wire.StageRequest{User: user, Workflow: workflow, Stage: stage})
+	return err
+}
+
+// errStayed ends a stage start's mutation of a plan it does not move, so
+// nothing is written: a monitor tells of a stage again and again.
+var errStayed = errors.New("stage stays")
+
+// StartStage tells the broker that req.Stage of req.Workflow of req.User's
+// started (the YARN monitor sees its application: `mrmarket stages watch`
+// on mrm.v1.broker.stage; the simulator submits its job): that user's
+// running stage-priority plans with this workflow and stage move to it,
+// never back, and hold it until its VMs are seen busy
+// (strategies.Snapshot.Held). Idle VMs alone cannot tell when stages run
+// back to back on the same VMs. It answers the plans that moved: none is
+// not an error (an unknown workflow or stage, no running staged plan, or
+// every one at the stage or past it already), since a monitor tells of
+// every application it sees.
+func (b *Broker) StartStage(ctx context.Context, req *wire.StageRequest) (wire.StageReply, error) {
+	if err := req.Validate(); err != nil {
+		return wire.StageReply{Plans: []string{}}, err
+	}
+	return b.startStage(ctx, req)
+}
+
+func (b *Broker) startStage(ctx context.Context, req *wire.StageRequest) (wire.StageReply, error) {
+	rep := wire.StageReply{Plans: []string{}}
 	var refs []planRef
 	b.store.each(func(rec *planRecord, _ uint64) {
-		if rec.Plan.User == user && rec.Plan.Status == wire.PlanRunning && wire.StagedStrategy(rec.Plan.Strategy) {
+		if rec.Plan.User == req.User && rec.Plan.Status == wire.PlanRunning && wire.StagedStrategy(rec.Plan.Strategy) {
 			refs = append(refs, refOf(&rec.Plan))
 		}
 	})
 	var errs []error
 	for _, ref := range refs {
 		_, err := b.mutate(ctx, ref, func(rec *planRecord) error {
+			if rec.Plan.Status != wire.PlanRunning {
+				return errStayed // ended since it was listed
+			}
+			moved := false
 			for i, w := range rec.Plan.Workflows {
-				if w.Name != workflow {
+				if w.Name != req.Workflow {
 					continue
 				}
 				for k, st := range w.Stages {
-					if st.Name == stage && k > rec.Plan.Stage[i] {
+					if st.Name == req.Stage && k > rec.Plan.Stage[i] {
 						// Held until its VMs are seen busy: its job may
 						// not compute yet, and its VMs, idle since before
 						// it, are not a stage that ended.
@@ -692,14 +721,24 @@ func (b *Broker) StageStarted(ctx context.Context, user, workflow, stage string)
 							rec.Held = make([]bool, len(rec.Plan.Workflows))
 						}
 						rec.Held[i] = true
+						moved = true
 					}
 				}
 			}
+			if !moved {
+				return errStayed
+			}
 			return nil
 		})
-		errs = append(errs, err)
+		switch {
+		case err == nil:
+			rep.Plans = append(rep.Plans, ref.id)
+		case !errors.Is(err, errStayed):
+			errs = append(errs, err)
+		}
 	}
-	return errors.Join(errs...)
+	sort.Strings(rep.Plans)
+	return rep, errors.Join(errs...)
 }
 
 // Plans lists plans, oldest first, of req.User when set.

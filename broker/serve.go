@@ -52,6 +52,13 @@ func Endpoints(b *Broker) service.Table {
 	// flood of spends a cancel, plans or a read is answered first.
 	progress := signed("progress", wire.BrokerProgress)
 	progress.Audit = false // a job's progress moves no money
+	// A stage start moves no money either: it only points the user's own
+	// staged plans at a later stage, whose VMs they then fund from the
+	// budget and at the pace the user signed (the hold and the mandate stay
+	// as they were), and never back. What it changes shows in the plan
+	// (its stage, in plans), not in the ledger.
+	stage := signed("stage", wire.BrokerStage)
+	stage.Audit, stage.What = false, "move the plans of"
 	return service.Table{
 		service.Op(service.Bulk(signed("spend", wire.BrokerSpend)), func(r *wire.SpendRequest) string { return r.User },
 			func(ctx context.Context, r *wire.SpendRequest) (wire.SpendReply, error) {
@@ -74,6 +81,7 @@ func Endpoints(b *Broker) service.Table {
 				return rep, err
 			}),
 		service.Op(progress, func(r *wire.ProgressRequest) string { return r.User }, b.JobProgress),
+		service.Op(stage, func(r *wire.StageRequest) string { return r.User }, b.StartStage),
 		service.OpMine(mine("jobs", wire.BrokerJobs, "list the jobs of"), func(r *wire.JobsRequest) *string { return &r.User },
 			func(ctx context.Context, r *wire.JobsRequest) (wire.JobsReply, error) {
 				return b.jobsWithFigures(ctx, b.Jobs(r)), nil
@@ -300,6 +308,14 @@ func (c Client) Submit(ctx context.Context, req *wire.SubmitRequest) (wire.Submi
 // Progress reports a job's progress.
 func (c Client) Progress(ctx context.Context, req *wire.ProgressRequest) (wire.Job, error) {
 	return call[wire.Job](ctx, c, asUser(req.User), wire.BrokerProgress, req)
+}
+
+// StageStarted tells the broker that a stage of the user's workflow
+// started: the user's running stage-priority plans with that workflow and
+// stage move to it (Broker.StartStage). The reply names the plans that
+// moved; none is no error.
+func (c Client) StageStarted(ctx context.Context, req *wire.StageRequest) (wire.StageReply, error) {
+	return call[wire.StageReply](ctx, c, asUser(req.User), wire.BrokerStage, req)
 }
 
 // Jobs lists admitted jobs.

@@ -148,6 +148,7 @@ func App(stdout, stderr io.Writer) *ucli.App {
 			quoteCommand(),
 			submitCommand(),
 			jobsCommand(),
+			stagesCommand(),
 			simCommand(),
 			cancelCommand(),
 			plansCommand(),

@@ -106,7 +106,8 @@ func withClients(c *ucli.Context, use func(cl clients) error) error {
 // transfer, grant; the CLI makes one when --id is not given, and shows
 // it), each try a new signature and nonce of the same request, so it is
 // applied once and its outcome is known; the others are reads, or set what
-// they name (income, principals).
+// they name (income, principals, a stage start: a plan moves forward only,
+// so asked again it moves nothing more).
 
 // asking is the CLI's policy, as data: the bound of each try, the pause
 // before the next, and how long a command goes on asking before it gives

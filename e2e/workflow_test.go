@@ -215,11 +215,12 @@ func (w *world) planFile(t *testing.T, name string, wfs ...wire.WorkflowSpec) st
 // stage's job is submitted, and once the agent sees its guest busy the
 // plan starts (stage priority moves past a stage whose guests are idle);
 // each later stage's job is submitted when the one before ends, and the
-// broker told that the stage started, as the YARN monitor that sees its
-// application would (Broker.StageStarted, which no CLI command reaches):
-// otherwise the plan moves on only once the agent has seen the last
-// stage's guest idle for three ticks, and the stage runs unfunded until
-// then. The plan is cancelled when the last stage ends.
+// broker told that the stage started over the wire, as the YARN monitor
+// that sees its application would (`mrmarket stages start`, signed by
+// alice, on mrm.v1.broker.stage; `stages watch` does the same from the
+// RM's applications): otherwise the plan moves on only once the agent has
+// seen the last stage's guest idle for three ticks, and the stage runs
+// unfunded until then. The plan is cancelled when the last stage ends.
 func (w *world) flow(ctx context.Context, t *testing.T, id string, spend ...string) flowRun {
 	t.Helper()
 	r := flowRun{plan: id}
@@ -232,9 +233,7 @@ func (w *world) flow(ctx context.Context, t *testing.T, id string, spend ...stri
 			t.Fatal(err)
 		}
 		if k > 0 {
-			if err := w.m.Broker.StageStarted(ctx, "alice", "etl", fmt.Sprintf("stage-%d", k+1)); err != nil {
-				t.Fatal(err)
-			}
+			w.must(t, "stages", "start", "--user", "alice", "--workflow", "etl", "--stage", fmt.Sprintf("stage-%d", k+1))
 		}
 		if k == 0 {
 			testpoll.CheckFor(t, 30*time.Second, 100*time.Millisecond, func() error {

@@ -119,10 +119,11 @@ var cliRetry = retry.Options{InitialBackoff: time.Second, Multiplier: 2, MaxBack
 // exitUnavailable is the CLI's exit code when the market did not answer.
 const exitUnavailable = 4
 
-// repeatable: the command reads, or names its request's id.
+// repeatable: the command reads, names its request's id, or cannot apply
+// twice (a stage start moves plans forward only).
 func repeatable(args []string) bool {
 	switch args[0] {
-	case "plans", "balance", "quote", "jobs", "vms", "price", "statement":
+	case "plans", "balance", "quote", "jobs", "vms", "price", "statement", "stages":
 		return true
 	}
 	return slices.Contains(args, "--id") && (!slices.Contains(args, "--more") || slices.Contains(args, "--adjust-id"))

@@ -310,7 +310,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 	}
 	// Garbage on every request subject.
 	subjects := []string{wire.BankGrant, wire.BankHold, wire.BankCapture, wire.BankRelease, wire.BankBalance, wire.BankLedger,
-		wire.BrokerSpend, wire.BrokerCancel, wire.BrokerPlans, wire.BrokerPrice, wire.BrokerVMs,
+		wire.BrokerSpend, wire.BrokerCancel, wire.BrokerPlans, wire.BrokerPrice, wire.BrokerVMs, wire.BrokerStage,
 		wire.AgentBidSubject("host-1"), wire.AgentStateSubject("host-2")}
 	for _, s := range subjects {
 		for _, body := range []string{`{garbage`, `{"v":1,"unknown":1}`, `{"v":9}`, `[]`, ``} {

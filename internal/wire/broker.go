@@ -18,6 +18,7 @@ const (
 	BrokerVMs     = "mrm.v1.broker.vms"
 	BrokerAdjust  = "mrm.v1.broker.adjust"
 	BrokerPredict = "mrm.v1.broker.predict"
+	BrokerStage   = "mrm.v1.broker.stage"
 
 	// QueueBroker is the queue group the broker's replicas share.
 	QueueBroker = "mrm-broker"
@@ -406,6 +407,41 @@ func (r *CancelRequest) Validate() error {
 		}
 	}
 	return CheckName("user", r.User)
+}
+
+// StageRequest says that Stage of User's Workflow started (the YARN
+// monitor, `mrmarket stages watch`, sees its application "workflow:stage"
+// run; `mrmarket stages start` says so by hand): the user's running
+// stage-priority plans (StagedStrategy) with that workflow and stage move
+// to it. A plan never moves back, so telling it twice, or telling it of an
+// earlier stage, changes nothing. It moves no money by itself: the plan
+// spends its own budget, as signed, on another stage's VMs. Workflow and
+// stage are names (CheckName): a plan whose stage is named otherwise moves
+// on only when the stage before it goes idle.
+type StageRequest struct {
+	Versioned
+	User     string `json:"user"`
+	Workflow string `json:"workflow"`
+	Stage    string `json:"stage"`
+}
+
+func (r *StageRequest) Validate() error {
+	if err := CheckName("user", r.User); err != nil {
+		return err
+	}
+	if err := CheckName("workflow", r.Workflow); err != nil {
+		return err
+	}
+	return CheckName("stage", r.Stage)
+}
+
+// StageReply names the plans a StageRequest moved, by id, sorted. It is
+// empty, not an error, when none did: no running stage-priority plan of
+// the user's has that workflow and stage, or each is at it or past it
+// already — a monitor tells of every application it sees, most of them
+// no plan's.
+type StageReply struct {
+	Plans []string `json:"plans"`
 }
 
 // PlansRequest lists plans, of one user when User is set.

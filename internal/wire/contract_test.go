@@ -170,6 +170,15 @@ var messages = []message{
 	{"broker", vs(&wire.PlansRequest{User: "alice"}, &wire.PlansRequest{}), map[string]string{
 		"dotted user": `{"v":1,"user":"a.b"}`,
 	}},
+	{"broker", vs(&wire.StageRequest{User: "alice", Workflow: "etl", Stage: "stage-2"}), map[string]string{
+		"no user":         `{"v":1,"workflow":"etl","stage":"stage-2"}`,
+		"no workflow":     `{"v":1,"user":"alice","stage":"stage-2"}`,
+		"no stage":        `{"v":1,"user":"alice","workflow":"etl"}`,
+		"dotted workflow": `{"v":1,"user":"alice","workflow":"a.b","stage":"stage-2"}`,
+		"wildcard stage":  `{"v":1,"user":"alice","workflow":"etl","stage":"*"}`,
+		"colon in stage":  `{"v":1,"user":"alice","workflow":"etl","stage":"etl:stage-2"}`,
+		"stage not text":  `{"v":1,"user":"alice","workflow":"etl","stage":2}`,
+	}},
 	{"broker", vs(&wire.PriceRequest{Host: "host-1"}, &wire.PriceRequest{}), map[string]string{
 		"slashed host": `{"v":1,"host":"h/1"}`,
 	}},
