@@ -69,8 +69,8 @@ func startNBDKit(t *testing.T, size uint64, mibps int) int {
 // enforcer in its default disk mode (throttle) re-planning the caps each
 // tick: each guest's part is within 0.05 of its bid's over 10 s windows —
 // 3:1 in steady state and from 5 s after each resume of either guest,
-// twice; from 5 s after a third guest arrives at 1:2:5, after its pause
-// and resume, and after the bids change to 5:2:1. Before the estimate
+// twice; from 5 s after a third guest arrives at 1:2:5, after each
+// guest's pause and resume, and after the bids change to 5:2:1. Before the estimate
 // learned from contended ticks only, the guest paying 3× got 0.50–0.56
 // for ~27 s after each resume (a lone guest's burst had taught the
 // estimate ~160 MiB/s, caps that bound nothing).
@@ -121,8 +121,8 @@ func TestDiskSharesOnNBDKit(t *testing.T) {
 			window(fmt.Sprintf("3:1, 5–15 s after %s's resume (round %d)", g, round))
 		}
 	}
-	// A third guest arrives, the bids 1:2:5; then it pauses and resumes;
-	// then the bids change to 5:2:1.
+	// A third guest arrives, the bids 1:2:5; then each guest pauses and
+	// resumes in turn; then the bids change to 5:2:1.
 	book.set(map[string]float64{"k1": 1, "k2": 2, "k3": 5})
 	running["k3"] = doms["k3"]
 	if err := doms["k3"].Resume(); err != nil {
@@ -130,15 +130,17 @@ func TestDiskSharesOnNBDKit(t *testing.T) {
 	}
 	time.Sleep(5 * time.Second)
 	window("1:2:5, 5–15 s after k3 arrived")
-	if err := doms["k3"].Suspend(); err != nil {
-		t.Fatal(err)
+	for _, g := range []string{"k3", "k1", "k2"} {
+		if err := doms[g].Suspend(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Second) // the other two divide the device
+		if err := doms[g].Resume(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Second)
+		window(fmt.Sprintf("1:2:5, 5–15 s after %s's resume", g))
 	}
-	time.Sleep(10 * time.Second)
-	if err := doms["k3"].Resume(); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(5 * time.Second)
-	window("1:2:5, 5–15 s after k3's resume")
 	book.set(map[string]float64{"k1": 5, "k2": 2, "k3": 1})
 	time.Sleep(5 * time.Second)
 	window("5:2:1, 5–15 s after the bids changed")
