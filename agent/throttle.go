@@ -60,6 +60,16 @@ import (
 //     at its average; a device that slows down is followed within Window
 //     ticks.
 //
+// The bound it keeps: while every VM wants more than its part, from 10
+// ticks after an event (a VM's pause, resume or arrival, a bid change)
+// each 10-tick window divides what was moved within 0.05 of the shares,
+// on a device that divides itself evenly whether its limit is steady or
+// a token bucket (TestThrottleHoldsOnABurstyRateLimitedDevice,
+// TestThrottleResumeAfterALoneBurst), and in each such window the
+// estimate is above 1.25 times the device's rate in at most one tick (a
+// raise that found the limit, undone the next). What real devices showed
+// is in docs/PLATFORM.md.
+//
 // A Throttle is not safe for concurrent use; the enforcer owns one per
 // resource and direction.
 type Throttle struct {
