@@ -136,7 +136,6 @@ func (e *Enforcer) Rebalance(ctx context.Context, shares map[string]float64) (ma
 		caps map[string]float64
 	}
 	var todo []change
-	planned := make(map[string]map[string]float64, len(doms))
 	for vm := range doms {
 		next := map[string]float64{}
 		for _, r := range rs {
@@ -153,10 +152,9 @@ func (e *Enforcer) Rebalance(ctx context.Context, shares map[string]float64) (ma
 				}
 			}
 		}
-		planned[vm] = next
-	}
-	for _, vm := range capsToSet(th.set, planned) {
-		todo = append(todo, change{vm, planned[vm]})
+		if !known || differs(prev, next) {
+			todo = append(todo, change{vm, next})
+		}
 	}
 	e.mu.Unlock()
 
@@ -247,52 +245,20 @@ func (e *Enforcer) forgetTaps(doms map[string]*libvirt.Domain) error {
 	return errors.Join(errs...)
 }
 
-// capsToSet returns the VMs whose caps to set, of those planned (by VM
-// and resource) against those set before: a VM not set yet, one whose
-// caps moved by more than 10 % (or between a limit and none), and, on a
-// resource where the caps in force have drifted from the plan by more than
-// driftAt of what the plan divides (the sum of the moves below 10 %), every
-// VM whose cap moved at all. Setting a drive's throttle restarts QEMU's
+// differs reports whether two cap sets differ by more than 10 % (or one is
+// a limit and the other none). Setting a drive's throttle restarts QEMU's
 // leaky bucket, which lets a request through at once: re-set every tick, a
-// guest reading 1 MiB at a time beat its cap noticeably, so a cap is not
-// re-set for each small move. But small moves add up: caps 10 % above
-// their parts on the two low bidders of three held the high bidder to
-// 0.59 of a device where it paid for 0.625 (nbdkit at 1:2:5).
-func capsToSet(set, planned map[string]map[string]float64) []string {
-	drift, total := map[string]float64{}, map[string]float64{}
-	for vm, next := range planned {
-		for r, x := range next {
-			total[r] += x
-			if y, ok := set[vm][r]; ok && x > 0 && y > 0 {
-				drift[r] += math.Abs(x - y)
-			}
+// guest reading 1 MiB at a time beat its cap noticeably, so caps change
+// only on a 10 % move.
+func differs(a, b map[string]float64) bool {
+	for r, x := range b {
+		y := a[r]
+		if (x == 0) != (y == 0) || math.Abs(x-y) > 0.1*max(x, y) {
+			return true
 		}
 	}
-	var vms []string
-	for vm, next := range planned {
-		prev, known := set[vm]
-		moved := !known
-		for r, x := range next {
-			y := prev[r]
-			switch {
-			case (x == 0) != (y == 0) || math.Abs(x-y) > 0.1*max(x, y):
-				moved = true
-			case drift[r] > driftAt*total[r] && math.Abs(x-y) > 1e-3*max(x, y):
-				moved = true
-			}
-		}
-		if moved {
-			vms = append(vms, vm)
-		}
-	}
-	slices.Sort(vms)
-	return vms
+	return false
 }
-
-// driftAt is how far the caps in force may be from the plan, summed over
-// a resource's VMs, as a part of what the plan divides, before every cap
-// that moved is set again.
-const driftAt = 0.05
 
 // setDiskCap caps d's disks together at mbps MB/s (0: no limit), through
 // ask: errUnanswered when the domain's QEMU has not answered in time.
