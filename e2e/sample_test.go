@@ -3,7 +3,10 @@ package e2e
 import (
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -43,6 +46,7 @@ func (s sample) setAt() time.Time {
 type counters struct {
 	cpu          time.Duration // the whole domain's: its vCPUs and QEMU's other threads
 	vcpu         time.Duration // its vCPUs', on the host CPU they are pinned to
+	vwait        time.Duration // its vCPUs' time runnable but waiting for a CPU
 	disk, rx, tx int64
 }
 
@@ -223,12 +227,43 @@ func (w *world) counters(vm string) counters {
 			c.vcpu += time.Duration(v.CpuTime)
 		}
 	}
+	c.vwait = vcpuWait(vm)
 	if tap := w.taps[vm]; tap != "" {
 		if st, err := d.InterfaceStats(tap); err == nil {
 			c.rx, c.tx = st.RxBytes, st.TxBytes
 		}
 	}
 	return c
+}
+
+// vcpuWait is the time the vCPU threads of vm's QEMU (threads named
+// "CPU n/…") have waited on a run queue, from their schedstat: a vCPU
+// that neither runs nor waits is halted (its guest idle, or waiting for
+// its I/O, which its QEMU's other threads emulate). 0 when unreadable.
+func vcpuWait(vm string) time.Duration {
+	raw, err := os.ReadFile(filepath.Join("/run/libvirt/qemu", vm+".pid"))
+	if err != nil {
+		return 0
+	}
+	tasks := filepath.Join("/proc", strings.TrimSpace(string(raw)), "task")
+	dirs, err := os.ReadDir(tasks)
+	if err != nil {
+		return 0
+	}
+	var wait time.Duration
+	for _, t := range dirs {
+		comm, err := os.ReadFile(filepath.Join(tasks, t.Name(), "comm"))
+		if err != nil || !strings.HasPrefix(string(comm), "CPU ") {
+			continue
+		}
+		st, err := os.ReadFile(filepath.Join(tasks, t.Name(), "schedstat"))
+		if f := strings.Fields(string(st)); err == nil && len(f) >= 2 {
+			if ns, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+				wait += time.Duration(ns)
+			}
+		}
+	}
+	return wait
 }
 
 // cpuUsed is the CPU time a domain has used (libvirt's GetInfo alone, not
@@ -270,7 +305,7 @@ func timeline(samples []sample, vms []string, t0 time.Time) string {
 			if st.Idle {
 				idle = "I"
 			}
-			fmt.Fprintf(&b, " | cpu %.2f v %.2f d %5.1f rx %5.2f tx %5.2f q %.3f%s %s", (z.cpu-a.cpu).Seconds()/dt, (z.vcpu-a.vcpu).Seconds()/dt, float64(z.disk-a.disk)/dt/1e6,
+			fmt.Fprintf(&b, " | cpu %.2f v %.2f w %.2f d %5.1f rx %5.2f tx %5.2f q %.3f%s %s", (z.cpu-a.cpu).Seconds()/dt, (z.vcpu-a.vcpu).Seconds()/dt, (z.vwait-a.vwait).Seconds()/dt, float64(z.disk-a.disk)/dt/1e6,
 				float64(z.rx-a.rx)/dt/1e6, float64(z.tx-a.tx)/dt/1e6, st.Share, idle, strings.Join(caps, ","))
 		}
 		b.WriteString("\n")
