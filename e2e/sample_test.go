@@ -47,6 +47,7 @@ type counters struct {
 	cpu          time.Duration // the whole domain's: its vCPUs and QEMU's other threads
 	vcpu         time.Duration // its vCPUs', on the host CPU they are pinned to
 	vwait        time.Duration // its vCPUs' time runnable but waiting for a CPU
+	weight       string        // its cgroup's CPU weight as the kernel holds it (domain/vcpu0/emulator)
 	disk, rx, tx int64
 }
 
@@ -228,6 +229,7 @@ func (w *world) counters(vm string) counters {
 		}
 	}
 	c.vwait = vcpuWait(vm)
+	c.weight = cgroupWeight(vm)
 	if tap := w.taps[vm]; tap != "" {
 		if st, err := d.InterfaceStats(tap); err == nil {
 			c.rx, c.tx = st.RxBytes, st.TxBytes
@@ -264,6 +266,33 @@ func vcpuWait(vm string) time.Duration {
 		}
 	}
 	return wait
+}
+
+// cgroupWeight is the CPU weight the kernel holds for vm's domain, its
+// vCPU and its emulator threads, "domain/vcpu0/emulator": cgroup v1's
+// cpu.shares under libvirt's machine group, or v2's cpu.weight. "?" where
+// unreadable.
+func cgroupWeight(vm string) string {
+	for _, pat := range []string{"/sys/fs/cgroup/cpu/machine/*%s*", "/sys/fs/cgroup/cpu,cpuacct/machine/*%s*", "/sys/fs/cgroup/machine.slice/*%s*"} {
+		dirs, _ := filepath.Glob(fmt.Sprintf(pat, vm))
+		if len(dirs) == 0 {
+			continue
+		}
+		read := func(dir string) string {
+			for _, f := range []string{"cpu.shares", "cpu.weight"} {
+				if b, err := os.ReadFile(filepath.Join(dir, f)); err == nil {
+					return strings.TrimSpace(string(b))
+				}
+			}
+			return "?"
+		}
+		d := dirs[0]
+		if _, err := os.Stat(filepath.Join(d, "libvirt")); err == nil {
+			d = filepath.Join(d, "libvirt") // v2: the domain's threads below the scope
+		}
+		return read(dirs[0]) + "/" + read(filepath.Join(d, "vcpu0")) + "/" + read(filepath.Join(d, "emulator"))
+	}
+	return "?"
 }
 
 // cpuUsed is the CPU time a domain has used (libvirt's GetInfo alone, not
@@ -305,8 +334,8 @@ func timeline(samples []sample, vms []string, t0 time.Time) string {
 			if st.Idle {
 				idle = "I"
 			}
-			fmt.Fprintf(&b, " | cpu %.2f v %.2f w %.2f d %5.1f rx %5.2f tx %5.2f q %.3f%s %s", (z.cpu-a.cpu).Seconds()/dt, (z.vcpu-a.vcpu).Seconds()/dt, (z.vwait-a.vwait).Seconds()/dt, float64(z.disk-a.disk)/dt/1e6,
-				float64(z.rx-a.rx)/dt/1e6, float64(z.tx-a.tx)/dt/1e6, st.Share, idle, strings.Join(caps, ","))
+			fmt.Fprintf(&b, " | cpu %.2f v %.2f w %.2f d %5.1f rx %5.2f tx %5.2f q %.3f%s cg %s %s", (z.cpu-a.cpu).Seconds()/dt, (z.vcpu-a.vcpu).Seconds()/dt, (z.vwait-a.vwait).Seconds()/dt, float64(z.disk-a.disk)/dt/1e6,
+				float64(z.rx-a.rx)/dt/1e6, float64(z.tx-a.tx)/dt/1e6, st.Share, idle, z.weight, strings.Join(caps, ","))
 		}
 		b.WriteString("\n")
 	}
