@@ -48,6 +48,7 @@ type counters struct {
 	vcpu         time.Duration // its vCPUs', on the host CPU they are pinned to
 	vwait        time.Duration // its vCPUs' time runnable but waiting for a CPU
 	weight       string        // its cgroup's CPU weight as the kernel holds it (domain/vcpu0/emulator)
+	perCPU       string        // its group's weight on each CPU, as the scheduler splits it (debugfs)
 	disk, rx, tx int64
 }
 
@@ -230,6 +231,7 @@ func (w *world) counters(vm string) counters {
 	}
 	c.vwait = vcpuWait(vm)
 	c.weight = cgroupWeight(vm)
+	c.perCPU = schedWeights(vm)
 	if tap := w.taps[vm]; tap != "" {
 		if st, err := d.InterfaceStats(tap); err == nil {
 			c.rx, c.tx = st.RxBytes, st.TxBytes
@@ -295,6 +297,35 @@ func cgroupWeight(vm string) string {
 	return "?"
 }
 
+// schedWeights is the weight the scheduler gives vm's domain group on
+// each CPU (its entity's load.weight there, in units of a nice-0 task:
+// the group's weight split over the CPUs by its load), from debugfs'
+// sched/debug when mounted: "c0 5.64 c1 0.00". "" when unreadable.
+func schedWeights(vm string) string {
+	raw, err := os.ReadFile("/sys/kernel/debug/sched/debug")
+	if err != nil {
+		return ""
+	}
+	var out []string
+	cpu := ""
+	for _, line := range strings.Split(string(raw), "\n") {
+		if strings.HasPrefix(line, "cfs_rq[") {
+			cpu = ""
+			if i := strings.Index(line, "]:"); i > 0 && strings.HasSuffix(line, vm+".libvirt-qemu") {
+				cpu = line[len("cfs_rq["):i]
+			}
+			continue
+		}
+		if cpu != "" && strings.Contains(line, ".se->load.weight") {
+			f := strings.Fields(line)
+			if w, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
+				out = append(out, fmt.Sprintf("c%s %.2f", cpu, w/(1024*1024)))
+			}
+		}
+	}
+	return strings.Join(out, " ")
+}
+
 // cpuUsed is the CPU time a domain has used (libvirt's GetInfo alone, not
 // its disk and network counters: no call into the guest's QEMU).
 func (w *world) cpuUsed(vm string) time.Duration {
@@ -334,8 +365,8 @@ func timeline(samples []sample, vms []string, t0 time.Time) string {
 			if st.Idle {
 				idle = "I"
 			}
-			fmt.Fprintf(&b, " | cpu %.2f v %.2f w %.2f d %5.1f rx %5.2f tx %5.2f q %.3f%s cg %s %s", (z.cpu-a.cpu).Seconds()/dt, (z.vcpu-a.vcpu).Seconds()/dt, (z.vwait-a.vwait).Seconds()/dt, float64(z.disk-a.disk)/dt/1e6,
-				float64(z.rx-a.rx)/dt/1e6, float64(z.tx-a.tx)/dt/1e6, st.Share, idle, z.weight, strings.Join(caps, ","))
+			fmt.Fprintf(&b, " | cpu %.2f v %.2f w %.2f d %5.1f rx %5.2f tx %5.2f q %.3f%s cg %s [%s] %s", (z.cpu-a.cpu).Seconds()/dt, (z.vcpu-a.vcpu).Seconds()/dt, (z.vwait-a.vwait).Seconds()/dt, float64(z.disk-a.disk)/dt/1e6,
+				float64(z.rx-a.rx)/dt/1e6, float64(z.tx-a.tx)/dt/1e6, st.Share, idle, z.weight, z.perCPU, strings.Join(caps, ","))
 		}
 		b.WriteString("\n")
 	}
