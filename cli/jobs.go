@@ -276,13 +276,10 @@ func jobsWatchCommand() *ucli.Command {
 			if err != nil {
 				return err
 			}
-			if c.String("yarn") == "" {
-				return badInput("--yarn (the ResourceManager's address, e.g. http://rm:8088) is required")
+			mon, err := yarnWatch(c)
+			if err != nil {
+				return err
 			}
-			if c.Duration("every") < 10*time.Millisecond {
-				return badInput("--every must be at least 10ms")
-			}
-			mon := &yarn.Monitor{RM: c.String("yarn"), History: c.String("history")}
 			return withClients(c, func(cl clients) error { return watchJob(c, mon, cl.broker, user, spec) })
 		},
 	}
@@ -309,14 +306,33 @@ func watchJob(c *ucli.Context, mon *yarn.Monitor, bc broker.Client, user string,
 		}); err != nil {
 			return err
 		}
-		if p.Done || c.Bool("once") {
+		if p.Done || c.Bool("once") || !nextLook(c) {
 			return nil
 		}
-		select {
-		case <-c.Context.Done():
-			return nil
-		case <-time.After(c.Duration("every")):
-		}
+	}
+}
+
+// yarnWatch is the ResourceManager (and Job History Server, where the
+// command has --history) a watch command follows, its flags checked:
+// --yarn given, --every at least 10ms.
+func yarnWatch(c *ucli.Context) (*yarn.Monitor, error) {
+	if c.String("yarn") == "" {
+		return nil, badInput("--yarn (the ResourceManager's address, e.g. http://rm:8088) is required")
+	}
+	if c.Duration("every") < 10*time.Millisecond {
+		return nil, badInput("--every must be at least 10ms")
+	}
+	return &yarn.Monitor{RM: c.String("yarn"), History: c.String("history")}, nil
+}
+
+// nextLook waits --every before a watch's next look: false when the
+// command is cancelled meanwhile.
+func nextLook(c *ucli.Context) bool {
+	select {
+	case <-c.Context.Done():
+		return false
+	case <-time.After(c.Duration("every")):
+		return true
 	}
 }
 

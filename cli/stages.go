@@ -95,13 +95,10 @@ func stagesWatchCommand() *ucli.Command {
 			if err != nil {
 				return err
 			}
-			if c.String("yarn") == "" {
-				return badInput("--yarn (the ResourceManager's address, e.g. http://rm:8088) is required")
+			mon, err := yarnWatch(c)
+			if err != nil {
+				return err
 			}
-			if c.Duration("every") < 10*time.Millisecond {
-				return badInput("--every must be at least 10ms")
-			}
-			mon := &yarn.Monitor{RM: c.String("yarn")}
 			return withClients(c, func(cl clients) error { return watchStages(c, mon, cl, user) })
 		},
 	}
@@ -170,13 +167,8 @@ func watchStages(c *ucli.Context, mon *yarn.Monitor, cl clients, user string) er
 				return err
 			}
 		}
-		if c.Bool("once") {
+		if c.Bool("once") || !nextLook(c) {
 			return nil
-		}
-		select {
-		case <-c.Context.Done():
-			return nil
-		case <-time.After(c.Duration("every")):
 		}
 	}
 }
