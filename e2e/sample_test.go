@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mrmarket/mrmarket/agent/virt"
+	"github.com/mrmarket/mrmarket/hadoopvm/workertest"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
 
@@ -48,7 +50,7 @@ type counters struct {
 	vcpu         time.Duration // its vCPUs', on the host CPU they are pinned to
 	vwait        time.Duration // its vCPUs' time runnable but waiting for a CPU
 	weight       string        // its cgroup's CPU weight as the kernel holds it (domain/vcpu0/emulator)
-	perCPU       string        // its group's weight on each CPU, as the scheduler splits it (debugfs)
+	perCPU       string        // its group's weight on each CPU, as the scheduler splits it (schedWeights)
 	disk, rx, tx int64
 }
 
@@ -100,8 +102,11 @@ func (s *sampler) take() {
 	// each QEMU for under the domain's job: with the jobs' disks busy one
 	// such call took up to 16 s (docs/E2E.md), and the CPU times read
 	// after it were of a later moment than the sample's.
+	perCPU := schedWeights()
 	for _, vm := range guests {
-		smp.cnt[vm] = s.w.counters(vm)
+		c := s.w.counters(vm)
+		c.perCPU = perCPU[vm]
+		smp.cnt[vm] = c
 	}
 	for _, vm := range guests {
 		c := smp.cnt[vm]
@@ -229,45 +234,14 @@ func (w *world) counters(vm string) counters {
 			c.vcpu += time.Duration(v.CpuTime)
 		}
 	}
-	c.vwait = vcpuWait(vm)
+	c.vwait, _ = virt.VCPUWait(workertest.QEMUURI, vm) // 0 when unreadable
 	c.weight = cgroupWeight(vm)
-	c.perCPU = schedWeights(vm)
 	if tap := w.taps[vm]; tap != "" {
 		if st, err := d.InterfaceStats(tap); err == nil {
 			c.rx, c.tx = st.RxBytes, st.TxBytes
 		}
 	}
 	return c
-}
-
-// vcpuWait is the time the vCPU threads of vm's QEMU (threads named
-// "CPU n/…") have waited on a run queue, from their schedstat: a vCPU
-// that neither runs nor waits is halted (its guest idle, or waiting for
-// its I/O, which its QEMU's other threads emulate). 0 when unreadable.
-func vcpuWait(vm string) time.Duration {
-	raw, err := os.ReadFile(filepath.Join("/run/libvirt/qemu", vm+".pid"))
-	if err != nil {
-		return 0
-	}
-	tasks := filepath.Join("/proc", strings.TrimSpace(string(raw)), "task")
-	dirs, err := os.ReadDir(tasks)
-	if err != nil {
-		return 0
-	}
-	var wait time.Duration
-	for _, t := range dirs {
-		comm, err := os.ReadFile(filepath.Join(tasks, t.Name(), "comm"))
-		if err != nil || !strings.HasPrefix(string(comm), "CPU ") {
-			continue
-		}
-		st, err := os.ReadFile(filepath.Join(tasks, t.Name(), "schedstat"))
-		if f := strings.Fields(string(st)); err == nil && len(f) >= 2 {
-			if ns, err := strconv.ParseInt(f[1], 10, 64); err == nil {
-				wait += time.Duration(ns)
-			}
-		}
-	}
-	return wait
 }
 
 // cgroupWeight is the CPU weight the kernel holds for vm's domain, its
@@ -297,33 +271,47 @@ func cgroupWeight(vm string) string {
 	return "?"
 }
 
-// schedWeights is the weight the scheduler gives vm's domain group on
+// schedWeights is the weight the scheduler gives each domain's group on
 // each CPU (its entity's load.weight there, in units of a nice-0 task:
-// the group's weight split over the CPUs by its load), from debugfs'
-// sched/debug when mounted: "c0 5.64 c1 0.00". "" when unreadable.
-func schedWeights(vm string) string {
+// the group's weight split over the CPUs by its load), by domain name,
+// from debugfs' sched/debug when mounted: "c0 5.64 c1 0.00". Read once a
+// sample: the kernel builds the file from every CPU's run queues.
+func schedWeights() map[string]string {
 	raw, err := os.ReadFile("/sys/kernel/debug/sched/debug")
 	if err != nil {
-		return ""
+		return nil
 	}
-	var out []string
-	cpu := ""
-	for _, line := range strings.Split(string(raw), "\n") {
+	return parseSchedWeights(string(raw))
+}
+
+// parseSchedWeights is schedWeights of a sched/debug text.
+func parseSchedWeights(raw string) map[string]string {
+	out := map[string]string{}
+	cpu, vm := "", ""
+	for _, line := range strings.Split(raw, "\n") {
 		if strings.HasPrefix(line, "cfs_rq[") {
-			cpu = ""
-			if i := strings.Index(line, "]:"); i > 0 && strings.HasSuffix(line, vm+".libvirt-qemu") {
-				cpu = line[len("cfs_rq["):i]
+			// cfs_rq[0]:/machine/qemu-54-<name>.libvirt-qemu
+			cpu, vm = "", ""
+			i := strings.Index(line, "]:")
+			group, ok := strings.CutSuffix(line[max(i, 0):], ".libvirt-qemu")
+			if i < 0 || !ok {
+				continue
+			}
+			if _, rest, ok := strings.Cut(group[strings.LastIndex(group, "/")+1:], "-"); ok { // qemu-
+				if _, name, ok := strings.Cut(rest, "-"); ok { // <id>-
+					cpu, vm = line[len("cfs_rq["):i], name
+				}
 			}
 			continue
 		}
-		if cpu != "" && strings.Contains(line, ".se->load.weight") {
+		if vm != "" && strings.Contains(line, ".se->load.weight") {
 			f := strings.Fields(line)
 			if w, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
-				out = append(out, fmt.Sprintf("c%s %.2f", cpu, w/(1024*1024)))
+				out[vm] = strings.TrimSpace(out[vm] + fmt.Sprintf(" c%s %.2f", cpu, w/(1024*1024)))
 			}
 		}
 	}
-	return strings.Join(out, " ")
+	return out
 }
 
 // cpuUsed is the CPU time a domain has used (libvirt's GetInfo alone, not

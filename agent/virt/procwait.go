@@ -79,6 +79,19 @@ func processWait(procfs string, pid int) (wait time.Duration, ok bool) {
 	return t.waited, ok
 }
 
+// VCPUWait is the time the vCPU threads of the running domain name (on
+// the libvirt at uri) spent runnable and waiting for a host CPU, from the
+// host's accounts of its QEMU process (processWait): what the agent reads
+// as a VM's CPU wait (Enforcer.CPUWait). ok is false when the process or
+// its accounts cannot be read.
+func VCPUWait(uri, name string) (wait time.Duration, ok bool) {
+	pid, ok := readPid(pidFile(uri, name))
+	if !ok {
+		return 0, false
+	}
+	return processWait("/proc", pid)
+}
+
 // guestRan is the CPU time the vCPU threads of process pid ran: what the
 // guest itself computed, without its QEMU's main loop and I/O threads. ok
 // is false when the vCPU threads are not named or not readable.

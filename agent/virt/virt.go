@@ -598,11 +598,7 @@ func (e *Enforcer) timePerDomain(read func(vm string, d *libvirt.Domain) (time.D
 // the rights) is absent: the agent judges its idleness by its use alone.
 func (e *Enforcer) CPUWait(context.Context) (map[string]time.Duration, error) {
 	return e.timePerDomain(func(vm string, d *libvirt.Domain) (time.Duration, bool, error) {
-		pid, ok := readPid(pidFile(e.cfg.URI, vm))
-		if !ok {
-			return 0, false, nil
-		}
-		wait, ok := processWait("/proc", pid)
+		wait, ok := VCPUWait(e.cfg.URI, vm)
 		return wait, ok, nil
 	})
 }
