@@ -122,6 +122,31 @@
 // network when configured), so a VM waiting on its disk or network is
 // busy for the agent's idle rule, not idle.
 //
+// # Where a domain's threads run
+//
+// cpu_shares weighs a domain's cgroup as a whole, and the kernel spreads
+// that weight over the host's CPUs by where the group's threads are
+// runnable: a CPU's part is the group's load there over its load on all
+// of them. A domain whose vCPUs are pinned while its emulator threads
+// (QEMU's main loop, which under TCG moves the guest's disk and network
+// data, and QEMU's helpers) may run anywhere spends part of its weight
+// on CPUs its vCPUs cannot use, and weighs less than its share where its
+// vCPUs contend: two TCG guests at equal weights, pinned to one CPU,
+// divided it 0.42 : 0.58, and a process whose second thread is runnable
+// on another CPU all the time gets a third of the CPU at equal weights
+// (docs/PLATFORM.md). So every tick (VMs) the enforcer pins the emulator
+// threads of each domain whose vCPUs are pinned to the union of its
+// vCPUs' CPUs (virDomainPinEmulator, live), where they are not within it
+// already: the domain's weight is then all where its vCPUs run, and what
+// its emulator does is paid from its own share. Level-triggered: a pin
+// changed behind the enforcer's back, or vCPUs pinned anew, is repaired
+// within a tick. A domain whose vCPUs may run on every CPU is left alone
+// (its threads balance over the host with its weight), and so is an
+// emulator pinned within its vCPUs' CPUs (an operator's narrower pin). A
+// pin that fails is logged once for the placement, not retried until the
+// vCPUs move. I/O threads (iothreadpin) are not moved: listing them asks
+// the domain's QEMU (below); the project's guests have none.
+//
 // # Calls a guest's QEMU must answer
 //
 // Some libvirt calls go through the domain's QEMU monitor and hold the

@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -135,16 +137,23 @@ func writeInitramfs(t testing.TB, prefix string, files map[string][]byte) string
 // startGuest boots a transient TCG guest pinned to host CPU 0, owned by owner.
 func startGuest(t testing.TB, conn *libvirt.Connect, name, owner, initrd string, paused bool) *libvirt.Domain {
 	t.Helper()
+	return startGuestPlaced(t, conn, name, owner, initrd, paused,
+		`<vcpu placement='static' cpuset='0'>1</vcpu><cputune><vcpupin vcpu='0' cpuset='0'/><emulatorpin cpuset='0'/></cputune>`)
+}
+
+// startGuestPlaced boots a transient TCG guest with one vCPU placed as
+// placement (the domain's <vcpu> and <cputune> elements) says.
+func startGuestPlaced(t testing.TB, conn *libvirt.Connect, name, owner, initrd string, paused bool, placement string) *libvirt.Domain {
+	t.Helper()
 	xml := fmt.Sprintf(`<domain type='qemu'>
   <name>%s</name>
   <memory unit='MiB'>160</memory>
-  <vcpu placement='static' cpuset='0'>1</vcpu>
-  <cputune><vcpupin vcpu='0' cpuset='0'/><emulatorpin cpuset='0'/></cputune>
+  %s
   <metadata><mrm:vm xmlns:mrm='%s' owner='%s'/></metadata>
   <os><type arch='x86_64' machine='pc'>hvm</type><kernel>%s</kernel><initrd>%s</initrd><cmdline>console=ttyS0 quiet panic=-1</cmdline></os>
   <on_poweroff>destroy</on_poweroff><on_crash>destroy</on_crash>
   <devices><memballoon model='none'/></devices>
-</domain>`, name, virt.Namespace, owner, guestKernel, initrd)
+</domain>`, name, placement, virt.Namespace, owner, guestKernel, initrd)
 	return createGuest(t, conn, name, xml, paused, nil)
 }
 
@@ -534,5 +543,64 @@ func TestHardCapOnARealGuest(t *testing.T) {
 		if vm.ID == name && vm.CPUs != 1 {
 			t.Errorf("%s may run on %v CPUs, want its 1 vCPU", name, vm.CPUs)
 		}
+	}
+}
+
+// TestEmulatorFollowsPinnedVCPUs: the enforcer's listing pins the emulator
+// threads of a domain whose vCPUs are pinned to its vCPUs' CPUs, and
+// leaves an unpinned domain's where they are. A domain's cpu_shares is
+// divided over the CPUs by where its threads are runnable, so an emulator
+// left floating spends the domain's weight where its vCPUs cannot run
+// (the package doc, "Where a domain's threads run"). Mutation: without
+// alignEmulator in VMs the pinned domain's emulator may still run on
+// every CPU, and this fails; aligning unpinned domains too fails the
+// second check.
+func TestEmulatorFollowsPinnedVCPUs(t *testing.T) {
+	conn := needQEMU(t)
+	if runtime.NumCPU() < 2 {
+		t.Skip("needs two host CPUs: on one, every thread runs where the vCPUs do")
+	}
+	initrd := buildInitramfs(t)
+	prefix := fmt.Sprintf("mrm-emu-%d-", os.Getpid())
+	last := runtime.NumCPU() - 1
+	pinned := startGuestPlaced(t, conn, prefix+"pinned", "alice", initrd, false,
+		fmt.Sprintf(`<vcpu placement='static'>1</vcpu><cputune><vcpupin vcpu='0' cpuset='%d'/></cputune>`, last))
+	free := startGuestPlaced(t, conn, prefix+"free", "alice", initrd, false, `<vcpu placement='static'>1</vcpu>`)
+	enf, err := virt.New(virt.Config{URI: qemuURI, HostCPUs: float64(runtime.NumCPU())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer enf.Close()
+	emulator := func(d *libvirt.Domain) []int {
+		t.Helper()
+		set, err := d.GetEmulatorPinInfo(libvirt.DOMAIN_AFFECT_LIVE)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cpus []int
+		for cpu, ok := range set {
+			if ok {
+				cpus = append(cpus, cpu)
+			}
+		}
+		return cpus
+	}
+	if got := emulator(pinned); len(got) != runtime.NumCPU() {
+		t.Fatalf("before the listing the pinned domain's emulator may run on %v: the test needs it free", got)
+	}
+	vms, err := enf.VMs(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, vm := range vms {
+		if vm.ID == prefix+"pinned" && vm.CPUs != 1 {
+			t.Errorf("the pinned domain may run on %v CPUs, want 1", vm.CPUs)
+		}
+	}
+	if got := emulator(pinned); !slices.Equal(got, []int{last}) {
+		t.Errorf("the pinned domain's emulator threads may run on CPUs %v after the listing, want [%d] (its vCPU's)", got, last)
+	}
+	if got := emulator(free); len(got) != runtime.NumCPU() {
+		t.Errorf("the unpinned domain's emulator threads were moved to CPUs %v: its threads should balance over the host", got)
 	}
 }

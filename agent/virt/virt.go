@@ -94,6 +94,9 @@ type Enforcer struct {
 	// stuck is how many calls to QEMUs wait past askWait (maxStuck).
 	stuck int
 	devs  map[string]devices // each domain's disks and taps (devicesOf)
+	// emuFailed is the CPUs each domain's emulator threads could not be
+	// pinned to (alignEmulator): not tried again until its vCPUs move.
+	emuFailed map[string]string
 }
 
 // SlowCall is how long a libvirt call on one domain may take before the
@@ -102,7 +105,7 @@ type Enforcer struct {
 const SlowCall = time.Second
 
 // SetLogger sets where the enforcer reports libvirt calls slower than
-// SlowCall (by default nowhere).
+// SlowCall and the emulator threads it pins (by default nowhere).
 func (e *Enforcer) SetLogger(l *slog.Logger) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -262,7 +265,8 @@ type vmMeta struct {
 }
 
 // VMs lists the managed domains. It is the agent's tick, so it lists
-// them from libvirt in full, repairing the cache.
+// them from libvirt in full, repairing the cache and where a domain's
+// emulator threads may run (alignEmulator).
 func (e *Enforcer) VMs(context.Context) ([]agent.VM, error) {
 	doms, owners, err := e.managedFrom(true)
 	if err != nil {
@@ -271,8 +275,17 @@ func (e *Enforcer) VMs(context.Context) ([]agent.VM, error) {
 	defer freeAll(doms)
 	vms := make([]agent.VM, 0, len(doms))
 	for name, d := range doms {
-		vms = append(vms, agent.VM{ID: name, Owner: owners[name], CPUs: runnableCPUs(d)})
+		p := placementOf(d)
+		e.alignEmulator(name, d, p)
+		vms = append(vms, agent.VM{ID: name, Owner: owners[name], CPUs: p.cpus()})
 	}
+	e.mu.Lock()
+	for vm := range e.emuFailed {
+		if _, ok := doms[vm]; !ok {
+			delete(e.emuFailed, vm)
+		}
+	}
+	e.mu.Unlock()
 	sort.Slice(vms, func(i, j int) bool { return vms[i].ID < vms[j].ID })
 	return vms, nil
 }
@@ -363,38 +376,6 @@ func goneOr(vm string, err error) error {
 	return err
 }
 
-// runnableCPUs is how many host CPUs d can run on at once: its vCPUs, at
-// most the host CPUs its vCPUs are pinned to (their union); 0 when libvirt
-// cannot say (the agent then takes the whole host).
-func runnableCPUs(d *libvirt.Domain) float64 {
-	info, err := d.GetInfo()
-	if err != nil {
-		return 0
-	}
-	n := float64(info.NrVirtCpu)
-	if pins, err := d.GetVcpuPinInfo(libvirt.DOMAIN_AFFECT_LIVE); err == nil && len(pins) > 0 {
-		var union []bool
-		for _, row := range pins {
-			for cpu, ok := range row {
-				if cpu >= len(union) {
-					union = append(union, make([]bool, cpu+1-len(union))...)
-				}
-				union[cpu] = union[cpu] || ok
-			}
-		}
-		pinned := 0
-		for _, ok := range union {
-			if ok {
-				pinned++
-			}
-		}
-		if pinned > 0 {
-			n = min(n, float64(pinned))
-		}
-	}
-	return n
-}
-
 // applyCPU sets d's weight for share q (its cap too with HardCap; without,
 // it removes a former cap when uncapping).
 func (e *Enforcer) applyCPU(d *libvirt.Domain, q float64, weight uint64, uncapping bool) error {
@@ -429,7 +410,7 @@ func (e *Enforcer) applyCPU(d *libvirt.Domain, q float64, weight uint64, uncappi
 	// host CPUs they are pinned to), not of the whole host: a domain
 	// pinned to 2 of 8 CPUs capped at q × 8 would not be capped at all.
 	cpus := e.cfg.HostCPUs
-	if n := runnableCPUs(d); n > 0 {
+	if n := placementOf(d).cpus(); n > 0 {
 		cpus = min(cpus, n)
 	}
 	global := &libvirt.DomainSchedulerParameters{GlobalPeriodSet: true, GlobalPeriod: vcpuPeriod,
