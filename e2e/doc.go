@@ -17,7 +17,10 @@
 //     taken from the run (one job's finish calibrates it), never assumed.
 //   - Worker i of every cluster is pinned to host CPU i, so each CPU is
 //     contested by one guest of each user and the agent's CPU weights
-//     decide how it is divided.
+//     decide how it is divided. The test pins the vCPUs only, as an
+//     operator would; the agent keeps each guest's emulator threads on its
+//     vCPU's CPU (agent/virt, "Where a domain's threads run"), so that a
+//     domain's weight is all where its vCPU contends.
 //   - Times are held to the model on the jobs' CPU clock (the CPU time the
 //     host gave the guests of the users whose jobs run, per CPU): the
 //     market divides what the host gives its guests, and on a machine where

@@ -142,7 +142,10 @@
 // changed behind the enforcer's back, or vCPUs pinned anew, is repaired
 // within a tick. A domain whose vCPUs may run on every CPU is left alone
 // (its threads balance over the host with its weight), and so is an
-// emulator pinned within its vCPUs' CPUs (an operator's narrower pin). A
+// emulator pinned within its vCPUs' CPUs (an operator's narrower pin); one
+// pinned apart on purpose (to a housekeeping CPU, as OpenStack's
+// emulator_threads_policy=isolate does) is moved, since with it the
+// domain's weight cannot be its share where its vCPUs run. A
 // pin that fails is logged once for the placement, not retried until the
 // vCPUs move. I/O threads (iothreadpin) are not moved: listing them asks
 // the domain's QEMU (below); the project's guests have none.
