@@ -5,7 +5,7 @@ TAGS        := libvirt_dlopen
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BIN         := bin/mrmarket
 
-.PHONY: all build guest demo up test fmt vet staticcheck unit benchonce faults e2e bench results mutations clean
+.PHONY: all build guest demo up test fmt vet staticcheck unit unit-alone experiments-race experiments benchonce faults e2e bench results mutations clean
 
 all: build
 
@@ -28,7 +28,20 @@ up: build
 	./$(BIN) up --data .data
 
 ## test: gofmt, vet, staticcheck, every test with the race detector, then every benchmark once
-test: fmt vet staticcheck unit benchonce
+# The simulator's experiments assert no time or CPU fraction (a virtual
+# clock), and the benchmarks run once only to show they run: so the
+# experiments without the race detector (one core, six minutes) run beside
+# the Jockey builds under it and the benchmarks, their output kept until
+# those end.
+test: fmt vet staticcheck
+	@fail=0; \
+	$(MAKE) --no-print-directory unit-alone || fail=1; \
+	mkdir -p $(ARTEFACTS); \
+	$(MAKE) --no-print-directory experiments > $(ARTEFACTS)/experiments.log 2>&1 & exp=$$!; \
+	$(MAKE) -k --no-print-directory experiments-race benchonce || fail=1; \
+	wait $$exp || fail=1; \
+	echo "== the experiments, run beside the benchmarks"; cat $(ARTEFACTS)/experiments.log; \
+	exit $$fail
 
 fmt:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -65,7 +78,9 @@ IOSHARES := ^(TestDiskSharesOnRealGuests|TestDiskSharesOnNBDKit|TestNetShares)$$
 # that fails does not stop the later ones; unit fails at the end.
 TESTREPORT = $(GO) run ./internal/testreport
 
-unit:
+unit: unit-alone experiments-race experiments
+
+unit-alone:
 	@fail=0; \
 	$(TESTREPORT) $(GO) test -json -tags $(TAGS) -race -count=1 -timeout 30m $$($(GO) list -tags $(TAGS) ./... | grep -Ev '$(ALONE)') || fail=1; \
 	$(TESTREPORT) $(GO) test -json -tags $(TAGS) -race -count=1 -timeout 30m -skip '$(IOSHARES)' ./agent/virt/ || fail=1; \
@@ -73,9 +88,13 @@ unit:
 	$(TESTREPORT) $(GO) test -json -tags $(TAGS) -race -count=1 -timeout 30m ./attack/ || fail=1; \
 	$(TESTREPORT) $(GO) test -json -tags $(TAGS) -race -count=1 -timeout 30m ./hadoopvm/workertest/ || fail=1; \
 	MRM_TEST_ARTEFACTS=$(CURDIR)/$(ARTEFACTS)/dashboard $(TESTREPORT) $(GO) test -json -tags $(TAGS) -race -count=1 -timeout 30m ./dashboard/ || fail=1; \
-	$(TESTREPORT) $(GO) test -json -tags $(TAGS) -race -count=1 -timeout 30m -run 'Jockey' $(EXPERIMENTS) || fail=1; \
-	$(TESTREPORT) $(GO) test -json -tags $(TAGS) -count=1 -timeout 30m $(EXPERIMENTS) || fail=1; \
 	exit $$fail
+
+experiments-race:
+	$(TESTREPORT) $(GO) test -json -tags $(TAGS) -race -count=1 -timeout 30m -run 'Jockey' $(EXPERIMENTS)
+
+experiments:
+	$(TESTREPORT) $(GO) test -json -tags $(TAGS) -count=1 -timeout 30m $(EXPERIMENTS)
 
 ## faults: the distributed market as separate processes (3 NATS nodes, 2 banks on a
 ## PostgreSQL primary + standby, 2 brokers, 3 simulated agents) while each is killed in turn
