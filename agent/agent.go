@@ -426,6 +426,11 @@ func (a *Agent) changeBids(req *wire.BidRequest, now time.Time) map[legKey]bool 
 	return settled
 }
 
+// captureDrain bounds how long a stopped agent waits for the bank's
+// answer to the capture it had sent (see Tick): as long as a request is
+// given without a deadline of its own (rpc.DefaultTimeout).
+const captureDrain = 5 * time.Second
+
 // Tick runs one round at now, in phases (raft's Ready): list the VMs; under
 // mu take them in, charge every bid and build one capture batch; send it;
 // under mu take the bank's answer in, drop finished bids and derive the
@@ -458,8 +463,19 @@ func (a *Agent) Tick(ctx context.Context, now time.Time) (wire.HostState, error)
 	}
 	batch := a.captureBatch(now, nil)
 	a.mu.Unlock()
-	if err := a.capture(ctx, batch); err != nil {
-		fail("capture", err)
+	// A stop does not cut a capture short: the bank may apply a batch
+	// whose answer the agent would then not take in, and the book it saves
+	// would lag the bank's until its next start (cumulative legs keep the
+	// money exact; an operator comparing the two would not see why). A
+	// capture begun finishes, for at most captureDrain; one not begun when
+	// the stop comes is left to the next start.
+	if ctx.Err() == nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), captureDrain)
+		err := a.capture(cctx, batch)
+		cancel()
+		if err != nil {
+			fail("capture", err)
+		}
 	}
 	l.lap("capture")
 	a.mu.Lock()

@@ -2,10 +2,12 @@ package agent_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -326,5 +328,69 @@ func TestRunLogsAndCountsFailedTicks(t *testing.T) {
 	}
 	if st := a.State(); !st.Time.Equal(at) || st.Tick < 1 {
 		t.Fatalf("Run ticked at %s (tick %d), want the agent's clock %s", st.Time, st.Tick, at)
+	}
+}
+
+// answerLateBank passes a batch on to next at once, as a bank applies
+// it, and then holds the answer until release is closed: an answer on its
+// way back. A caller that gives up meanwhile (its context done) never
+// gets it.
+type answerLateBank struct {
+	next          agent.Capturer
+	held, release chan struct{}
+}
+
+func (b *answerLateBank) Capture(ctx context.Context, batch *wire.CaptureBatch) (wire.CaptureReply, error) {
+	rep, err := b.next.Capture(ctx, batch)
+	close(b.held)
+	<-b.release
+	if ctx.Err() != nil {
+		return wire.CaptureReply{}, ctx.Err()
+	}
+	return rep, err
+}
+
+// TestAStopFinishesTheCaptureInFlight: an agent stopped while the bank's
+// answer to its capture is on its way takes the answer in and saves it,
+// so the book it leaves on disk is what the bank holds. Mutation:
+// capturing on the tick's own context, which the stop cuts, leaves the
+// book a capture behind the bank, and this fails.
+func TestAStopFinishesTheCaptureInFlight(t *testing.T) {
+	h := newHost(t, agent.VM{ID: "a", Owner: "alice"})
+	h.fund(t, "alice", "ha", 3600)
+	state := filepath.Join(t.TempDir(), "agent.json")
+	late := &answerLateBank{next: h.bank, held: make(chan struct{}), release: make(chan struct{})}
+	now := func() time.Time { return *h.clock }
+	a := must(agent.New(agent.Config{Host: "host-1", Enforcer: h.sim, Capturer: late, Now: now, StateFile: state}))
+	if _, err := a.SetBids(context.Background(), bidReq(wire.Bid{VM: "a", Owner: "alice", Plan: "pa", Hold: "ha", Budget: 3600, Duration: wire.Duration(time.Hour)})); err != nil {
+		t.Fatal(err)
+	}
+	*h.clock = t0.Add(10 * time.Minute)
+	ctx, stop := context.WithCancel(context.Background())
+	ticked := make(chan error, 1)
+	go func() {
+		_, err := a.Tick(ctx, now())
+		ticked <- err
+	}()
+	within(t, late.held, "the capture reached the bank")
+	stop()
+	close(late.release)
+	if err := within(t, ticked, "the stopped tick ended"); err != nil && strings.Contains(err.Error(), "capture") {
+		t.Errorf("the capture in flight was cut by the stop: %v", err)
+	}
+	var saved struct {
+		Totals []struct {
+			Captured money.Micro `json:"captured"`
+		} `json:"totals"`
+	}
+	if err := json.Unmarshal(must(os.ReadFile(state)), &saved); err != nil {
+		t.Fatal(err)
+	}
+	var book money.Micro
+	for _, tot := range saved.Totals {
+		book += tot.Captured
+	}
+	if bank := h.captured(t, "ha"); book != bank || bank == 0 {
+		t.Errorf("after the stop the agent's book says %d captured, the bank %d", book, bank)
 	}
 }

@@ -198,4 +198,7 @@
 // With Config.StateFile set the bid book and capture totals survive a
 // restart (state.go): New reads them back and enforces the shares before its
 // first tick, and cumulative captures mean a restart never charges twice.
+// A stop does not cut short a capture the bank is answering: the tick
+// takes the answer in (waiting at most 5 s) and saves it, so the book a
+// stopped agent leaves is what the bank holds.
 package agent
