@@ -131,24 +131,23 @@
 // (QEMU's main loop, which under TCG moves the guest's disk and network
 // data, and QEMU's helpers) may run anywhere spends part of its weight
 // on CPUs its vCPUs cannot use, and weighs less than its share where its
-// vCPUs contend: two TCG guests at equal weights, pinned to one CPU,
-// divided it 0.42 : 0.58, and a process whose second thread is runnable
-// on another CPU all the time gets a third of the CPU at equal weights
-// (docs/PLATFORM.md). So every tick (VMs) the enforcer pins the emulator
-// threads of each domain whose vCPUs are pinned to the union of its
-// vCPUs' CPUs (virDomainPinEmulator, live), where they are not within it
-// already: the domain's weight is then all where its vCPUs run, and what
-// its emulator does is paid from its own share. Level-triggered: a pin
-// changed behind the enforcer's back, or vCPUs pinned anew, is repaired
-// within a tick. A domain whose vCPUs may run on every CPU is left alone
-// (its threads balance over the host with its weight), and so is an
-// emulator pinned within its vCPUs' CPUs (an operator's narrower pin); one
-// pinned apart on purpose (to a housekeeping CPU, as OpenStack's
-// emulator_threads_policy=isolate does) is moved, since with it the
-// domain's weight cannot be its share where its vCPUs run. A
-// pin that fails is logged once for the placement, not retried until the
-// vCPUs move. I/O threads (iothreadpin) are not moved: listing them asks
-// the domain's QEMU (below); the project's guests have none.
+// vCPUs contend, by how much its emulator happens to be runnable
+// elsewhere (docs/PLATFORM.md has the figures). So every tick (VMs) the
+// enforcer pins the emulator threads of each domain whose vCPUs are
+// pinned to the union of its vCPUs' CPUs (virDomainPinEmulator, live),
+// where they are not within it already: the domain's weight is then all
+// where its vCPUs run, and what its emulator does is paid from its own
+// share. Level-triggered: a pin changed behind the enforcer's back, or
+// vCPUs pinned anew, is repaired within a tick. A domain whose vCPUs may
+// run on every CPU is left alone (its threads balance over the host with
+// its weight), and so is an emulator pinned within its vCPUs' CPUs (an
+// operator's narrower pin); one pinned apart on purpose (to a
+// housekeeping CPU, as OpenStack's emulator_threads_policy=isolate does)
+// is moved, since with it the domain's weight cannot be its share where
+// its vCPUs run. A pin that fails is logged once for the placement, not
+// retried until the vCPUs move. I/O threads (iothreadpin) are not moved:
+// listing them asks the domain's QEMU (below); the project's guests have
+// none.
 //
 // # Calls a guest's QEMU must answer
 //
