@@ -1,6 +1,7 @@
 package virt
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -79,7 +80,7 @@ func (e *Enforcer) alignEmulator(vm string, d *libvirt.Domain, p vcpuPlacement) 
 		err = e.ask(vm, d, "virDomainPinEmulator "+want, false, func(d *libvirt.Domain) error {
 			return d.PinEmulator(p.union, libvirt.DOMAIN_AFFECT_LIVE)
 		})
-		if err == errUnanswered { // made when the domain's job is free; read again next tick
+		if errors.Is(err, errUnanswered) { // made when the domain's job is free; read again next tick
 			return
 		}
 	}
