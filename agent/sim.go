@@ -158,7 +158,7 @@ func (s *SimEnforcer) Rebalance(_ context.Context, shares map[string]float64) (m
 		m := s.ioMoved[vm.ID]
 		sofar[vm.ID] = map[string]float64{wire.ResourceDisk: m.Disk, wire.ResourceNet: m.Net}
 	}
-	caps := s.throttle.Plan(shares, sofar, s.now())
+	caps := s.throttle.Plan(shares, sofar, nil, s.now())
 	s.caps = caps
 	out := make(map[string]map[string]float64, len(caps))
 	for vm, c := range caps {

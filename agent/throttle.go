@@ -59,6 +59,14 @@ import (
 //     A VM whose I/O comes in bursts shorter than a tick is not capped
 //     at its average; a device that slows down is followed within Window
 //     ticks.
+//   - a VM its cap held back (pressed: where the device's shaper reports
+//     holding its traffic, as tc's HTB does) wants more, whatever it moved:
+//     a TCP flow that met its cap's queue backs off (a retransmission
+//     timeout of 1, 2, 4 s) and moves less than half an idle VM's probe,
+//     and judged by what it moved it would be held at the probe for as
+//     long as it kept trying (a shuffle's fetch at 0.02 MB/s on a 2 MB/s
+//     link, its user's part a fifth of what the bids gave, make e2e run
+//     51). A device that cannot say (QEMU's disk throttle) passes none.
 //
 // The bound it keeps: while every VM wants more than its part, from 10
 // ticks after an event (a VM's pause, resume or arrival, a bid change)
@@ -155,13 +163,15 @@ const (
 )
 
 // Plan takes the rates each VM moved over the last tick (under the caps
-// Plan returned last) and the shares, and returns the new caps: one per VM
+// Plan returned last), the VMs the caps held back in that tick (pressed;
+// nil where the device cannot tell) and the shares, and returns the new
+// caps: one per VM
 // with a positive share, or none while the capacity is unknown or at most
 // one VM uses the device (then, when Ceiling is set, each VM is capped at
 // the Ceiling). The caps add up to the capacity, or more where a VM
 // paying more would otherwise be capped below one paying less
 // (noInversion).
-func (t *Throttle) Plan(shares, moved map[string]float64) map[string]float64 {
+func (t *Throttle) Plan(shares, moved map[string]float64, pressed map[string]bool) map[string]float64 {
 	var total float64
 	for _, m := range moved {
 		if m > 0 && !math.IsInf(m, 0) {
@@ -234,13 +244,14 @@ func (t *Throttle) Plan(shares, moved map[string]float64) map[string]float64 {
 		m := max(moved[vm], 0)
 		c, capped := t.caps[vm]
 		switch {
-		case m < idleAt*part:
+		case m < idleAt*part && !(capped && pressed[vm]):
 			demand[vm] = IdleProbe * part
 			idle[vm] = true
-		case !capped || m >= bindAt*c || t.fullLately(vm) || saturated && t.want[vm] || full && m >= turn || t.idle[vm] && m >= c/2:
+		case !capped || m >= bindAt*c || pressed[vm] || t.fullLately(vm) || saturated && t.want[vm] || full && m >= turn || t.idle[vm] && m >= c/2:
 			// (A VM waking from idle is taken at its word: its probe
 			// is a request or two a tick, too coarse to tell filling
-			// it from falling short.)
+			// it from falling short. One its cap held back wants more
+			// whatever it moved.)
 			demand[vm] = math.Inf(1)
 			want[vm] = true
 		default:
@@ -549,19 +560,24 @@ func fill(capacity float64, shares map[string]float64, qsum float64, demand map[
 
 // ThrottleSet is one Throttle per resource fed from cumulative counters,
 // as an enforcer reads them: each Plan turns what every VM moved since the
-// last call into rates and plans every resource. A VM is planned for a
+// last call into rates, and how often its cap held it back into whether
+// it was pressed, and plans every resource. A VM is planned for a
 // resource from the second reading in a row that has its counter (before
 // that, or after a reading without it, its counter is not a rate).
 type ThrottleSet struct {
 	Plans  map[string]*Throttle // by resource
 	before map[string]map[string]float64
+	held   map[string]map[string]float64
 	at     time.Time
 }
 
-// Plan takes each VM's I/O so far by resource (MB) read at now, and the
-// shares, and returns the caps by VM and resource (MB/s): none on the
-// first call.
-func (s *ThrottleSet) Plan(shares map[string]float64, sofar map[string]map[string]float64, now time.Time) map[string]map[string]float64 {
+// Plan takes each VM's I/O so far by resource (MB) and, where the device
+// counts them, the times so far its cap held the VM back (held, by VM and
+// resource: tc's overlimits and drops; nil where none is counted), both
+// read at now, and the shares, and returns the caps by VM and resource
+// (MB/s): none on the first call. A held count that went back (its
+// shaping was set up again) counts as held since.
+func (s *ThrottleSet) Plan(shares map[string]float64, sofar, held map[string]map[string]float64, now time.Time) map[string]map[string]float64 {
 	caps := map[string]map[string]float64{}
 	if dt := now.Sub(s.at).Seconds(); s.before != nil && dt > 0 {
 		for r, th := range s.Plans {
@@ -573,7 +589,18 @@ func (s *ThrottleSet) Plan(shares map[string]float64, sofar map[string]map[strin
 					moved[vm] = max(now-before, 0) / dt
 				}
 			}
-			for vm, c := range th.Plan(shares, moved) {
+			var pressed map[string]bool
+			for vm, h := range held {
+				now, read := h[r]
+				before, was := s.held[vm][r]
+				if read && was && (now > before || now < before && now > 0) {
+					if pressed == nil {
+						pressed = map[string]bool{}
+					}
+					pressed[vm] = true
+				}
+			}
+			for vm, c := range th.Plan(shares, moved, pressed) {
 				if caps[vm] == nil {
 					caps[vm] = map[string]float64{}
 				}
@@ -581,7 +608,7 @@ func (s *ThrottleSet) Plan(shares map[string]float64, sofar map[string]map[strin
 			}
 		}
 	}
-	s.before, s.at = sofar, now
+	s.before, s.held, s.at = sofar, held, now
 	return caps
 }
 

@@ -46,7 +46,7 @@ func (d *device) serve(caps map[string]float64) map[string]float64 {
 func run(th *agent.Throttle, dev *device, shares map[string]float64, moved *map[string]float64, n int) (map[string]float64, float64) {
 	sum, total := map[string]float64{}, 0.0
 	for range n {
-		caps := th.Plan(shares, *moved)
+		caps := th.Plan(shares, *moved, nil)
 		*moved = dev.serve(caps)
 		for vm, m := range *moved {
 			sum[vm] += m
@@ -187,16 +187,16 @@ func TestThrottleFollowsTheDevice(t *testing.T) {
 	if capped.Capacity > 500 {
 		t.Errorf("ceiling 500: estimate %.0f", capped.Capacity)
 	}
-	if caps := (&agent.Throttle{}).Plan(shares, nil); caps != nil {
+	if caps := (&agent.Throttle{}).Plan(shares, nil, nil); caps != nil {
 		t.Errorf("nothing seen yet: caps %v", caps)
 	}
 	// A lone VM is capped at the ceiling (a link slower than the taps),
 	// without one not at all.
 	lone := map[string]float64{"a": 300, "b": 0}
-	if caps := capped.Plan(shares, lone); caps["a"] != 500 || caps["b"] != 500 {
+	if caps := capped.Plan(shares, lone, nil); caps["a"] != 500 || caps["b"] != 500 {
 		t.Errorf("a lone VM under a ceiling of 500: caps %v", caps)
 	}
-	if caps := th.Plan(shares, lone); caps != nil {
+	if caps := th.Plan(shares, lone, nil); caps != nil {
 		t.Errorf("a lone VM without a ceiling: caps %v", caps)
 	}
 }
@@ -214,7 +214,7 @@ func TestThrottleKnownLinkDoesNotRatchet(t *testing.T) {
 	moved := map[string]float64{"a": 0.05, "b": 0.05}
 	var caps map[string]float64
 	for tick := range 30 {
-		caps = th.Plan(shares, moved)
+		caps = th.Plan(shares, moved, nil)
 		if len(caps) != 2 {
 			t.Fatalf("tick %d: caps %v", tick, caps)
 		}
@@ -230,6 +230,79 @@ func TestThrottleKnownLinkDoesNotRatchet(t *testing.T) {
 	}
 }
 
+// TestThrottleSeesAFlowItsCapHolds: on a 2 MB/s link shared 1.5:1.5:1
+// (alice's two VMs, bob's one), bob's VM is idle for a while (held at its
+// probe while alice's move data) and then starts a transfer that wants the
+// whole link. Like TCP behind a small cap's queue, its flow loses packets
+// and backs off: it moves a trickle (below the idle threshold), while the
+// shaper counts the packets it held back. From the tick after the
+// shaper's count rises, bob's cap is his part (0.5 MB/s) and stays so.
+// Mutation: ignoring the held counts leaves bob at his probe of 0.05 MB/s
+// (judged idle by what he moved) for as long as he tries.
+func TestThrottleSeesAFlowItsCapHolds(t *testing.T) {
+	const r = "net-in"
+	shares := map[string]float64{"a1": 1.5, "a2": 1.5, "b": 1}
+	t0 := time.Unix(0, 0)
+	s := agent.ThrottleSet{Plans: map[string]*agent.Throttle{r: {Ceiling: 2}}}
+	sofar, held := map[string]float64{}, map[string]float64{}
+	counters := func(c map[string]float64) map[string]map[string]float64 {
+		out := map[string]map[string]float64{}
+		for vm := range shares {
+			out[vm] = map[string]float64{r: c[vm]}
+		}
+		return out
+	}
+	var caps map[string]map[string]float64
+	for tick := range 30 {
+		caps = s.Plan(shares, counters(sofar), counters(held), t0.Add(time.Duration(tick)*time.Second))
+		capB := caps["b"][r]
+		if tick == 10 && math.Abs(capB-agent.IdleProbe*0.5) > 1e-9 {
+			t.Fatalf("tick 10: bob, idle, is capped at %.3f MB/s, want his probe %.3f", capB, agent.IdleProbe*0.5)
+		}
+		if tick >= 12 && math.Abs(capB-0.5) > 1e-9 {
+			t.Fatalf("tick %d: bob's flow held back for %d ticks, his cap %.3f MB/s, want his part 0.5 (caps %v)",
+				tick, tick-10, capB, caps)
+		}
+		for _, a := range []string{"a1", "a2"} { // alice's fill their caps, which hold them
+			sofar[a] += caps[a][r]
+			held[a] += 7
+		}
+		switch {
+		case tick < 10 || capB == 0: // idle, or nothing capped yet
+		case capB >= 0.5: // his part: the flow grows into it
+			sofar["b"] += capB
+			held["b"] += 3
+		default: // his probe: packets dropped, the flow backs off
+			sofar["b"] += 0.005
+			held["b"]++
+		}
+	}
+
+	// A held count that went back (the shaping was set up again) counts
+	// as held since: bob, trickling, is pressed.
+	s = agent.ThrottleSet{Plans: map[string]*agent.Throttle{r: {Ceiling: 2}}}
+	sofar, held = map[string]float64{}, map[string]float64{}
+	for tick := range 8 {
+		caps = s.Plan(shares, counters(sofar), counters(held), t0.Add(time.Duration(tick)*time.Second))
+		sofar["a1"], sofar["a2"] = sofar["a1"]+1, sofar["a2"]+1
+		held["a1"], held["a2"] = held["a1"]+7, held["a2"]+7
+		switch {
+		case tick == 5:
+			held["b"] = 50 // pressed before the reset
+			sofar["b"] += 0.001
+		case tick == 6:
+			held["b"] = 2 // reset, and held twice since
+			sofar["b"] += 0.001
+		}
+		if tick == 6 && math.Abs(caps["b"][r]-0.5) > 1e-9 {
+			t.Errorf("tick 6: bob's cap %.3f after a rise of his held count, want 0.5", caps["b"][r])
+		}
+	}
+	if capB := caps["b"][r]; math.Abs(capB-0.5) > 1e-9 {
+		t.Errorf("after his held count was reset: bob's cap %.3f, want 0.5", capB)
+	}
+}
+
 // TestThrottleSetRatesNeedTwoReadings: a VM's counter is a rate only
 // between two readings in a row that have it. A disk left unread for a
 // tick (its QEMU was not asked) and read again must not count everything
@@ -241,13 +314,13 @@ func TestThrottleSetRatesNeedTwoReadings(t *testing.T) {
 	t0 := time.Unix(0, 0)
 	shares := map[string]float64{"a": 0.5, "b": 0.5}
 	at := func(i int) time.Time { return t0.Add(time.Duration(i) * time.Second) }
-	s.Plan(shares, map[string]map[string]float64{"a": {"disk": 0}, "b": {"disk": 0}}, at(0))
-	s.Plan(shares, map[string]map[string]float64{"a": {"disk": 10}, "b": {}}, at(1)) // b unread
-	caps := s.Plan(shares, map[string]map[string]float64{"a": {"disk": 20}, "b": {"disk": 600}}, at(2))
+	s.Plan(shares, map[string]map[string]float64{"a": {"disk": 0}, "b": {"disk": 0}}, nil, at(0))
+	s.Plan(shares, map[string]map[string]float64{"a": {"disk": 10}, "b": {}}, nil, at(1)) // b unread
+	caps := s.Plan(shares, map[string]map[string]float64{"a": {"disk": 20}, "b": {"disk": 600}}, nil, at(2))
 	if c := s.Plans["disk"].Capacity; c > 20 {
 		t.Fatalf("capacity %.1f MB/s after b's unread tick (caps %v): its 600 MB counted as one second's", c, caps)
 	}
-	caps = s.Plan(shares, map[string]map[string]float64{"a": {"disk": 30}, "b": {"disk": 610}}, at(3))
+	caps = s.Plan(shares, map[string]map[string]float64{"a": {"disk": 30}, "b": {"disk": 610}}, nil, at(3))
 	if caps["b"]["disk"] <= 0 {
 		t.Fatalf("b, read twice in a row, is not planned: %v", caps)
 	}
@@ -268,7 +341,7 @@ func TestThrottleResumeAfterALoneBurst(t *testing.T) {
 	th := &agent.Throttle{}
 	moved := map[string]float64{}
 	step := func() map[string]float64 {
-		caps := th.Plan(shares, moved)
+		caps := th.Plan(shares, moved, nil)
 		if caps != nil && caps["b"] > caps["a"]+1e-9 && dev.demand["b"] > 0 {
 			t.Errorf("caps inverted: %v", caps)
 		}
@@ -351,7 +424,7 @@ func TestThrottleCapsKeepTheBidOrder(t *testing.T) {
 	moved := map[string]float64{}
 	var caps map[string]float64
 	for range 40 {
-		caps = th.Plan(shares, moved)
+		caps = th.Plan(shares, moved, nil)
 		moved = dev.serve(caps)
 	}
 	if caps["a"] < caps["b"] {
@@ -390,7 +463,7 @@ func TestThrottleDoesNotHoldBackVMsTheDeviceDoesNot(t *testing.T) {
 			for _, vm := range slices.Sorted(maps.Keys(tc.want)) {
 				dev.cpu[vm] = tc.want[vm] * (0.85 + 0.3*rng.Float64())
 			}
-			caps := th.Plan(tc.shares, moved)
+			caps := th.Plan(tc.shares, moved, nil)
 			moved = dev.serve(caps)
 			uncapped := dev.serve(nil)
 			if tick >= 100 {
@@ -455,7 +528,7 @@ func TestThrottleDividesADeviceItsReadersWaitOn(t *testing.T) {
 			for _, vm := range slices.Sorted(maps.Keys(shares)) {
 				dev.cpu[vm] = 200 * (0.85 + 0.3*rng.Float64())
 			}
-			moved = dev.serve(th.Plan(shares, moved))
+			moved = dev.serve(th.Plan(shares, moved, nil))
 			if tick >= 100 {
 				for vm, m := range moved {
 					sum[vm] += m
@@ -514,7 +587,7 @@ func TestThrottleRisesForVMsThatReadInWholeRequests(t *testing.T) {
 	moved := map[string]float64{"a": 1.05, "b": 1.05, "c": 3.15, "d": 3.15}
 	var sum, want float64
 	for tick := range 35 {
-		moved = dev.serve(th.Plan(shares, moved))
+		moved = dev.serve(th.Plan(shares, moved, nil))
 		if tick >= 25 {
 			for vm, m := range moved {
 				sum += m
@@ -580,7 +653,7 @@ func TestThrottleHoldsOnABurstyRateLimitedDevice(t *testing.T) {
 	th := &agent.Throttle{}
 	moved := map[string]float64{}
 	step := func() map[string]float64 {
-		moved = dev.serve(th.Plan(shares, moved))
+		moved = dev.serve(th.Plan(shares, moved, nil))
 		return moved
 	}
 	window := func(what string) {

@@ -8,6 +8,10 @@ import (
 	"libvirt.org/go/libvirt"
 )
 
+// HeldCounts and ShapeDev are the network throttle's reading of its
+// shaping's counters and its shaping of one device (tcnet.go).
+var HeldCounts, ShapeDev = heldCounts, shapeDev
+
 // ApplyListingEveryDomain is Apply as it was before the domain cache, kept
 // for BenchmarkBidToLibvirt to measure the new path against: it lists every
 // active domain and reads each one's metadata, then sets cpu_shares =

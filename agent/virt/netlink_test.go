@@ -24,6 +24,7 @@ import (
 type netLink struct {
 	ns             string // its name (ip netns)
 	hostIP, peerIP string // the host's end, the namespace's
+	hostEnd        string // the host's end's device
 	mibps          int
 }
 
@@ -35,6 +36,7 @@ func startNetLink(t testing.TB, mibps int) *netLink {
 	id := os.Getpid() % 100000
 	l := &netLink{ns: fmt.Sprintf("mrmlink%d", id), hostIP: "10.232.0.1", peerIP: "10.232.0.2", mibps: mibps}
 	hostEnd, nsEnd := fmt.Sprintf("mrmlh%d", id), fmt.Sprintf("mrmln%d", id)
+	l.hostEnd = hostEnd
 	// tbf's burst bounds how far a moment's rate may pass the limit: a few
 	// milliseconds of the link, at least what a guest's socket sends at once.
 	rate, burst := fmt.Sprintf("%dmbit", mibps*8*1024*1024/1_000_000), fmt.Sprintf("%dkb", max(mibps*8, 64))

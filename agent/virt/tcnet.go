@@ -1,6 +1,7 @@
 package virt
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -216,6 +217,39 @@ func setNetCaps(nics []string, in, out float64) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// heldCounts reads, in one `tc -s qdisc show` of every device, how often
+// each device's shaping (the enforcer's HTB root, handle 1:) held packets
+// back so far: the times it had packets queued and no tokens to send them
+// (overlimits), and the packets its queue dropped. A rise between two
+// ticks says the VM behind it asked for more than its cap, whatever it
+// moved: a TCP flow that lost packets at its cap backs off and moves a
+// trickle (agent.Throttle's pressed). Devices without that shaping are not
+// listed.
+func heldCounts() (map[string]float64, error) {
+	out, err := tcExec("tc", "-s", "-j", "qdisc", "show")
+	if err != nil {
+		return nil, fmt.Errorf("tc -s -j qdisc show: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	var qdiscs []struct {
+		Dev        string `json:"dev"`
+		Kind       string `json:"kind"`
+		Handle     string `json:"handle"`
+		Root       bool   `json:"root"`
+		Drops      uint64 `json:"drops"`
+		Overlimits uint64 `json:"overlimits"`
+	}
+	if err := json.Unmarshal(out, &qdiscs); err != nil {
+		return nil, fmt.Errorf("tc -s -j qdisc show: %w", err)
+	}
+	held := map[string]float64{}
+	for _, q := range qdiscs {
+		if q.Root && q.Kind == "htb" && q.Handle == "1:" && q.Dev != "" {
+			held[q.Dev] = float64(q.Overlimits + q.Drops)
+		}
+	}
+	return held, nil
 }
 
 // sysNet is where the kernel lists the host's interfaces.

@@ -113,6 +113,15 @@ func (e *Enforcer) Rebalance(ctx context.Context, shares map[string]float64) (ma
 		counters = e.readIO(doms)
 		now = time.Now()
 	}
+	var errs []error
+	var held map[string]map[string]float64
+	if slices.Contains(rs, wire.ResourceNetIn) {
+		devs, err := heldCounts()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("virt: reading the network shaping's counters: %w", err))
+		}
+		held = heldByVM(counters, devs)
+	}
 	e.mu.Lock()
 	if th.plans.Plans == nil {
 		th.plans.Plans, th.set, th.taps = map[string]*agent.Throttle{}, map[string]map[string]float64{}, map[string][]string{}
@@ -128,7 +137,7 @@ func (e *Enforcer) Rebalance(ctx context.Context, shares map[string]float64) (ma
 			sofar[vm][wire.ResourceDisk] = c.disk
 		}
 	}
-	want := th.plans.Plan(shares, sofar, now)
+	want := th.plans.Plan(shares, sofar, held, now)
 	// What to set: the new caps, and 0 (no limit) where a cap was set
 	// before but none is planned now.
 	type change struct {
@@ -158,7 +167,6 @@ func (e *Enforcer) Rebalance(ctx context.Context, shares map[string]float64) (ma
 	}
 	e.mu.Unlock()
 
-	var errs []error
 	var errMu sync.Mutex
 	fail := func(err error) {
 		errMu.Lock()
@@ -214,6 +222,29 @@ func (e *Enforcer) Rebalance(ctx context.Context, shares map[string]float64) (ma
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// heldByVM sums each VM's held counts (heldCounts, by device) over its
+// taps: into the guest on the tap, out of it on the tap's IFB. A VM with
+// a tap not shaped yet has no count, so it is not taken as pressed.
+func heldByVM(counters map[string]ioCounters, devs map[string]float64) map[string]map[string]float64 {
+	if devs == nil {
+		return nil
+	}
+	held := map[string]map[string]float64{}
+	for vm, c := range counters {
+		var in, out float64
+		shaped := len(c.nics) > 0
+		for _, tap := range c.nics {
+			i, hasIn := devs[tap]
+			o, hasOut := devs[ifbName(tap)]
+			in, out, shaped = in+i, out+o, shaped && hasIn && hasOut
+		}
+		if shaped {
+			held[vm] = map[string]float64{wire.ResourceNetIn: in, wire.ResourceNetOut: out}
+		}
+	}
+	return held
 }
 
 // forgetTaps removes the network shaping and IFBs of the VMs that are no
