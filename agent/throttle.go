@@ -121,6 +121,13 @@ const (
 	// idleAt is the part of its proportional part below which a VM counts
 	// as idle on the device.
 	idleAt = 0.02
+	// uncappedWant is the part of the capacity a VM must move uncapped
+	// (alone on the device the tick before, or new) to count as wanting
+	// more: a receiver's ACKs are about 2 % of what it receives, and taken
+	// as a want they would halve the sender's part whenever they cross
+	// the idle bar (make e2e run 53); a VM that moves less uncapped is
+	// capped a Headroom above it, and its cap's shaper says if it holds.
+	uncappedWant = 0.05
 	// IdleProbe is the part of its proportional part an idle VM keeps.
 	IdleProbe = 0.1
 	// Headroom is how far above its use a VM using less than its part is
@@ -247,7 +254,7 @@ func (t *Throttle) Plan(shares, moved map[string]float64, pressed map[string]boo
 		case m < idleAt*part && !(capped && pressed[vm]):
 			demand[vm] = IdleProbe * part
 			idle[vm] = true
-		case !capped || m >= bindAt*c || pressed[vm] || t.fullLately(vm) || saturated && t.want[vm] || full && m >= turn || t.idle[vm] && m >= c/2:
+		case !capped && m >= uncappedWant*t.Capacity || capped && m >= bindAt*c || pressed[vm] || t.fullLately(vm) || saturated && t.want[vm] || full && m >= turn || t.idle[vm] && m >= c/2:
 			// (A VM waking from idle is taken at its word: its probe
 			// is a request or two a tick, too coarse to tell filling
 			// it from falling short. One its cap held back wants more

@@ -303,6 +303,32 @@ func TestThrottleSeesAFlowItsCapHolds(t *testing.T) {
 	}
 }
 
+// TestThrottleLoneSenderKeepsTheLink: bob's sort shuffles between his two
+// VMs while alice's are idle; in the direction out of them one VM sends
+// and the other sends only the ACKs of what it receives, now under the
+// bar of using the link, now over it. The sender alone on the link has
+// it all (its cap the link's 2 MB/s), and when the ACKs count it still
+// has all the ACKs and alice's probes leave, every tick. Mutation: taking
+// every VM that was not capped (the tick after one VM alone had the link)
+// as wanting more gives the ACKs an equal part and the sender half the
+// link every other tick (make e2e run 53: bob's shuffle moved 1.0-1.4
+// MB/s on his own).
+func TestThrottleLoneSenderKeepsTheLink(t *testing.T) {
+	th := &agent.Throttle{Ceiling: 2}
+	shares := map[string]float64{"a1": 0.375, "a2": 0.375, "b0": 0.125, "b1": 0.125}
+	moved := map[string]float64{"b1": 1.9}
+	for tick := range 20 {
+		caps := th.Plan(shares, moved, nil)
+		if tick >= 2 && caps["b1"] < 1.7 {
+			t.Fatalf("tick %d: the lone sender's cap %.3f MB/s, want nearly the link's 2 (caps %v)", tick, caps["b1"], caps)
+		}
+		moved = map[string]float64{"b1": min(caps["b1"], 1.9), "b0": 0.004}
+		if tick%2 == 0 {
+			moved["b0"] = 0.03
+		}
+	}
+}
+
 // TestThrottleSetRatesNeedTwoReadings: a VM's counter is a rate only
 // between two readings in a row that have it. A disk left unread for a
 // tick (its QEMU was not asked) and read again must not count everything
