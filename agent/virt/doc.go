@@ -89,6 +89,10 @@
 //     on the tap whose u32 match-all filter redirects (act_mirred) to an
 //     IFB of the tap's own ("mi" and the tap's name) carrying the same
 //     HTB; a cap of 0 removes both, the IFB goes with its VM and at Close.
+//     Each tick one `tc -s qdisc show` reads how often each of those HTBs
+//     held packets back (overlimits, drops): a rise is the VM asking for
+//     more than its cap, which a TCP flow backing off behind a small cap
+//     does not show in what it moves (agent.Throttle's pressed).
 //     Into and out of the VMs are planned apart, each against its own
 //     capacity, at most LinkKiBps when set (and then a lone VM is capped at
 //     LinkKiBps too). libvirt's own interface bandwidth is not used: it
