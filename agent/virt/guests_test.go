@@ -97,6 +97,7 @@ const ioInitSource = `
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 static void say(const char *fmt, const char *a, int e) {
@@ -155,17 +156,23 @@ static void setaddr(int s, unsigned long req, const char *ip) {
 }
 
 // stream connects to peer:port forever and sends (out) or receives on it.
+// A connect gives up after a second: one made before the host's side of
+// the link is up loses its SYN, and the kernel's retries (1, 3, 7, 15, 31
+// s) left a guest without its stream for the first 20 s of a test.
 static void stream(const char *peer, int port, int out) {
 	static char buf[1 << 16];
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
 	inet_pton(AF_INET, peer, &sa.sin_addr);
+	struct timeval connectWait = {.tv_sec = 1}, never = {0};
 	for (;;) {
 		int c = socket(AF_INET, SOCK_STREAM, 0);
+		if (c >= 0) setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &connectWait, sizeof connectWait);
 		if (c < 0 || connect(c, (struct sockaddr *)&sa, sizeof sa) != 0) {
 			if (c >= 0) close(c);
 			usleep(200000);
 			continue;
 		}
+		setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &never, sizeof never);
 		for (;;) {
 			ssize_t n = out ? write(c, buf, sizeof buf) : read(c, buf, sizeof buf);
 			if (n <= 0) break;
@@ -458,6 +465,13 @@ func newNetPeer(t testing.TB, host string, outPort, inPort int, listen func(port
 	}
 	t.Cleanup(p.close)
 	return p
+}
+
+// connected reports how many of the guest's streams the peer holds.
+func (p *netPeer) connected() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.conns)
 }
 
 // Direct enables the guest's outbound (the host sinks) and inbound (the

@@ -59,13 +59,17 @@ func startNetRig(t *testing.T, names []string) *netRig {
 		out := netLinkPort + 2*i
 		r.gs[n] = bootNetGuest(t, conn, prefix+n, "alice", initrd, 21+i, false, link.peerIP, gw, out, out+1, link.listen)
 	}
-	// Booted: the guest's init says it streams (it tries to connect until
-	// its peer is directed).
+	// Booted: the guest's init says it streams, and its peer holds both
+	// its streams (idle until directed). A stream not yet connected when
+	// a test measures counts as a guest that moved nothing.
 	if err := testpoll.Wait(90*time.Second, 200*time.Millisecond, func() error {
 		for _, n := range names {
 			b, _ := os.ReadFile(consoleLog(prefix + n))
 			if !strings.Contains(string(b), "streaming") {
 				return fmt.Errorf("%s not streaming yet", n)
+			}
+			if c := r.gs[n].Peer.connected(); c < 2 {
+				return fmt.Errorf("%s's peer holds %d of its 2 streams", n, c)
 			}
 		}
 		return nil

@@ -52,7 +52,13 @@ func startNetLink(t testing.TB, mibps int) *netLink {
 		{"tc", "qdisc", "add", "dev", hostEnd, "root", "tbf", "rate", rate, "burst", burst, "latency", "50ms"},
 		{"tc", "-n", l.ns, "qdisc", "add", "dev", nsEnd, "root", "tbf", "rate", rate, "burst", burst, "latency", "50ms"},
 	}
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", l.ns).Run() }) // its veth end goes with it, and so the pair
+	t.Cleanup(func() {
+		// The pair is deleted first, at once: with the namespace (its veth
+		// end goes with it, and so the pair) it goes later, and the next
+		// test's link found its names taken.
+		_ = exec.Command("ip", "link", "del", hostEnd).Run()
+		_ = exec.Command("ip", "netns", "del", l.ns).Run()
+	})
 	for _, s := range steps {
 		if out, err := exec.Command(s[0], s[1:]...).CombinedOutput(); err != nil {
 			msg := fmt.Sprintf("a kernel-limited link needs root, iproute2, veth, tbf and network namespaces: %s: %v\n%s", strings.Join(s, " "), err, out)
