@@ -164,3 +164,38 @@ func TestStaleIFBs(t *testing.T) {
 		t.Errorf("stale IFBs %v, want [mivnet2]", got)
 	}
 }
+
+// TestHeldCountsByVM: the held counts are read from the enforcer's HTB
+// roots only (not an ingress qdisc's, not another device's qdisc), and
+// summed per VM and direction: into the guest on its tap, out of it on the
+// tap's IFB; a direction whose device is not shaped has no count, so the VM
+// is never taken as pressed there. Mutation: counting every qdisc's
+// overlimits takes vnet0's ingress qdisc (9) into alice's inbound count.
+func TestHeldCountsByVM(t *testing.T) {
+	old := tcExec
+	tcExec = func(name string, args ...string) ([]byte, error) {
+		return []byte(`[{"kind":"noqueue","handle":"0:","dev":"lo","root":true,"refcnt":2,"options":{},"bytes":0,"packets":0,"drops":0,"overlimits":0,"requeues":0,"backlog":0,"qlen":0},
+{"kind":"htb","handle":"1:","dev":"vnet0","root":true,"drops":2,"overlimits":5},
+{"kind":"ingress","handle":"ffff:","dev":"vnet0","parent":"ffff:fff1","drops":9,"overlimits":9},
+{"kind":"htb","handle":"1:","dev":"mivnet0","root":true,"drops":0,"overlimits":7},
+{"kind":"htb","handle":"1:","dev":"vnet1","root":true,"drops":1,"overlimits":1},
+{"kind":"pfifo_fast","handle":"0:","dev":"eth0","root":true,"drops":4,"overlimits":4}]`), nil
+	}
+	t.Cleanup(func() { tcExec = old })
+	devs, err := heldCounts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{"vnet0": 7, "mivnet0": 7, "vnet1": 2}
+	if !reflect.DeepEqual(devs, want) {
+		t.Fatalf("heldCounts = %v, want %v", devs, want)
+	}
+	got := heldByVM(map[string]ioCounters{"alice": {nics: []string{"vnet0"}}, "bob": {nics: []string{"vnet1"}}, "carol": {}}, devs)
+	wantVM := map[string]map[string]float64{
+		"alice": {"net-in": 7, "net-out": 7},
+		"bob":   {"net-in": 2}, // its IFB not shaped: no count out of it
+	}
+	if !reflect.DeepEqual(got, wantVM) {
+		t.Errorf("heldByVM = %v, want %v", got, wantVM)
+	}
+}

@@ -225,23 +225,34 @@ func (e *Enforcer) Rebalance(ctx context.Context, shares map[string]float64) (ma
 }
 
 // heldByVM sums each VM's held counts (heldCounts, by device) over its
-// taps: into the guest on the tap, out of it on the tap's IFB. A VM with
-// a tap not shaped yet has no count, so it is not taken as pressed.
+// taps, each direction apart: into the guest on the tap, out of it on the
+// tap's IFB. A direction with a tap not shaped (no cap, or not yet) has no
+// count, so the VM is not taken as pressed in it.
 func heldByVM(counters map[string]ioCounters, devs map[string]float64) map[string]map[string]float64 {
 	if devs == nil {
 		return nil
 	}
 	held := map[string]map[string]float64{}
 	for vm, c := range counters {
-		var in, out float64
-		shaped := len(c.nics) > 0
-		for _, tap := range c.nics {
-			i, hasIn := devs[tap]
-			o, hasOut := devs[ifbName(tap)]
-			in, out, shaped = in+i, out+o, shaped && hasIn && hasOut
+		if len(c.nics) == 0 {
+			continue
 		}
-		if shaped {
-			held[vm] = map[string]float64{wire.ResourceNetIn: in, wire.ResourceNetOut: out}
+		dirs := map[string]float64{}
+		for r, dev := range map[string]func(string) string{
+			wire.ResourceNetIn:  func(tap string) string { return tap },
+			wire.ResourceNetOut: ifbName,
+		} {
+			sum, shaped := 0.0, true
+			for _, tap := range c.nics {
+				n, ok := devs[dev(tap)]
+				sum, shaped = sum+n, shaped && ok
+			}
+			if shaped {
+				dirs[r] = sum
+			}
+		}
+		if len(dirs) > 0 {
+			held[vm] = dirs
 		}
 	}
 	return held
