@@ -22,7 +22,8 @@
 //     vCPU's CPU (agent/virt, "Where a domain's threads run"), so that a
 //     domain's weight is all where its vCPU contends.
 //   - Times are held to the model on the jobs' CPU clock (the CPU time the
-//     host gave the guests of the users whose jobs run, per CPU): the
+//     host gave the guests of the users whose jobs run on the busiest CPU,
+//     the one where their ends are made): the
 //     market divides what the host gives its guests, and on a machine where
 //     other processes take part of the CPUs wall time runs unevenly faster.
 //     When the guests had the CPUs (nearly) to themselves, the wall clock
