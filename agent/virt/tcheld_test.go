@@ -1,12 +1,14 @@
 package virt_test
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"testing"
 	"time"
 
 	"github.com/mrmarket/mrmarket/agent/virt"
+	"github.com/mrmarket/mrmarket/internal/testpoll"
 )
 
 // TestHeldCountsRiseUnderPressure: the network throttle reads whether a
@@ -54,19 +56,14 @@ func TestHeldCountsRiseUnderPressure(t *testing.T) {
 			}
 		}
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testpoll.CheckFor(t, 10*time.Second, 100*time.Millisecond, func() error {
 		after, err := virt.HeldCounts()
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
-		if after[link.hostEnd] > before[link.hostEnd] {
-			t.Logf("held count of %s: %.0f → %.0f", link.hostEnd, before[link.hostEnd], after[link.hostEnd])
-			return
+		if after[link.hostEnd] <= before[link.hostEnd] {
+			return fmt.Errorf("a flow held at 64 KiB/s: the held count of %s stayed at %.0f", link.hostEnd, after[link.hostEnd])
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a flow held at 64 KiB/s for 10 s: the held count of %s stayed at %.0f", link.hostEnd, after[link.hostEnd])
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
