@@ -163,8 +163,8 @@ func (w *world) clock(samples []sample, t0 time.Time, ends map[string]time.Time)
 	onCPU := func(cpu int, t time.Time) float64 {
 		total := 0.0
 		for u, end := range ends {
-			for k, vm := range w.clusters[u].Workers {
-				if w.cpus[k%len(w.cpus)] == cpu {
+			for _, vm := range w.clusters[u].Workers {
+				if w.pinned[vm] == cpu {
 					total += guestCPU(samples, []string{vm}, minTime(t, end)) - guestCPU(samples, []string{vm}, t0)
 				}
 			}

@@ -57,6 +57,8 @@ type world struct {
 	stages []*workertest.Cluster
 	// cpus pins worker i of every cluster to host CPU cpus[i].
 	cpus []int
+	// pinned is the host CPU each guest's vCPU is pinned to (pin).
+	pinned map[string]int
 	// taps are the guests' taps, by VM.
 	taps map[string]string
 	// diskKiBps is the speed of the device under the guests' disks, as the
@@ -189,7 +191,7 @@ func newWorld(t *testing.T, inputs []worker.Input, stageInput worker.Input, stag
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { diskConn.Close() })
-	w := &world{t: t, conn: conn, diskConn: diskConn, clusters: map[string]*workertest.Cluster{}, taps: map[string]string{}, asking: map[string]bool{}, bin: testproc.Binary(t),
+	w := &world{t: t, conn: conn, diskConn: diskConn, clusters: map[string]*workertest.Cluster{}, taps: map[string]string{}, pinned: map[string]int{}, asking: map[string]bool{}, bin: testproc.Binary(t),
 		samplers: map[*sampler]bool{}}
 	w.waitAlone()
 
@@ -335,6 +337,7 @@ func (w *world) pin(vm string, cpu int) {
 	if err := d.PinVcpuFlags(0, cpumap, libvirt.DOMAIN_AFFECT_LIVE); err != nil {
 		w.t.Fatalf("pinning %s to CPU %d: %v", vm, cpu, err)
 	}
+	w.pinned[vm] = cpu
 }
 
 // waitAlone waits until no other test's managed guests run on this
