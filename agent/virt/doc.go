@@ -93,6 +93,15 @@
 //     held packets back (overlimits, drops): a rise is the VM asking for
 //     more than its cap, which a TCP flow backing off behind a small cap
 //     does not show in what it moves (agent.Throttle's pressed).
+//     Where the link's speed is stated (LinkKiBps), the kernel divides it
+//     instead (tcshare.go): one HTB per direction on a shared IFB, a class
+//     per VM at its part of 0.92 of the stated speed with the whole as its
+//     ceiling, so that what one VM leaves the others borrow at once, in
+//     proportion to their shares; each tap's packets are redirected there
+//     by a clsact, and classified by the guest's MAC. Caps re-planned every
+//     tick lend a tick late, and a shuffle's flows turn from one guest to
+//     another every second (docs/E2E.md). The per-VM caps below are for a
+//     link whose speed is not stated.
 //     Into and out of the VMs are planned apart, each against its own
 //     capacity, at most LinkKiBps when set (and then a lone VM is capped at
 //     LinkKiBps too). libvirt's own interface bandwidth is not used: it

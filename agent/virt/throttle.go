@@ -42,6 +42,7 @@ const mib = 1 << 20
 type ioCounters struct {
 	disk, netIn, netOut float64
 	disks, nics         []string
+	macs                []string // the guest's MACs on nics
 	// diskUnread: the disks' counters were not read (see asksQEMU), so
 	// disk is not what they moved.
 	diskUnread bool
@@ -65,6 +66,9 @@ type throttles struct {
 	taps map[string][]string
 	// swept says the IFBs a former run left were looked for.
 	swept bool
+	// link is the network divided in the kernel (sharesLink), set up at
+	// the first Rebalance.
+	link *sharedLink
 }
 
 // throttled lists the resources the configuration throttles; under mu.
@@ -73,10 +77,16 @@ func (e *Enforcer) throttled() []string {
 	if e.cfg.Disk == wire.ModeThrottle {
 		rs = append(rs, wire.ResourceDisk)
 	}
-	if e.cfg.Net == wire.ModeThrottle {
+	if e.cfg.Net == wire.ModeThrottle && !e.sharesLink() {
 		rs = append(rs, wire.ResourceNetIn, wire.ResourceNetOut)
 	}
 	return rs
+}
+
+// sharesLink says the network is divided in the kernel (tcshare.go): it
+// is throttled and its speed is stated.
+func (e *Enforcer) sharesLink() bool {
+	return e.cfg.Net == wire.ModeThrottle && e.cfg.LinkKiBps > 0
 }
 
 // ceiling is resource r's known speed (MiB/s), 0 where it is estimated.
@@ -95,8 +105,9 @@ func (e *Enforcer) Rebalance(ctx context.Context, shares map[string]float64) (ma
 	e.mu.Lock()
 	rs := e.throttled()
 	e.th.shares = maps.Clone(shares)
+	shared := e.sharesLink()
 	e.mu.Unlock()
-	if len(rs) == 0 {
+	if len(rs) == 0 && !shared {
 		return nil, nil
 	}
 	doms, _, err := e.managed()
@@ -204,9 +215,27 @@ func (e *Enforcer) Rebalance(ctx context.Context, shares map[string]float64) (ma
 	if err := e.forgetTaps(doms); err != nil {
 		errs = append(errs, err)
 	}
+	var parts map[string]map[string]float64
+	if shared {
+		e.mu.Lock()
+		if e.th.link == nil {
+			e.th.link = &sharedLink{bps: linkMargin * e.ceiling(wire.ResourceNetIn) * mib}
+		}
+		link := e.th.link
+		e.mu.Unlock()
+		var err error
+		if parts, err = link.apply(shares, counters); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	out := map[string]map[string]float64{}
+	for vm, p := range parts {
+		if _, live := doms[vm]; live {
+			out[vm] = p
+		}
+	}
 	for vm, caps := range e.th.set {
 		if _, live := doms[vm]; !live {
 			delete(e.th.set, vm)
@@ -401,6 +430,7 @@ func (e *Enforcer) domainIO(vm string, d *libvirt.Domain, askQEMU bool) ioCounte
 			}
 		}
 	}
+	c.macs = devs.macs
 	for _, nic := range devs.taps {
 		c.nics = append(c.nics, nic)
 		if st, err := d.InterfaceStats(nic); err == nil {
@@ -420,6 +450,7 @@ func (e *Enforcer) domainIO(vm string, d *libvirt.Domain, askQEMU bool) ioCounte
 type devices struct {
 	id          uint
 	disks, taps []string
+	macs        []string // the taps' guests' MACs, where the XML gives them
 	read        time.Time
 }
 
@@ -465,6 +496,9 @@ func (e *Enforcer) devicesOf(vm string, d *libvirt.Domain) (devices, bool) {
 	for _, nic := range dx.Devices.Interfaces {
 		if nic.Target != nil && nic.Target.Dev != "" {
 			devs.taps = append(devs.taps, nic.Target.Dev)
+			if nic.MAC != nil && nic.MAC.Address != "" {
+				devs.macs = append(devs.macs, nic.MAC.Address)
+			}
 		}
 	}
 	e.mu.Lock()

@@ -169,6 +169,13 @@ func NewWithConn(cfg Config, conn *libvirt.Connect) (*Enforcer, error) {
 // the libvirt connection.
 func (e *Enforcer) Close() error {
 	err := e.forgetTaps(nil)
+	e.mu.Lock()
+	link := e.th.link
+	e.th.link = nil
+	e.mu.Unlock()
+	if link != nil {
+		err = errors.Join(err, link.close())
+	}
 	e.cache.close(e.conn)
 	if e.borrowed {
 		return err
