@@ -20,7 +20,7 @@ import (
 // idles — a workflow's bottleneck.
 func hotJob(c *workertest.Cluster, name string) yarnfacade.JobSpec {
 	spec := c.Job(name, worker.WordCount, 1, 1)
-	spec.Splits = slotMaps(c, c.Workers[0], 4)
+	spec.Splits = slotMaps(c, c.Workers[0], worker.WordCount, 4)
 	return spec
 }
 
@@ -32,8 +32,8 @@ func hotJob(c *workertest.Cluster, name string) yarnfacade.JobSpec {
 // task model places a job's maps where their input is when it can, and
 // else where a slot is free), at the link's 2 MB/s: the job's last
 // seconds would be the link's, not the CPU's.
-func slotMaps(c *workertest.Cluster, vm string, per int) []worker.Split {
-	splits := c.Splits(vm, worker.WordCount)
+func slotMaps(c *workertest.Cluster, vm, kind string, per int) []worker.Split {
+	splits := c.Splits(vm, kind)
 	var out []worker.Split
 	for k := 0; k+per <= len(splits); k += per {
 		out = append(out, worker.Split{VM: splits[k].VM, Offset: splits[k].Offset, Length: int64(per) * splits[k].Length})
@@ -163,7 +163,7 @@ func (w *world) hotRun(t *testing.T, name string) hotResult {
 	defer cancel()
 	a := w.clusters["alice"]
 	rival := hotJob(w.clusters["bob"], name+"-rival")
-	rival.Splits = slotMaps(w.clusters["bob"], w.clusters["bob"].Workers[0], 8)
+	rival.Splits = slotMaps(w.clusters["bob"], w.clusters["bob"].Workers[0], worker.WordCount, 8)
 	rival.Splits = append(rival.Splits, rival.Splits...)
 	stop := w.competeWith(ctx, rival)
 	smp := w.sample(time.Second)

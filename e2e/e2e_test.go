@@ -32,7 +32,7 @@ var wordCount = worker.Input{Kind: worker.WordCount, Splits: 8, SplitBytes: 16 <
 // 3:1 on them with fair plans; the agent divides the CPUs by those shares.
 func TestE2E(t *testing.T) {
 	wall := time.Now()
-	w := newWorld(t, []worker.Input{wordCount}, stageInput, 3, "alice", "bob")
+	w := newWorld(t, []worker.Input{wordCount, sortInput}, stageInput, 3, "alice", "bob")
 	t.Cleanup(func() { w.report(time.Since(wall)) })
 	a, b := w.clusters["alice"], w.clusters["bob"]
 	// Every bid's rate over the whole run, for the charges' check.
@@ -49,6 +49,7 @@ func TestE2E(t *testing.T) {
 	if aliceCPU == 0 {
 		aliceCPU = 20
 	}
+	t.Run("a-shuffle", w.caseShuffle)
 	t.Run("f-more", func(t *testing.T) { w.caseMore(t, aliceCPU) })
 	t.Run("e-restart", func(t *testing.T) { w.caseRestart(t, aliceCPU) })
 	t.Run("b-deadline", w.caseDeadline)
@@ -90,20 +91,26 @@ func (w *world) waitRatio(hi, lo string, ratio float64) {
 // submission.
 func (w *world) pair(t *testing.T, name string, during func(t0 time.Time)) (ra, rb yarnfacade.Result) {
 	t.Helper()
+	return w.pairOf(t, name, worker.WordCount, 4, during)
+}
+
+// pairOf is pair with jobs of kind whose maps each take per splits.
+func (w *world) pairOf(t *testing.T, name, kind string, per int, during func(t0 time.Time)) (ra, rb yarnfacade.Result) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	a, b := w.clusters["alice"], w.clusters["bob"]
 	// Each worker's maps are its slots' (slotMaps): the jobs compute on
 	// their own CPUs to the end, and no map of one worker's input waits to
 	// be read over the link by the other.
-	specA, specB := a.Job(name, worker.WordCount, 2, 1), b.Job(name, worker.WordCount, 2, 1)
+	specA, specB := a.Job(name, kind, 2, 1), b.Job(name, kind, 2, 1)
 	for _, c := range []struct {
 		cl   *workertest.Cluster
 		spec *yarnfacade.JobSpec
 	}{{a, &specA}, {b, &specB}} {
 		c.spec.Splits = nil
 		for _, vm := range c.cl.Workers {
-			c.spec.Splits = append(c.spec.Splits, slotMaps(c.cl, vm, 4)...)
+			c.spec.Splits = append(c.spec.Splits, slotMaps(c.cl, vm, kind, per)...)
 		}
 	}
 	t0 := time.Now()

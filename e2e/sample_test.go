@@ -379,10 +379,16 @@ func guestVCPU(samples []sample, vms []string, t time.Time) float64 {
 // guestTime is the time of the guests vms by t, as of says, interpolated
 // between the samples around it.
 func guestTime(samples []sample, vms []string, t time.Time, of func(counters) time.Duration) float64 {
+	return guestAmount(samples, vms, t, func(c counters) float64 { return of(c).Seconds() })
+}
+
+// guestAmount is the sum over the guests vms of what of counts by t,
+// interpolated between the samples around it.
+func guestAmount(samples []sample, vms []string, t time.Time, of func(counters) float64) float64 {
 	total := func(s sample) float64 {
 		sum := 0.0
 		for _, vm := range vms {
-			sum += of(s.cnt[vm]).Seconds()
+			sum += of(s.cnt[vm])
 		}
 		return sum
 	}

@@ -1,0 +1,130 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/mrmarket/mrmarket/hadoopvm/worker"
+	"github.com/mrmarket/mrmarket/hadoopvm/yarnfacade"
+)
+
+// sortInput is each worker's second input: a sort whose shuffle moves
+// half of each guest's 16 MiB of map output to the other guest over the
+// link the agent shapes (linkKiBps each direction), about 8 s of the
+// whole link for a cluster's job against about 2 s of its CPUs for the
+// maps: the I/O-bound half of case a.
+var sortInput = worker.Input{Kind: worker.Sort, Splits: 2, SplitBytes: 8 << 20, Seed: 41}
+
+// phases are a job's stretches as the facade saw them, in seconds: its
+// maps (from its submission to the last map's end, on the CPUs), its
+// shuffle (to the last reduce's shuffle end, on the link) and its merge
+// and write (to its end, on the CPUs).
+type phases struct{ maps, shuffle, tail float64 }
+
+// phasesOf reads a finished job's phases from its attempts.
+func phasesOf(r yarnfacade.Result) (phases, error) {
+	var mapsEnd, shuffleEnd time.Time
+	for _, a := range r.Attempts {
+		switch {
+		case !a.OK:
+		case a.Reduce && a.ShuffleEnd.After(shuffleEnd):
+			shuffleEnd = a.ShuffleEnd
+		case !a.Reduce && a.Finish.After(mapsEnd):
+			mapsEnd = a.Finish
+		}
+	}
+	if mapsEnd.IsZero() || shuffleEnd.Before(mapsEnd) {
+		return phases{}, fmt.Errorf("%s: no map end, or a shuffle that ended before the maps (%v, %v)", r.Job, mapsEnd, shuffleEnd)
+	}
+	return phases{mapsEnd.Sub(r.Submitted).Seconds(), shuffleEnd.Sub(mapsEnd).Seconds(), r.Finished.Sub(shuffleEnd).Seconds()}, nil
+}
+
+// caseShuffle: the I/O-bound half of case a. Alice's sort runs once with
+// the cluster to herself (bob's guests idle, their parts of the CPUs and
+// the link lent to hers): each phase's time with the whole resource. Then
+// alice and bob run equal sorts at their 3:1 spending. The model, given
+// those phases — maps and the merge on the CPUs, the shuffle on the link
+// — and the shares the agent set, predicts bob's time over alice's, held
+// on the wall clock (the link's caps are rates per second of it), within
+// 10 %. While both shuffled, the link is divided as their shares divide
+// it, within 10 %: the bytes their guests moved. Mutation: with the
+// network throttle off (agent --net none) the guests' taps do not divide
+// the link by the shares, and both checks fail.
+func (w *world) caseShuffle(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	a := w.clusters["alice"]
+	spec := a.Job("sort-alone", worker.Sort, 2, 1)
+	alone, err := w.run(ctx, "alice", spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.CheckOutput(spec, alone); err != nil {
+		t.Error(err)
+	}
+	ph, err := phasesOf(alone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("alice's sort alone: maps %.1f s, shuffle %.1f s, merge and write %.1f s", ph.maps, ph.shuffle, ph.tail)
+
+	q := w.cpuShares()
+	smp := w.sample(time.Second)
+	ra, rb := w.pairOf(t, "sort-shares", worker.Sort, 1, nil)
+	samples := smp.end()
+	t.Logf("timeline:\n%s", timeline(samples, w.vms(), ra.Submitted))
+	job := func(user string) flow {
+		s := map[string]float64{"cpu": q[user], "net": q[user]}
+		return flow{phases: []phase{{"cpu", ph.maps}, {"net", ph.shuffle}, {"cpu", ph.tail}}, shares: s}
+	}
+	end := finishes([]flow{job("alice"), job("bob")})
+	want := end[1] / end[0]
+	ta, tb := took(ra), took(rb)
+
+	// The link's division while both shuffled: from the later of their
+	// maps' ends to the earlier of their shuffles' ends.
+	pa, errA := phasesOf(ra)
+	pb, errB := phasesOf(rb)
+	if errA != nil || errB != nil {
+		t.Fatal(errA, errB)
+	}
+	from := maxTime(ra.Submitted.Add(seconds(pa.maps)), rb.Submitted.Add(seconds(pb.maps)))
+	to := minTime(ra.Submitted.Add(seconds(pa.maps+pa.shuffle)), rb.Submitted.Add(seconds(pb.maps+pb.shuffle)))
+	moved := func(user string) float64 {
+		vms := w.clusters[user].Workers
+		return guestBytes(samples, vms, to) - guestBytes(samples, vms, from)
+	}
+	ma, mb := moved("alice"), moved("bob")
+	part, partWant := ma/(ma+mb), q["alice"]/(q["alice"]+q["bob"])
+
+	w.add(row{fmt.Sprintf("a: equal sorts (shuffle over the %d KiB/s link), alice:bob spending 3:1 (agent's shares %.3f/%.3f)",
+		linkKiBps, q["alice"], q["bob"]), "net",
+		fmt.Sprintf("bob/alice time %.3f (alone: maps %.1f s, shuffle %.1f s, merge %.1f s); alice's part of the link while both shuffled %.3f",
+			want, ph.maps, ph.shuffle, ph.tail, partWant),
+		fmt.Sprintf("%.3f (alice %.1f s, bob %.1f s, wall clock); %.3f over %.1f s (%.1f and %.1f MiB through their taps)",
+			tb/ta, ta, tb, part, to.Sub(from).Seconds(), ma/(1<<20), mb/(1<<20))})
+	within(t, "bob's sort's time over alice's (wall clock)", tb/ta, want)
+	if to.Sub(from) < 2*time.Second {
+		t.Errorf("the two sorts shuffled together for %v only: too short to see the link's division", to.Sub(from))
+	} else if math.Abs(part/partWant-1) > tolerance {
+		t.Errorf("alice's part of the link while both shuffled: measured %.3f, expected %.3f (tolerance %.0f %%)", part, partWant, 100*tolerance)
+	}
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// guestBytes is what the guests vms had moved through their taps by t,
+// both ways, in bytes, interpolated between the samples around it.
+func guestBytes(samples []sample, vms []string, t time.Time) float64 {
+	return guestAmount(samples, vms, t, func(c counters) float64 { return float64(c.rx + c.tx) })
+}
