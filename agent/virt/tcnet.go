@@ -301,11 +301,19 @@ func CheckNetShaping() error {
 			return fmt.Errorf("iproute2's %s not found: %w", bin, err)
 		}
 	}
-	probe := fmt.Sprintf("mrmprobe%d", os.Getpid()%10000000)
+	probe := fmt.Sprintf("mrmprobe%d", os.Getpid()%1000000) // a name of 14 bytes at most: tap adds one
 	if err := tcRun("ip", "link", "add", probe, "type", "ifb"); err != nil {
 		return fmt.Errorf("no IFB device (ifb): %w", err)
 	}
 	defer func() { _ = tcRun("ip", "link", "del", probe) }()
+	// A second IFB plays a tap of the shared link (tcshare.go): its clsact
+	// redirects to the first, whose HTB classifies by MAC.
+	tap := probe + "t"
+	if err := tcRun("ip", "link", "add", tap, "type", "ifb"); err != nil {
+		return fmt.Errorf("no IFB device (ifb): %w", err)
+	}
+	defer func() { _ = tcRun("ip", "link", "del", tap) }()
+	class := vmClass{minor: 2, rate: mib, quantum: leastQuantum, macs: []string{"02:00:00:00:00:01"}}
 	steps := []struct {
 		what string
 		args []string
@@ -314,6 +322,11 @@ func CheckNetShaping() error {
 		{"HTB (sch_htb)", htbArgs(probe, mib)},
 		{"ingress qdisc (sch_ingress)", redirectArgs(probe, probe)[0]},
 		{"u32 filter with a mirred redirect (cls_u32, act_mirred)", redirectArgs(probe, probe)[1]},
+		{"HTB class of a VM on the shared link", classCommands(probe, "net-in", 2*mib, class)[0]},
+		{"u32 filter by MAC (cls_u32's ether match)", classCommands(probe, "net-in", 2*mib, class)[1]},
+		{"clsact qdisc (sch_ingress)", []string{"qdisc", "add", "dev", tap, "clsact"}},
+		{"u32 filter on clsact egress with a mirred redirect", []string{"filter", "add", "dev", tap, "egress", "protocol", "all", "prio", "1",
+			"u32", "match", "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev", probe}},
 	}
 	for _, s := range steps {
 		if err := tcRun("tc", s.args...); err != nil {

@@ -198,7 +198,9 @@ func (l *sharedLink) setUp() error {
 		if err := tcRun("ip", "link", "del", ifb); !absent(err) {
 			return err
 		}
-		for _, args := range [][]string{{"link", "add", ifb, "type", "ifb"}, {"link", "set", ifb, "alias", sharedAlias}, {"link", "set", ifb, "up"}} {
+		// (A queue of 1000 packets, as the per-VM IFBs: an IFB's own 32
+		// dropped a resumed guest's flows, and TCP backed off.)
+		for _, args := range [][]string{{"link", "add", ifb, "txqueuelen", "1000", "type", "ifb"}, {"link", "set", ifb, "alias", sharedAlias}, {"link", "set", ifb, "up"}} {
 			if err := tcRun("ip", args...); err != nil {
 				return err
 			}
