@@ -50,6 +50,7 @@ func TestE2E(t *testing.T) {
 		aliceCPU = 20
 	}
 	t.Run("a-shuffle", w.caseShuffle)
+	t.Run("a-disk", w.caseDisk)
 	t.Run("f-more", func(t *testing.T) { w.caseMore(t, aliceCPU) })
 	t.Run("e-restart", func(t *testing.T) { w.caseRestart(t, aliceCPU) })
 	t.Run("b-deadline", w.caseDeadline)
