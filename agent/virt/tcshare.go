@@ -3,7 +3,9 @@ package virt
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -27,12 +29,22 @@ import (
 //     VM's (ARP from the host, a guest without a share) pass unshaped;
 //   - each tap gets a clsact qdisc whose egress (into the guest) and
 //     ingress (out of it) filters redirect every packet to the direction's
-//     IFB; the IFB sends it on where it was going.
+//     IFB; the IFB sends it on where it was going. Out of the guest only
+//     frames from the guest's own MACs go on: the outbound IFB classifies
+//     by source MAC, and a guest that forged another's would be charged to
+//     that VM's class, or, forging one of no VM's, pass unshaped. Its
+//     other frames are redirected to dropIFB, an IFB kept down, which
+//     drops them (this kernel has no gact to drop them with).
 //
 // sharedShaping computes the commands; the enforcer runs them.
 
 // sharedIFBs are the IFBs of the two directions, by resource.
 var sharedIFBs = map[string]string{"net-in": "mrmin", "net-out": "mrmout"}
+
+// dropIFB is where a guest's frames from a MAC not its own go: an IFB
+// never set up, whose mirred redirect drops them (counted as the filter's
+// overlimits).
+const dropIFB = "mrmdrop"
 
 // leastQuantum is the HTB quantum of the class with the least share: what
 // it may send in a round when borrowing, the others' in proportion to
@@ -132,30 +144,35 @@ func classCommands(ifb, dir string, link float64, c vmClass) [][]string {
 	return cmds
 }
 
-// tapCommands redirects everything a tap carries to the shared IFBs:
-// egress (into the guest) to the inbound one, ingress (out of it) to the
-// outbound one. Run on a tap without the enforcer's clsact (redirectTap
+// tapCommands redirects what a tap carries to the shared IFBs: egress
+// (into the guest) all of it to the inbound one, ingress (out of it) the
+// frames from the guest's own macs to the outbound one and the rest to
+// dropIFB. Run on a tap without the enforcer's clsact (redirectTap
 // removes one first): two u32 filters given the same handle on the two
 // hooks of one clsact are one filter, and the second replaced the first.
-func tapCommands(tap string) [][]string {
-	return [][]string{
+func tapCommands(tap string, macs []string) [][]string {
+	cmds := [][]string{
 		{"qdisc", "add", "dev", tap, "clsact"},
 		{"filter", "add", "dev", tap, "egress", "protocol", "all", "prio", "1",
 			"u32", "match", "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev", sharedIFBs["net-in"]},
-		{"filter", "add", "dev", tap, "ingress", "protocol", "all", "prio", "1",
-			"u32", "match", "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev", sharedIFBs["net-out"]},
 	}
+	for _, mac := range macs {
+		cmds = append(cmds, []string{"filter", "add", "dev", tap, "ingress", "protocol", "all", "prio", "1",
+			"u32", "match", "ether", "src", strings.ToLower(mac), "action", "mirred", "egress", "redirect", "dev", sharedIFBs["net-out"]})
+	}
+	return append(cmds, []string{"filter", "add", "dev", tap, "ingress", "protocol", "all", "prio", "2",
+		"u32", "match", "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev", dropIFB})
 }
 
 // redirectTap sets tapCommands up on tap, replacing whatever clsact or
 // ingress qdisc it had.
-func redirectTap(tap string) error {
+func redirectTap(tap string, macs []string) error {
 	for _, kind := range []string{"clsact", "ingress"} {
 		if err := tcRun("tc", "qdisc", "del", "dev", tap, kind); !absent(err) {
 			return err
 		}
 	}
-	return runTC(tapCommands(tap))
+	return runTC(tapCommands(tap, macs))
 }
 
 // runTC runs tc with each command's arguments, all of them, and returns
@@ -206,6 +223,14 @@ func (l *sharedLink) setUp() error {
 			}
 		}
 		if err := runTC(linkCommands(ifb, l.bps)); err != nil {
+			return err
+		}
+	}
+	if err := tcRun("ip", "link", "del", dropIFB); !absent(err) {
+		return err
+	}
+	for _, args := range [][]string{{"link", "add", dropIFB, "type", "ifb"}, {"link", "set", dropIFB, "alias", sharedAlias}} {
+		if err := tcRun("ip", args...); err != nil {
 			return err
 		}
 	}
@@ -260,7 +285,7 @@ func (l *sharedLink) apply(shares map[string]float64, counters map[string]ioCoun
 		for _, tap := range counters[vm].nics {
 			live[tap] = true
 			if !l.taps[tap] {
-				if err := redirectTap(tap); err != nil {
+				if err := redirectTap(tap, counters[vm].macs); err != nil {
 					errs = append(errs, fmt.Errorf("virt: redirecting %s to the shared link: %w", tap, err))
 					continue
 				}
@@ -291,7 +316,7 @@ func (l *sharedLink) close() error {
 			errs = append(errs, err)
 		}
 	}
-	for _, ifb := range sharedIFBs {
+	for _, ifb := range append(slices.Collect(maps.Values(sharedIFBs)), dropIFB) {
 		if err := tcRun("ip", "link", "del", ifb); !absent(err) {
 			errs = append(errs, err)
 		}

@@ -8,11 +8,13 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/mrmarket/mrmarket/internal/testpoll"
 	"golang.org/x/sys/unix"
 )
 
@@ -67,6 +69,8 @@ func startVethGuests(t *testing.T, n int) []vethGuest {
 		need("ip", "link", "add", ifb, "type", "ifb")
 		need("ip", "link", "set", ifb, "up")
 	}
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", dropIFB).Run() })
+	need("ip", "link", "add", dropIFB, "type", "ifb")
 	return gs
 }
 
@@ -183,7 +187,7 @@ func TestSharedLinkDividesByShares(t *testing.T) {
 		}
 	}
 	for _, g := range gs {
-		if err := redirectTap(g.tap); err != nil {
+		if err := redirectTap(g.tap, []string{g.mac}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -206,4 +210,91 @@ func TestSharedLinkDividesByShares(t *testing.T) {
 			t.Errorf("%s, b alone: %.2f MiB/s, want at least 80 %% of the link's 2", name, rate/(1<<20))
 		}
 	}
+}
+
+// TestSharedLinkDropsForgedSources: frames a guest sends from a MAC not its
+// own never reach the outbound IFB, which classifies by source MAC (a
+// forged MAC of another VM's would be charged to that VM's class, one of
+// no VM's would pass unshaped); frames from its own MAC do. Mutation: the
+// tap's ingress redirecting every frame to the outbound IFB (the filter
+// before this one) lets the forged frames through.
+func TestSharedLinkDropsForgedSources(t *testing.T) {
+	gs := startVethGuests(t, 1)
+	g := gs[0]
+	if err := runTC(linkCommands(sharedIFBs["net-out"], 2<<20)); err != nil {
+		t.Fatal(err)
+	}
+	if err := redirectTap(g.tap, []string{g.mac}); err != nil {
+		t.Fatal(err)
+	}
+	const frames = 50
+	sent := func(from string) int {
+		t.Helper()
+		before := txPackets(t, sharedIFBs["net-out"])
+		if err := inNS(g.ns, func() error { return sendFrames("eth0", from, frames) }); err != nil {
+			t.Fatal(err)
+		}
+		// The IFB sends on what it was given at once: count until it
+		// stops rising.
+		var n int
+		testpoll.CheckFor(t, 5*time.Second, 100*time.Millisecond, func() error {
+			m := txPackets(t, sharedIFBs["net-out"]) - before
+			if m != n {
+				n = m
+				return fmt.Errorf("still rising: %d", m)
+			}
+			return nil
+		})
+		return n
+	}
+	if n := sent(g.mac); n < frames {
+		t.Errorf("of %d frames from the guest's own MAC %d reached the outbound IFB, want all", frames, n)
+	}
+	for _, forged := range []string{"02:00:00:00:00:99", "52:54:00:12:34:56"} {
+		if n := sent(forged); n >= frames {
+			t.Errorf("%d frames from the forged MAC %s reached the outbound IFB (of %d sent), want none of them", n, forged, frames)
+		}
+	}
+}
+
+// txPackets is how many packets dev has sent.
+func txPackets(t *testing.T, dev string) int {
+	t.Helper()
+	b, err := os.ReadFile("/sys/class/net/" + dev + "/statistics/tx_packets")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// sendFrames sends n raw Ethernet frames from the source MAC from out of
+// dev (to the broadcast address, an IPv4 ethertype and a zero payload).
+func sendFrames(dev, from string, n int) error {
+	src, err := net.ParseMAC(from)
+	if err != nil {
+		return err
+	}
+	ifi, err := net.InterfaceByName(dev)
+	if err != nil {
+		return err
+	}
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	frame := append(append([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, src...), 0x08, 0x00)
+	frame = append(frame, make([]byte, 46)...)
+	to := &unix.SockaddrLinklayer{Ifindex: ifi.Index, Halen: 6}
+	copy(to.Addr[:], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+	for range n {
+		if err := unix.Sendto(fd, frame, 0, to); err != nil {
+			return err
+		}
+	}
+	return nil
 }
