@@ -98,7 +98,9 @@
 //     per VM at its part of 0.92 of the stated speed with the whole as its
 //     ceiling, so that what one VM leaves the others borrow at once, in
 //     proportion to their shares; each tap's packets are redirected there
-//     by a clsact, and classified by the guest's MAC. Caps re-planned every
+//     by a clsact, and classified by the guest's MAC (out of the guest,
+//     frames from a MAC not its own are dropped at the tap: forged, they
+//     would be charged to another VM's class or pass unshaped). Caps re-planned every
 //     tick lend a tick late, and a shuffle's flows turn from one guest to
 //     another every second (docs/E2E.md). The per-VM caps below are for a
 //     link whose speed is not stated.

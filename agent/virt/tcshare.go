@@ -25,8 +25,9 @@ import (
 //   - u32 filters on each IFB send a VM's packets to its class by its MAC:
 //     the destination into the guest, the source out of it. (This kernel
 //     has neither act_skbedit nor cls_matchall, which would mark a tap's
-//     packets for their class on the tap; docs/PLATFORM.md.) Packets of no
-//     VM's (ARP from the host, a guest without a share) pass unshaped;
+//     packets for their class on the tap; docs/PLATFORM.md.) A VM nobody
+//     bids on has a class too, at its piece of unpaidPart; packets of no
+//     VM's (ARP from the host) pass unshaped;
 //   - each tap gets a clsact qdisc whose egress (into the guest) and
 //     ingress (out of it) filters redirect every packet to the direction's
 //     IFB; the IFB sends it on where it was going. Out of the guest only
@@ -59,35 +60,53 @@ const leastQuantum = 64 << 10
 type vmClass struct {
 	minor   uint16
 	rate    float64 // bytes/s
+	ceil    float64 // bytes/s; 0: the link's
 	quantum int
 	macs    []string
 }
 
-// sharedClasses gives each VM with a share its class on a link of bps
-// bytes/s: its part of the link by shares, its quantum in proportion to
-// its share. minors keeps each VM's minor across calls (a new VM takes the
-// least one free from 2).
+// unpaidPart is the part of the link the VMs nobody bids on share, each
+// capped at its even piece of it, rate and ceiling: enough for ARP, DHCP
+// and a worker's heartbeats. Without a class of its own such a VM's tap
+// would pass beside the shared HTB, unshaped, and take from the link what
+// the paying VMs' parts assume they have; with the whole link as its
+// ceiling it would borrow as much as the least paying VM (HTB sends a
+// packet a class each round whatever a quantum below the packet's size).
+const unpaidPart = 0.02
+
+// sharedClasses gives each VM whose MACs are known its class on a link of
+// bps bytes/s: one with a share its part of the link by shares (of all but
+// unpaidPart of it when some VM has none), its quantum in proportion to
+// its share; one without its even piece of unpaidPart, as its rate and
+// its ceiling. minors keeps each VM's minor across calls (a new VM takes
+// the least one free from 2).
 func sharedClasses(bps float64, shares map[string]float64, macs map[string][]string, minors map[string]uint16) map[string]vmClass {
 	var sum float64
 	least := math.Inf(1)
-	for vm, q := range shares {
-		if q > 0 && len(macs[vm]) > 0 {
+	unpaid := 0
+	for vm := range macs {
+		if q := shares[vm]; q > 0 {
 			sum, least = sum+q, math.Min(least, q)
+		} else {
+			unpaid++
 		}
+	}
+	paid := bps
+	if unpaid > 0 {
+		paid = bps * (1 - unpaidPart)
 	}
 	used := map[uint16]bool{}
 	for _, m := range minors {
 		used[m] = true
 	}
-	vms := make([]string, 0, len(shares))
-	for vm := range shares {
+	vms := make([]string, 0, len(macs))
+	for vm := range macs {
 		vms = append(vms, vm)
 	}
 	sort.Strings(vms)
 	out := map[string]vmClass{}
 	for _, vm := range vms {
-		q := shares[vm]
-		if q <= 0 || len(macs[vm]) == 0 {
+		if len(macs[vm]) == 0 {
 			continue
 		}
 		m, ok := minors[vm]
@@ -96,7 +115,14 @@ func sharedClasses(bps float64, shares map[string]float64, macs map[string][]str
 			}
 			used[m], minors[vm] = true, m
 		}
-		out[vm] = vmClass{minor: m, rate: bps * q / sum, quantum: int(math.Round(leastQuantum * min(q/least, 256))), macs: macs[vm]}
+		c := vmClass{minor: m, quantum: leastQuantum, macs: macs[vm]}
+		if q := shares[vm]; q > 0 {
+			c.rate, c.quantum = paid*q/sum, int(math.Round(leastQuantum*min(q/least, 256)))
+		} else {
+			c.rate = bps * unpaidPart / float64(unpaid)
+			c.ceil = c.rate
+		}
+		out[vm] = c
 	}
 	return out
 }
@@ -130,8 +156,12 @@ func linkCommands(ifb string, bps float64) [][]string {
 // replacing them changes only the VM's own.
 func classCommands(ifb, dir string, link float64, c vmClass) [][]string {
 	class := fmt.Sprintf("1:%x", c.minor)
+	ceil := link
+	if c.ceil > 0 {
+		ceil = c.ceil
+	}
 	cmds := [][]string{{"class", "replace", "dev", ifb, "parent", "1:1", "classid", class, "htb",
-		"rate", rateArg(c.rate), "ceil", rateArg(link), "burst", burstArg(c.rate), "cburst", burstArg(link),
+		"rate", rateArg(c.rate), "ceil", rateArg(ceil), "burst", burstArg(c.rate), "cburst", burstArg(ceil),
 		"quantum", fmt.Sprint(c.quantum)}}
 	side := "dst"
 	if dir == "net-out" {
@@ -239,7 +269,7 @@ func (l *sharedLink) setUp() error {
 }
 
 // apply sets each VM's class by the shares (VMs with taps whose MACs are
-// known), removes the classes of VMs gone or without a share, redirects
+// known), removes the classes of VMs gone, redirects
 // the taps not yet redirected, and returns the parts in force by VM, in
 // MiB/s each way.
 func (l *sharedLink) apply(shares map[string]float64, counters map[string]ioCounters) (map[string]map[string]float64, error) {
@@ -329,7 +359,7 @@ func (l *sharedLink) close() error {
 // quantum moves by more than 1 %.
 func classDiffers(a, b vmClass) bool {
 	return a.minor != b.minor || strings.Join(a.macs, ",") != strings.Join(b.macs, ",") ||
-		math.Abs(a.rate-b.rate) > 0.01*max(a.rate, b.rate) || a.quantum != b.quantum
+		math.Abs(a.rate-b.rate) > 0.01*max(a.rate, b.rate) || a.ceil != b.ceil || a.quantum != b.quantum
 }
 
 // removeClassCommands deletes a VM's filters, then its class.

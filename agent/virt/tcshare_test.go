@@ -298,3 +298,50 @@ func sendFrames(dev, from string, n int) error {
 	}
 	return nil
 }
+
+// TestSharedLinkHoldsUnpaidVMs: a stand-in guest nobody bids on, sending
+// beside one that is paid for, gets no more than its piece of unpaidPart
+// of the link, and the paid one the rest; alone it still gets no more.
+// Mutation: no class for a VM without a share (its packets unclassified
+// on the IFB, which passes them beside the HTB) gives it most of the link.
+func TestSharedLinkHoldsUnpaidVMs(t *testing.T) {
+	gs := startVethGuests(t, 2)
+	const link = 2 << 20
+	macs := map[string][]string{"a": {gs[0].mac}, "b": {gs[1].mac}}
+	classes := sharedClasses(link, map[string]float64{"a": 1}, macs, map[string]uint16{})
+	ifb := sharedIFBs["net-out"]
+	if err := runTC(linkCommands(ifb, link)); err != nil {
+		t.Fatal(err)
+	}
+	for _, vm := range []string{"a", "b"} {
+		if err := runTC(classCommands(ifb, "net-out", link, classes[vm])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, g := range gs {
+		if err := redirectTap(g.tap, []string{g.mac}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const window = 6 * time.Second
+	// Its piece over the window, and its bucket once: a class's burst is at
+	// least 128 KiB (burstArg), three seconds of this piece, which a window
+	// begun with the bucket full sends on top.
+	most := unpaidPart*link*htbSlack + float64(128<<10)/window.Seconds()
+	most *= 1.1
+	a, b := flow(t, gs[0], false, window), flow(t, gs[1], false, window)
+	time.Sleep(window + time.Second)
+	ra, rb := float64(a.Load())/window.Seconds(), float64(b.Load())/window.Seconds()
+	t.Logf("both sending: paid %.2f MiB/s, unpaid %.3f MiB/s (at most %.3f)", ra/(1<<20), rb/(1<<20), most/(1<<20))
+	if rb > most {
+		t.Errorf("the unpaid guest moved %.3f MiB/s beside a paid one, more than %.3f", rb/(1<<20), most/(1<<20))
+	}
+	if ra < 0.8*link {
+		t.Errorf("the paid guest moved %.2f MiB/s beside an unpaid one, less than 80 %% of the link's 2", ra/(1<<20))
+	}
+	alone := flow(t, gs[1], false, window)
+	time.Sleep(window + time.Second)
+	if r := float64(alone.Load()) / window.Seconds(); r > most {
+		t.Errorf("the unpaid guest alone moved %.3f MiB/s, more than %.3f", r/(1<<20), most/(1<<20))
+	}
+}
