@@ -136,12 +136,7 @@ func ensureIFB(tap string) (string, error) {
 	ifb := ifbName(tap)
 	i, err := net.InterfaceByName(ifb)
 	if err != nil {
-		// An IFB's queue is 32 packets by default, which HTB's leaf
-		// inherits: the guest's TCP bursts overflowed it.
-		if err := tcRun("ip", "link", "add", ifb, "txqueuelen", "1000", "type", "ifb"); err != nil {
-			return "", err
-		}
-		if err := tcRun("ip", "link", "set", ifb, "alias", ifbAliasPrefix+tap); err != nil {
+		if err := addIFB(ifb, ifbAliasPrefix+tap); err != nil {
 			return "", err
 		}
 	}
@@ -151,6 +146,19 @@ func ensureIFB(tap string) (string, error) {
 		}
 	}
 	return ifb, nil
+}
+
+// addIFB adds an IFB named name, marked as the enforcer's by alias, and
+// leaves it down. Its queue is 1000 packets: an IFB's own 32, which HTB's
+// leaf inherits, overflowed under the guests' TCP bursts, and TCP backed
+// off.
+func addIFB(name, alias string) error {
+	for _, args := range [][]string{{"link", "add", name, "txqueuelen", "1000", "type", "ifb"}, {"link", "set", name, "alias", alias}} {
+		if err := tcRun("ip", args...); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // redirectArgs are the commands that send everything tap receives (what

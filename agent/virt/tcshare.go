@@ -245,24 +245,22 @@ func (l *sharedLink) setUp() error {
 		if err := tcRun("ip", "link", "del", ifb); !absent(err) {
 			return err
 		}
-		// (A queue of 1000 packets, as the per-VM IFBs: an IFB's own 32
-		// dropped a resumed guest's flows, and TCP backed off.)
-		for _, args := range [][]string{{"link", "add", ifb, "txqueuelen", "1000", "type", "ifb"}, {"link", "set", ifb, "alias", sharedAlias}, {"link", "set", ifb, "up"}} {
-			if err := tcRun("ip", args...); err != nil {
-				return err
-			}
+		if err := addIFB(ifb, sharedAlias); err != nil {
+			return err
+		}
+		if err := tcRun("ip", "link", "set", ifb, "up"); err != nil {
+			return err
 		}
 		if err := runTC(linkCommands(ifb, l.bps)); err != nil {
 			return err
 		}
 	}
+	// dropIFB stays down: what is redirected to it is dropped.
 	if err := tcRun("ip", "link", "del", dropIFB); !absent(err) {
 		return err
 	}
-	for _, args := range [][]string{{"link", "add", dropIFB, "type", "ifb"}, {"link", "set", dropIFB, "alias", sharedAlias}} {
-		if err := tcRun("ip", args...); err != nil {
-			return err
-		}
+	if err := addIFB(dropIFB, sharedAlias); err != nil {
+		return err
 	}
 	l.ready, l.minors, l.set, l.taps = true, map[string]uint16{}, map[string]vmClass{}, map[string]bool{}
 	return nil
