@@ -1,12 +1,9 @@
 package e2e
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -89,29 +86,12 @@ func diskOf(c counters) float64 { return float64(c.disk) }
 // input, alice's on va and bob's on vb, side by side.
 func (w *world) readersOn(t *testing.T, name string, a *workertest.Cluster, va string, b *workertest.Cluster, vb string) (ra, rb yarnfacade.Result) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
 	spec := func(c *workertest.Cluster, vm string) yarnfacade.JobSpec {
 		s := c.Job(name, worker.WordCount, 1, 1)
 		s.Splits = slotMaps(c, vm, worker.WordCount, 2)[:diskCaseMiB/32]
 		return s
 	}
-	specA, specB := spec(a, va), spec(b, vb)
-	var wg sync.WaitGroup
-	var errA, errB error
-	wg.Go(func() { ra, errA = w.run(ctx, "alice", specA) })
-	wg.Go(func() { rb, errB = w.run(ctx, "bob", specB) })
-	wg.Wait()
-	if err := errors.Join(errA, errB); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.CheckOutput(specA, ra); err != nil {
-		t.Error(err)
-	}
-	if err := b.CheckOutput(specB, rb); err != nil {
-		t.Error(err)
-	}
-	return ra, rb
+	return w.runPair(t, spec(a, va), spec(b, vb), nil)
 }
 
 // restartAgent stops the host's agent and starts it again stating the

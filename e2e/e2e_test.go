@@ -98,8 +98,6 @@ func (w *world) pair(t *testing.T, name string, during func(t0 time.Time)) (ra, 
 // pairOf is pair with jobs of kind whose maps each take per splits.
 func (w *world) pairOf(t *testing.T, name, kind string, per int, during func(t0 time.Time)) (ra, rb yarnfacade.Result) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
 	a, b := w.clusters["alice"], w.clusters["bob"]
 	// Each worker's maps are its slots' (slotMaps): the jobs compute on
 	// their own CPUs to the end, and no map of one worker's input waits to
@@ -114,6 +112,16 @@ func (w *world) pairOf(t *testing.T, name, kind string, per int, during func(t0 
 			c.spec.Splits = append(c.spec.Splits, slotMaps(c.cl, vm, kind, per)...)
 		}
 	}
+	return w.runPair(t, specA, specB, during)
+}
+
+// runPair runs alice's specA and bob's specB side by side (during, if
+// set, while they do), fails t unless both succeed, and checks their
+// outputs.
+func (w *world) runPair(t *testing.T, specA, specB yarnfacade.JobSpec, during func(t0 time.Time)) (ra, rb yarnfacade.Result) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
 	t0 := time.Now()
 	var wg sync.WaitGroup
 	var errA, errB error
@@ -127,12 +135,12 @@ func (w *world) pairOf(t *testing.T, name, kind string, per int, during func(t0 
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
-		c    *workertest.Cluster
+		user string
 		spec yarnfacade.JobSpec
 		res  yarnfacade.Result
-	}{{a, specA, ra}, {b, specB, rb}} {
-		if err := c.c.CheckOutput(c.spec, c.res); err != nil {
-			t.Errorf("%s's %s: %v", c.spec.User, name, err)
+	}{{"alice", specA, ra}, {"bob", specB, rb}} {
+		if err := w.clusters[c.user].CheckOutput(c.spec, c.res); err != nil {
+			t.Errorf("%s's %s: %v", c.user, c.spec.Name, err)
 		}
 	}
 	return ra, rb
