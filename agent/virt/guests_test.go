@@ -359,30 +359,46 @@ func bootPausedWhenReading(t testing.TB, doms map[string]*libvirt.Domain) {
 	}
 }
 
-// blockBytes reads the bytes each guest's vda moved (read and written).
-func blockBytes(t testing.TB, doms map[string]*libvirt.Domain) map[string]int64 {
+// blockReading is what a guest's vda had moved (read and written) at an
+// instant: the middle of the call that asked its QEMU.
+type blockReading struct {
+	bytes int64
+	at    time.Time
+}
+
+// blockBytes reads each guest's vda counters, each with its own instant.
+// A guest's QEMU may take a second or more to answer (one just resumed,
+// beside busy ones), so one instant for all would charge the guests read
+// before the slow one with bytes moved outside the window.
+func blockBytes(t testing.TB, doms map[string]*libvirt.Domain) map[string]blockReading {
 	t.Helper()
-	out := map[string]int64{}
+	out := map[string]blockReading{}
 	for name, d := range doms {
+		asked := time.Now()
 		st, err := d.BlockStats("vda")
 		if err != nil {
 			t.Fatalf("%s: block stats: %v", name, err)
 		}
-		out[name] = st.RdBytes + st.WrBytes
+		answered := time.Now()
+		if took := answered.Sub(asked); took > 500*time.Millisecond {
+			t.Logf("%s: its QEMU took %v to give its block statistics", name, took.Round(time.Millisecond))
+		}
+		out[name] = blockReading{st.RdBytes + st.WrBytes, asked.Add(answered.Sub(asked) / 2)}
 	}
 	return out
 }
 
 // diskRates measures each guest's disk rate over window, in MiB/s, from
-// libvirt's block statistics (QEMU's count of what the drive moved).
+// libvirt's block statistics (QEMU's count of what the drive moved), each
+// guest's bytes over the time between its own two readings.
 func diskRates(t testing.TB, doms map[string]*libvirt.Domain, window time.Duration) map[string]float64 {
 	t.Helper()
-	a, start := blockBytes(t, doms), time.Now()
+	a := blockBytes(t, doms)
 	time.Sleep(window)
-	b, el := blockBytes(t, doms), time.Since(start).Seconds()
+	b := blockBytes(t, doms)
 	out := map[string]float64{}
 	for n := range doms {
-		out[n] = float64(b[n]-a[n]) / (1 << 20) / el
+		out[n] = float64(b[n].bytes-a[n].bytes) / (1 << 20) / b[n].at.Sub(a[n].at).Seconds()
 	}
 	return out
 }

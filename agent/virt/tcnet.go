@@ -108,8 +108,10 @@ func htbArgs(dev string, bps float64) []string {
 // command each tick), else the root is replaced first.
 func shapeDev(dev string, bps float64) error {
 	class := htbArgs(dev, bps)
+	// The class's queue holds queueDelay at the cap (tcshare.go says why).
+	leaf := []string{"qdisc", "replace", "dev", dev, "parent", "1:1", "handle", "2:", "bfifo", "limit", queueArg(bps)}
 	if tcRun("tc", class...) == nil {
-		return nil
+		return tcRun("tc", leaf...)
 	}
 	// `replace` fails on an HTB root already there ("change not
 	// supported"), so the root is deleted (whatever it is) and added.
@@ -119,7 +121,10 @@ func shapeDev(dev string, bps float64) error {
 	if err := tcRun("tc", "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "1"); err != nil {
 		return err
 	}
-	return tcRun("tc", class...)
+	if err := tcRun("tc", class...); err != nil {
+		return err
+	}
+	return tcRun("tc", leaf...)
 }
 
 // unshapeDev removes dev's root qdisc (nothing to remove is no error).
@@ -331,7 +336,8 @@ func CheckNetShaping() error {
 		{"ingress qdisc (sch_ingress)", redirectArgs(probe, probe)[0]},
 		{"u32 filter with a mirred redirect (cls_u32, act_mirred)", redirectArgs(probe, probe)[1]},
 		{"HTB class of a VM on the shared link", classCommands(probe, "net-in", 2*mib, class)[0]},
-		{"u32 filter by MAC (cls_u32's ether match)", classCommands(probe, "net-in", 2*mib, class)[1]},
+		{"byte-limited FIFO (sch_fifo's bfifo) under a VM's class", classCommands(probe, "net-in", 2*mib, class)[1]},
+		{"u32 filter by MAC (cls_u32's ether match)", classCommands(probe, "net-in", 2*mib, class)[2]},
 		{"clsact qdisc (sch_ingress)", []string{"qdisc", "add", "dev", tap, "clsact"}},
 		{"u32 filter on clsact egress with a mirred redirect", []string{"filter", "add", "dev", tap, "egress", "protocol", "all", "prio", "1",
 			"u32", "match", "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev", probe}},

@@ -139,6 +139,25 @@ func burstArg(bps float64) string {
 	return fmt.Sprintf("%db", uint64(max(bps*htbSlack/10, 128<<10)))
 }
 
+// queueDelay is how long a class's queue holds what it sends at its rate.
+// HTB's leaf otherwise queues txqueuelen packets (1,000), each up to a
+// 64 KiB GSO packet: a guest's TCP, never losing one, grows its window
+// until seconds of its bulk data wait in its class, and a new
+// connection's handshake and its ACKs wait behind them (a shuffle's fetch
+// started seconds after the others', docs/E2E.md). A queue of a fifth of
+// a second at the rate still outlasts a TCP flow's backing off on the
+// links these classes divide (round trips of a millisecond or so), so a
+// busy class does not run dry and lend its part away.
+const queueDelay = 0.2
+
+// leastQueue is the smallest queue a class gets: two GSO packets.
+const leastQueue = 128 << 10
+
+// queueArg is the byte limit of the queue of a class of bps bytes/s.
+func queueArg(bps float64) string {
+	return fmt.Sprintf("%db", uint64(max(bps*htbSlack*queueDelay, leastQueue)))
+}
+
 // linkCommands sets up one direction's IFB for a link of bps bytes/s: its
 // HTB root and the link's class (idempotent: replace).
 func linkCommands(ifb string, bps float64) [][]string {
@@ -162,7 +181,8 @@ func classCommands(ifb, dir string, link float64, c vmClass) [][]string {
 	}
 	cmds := [][]string{{"class", "replace", "dev", ifb, "parent", "1:1", "classid", class, "htb",
 		"rate", rateArg(c.rate), "ceil", rateArg(ceil), "burst", burstArg(c.rate), "cburst", burstArg(ceil),
-		"quantum", fmt.Sprint(c.quantum)}}
+		"quantum", fmt.Sprint(c.quantum)},
+		{"qdisc", "replace", "dev", ifb, "parent", class, "handle", fmt.Sprintf("%x:", c.minor), "bfifo", "limit", queueArg(c.rate)}}
 	side := "dst"
 	if dir == "net-out" {
 		side = "src"
