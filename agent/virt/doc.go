@@ -103,14 +103,17 @@
 //     would be charged to another VM's class or pass unshaped). Caps re-planned every
 //     tick lend a tick late, and a shuffle's flows turn from one guest to
 //     another every second (docs/E2E.md). The per-VM caps below are for a
-//     link whose speed is not stated.
+//     link whose speed is not stated. Either way a class's queue is a
+//     bfifo of a fifth of a second at its rate, not the 1,000 packets HTB
+//     would give it, behind which a guest's new connections waited
+//     seconds.
 //     Into and out of the VMs are planned apart, each against its own
 //     capacity, at most LinkKiBps when set (and then a lone VM is capped at
 //     LinkKiBps too). libvirt's own interface bandwidth is not used: it
 //     needs sch_sfq and act_police (policing drops where shaping queues),
 //     and fails on kernels without them. Requires the agent to run as root
 //     (CAP_NET_ADMIN), iproute2's tc and ip, and the kernel's sch_htb,
-//     sch_ingress, cls_u32, act_mirred and ifb; CheckNetShaping tries them
+//     sch_ingress, sch_fifo, cls_u32, act_mirred and ifb; CheckNetShaping tries them
 //     and `mrmarket agent` falls back to none (saying why) without them.
 //     TestNetShares holds each guest's part to its bid's, each direction,
 //     on two and three TCG guests. Works with any scheduler and cgroup

@@ -21,7 +21,9 @@ import (
 //   - under it a class per VM (1:<minor>) at its part of the link (rate)
 //     with the whole link as its ceiling: a VM that wants more than its
 //     part borrows what the others leave, in proportion to the classes'
-//     quanta, which follow the shares;
+//     quanta, which follow the shares; its queue holds queueDelay at its
+//     rate, so a guest's bulk data cannot hold its new connections back
+//     for seconds;
 //   - u32 filters on each IFB send a VM's packets to its class by its MAC:
 //     the destination into the guest, the source out of it. (This kernel
 //     has neither act_skbedit nor cls_matchall, which would mark a tap's
