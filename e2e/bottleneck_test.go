@@ -85,7 +85,7 @@ func (w *world) caseBottleneck(t *testing.T) {
 	// The model: alice's job and bob's (longer than hers) on the hot
 	// worker's CPU, at the shares the agent set there, second by second.
 	model := func(r hotResult, clock func(time.Time) float64, work float64) flow {
-		f := flow{phases: []phase{{"cpu", work}}, shares: map[string]float64{"cpu": r.samples[0].vms[hot].Share}}
+		f := flow{phases: []phase{{"cpu", work, nil}}, shares: map[string]float64{"cpu": r.samples[0].vms[hot].Share}}
 		for _, s := range r.samples[1:] {
 			if !s.at.Before(r.res.Submitted) {
 				f.changes = append(f.changes, change{clock(s.setAt()), map[string]float64{"cpu": s.vms[hot].Share}})
@@ -94,7 +94,7 @@ func (w *world) caseBottleneck(t *testing.T) {
 		return f
 	}
 	rivalFlow := func(r hotResult, clock func(time.Time) float64) flow {
-		f := flow{phases: []phase{{"cpu", 1e9}}, shares: map[string]float64{"cpu": r.samples[0].vms[rival].Share}}
+		f := flow{phases: []phase{{"cpu", 1e9, nil}}, shares: map[string]float64{"cpu": r.samples[0].vms[rival].Share}}
 		for _, s := range r.samples[1:] {
 			if !s.at.Before(r.res.Submitted) {
 				f.changes = append(f.changes, change{clock(s.setAt()), map[string]float64{"cpu": s.vms[rival].Share}})

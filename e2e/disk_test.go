@@ -54,7 +54,7 @@ func (w *world) caseDisk(t *testing.T) {
 	samples := smp.end()
 	t.Logf("timeline:\n%s", timeline(samples, w.vms(), ra.Submitted))
 	job := func(q float64) flow {
-		return flow{phases: []phase{{"disk", 1}}, shares: map[string]float64{"disk": q}}
+		return flow{phases: []phase{{"disk", 1, nil}}, shares: map[string]float64{"disk": q}}
 	}
 	end := finishes([]flow{job(qa), job(qb)})
 	want := end[1] / end[0]

@@ -257,8 +257,8 @@ func (w *world) caseShares(t *testing.T) float64 {
 	clock := w.clock(samples, ra.Submitted, map[string]time.Time{"alice": ra.Finished, "bob": rb.Finished})
 	ta, tb := took(ra), took(rb)
 	ca, cb := clock(ra.Finished), clock(rb.Finished)
-	end := finishes([]flow{{phases: []phase{{"cpu", 1}}, shares: map[string]float64{"cpu": q["alice"]}},
-		{phases: []phase{{"cpu", 1}}, shares: map[string]float64{"cpu": q["bob"]}}})
+	end := finishes([]flow{{phases: []phase{{"cpu", 1, nil}}, shares: map[string]float64{"cpu": q["alice"]}},
+		{phases: []phase{{"cpu", 1, nil}}, shares: map[string]float64{"cpu": q["bob"]}}})
 	want := end[1] / end[0]
 	got := cb / tb
 	w.add(row{fmt.Sprintf("a: equal word counts, alice:bob spending 3:1 (agent's shares %.3f/%.3f)", q["alice"], q["bob"]), "CPU",
@@ -324,7 +324,7 @@ func (w *world) caseMore(t *testing.T, aliceCPU float64) {
 		}
 		work := calibrate(jobs, 0, "cpu", ta)
 		for i := range jobs {
-			jobs[i].phases = []phase{{"cpu", work}}
+			jobs[i].phases = []phase{{"cpu", work, nil}}
 		}
 		want = finishes(jobs)[1]
 		jobs[0].changes, jobs[1].changes = nil, nil

@@ -6,7 +6,7 @@ import (
 )
 
 func TestModel(t *testing.T) {
-	cpu := func(w float64) []phase { return []phase{{"cpu", w}} }
+	cpu := func(w float64) []phase { return []phase{{"cpu", w, nil}} }
 	on := func(ph []phase, r string, q float64) flow { return flow{phases: ph, shares: map[string]float64{r: q}} }
 	for _, c := range []struct {
 		name   string
@@ -15,9 +15,9 @@ func TestModel(t *testing.T) {
 	}{
 		{"3:1 one phase", []flow{on(cpu(10), "cpu", 0.75), on(cpu(10), "cpu", 0.25)}, 1.5},
 		{"1:1 one phase", []flow{on(cpu(10), "cpu", 0.5), on(cpu(10), "cpu", 0.5)}, 1},
-		{"3:1 phases on one resource", []flow{on([]phase{{"cpu", 4}, {"cpu", 6}}, "cpu", 3), on([]phase{{"cpu", 4}, {"cpu", 6}}, "cpu", 1)}, 1.5},
+		{"3:1 phases on one resource", []flow{on([]phase{{"cpu", 4, nil}, {"cpu", 6, nil}}, "cpu", 3), on([]phase{{"cpu", 4, nil}, {"cpu", 6, nil}}, "cpu", 1)}, 1.5},
 		// Alone on different resources, neither slows the other.
-		{"disjoint", []flow{on([]phase{{"cpu", 10}}, "cpu", 0.75), on([]phase{{"net", 10}}, "net", 0.25)}, 1},
+		{"disjoint", []flow{on([]phase{{"cpu", 10, nil}}, "cpu", 0.75), on([]phase{{"net", 10, nil}}, "net", 0.25)}, 1},
 	} {
 		end := finishes(c.jobs)
 		if got := end[1] / end[0]; math.Abs(got-c.ratios) > 1e-9 {
@@ -26,12 +26,31 @@ func TestModel(t *testing.T) {
 	}
 	// A job on the CPU then the link against one on the CPU: the second
 	// has the CPU alone once the first moves on.
-	end := finishes([]flow{{phases: []phase{{"cpu", 3}, {"net", 3}}, shares: map[string]float64{"cpu": 0.75, "net": 0.75}},
+	end := finishes([]flow{{phases: []phase{{"cpu", 3, nil}, {"net", 3, nil}}, shares: map[string]float64{"cpu": 0.75, "net": 0.75}},
 		on(cpu(6), "cpu", 0.25)})
 	// The first: 3/0.75 = 4 s on the CPU, the second done 1 s of its 6
 	// by then and alone after: 4 + 5 = 9; the first 4 + 3 = 7.
 	if math.Abs(end[0]-7) > 1e-9 || math.Abs(end[1]-9) > 1e-9 {
 		t.Errorf("cpu then net: ends %v, want [7 9]", end)
+	}
+	// A phase on the link that keeps 0.4 of its CPU busy, against a job on
+	// that CPU. At CPU shares 3:1 the first takes the 0.4 it can use and
+	// the second the 0.6 left: it ends at 4/0.6; the first, never held
+	// back, at 10. At 1:3 the first has 0.25 of the CPU and so goes at
+	// 0.25/0.4 of its speed, the second at 0.75 (its share; it cannot use
+	// what the first leaves of the link) and ends at 4/0.75; the first has
+	// then 10 - 0.625·16/3 left, alone: it ends at 12.
+	moves := []phase{{"net", 10, map[string]float64{"cpu": 0.4}}}
+	for _, c := range []struct {
+		name       string
+		cpuA, cpuB float64
+		want       [2]float64
+	}{{"3:1", 0.75, 0.25, [2]float64{10, 4 / 0.6}}, {"1:3", 0.25, 0.75, [2]float64{12, 4 / 0.75}}} {
+		end := finishes([]flow{{phases: moves, shares: map[string]float64{"net": 0.5, "cpu": c.cpuA}},
+			{phases: cpu(4), shares: map[string]float64{"net": 0.5, "cpu": c.cpuB}}})
+		if math.Abs(end[0]-c.want[0]) > 1e-9 || math.Abs(end[1]-c.want[1]) > 1e-9 {
+			t.Errorf("a phase using a second resource, CPU shares %s: ends %v, want %v", c.name, end, c.want)
+		}
 	}
 	// A top-up: the second job's share goes from 1 to 3 (against 3) at
 	// 4 s. Until then the jobs do 3 and 1 of their 10; then half the

@@ -45,10 +45,11 @@ func phasesOf(r yarnfacade.Result) (phases, error) {
 
 // caseShuffle: the I/O-bound half of case a. Alice's sort runs once with
 // the cluster to herself (bob's guests idle, their parts of the CPUs and
-// the link lent to hers): each phase's time with the whole resource. Then
-// alice and bob run equal sorts at their 3:1 spending. The model, given
-// those phases — maps and the merge on the CPUs, the shuffle on the link
-// — and the shares the agent set, predicts bob's time over alice's, held
+// the link lent to hers): each phase's time with the whole resource, and
+// the CPU the shuffle kept busy. Then alice and bob run equal sorts at
+// their 3:1 spending. The model, given those phases — maps and the merge
+// on the CPUs, the shuffle on the link and that part of the CPUs — and the
+// shares the agent set, predicts bob's time over alice's, held
 // on the wall clock (the link's caps are rates per second of it), within
 // 10 %. While both shuffled, the link is divided as their shares divide
 // it, within 10 %: the bytes their guests moved. Mutation: with the
@@ -59,7 +60,9 @@ func (w *world) caseShuffle(t *testing.T) {
 	defer cancel()
 	a := w.clusters["alice"]
 	spec := a.Job("sort-alone", worker.Sort, 2, 1)
+	smpAlone := w.sample(time.Second)
 	alone, err := w.run(ctx, "alice", spec)
+	aloneSamples := smpAlone.end()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +73,18 @@ func (w *world) caseShuffle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("alice's sort alone: maps %.1f s, shuffle %.1f s, merge and write %.1f s", ph.maps, ph.shuffle, ph.tail)
+	// What of each guest's CPU the shuffle kept busy, alone: a TCG guest's
+	// CPU moves its bytes, and beside a rival on that CPU the shuffle has
+	// the CPU its share gives it (run 66: bob's maps on a CPU where alice
+	// shuffled took 2.5 s longer than a model of the shuffle on the link
+	// alone gave).
+	shuffleFrom := alone.Submitted.Add(seconds(ph.maps))
+	shuffleTo := shuffleFrom.Add(seconds(ph.shuffle))
+	cpuSecs := func(c counters) float64 { return c.cpu.Seconds() }
+	shuffleCPU := (guestAmount(aloneSamples, a.Workers, shuffleTo, cpuSecs) - guestAmount(aloneSamples, a.Workers, shuffleFrom, cpuSecs)) /
+		float64(len(a.Workers)) / ph.shuffle
+	t.Logf("alice's sort alone: maps %.1f s, shuffle %.1f s (%.2f of each guest's CPU busy), merge and write %.1f s",
+		ph.maps, ph.shuffle, shuffleCPU, ph.tail)
 
 	q := w.cpuShares()
 	smp := w.sample(time.Second)
@@ -79,7 +93,7 @@ func (w *world) caseShuffle(t *testing.T) {
 	t.Logf("timeline:\n%s", timeline(samples, w.vms(), ra.Submitted))
 	job := func(user string) flow {
 		s := map[string]float64{"cpu": q[user], "net": q[user]}
-		return flow{phases: []phase{{"cpu", ph.maps}, {"net", ph.shuffle}, {"cpu", ph.tail}}, shares: s}
+		return flow{phases: []phase{{"cpu", ph.maps, nil}, {"net", ph.shuffle, map[string]float64{"cpu": shuffleCPU}}, {"cpu", ph.tail, nil}}, shares: s}
 	}
 	end := finishes([]flow{job("alice"), job("bob")})
 	want := end[1] / end[0]
@@ -109,8 +123,8 @@ func (w *world) caseShuffle(t *testing.T) {
 
 	w.add(row{fmt.Sprintf("a: equal sorts (shuffle over the %d KiB/s link), alice:bob spending 3:1 (agent's shares %.3f/%.3f)",
 		linkKiBps, q["alice"], q["bob"]), "net",
-		fmt.Sprintf("bob/alice time %.3f (alone: maps %.1f s, shuffle %.1f s, merge %.1f s); alice's part of the link while both shuffled %.3f",
-			want, ph.maps, ph.shuffle, ph.tail, partWant),
+		fmt.Sprintf("bob/alice time %.3f (alone: maps %.1f s, shuffle %.1f s keeping %.2f of a CPU busy, merge %.1f s); alice's part of the link while both shuffled %.3f",
+			want, ph.maps, ph.shuffle, shuffleCPU, ph.tail, partWant),
 		fmt.Sprintf("%.3f (alice %.1f s, bob %.1f s, wall clock); %.3f over %.1f s (%.1f and %.1f MiB through their taps)",
 			tb/ta, ta, tb, part, to.Sub(from).Seconds(), ma/(1<<20), mb/(1<<20))})
 	within(t, "bob's sort's time over alice's (wall clock)", tb/ta, want)
