@@ -111,24 +111,29 @@ func inNS(ns string, f func() error) error {
 	return <-done
 }
 
+// addr is the guest's address (guest) or its host end's.
+func (g vethGuest) addr(guest bool) string {
+	if guest {
+		return g.ip
+	}
+	return g.hostIP
+}
+
+// on runs f in the guest's namespace (guest) or the host's.
+func (g vethGuest) on(guest bool, f func() error) error {
+	if guest {
+		return inNS(g.ns, f)
+	}
+	return f()
+}
+
 // flow streams from the host into a guest (in) or out of it for window,
 // and returns what was received, in bytes.
 func flow(t *testing.T, g vethGuest, in bool, window time.Duration) *atomic.Int64 {
 	t.Helper()
 	var got atomic.Int64
 	var ln net.Listener
-	listenAt := g.hostIP
-	if in {
-		listenAt = g.ip
-	}
-	listen := func() (err error) { ln, err = net.Listen("tcp", listenAt+":0"); return err }
-	var err error
-	if in {
-		err = inNS(g.ns, listen)
-	} else {
-		err = listen()
-	}
-	if err != nil {
+	if err := g.on(in, func() (err error) { ln, err = net.Listen("tcp", g.addr(in)+":0"); return err }); err != nil {
 		t.Fatal(err)
 	}
 	go func() {
@@ -159,15 +164,38 @@ func flow(t *testing.T, g vethGuest, in bool, window time.Duration) *atomic.Int6
 		}()
 		return nil
 	}
-	if in {
-		err = dial()
-	} else {
-		err = inNS(g.ns, dial)
-	}
-	if err != nil {
+	if err := g.on(!in, dial); err != nil {
 		t.Fatal(err)
 	}
 	return &got
+}
+
+// shareLink divides a link of bps bytes/s each way among stand-in guests
+// a, b, … (gs in order) by shares, as the enforcer does, and returns
+// their classes.
+func shareLink(t *testing.T, gs []vethGuest, bps float64, shares map[string]float64) map[string]vmClass {
+	t.Helper()
+	macs := map[string][]string{}
+	for i, g := range gs {
+		macs[string(rune('a'+i))] = []string{g.mac}
+	}
+	classes := sharedClasses(bps, shares, macs, map[string]uint16{})
+	for dir, ifb := range sharedIFBs {
+		if err := runTC(linkCommands(ifb, bps)); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range classes {
+			if err := runTC(classCommands(ifb, dir, bps, c)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, g := range gs {
+		if err := redirectTap(g.tap, []string{g.mac}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return classes
 }
 
 // TestSharedLinkDividesByShares: two stand-in guests on a 2 MiB/s link
@@ -180,24 +208,7 @@ func flow(t *testing.T, g vethGuest, in bool, window time.Duration) *atomic.Int6
 func TestSharedLinkDividesByShares(t *testing.T) {
 	gs := startVethGuests(t, 2)
 	const link = 2 << 20
-	shares := map[string]float64{"a": 3, "b": 1}
-	macs := map[string][]string{"a": {gs[0].mac}, "b": {gs[1].mac}}
-	classes := sharedClasses(link, shares, macs, map[string]uint16{})
-	for dir, ifb := range sharedIFBs {
-		if err := runTC(linkCommands(ifb, link)); err != nil {
-			t.Fatal(err)
-		}
-		for _, vm := range []string{"a", "b"} {
-			if err := runTC(classCommands(ifb, dir, link, classes[vm])); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	for _, g := range gs {
-		if err := redirectTap(g.tap, []string{g.mac}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	shareLink(t, gs, link, map[string]float64{"a": 3, "b": 1})
 	const window = 6 * time.Second
 	for _, in := range []bool{true, false} {
 		name := map[bool]string{true: "into the guests", false: "out of them"}[in]
@@ -314,22 +325,7 @@ func sendFrames(dev, from string, n int) error {
 func TestSharedLinkHoldsUnpaidVMs(t *testing.T) {
 	gs := startVethGuests(t, 2)
 	const link = 2 << 20
-	macs := map[string][]string{"a": {gs[0].mac}, "b": {gs[1].mac}}
-	classes := sharedClasses(link, map[string]float64{"a": 1}, macs, map[string]uint16{})
-	ifb := sharedIFBs["net-out"]
-	if err := runTC(linkCommands(ifb, link)); err != nil {
-		t.Fatal(err)
-	}
-	for _, vm := range []string{"a", "b"} {
-		if err := runTC(classCommands(ifb, "net-out", link, classes[vm])); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, g := range gs {
-		if err := redirectTap(g.tap, []string{g.mac}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	shareLink(t, gs, link, map[string]float64{"a": 1})
 	const window = 6 * time.Second
 	// Its piece over the window, and its bucket once: a class's burst is at
 	// least 128 KiB (burstArg), three seconds of this piece, which a window
@@ -366,23 +362,7 @@ func TestSharedLinkHoldsUnpaidVMs(t *testing.T) {
 func TestSharedLinkKeepsQueuesShort(t *testing.T) {
 	gs := startVethGuests(t, 2)
 	const link = 2 << 20
-	classes := sharedClasses(link, map[string]float64{"a": 3, "b": 1},
-		map[string][]string{"a": {gs[0].mac}, "b": {gs[1].mac}}, map[string]uint16{})
-	for dir, ifb := range sharedIFBs {
-		if err := runTC(linkCommands(ifb, link)); err != nil {
-			t.Fatal(err)
-		}
-		for _, vm := range []string{"a", "b"} {
-			if err := runTC(classCommands(ifb, dir, link, classes[vm])); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	for _, g := range gs {
-		if err := redirectTap(g.tap, []string{g.mac}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	classes := shareLink(t, gs, link, map[string]float64{"a": 3, "b": 1})
 	for _, in := range []bool{true, false} {
 		name := map[bool]string{true: "into the guests", false: "out of them"}[in]
 		const window = 6 * time.Second
@@ -392,20 +372,25 @@ func TestSharedLinkKeepsQueuesShort(t *testing.T) {
 			wg.Go(func() { waits[i] = datagrams(t, g, in, 1.5*link/2, window) })
 		}
 		wg.Wait()
-		b := waits[1]
-		if len(b) == 0 {
-			t.Fatalf("%s: none of b's datagrams arrived", name)
-		}
-		slices.Sort(b)
-		med, most := b[len(b)/2], b[len(b)*9/10]
-		// Its queue's bytes at its rate, and a tenth of a second for HTB's
-		// rounds and the host's scheduling.
-		rate := classes["b"].rate
-		limit := time.Duration(float64(time.Second)*max(rate*htbSlack*queueDelay, leastQueue)/rate) + 100*time.Millisecond
-		t.Logf("%s: b's datagrams waited %v (median), %v (90th percentile), %d received", name, med, most, len(b))
-		if med > limit {
-			t.Errorf("%s: b's datagrams waited %v (median) in its class, want at most %v", name, med, limit)
-		}
+		checkWaits(t, name+": b's datagrams", waits[1], classes["b"].rate)
+	}
+}
+
+// checkWaits: the median of waits, how long the datagrams through a queue
+// at rate bytes/s took, is at most that queue's length at the rate
+// (queueArg), and a tenth of a second for HTB's rounds and the host's
+// scheduling.
+func checkWaits(t *testing.T, what string, waits []time.Duration, rate float64) {
+	t.Helper()
+	if len(waits) == 0 {
+		t.Fatalf("%s: none arrived", what)
+	}
+	slices.Sort(waits)
+	med := waits[len(waits)/2]
+	limit := time.Duration(float64(time.Second)*max(rate*htbSlack*queueDelay, leastQueue)/rate) + 100*time.Millisecond
+	t.Logf("%s waited %v (median), %v (90th percentile), %d received", what, med, waits[len(waits)*9/10], len(waits))
+	if med > limit {
+		t.Errorf("%s waited %v (median) in their queue, want at most %v", what, med, limit)
 	}
 }
 
@@ -415,18 +400,7 @@ func TestSharedLinkKeepsQueuesShort(t *testing.T) {
 // arrive.
 func datagrams(t *testing.T, g vethGuest, in bool, bps float64, window time.Duration) []time.Duration {
 	var conn net.PacketConn
-	listenAt := g.hostIP
-	if in {
-		listenAt = g.ip
-	}
-	listen := func() (err error) { conn, err = net.ListenPacket("udp", listenAt+":0"); return err }
-	var err error
-	if in {
-		err = inNS(g.ns, listen)
-	} else {
-		err = listen()
-	}
-	if err != nil {
+	if err := g.on(in, func() (err error) { conn, err = net.ListenPacket("udp", g.addr(in)+":0"); return err }); err != nil {
 		t.Error(err)
 		return nil
 	}
@@ -469,12 +443,7 @@ func datagrams(t *testing.T, g vethGuest, in bool, bps float64, window time.Dura
 			}()
 			return nil
 		}
-		if in {
-			err = send()
-		} else {
-			err = inNS(g.ns, send)
-		}
-		if err != nil {
+		if err := g.on(!in, send); err != nil {
 			t.Error(err)
 		}
 	}()
@@ -507,17 +476,8 @@ func TestCapsKeepQueuesShort(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = unshapeTap(g.tap) })
-	limit := time.Duration(float64(time.Second)*max(capBps*htbSlack*queueDelay, leastQueue)/capBps) + 100*time.Millisecond
 	for _, in := range []bool{true, false} {
 		name := map[bool]string{true: "into the guest", false: "out of it"}[in]
-		w := datagrams(t, g, in, 1.5*capBps, 6*time.Second)
-		if len(w) == 0 {
-			t.Fatalf("%s: none of its datagrams arrived", name)
-		}
-		slices.Sort(w)
-		t.Logf("%s: its datagrams waited %v (median), %v (90th percentile), %d received", name, w[len(w)/2], w[len(w)*9/10], len(w))
-		if w[len(w)/2] > limit {
-			t.Errorf("%s: its datagrams waited %v (median) behind its cap, want at most %v", name, w[len(w)/2], limit)
-		}
+		checkWaits(t, name+": its datagrams", datagrams(t, g, in, 1.5*capBps, 6*time.Second), capBps)
 	}
 }
