@@ -103,9 +103,9 @@ func htbArgs(dev string, bps float64) []string {
 		"htb", "rate", rate, "ceil", rate, "burst", burst, "cburst", burst, "quantum", "60000"}
 }
 
-// shapeDev caps dev's egress at bps bytes/s with HTB: the class is
-// changed in place when dev's root is already the enforcer's HTB (one
-// command each tick), else the root is replaced first.
+// shapeDev caps dev's egress at bps bytes/s with HTB: the class and its
+// queue are changed in place when dev's root is already the enforcer's
+// HTB (two commands), else the root is replaced first.
 func shapeDev(dev string, bps float64) error {
 	class := htbArgs(dev, bps)
 	// The class's queue holds queueDelay at the cap (tcshare.go says why).
@@ -154,9 +154,10 @@ func ensureIFB(tap string) (string, error) {
 }
 
 // addIFB adds an IFB named name, marked as the enforcer's by alias, and
-// leaves it down. Its queue is 1000 packets: an IFB's own 32, which HTB's
-// leaf inherits, overflowed under the guests' TCP bursts, and TCP backed
-// off.
+// leaves it down. Its queue is 1000 packets, which HTB gives its direct
+// queue (what no class takes: ARP from the host on the shared link). An
+// IFB's own 32 was once every class's queue too and overflowed under the
+// guests' TCP bursts; the classes now have their own (queueArg).
 func addIFB(name, alias string) error {
 	for _, args := range [][]string{{"link", "add", name, "txqueuelen", "1000", "type", "ifb"}, {"link", "set", name, "alias", alias}} {
 		if err := tcRun("ip", args...); err != nil {
