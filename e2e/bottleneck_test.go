@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -80,7 +81,24 @@ func (w *world) caseBottleneck(t *testing.T) {
 		"--vm", strings.Join(a.Workers, ","), "--strategy", "bottleneck", "--boost", "0.9", "--id", "alice-bottleneck")
 	// The idle worker is seen idle after a few ticks and its money moved.
 	time.Sleep(5 * time.Second)
-	boosted := w.hotRun(t, "wc-hot-bottleneck")
+	// The model's work is the fair run's: a boosted run whose job took the
+	// hot worker's vCPUs a different time for the same maps measured the
+	// machine's speed, not the shares (equalCost), and runs again.
+	cost := func(r hotResult) float64 {
+		return guestVCPU(r.samples, []string{hot}, r.res.Finished) - guestVCPU(r.samples, []string{hot}, r.res.Submitted)
+	}
+	var boosted hotResult
+	var costs []string
+	for n := 1; ; n++ {
+		boosted = w.hotRun(t, fmt.Sprintf("wc-hot-bottleneck-%d", n))
+		r := cost(boosted) / cost(fair)
+		costs = append(costs, fmt.Sprintf("%.2f", r))
+		if math.Abs(r-1) <= equalCost || n == shareAttempts {
+			break
+		}
+		t.Logf("attempt %d: the boosted job's maps took the hot worker's vCPUs %.1f s, %.2f times the fair run's %.1f s: the machine's speed moved, run again",
+			n, cost(boosted), r, cost(fair))
+	}
 
 	// The model: alice's job and bob's (longer than hers) on the hot
 	// worker's CPU, at the shares the agent set there, second by second.
@@ -129,8 +147,8 @@ func (w *world) caseBottleneck(t *testing.T) {
 	w.add(row{fmt.Sprintf("d: alice's job on one worker, the other idle, bob's on the same CPU: fair, then bottleneck --boost 0.9 "+
 		"(busy worker's mean share %.3f → %.3f)", share(fair), share(boosted)), "CPU",
 		fmt.Sprintf("%.1f s with bottleneck elimination (fair took %.1f s)", want, fairCPU),
-		fmt.Sprintf("%.1f s on the CPU's clock; wall %.1f s, model %.1f s (fair %.1f s); guests had %.0f %% of the CPU",
-			got, wallGot, wallWant, fairWall, 100*part)})
+		fmt.Sprintf("%.1f s on the CPU's clock; wall %.1f s, model %.1f s (fair %.1f s); guests had %.0f %% of the CPU; "+
+			"the job's CPU time over the fair run's %s", got, wallGot, wallWant, fairWall, 100*part, strings.Join(costs, ", "))})
 	// The money moved: the busy worker's share rose, by more than a
 	// tick's noise (with the idle worker not seen idle, the mutation of
 	// a broker that moves nothing, it stays within a percent or two).

@@ -176,6 +176,12 @@ const unloaded = 0.9
 // this clock, unevenly, and the model's predictions hold on this clock. On
 // a machine that is the guests' alone they agree.
 func (w *world) clock(samples []sample, t0 time.Time, ends map[string]time.Time) func(time.Time) float64 {
+	clock, _ := w.busiestClock(samples, t0, ends)
+	return clock
+}
+
+// busiestClock is clock and the host CPU it is the clock of.
+func (w *world) busiestClock(samples []sample, t0 time.Time, ends map[string]time.Time) (func(time.Time) float64, int) {
 	onCPU := func(cpu int, t time.Time) float64 {
 		total := 0.0
 		for u, end := range ends {
@@ -199,7 +205,7 @@ func (w *world) clock(samples []sample, t0 time.Time, ends map[string]time.Time)
 			busiest = cpu
 		}
 	}
-	return func(t time.Time) float64 { return onCPU(busiest, t) }
+	return func(t time.Time) float64 { return onCPU(busiest, t) }, busiest
 }
 
 func minTime(a, b time.Time) time.Time {
@@ -246,30 +252,64 @@ func (w *world) waitClock(t *testing.T, secs float64) {
 	})
 }
 
+// equalCost is how far apart the CPU time of alice's and bob's equal
+// work may be, on the CPU the case is judged on, for an attempt of case a
+// to measure the shares. The model gives equal jobs equal work, but a TCG
+// guest's CPU time for the same maps moved by up to a third within one
+// run: the busiest CPU did alice's part and the first third of bob's
+// together, and bob's last two thirds alone after it, when it could be
+// slower or faster. Across eight runs (docs/E2E.md) bob's time over
+// alice's was 0.75·(1 + r) to within 7 %, r the cost of his worker's maps
+// over hers: the shares held; the machine's speed moved. An attempt whose
+// r is further from 1 than this says nothing about the shares and is run
+// again, up to shareAttempts; the last one is judged whatever its r.
+const equalCost = 0.10
+
+// shareAttempts is how many times case a runs its pair at most.
+const shareAttempts = 3
+
 // caseShares: two users' equal CPU-bound jobs at 3:1 spending finish in
 // the ratio the agent's shares predict.
 func (w *world) caseShares(t *testing.T) float64 {
-	q := w.cpuShares()
-	smp := w.sample(time.Second)
-	ra, rb := w.pair(t, "wc-shares", nil)
-	samples := smp.end()
-	t.Logf("timeline:\n%s", timeline(samples, w.vms(), ra.Submitted))
-	// Which guest ran what: in run 67 bob's second worker used 26 s of CPU
-	// against his first's 16 (alice's 17 and 15).
-	t.Logf("attempts (s from alice's submission):\n%s%s", attempts(ra, ra.Submitted), attempts(rb, ra.Submitted))
-	clock := w.clock(samples, ra.Submitted, map[string]time.Time{"alice": ra.Finished, "bob": rb.Finished})
-	ta, tb := took(ra), took(rb)
-	ca, cb := clock(ra.Finished), clock(rb.Finished)
-	end := finishes([]flow{{phases: []phase{{"cpu", 1, nil}}, shares: map[string]float64{"cpu": q["alice"]}},
-		{phases: []phase{{"cpu", 1, nil}}, shares: map[string]float64{"cpu": q["bob"]}}})
-	want := end[1] / end[0]
-	got := cb / tb
-	w.add(row{fmt.Sprintf("a: equal word counts, alice:bob spending 3:1 (agent's shares %.3f/%.3f)", q["alice"], q["bob"]), "CPU",
-		fmt.Sprintf("bob/alice time %.3f", want),
-		fmt.Sprintf("%.3f (alice %.1f s, bob %.1f s on the guests' CPU clock); wall %.3f (%.1f s, %.1f s); guests had %.0f %% of the busiest CPU",
-			cb/ca, ca, cb, tb/ta, ta, tb, 100*got)})
-	check(t, "bob's time over alice's", cb/ca, want, tb/ta, want, got)
-	return ca
+	var costs []string
+	for n := 1; ; n++ {
+		q := w.cpuShares()
+		smp := w.sample(time.Second)
+		ra, rb := w.pair(t, fmt.Sprintf("wc-shares-%d", n), nil)
+		samples := smp.end()
+		t.Logf("attempt %d timeline:\n%s", n, timeline(samples, w.vms(), ra.Submitted))
+		t.Logf("attempt %d attempts (s from alice's submission):\n%s%s", n, attempts(ra, ra.Submitted), attempts(rb, ra.Submitted))
+		clock, cpu := w.busiestClock(samples, ra.Submitted, map[string]time.Time{"alice": ra.Finished, "bob": rb.Finished})
+		// Each user's work on that CPU: their worker's vCPU time over their job.
+		cost := func(user string, r yarnfacade.Result) float64 {
+			for _, vm := range w.clusters[user].Workers {
+				if w.pinned[vm] == cpu {
+					return guestVCPU(samples, []string{vm}, r.Finished) - guestVCPU(samples, []string{vm}, r.Submitted)
+				}
+			}
+			return math.NaN()
+		}
+		r := cost("bob", rb) / cost("alice", ra)
+		costs = append(costs, fmt.Sprintf("%.2f", r))
+		ta, tb := took(ra), took(rb)
+		ca, cb := clock(ra.Finished), clock(rb.Finished)
+		if math.Abs(r-1) > equalCost && n < shareAttempts {
+			t.Logf("attempt %d: on CPU %d bob's worker used %.2f times the CPU time alice's did for the same maps (bob/alice %.3f): the machine's speed moved, run again",
+				n, cpu, r, cb/ca)
+			continue
+		}
+		end := finishes([]flow{{phases: []phase{{"cpu", 1, nil}}, shares: map[string]float64{"cpu": q["alice"]}},
+			{phases: []phase{{"cpu", 1, nil}}, shares: map[string]float64{"cpu": q["bob"]}}})
+		want := end[1] / end[0]
+		got := cb / tb
+		w.add(row{fmt.Sprintf("a: equal word counts, alice:bob spending 3:1 (agent's shares %.3f/%.3f)", q["alice"], q["bob"]), "CPU",
+			fmt.Sprintf("bob/alice time %.3f", want),
+			fmt.Sprintf("%.3f (alice %.1f s, bob %.1f s on the guests' CPU clock); wall %.3f (%.1f s, %.1f s); guests had %.0f %% of the busiest CPU; "+
+				"his maps' CPU time over hers %s (attempt %d)",
+				cb/ca, ca, cb, tb/ta, ta, tb, 100*got, strings.Join(costs, ", "), n)})
+		check(t, "bob's time over alice's", cb/ca, want, tb/ta, want, got)
+		return ca
+	}
 }
 
 // caseMore: bob tops his plan up (spend --more) while both jobs run; his

@@ -73,11 +73,15 @@ func (w *world) caseWorkflow(t *testing.T) {
 	// Bob's word counts throughout: every run meets the same competition.
 	stop := w.compete(ctx, "wc-flow-rival")
 	budget := fmt.Sprint(workflowBudget)
-	fair := w.flow(ctx, t, "etl-fair", "spend", "--user", "alice", "--budget", budget, "--duration", workflowPeriod.String(),
+	all := len(w.stages)
+	fair := w.flow(ctx, t, "etl-fair", all, "spend", "--user", "alice", "--budget", budget, "--duration", workflowPeriod.String(),
 		"--vm", strings.Join(vms, ","), "--id", "etl-fair")
-	staged := w.flow(ctx, t, "etl-stage", "spend", "--user", "alice", "--budget", budget, "--duration", workflowPeriod.String(),
+	staged := w.flow(ctx, t, "etl-stage", all, "spend", "--user", "alice", "--budget", budget, "--duration", workflowPeriod.String(),
 		"--plan", stageFile, "--strategy", "stage", "--id", "etl-stage")
-	prio := w.flow(ctx, t, "etl-workflow", "spend", "--user", "alice", "--budget", fmt.Sprint(workflowPlanBudget),
+	// Workflow priority's rates do not move with the stages (Eq. 8 divides
+	// the plan among workflows, not stages): its cost is checked over the
+	// first stage, which saves the suite the other two.
+	prio := w.flow(ctx, t, "etl-workflow", 1, "spend", "--user", "alice", "--budget", fmt.Sprint(workflowPlanBudget),
 		"--duration", workflowPeriod.String(), "--plan", priorityFile, "--strategy", "workflow", "--id", "etl-workflow")
 	if _, err := stop(); err != nil {
 		t.Error(err)
@@ -173,7 +177,7 @@ func (w *world) checkPriorityCost(t *testing.T, r flowRun, wfs ...wire.WorkflowS
 		got := r.spent * rateIntegral(r.samples, r.plan, plan.Start, r.cancelled, vms...) / bids
 		total, totalRate = total+want, totalRate+rate
 		parts = append(parts, fmt.Sprintf("%s (weight %g) %.4f", wf.Name, wf.Weight, got))
-		w.add(row{fmt.Sprintf("c: workflow priority, %s credits over %s, %s weight %g of %s, for the %.1f s the plan ran (workflow %.1f s)",
+		w.add(row{fmt.Sprintf("c: workflow priority, %s credits over %s, %s weight %g of %s, for the %.1f s the plan ran (its stages ran %.1f s)",
 			plan.Budget, plan.Duration.D(), wf.Name, wf.Weight, weightsOf(wfs), ran, r.end.Sub(r.start).Seconds()), "money",
 			fmt.Sprintf("%.4f (Eq. 8's rate %.6f/s × the time); ± %d ticks %.4f", want, rate, ticks, ticks*rate),
 			fmt.Sprintf("%.4f, the bank's figure in proportion to the agent's bids on its guests", got)})
@@ -211,7 +215,8 @@ func (w *world) planFile(t *testing.T, name string, wfs ...wire.WorkflowSpec) st
 	return file
 }
 
-// flow runs alice's workflow under the plan spend starts: the first
+// flow runs the first stages of alice's workflow under the plan spend
+// starts (all of them when stages is len(w.stages)): the first
 // stage's job is submitted, and once the agent sees its guest busy the
 // plan starts (stage priority moves past a stage whose guests are idle);
 // each later stage's job is submitted when the one before ends, and the
@@ -221,12 +226,12 @@ func (w *world) planFile(t *testing.T, name string, wfs ...wire.WorkflowSpec) st
 // RM's applications): otherwise the plan moves on only once the agent has
 // seen the last stage's guest idle for three ticks, and the stage runs
 // unfunded until then. The plan is cancelled when the last stage ends.
-func (w *world) flow(ctx context.Context, t *testing.T, id string, spend ...string) flowRun {
+func (w *world) flow(ctx context.Context, t *testing.T, id string, stages int, spend ...string) flowRun {
 	t.Helper()
 	r := flowRun{plan: id}
 	smp := w.sample(time.Second)
 	var active []span
-	for k, c := range w.stages {
+	for k, c := range w.stages[:stages] {
 		spec := c.Job(fmt.Sprintf("etl:stage-%d", k+1), worker.WordCount, 1, 1)
 		app, err := c.Facade.Submit(spec)
 		if err != nil {
