@@ -280,16 +280,7 @@ func (w *world) caseShares(t *testing.T) float64 {
 		t.Logf("attempt %d timeline:\n%s", n, timeline(samples, w.vms(), ra.Submitted))
 		t.Logf("attempt %d attempts (s from alice's submission):\n%s%s", n, attempts(ra, ra.Submitted), attempts(rb, ra.Submitted))
 		clock, cpu := w.busiestClock(samples, ra.Submitted, map[string]time.Time{"alice": ra.Finished, "bob": rb.Finished})
-		// Each user's work on that CPU: their worker's vCPU time over their job.
-		cost := func(user string, r yarnfacade.Result) float64 {
-			for _, vm := range w.clusters[user].Workers {
-				if w.pinned[vm] == cpu {
-					return guestVCPU(samples, []string{vm}, r.Finished) - guestVCPU(samples, []string{vm}, r.Submitted)
-				}
-			}
-			return math.NaN()
-		}
-		r := cost("bob", rb) / cost("alice", ra)
+		r := w.workerVCPU(samples, "bob", cpu, rb) / w.workerVCPU(samples, "alice", cpu, ra)
 		costs = append(costs, fmt.Sprintf("%.2f", r))
 		ta, tb := took(ra), took(rb)
 		ca, cb := clock(ra.Finished), clock(rb.Finished)
@@ -310,6 +301,17 @@ func (w *world) caseShares(t *testing.T) float64 {
 		check(t, "bob's time over alice's", cb/ca, want, tb/ta, want, got)
 		return ca
 	}
+}
+
+// workerVCPU is the vCPU time user's worker on host CPU cpu took over
+// their job r: its part of the job's work, on that CPU.
+func (w *world) workerVCPU(samples []sample, user string, cpu int, r yarnfacade.Result) float64 {
+	for _, vm := range w.clusters[user].Workers {
+		if w.pinned[vm] == cpu {
+			return guestVCPU(samples, []string{vm}, r.Finished) - guestVCPU(samples, []string{vm}, r.Submitted)
+		}
+	}
+	return math.NaN()
 }
 
 // caseMore: bob tops his plan up (spend --more) while both jobs run; his
@@ -373,16 +375,19 @@ func (w *world) caseMore(t *testing.T, aliceCPU float64) {
 		jobs[0].changes, jobs[1].changes = nil, nil
 		return want, finishes(jobs)[1]
 	}
-	clock := w.clock(samples, ra.Submitted, map[string]time.Time{"alice": ra.Finished, "bob": rb.Finished})
+	clock, cpu := w.busiestClock(samples, ra.Submitted, map[string]time.Time{"alice": ra.Finished, "bob": rb.Finished})
 	at, ca, cb := clock(more), clock(ra.Finished), clock(rb.Finished)
 	want, without := predict(clock, ca)
+	// The model gives both jobs alice's work; what bob's maps cost his
+	// worker's vCPU against hers (equalCost) is reported beside it.
+	r := w.workerVCPU(samples, "bob", cpu, rb) / w.workerVCPU(samples, "alice", cpu, ra)
 	wallAt, ta, tb := more.Sub(ra.Submitted).Seconds(), took(ra), took(rb)
 	wallWant, _ := predict(func(t time.Time) float64 { return t.Sub(ra.Submitted).Seconds() }, ta)
 	got := cb / tb
 	w.add(row{fmt.Sprintf("f: bob's spend --more at %.1f s (shares %.3f/%.3f → %.3f/%.3f)", at, q0["alice"], q0["bob"], q1["alice"], q1["bob"]), "CPU",
 		fmt.Sprintf("bob's remaining %.1f s (%.1f s without the top-up)", want-at, without-at),
-		fmt.Sprintf("%.1f s on the guests' CPU clock (alice %.1f s, bob %.1f s); wall %.1f s, model %.1f s; guests had %.0f %% of the busiest CPU",
-			cb-at, ca, cb, tb-wallAt, wallWant-wallAt, 100*got)})
+		fmt.Sprintf("%.1f s on the guests' CPU clock (alice %.1f s, bob %.1f s); wall %.1f s, model %.1f s; guests had %.0f %% of the busiest CPU; "+
+			"his maps' CPU time over hers %.2f", cb-at, ca, cb, tb-wallAt, wallWant-wallAt, 100*got, r)})
 	check(t, "bob's remaining time after the top-up", cb-at, want-at, tb-wallAt, wallWant-wallAt, got)
 }
 
