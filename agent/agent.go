@@ -318,7 +318,7 @@ func (a *Agent) SetBids(ctx context.Context, req *wire.BidRequest) (wire.HostSta
 		return wire.HostState{}, err
 	}
 	l := startLaps()
-	defer l.logIfSlow(a.cfg.Logger, "agent: slow bid change", "host", a.cfg.Host, "plan", req.Plan)
+	defer l.logIfSlow(a.cfg.Logger, "agent: slow bid change", func() []any { return []any{"host", a.cfg.Host, "plan", req.Plan} })
 	if a.cfg.Identities != nil {
 		// The book first (an unknown VM is not found whatever its
 		// mandate), then the mandates without mu (whois is I/O), then the
@@ -442,7 +442,7 @@ func (a *Agent) Tick(ctx context.Context, now time.Time) (wire.HostState, error)
 	a.tickMu.Lock()
 	defer a.tickMu.Unlock()
 	l.lap("wait")
-	defer l.logIfSlow(a.cfg.Logger, "agent: slow tick", "host", a.cfg.Host)
+	defer l.logIfSlow(a.cfg.Logger, "agent: slow tick", func() []any { return []any{"host", a.cfg.Host} })
 	var errs []error
 	fail := func(kind string, err error) {
 		a.cfg.Metrics.Error("agent", kind)
