@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -184,9 +185,10 @@ type Agent struct {
 	// mu guards the book, everything below.
 	mu       sync.Mutex
 	vms      map[string]VM
-	listed   []VM               // the list vms was made from, to tell a listing that changed nothing
-	ids      []string           // the ids of vms, sorted (vmIDs)
-	rated    map[string]float64 // what rates returned last, reused by its next call
+	listed   []VM                    // the list vms was made from, to tell a listing that changed nothing
+	ids      []string                // the ids of vms, sorted (vmIDs)
+	rated    map[string]float64      // what rates returned last, reused by its next call
+	bidsOf   map[string][]wire.VMBid // what vmBids returned last, reused likewise
 	bids     map[bidKey]*bid
 	total    map[legKey]money.Micro
 	captured map[legKey]money.Micro
@@ -480,7 +482,7 @@ func (a *Agent) Tick(ctx context.Context, now time.Time) (wire.HostState, error)
 	// money exact; an operator comparing the two would not see why). A
 	// capture begun finishes, for at most captureDrain; one not begun when
 	// the stop comes is left to the next start.
-	if ctx.Err() == nil {
+	if ctx.Err() == nil && batch != nil { // (nothing owed: no context, no timer)
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), captureDrain)
 		err := a.capture(cctx, batch)
 		cancel()
@@ -647,9 +649,15 @@ func (a *Agent) rates(now time.Time) map[string]float64 {
 	return r
 }
 
-// vmBids are each VM's bids, sorted by plan, as the host's state shows them.
+// vmBids are each VM's bids, sorted by plan, as the host's state shows them;
+// under mu. The map is the agent's, reused by the next call (each tick
+// makes one); the slices are new.
 func (a *Agent) vmBids(now time.Time) map[string][]wire.VMBid {
-	out := map[string][]wire.VMBid{}
+	if a.bidsOf == nil {
+		a.bidsOf = map[string][]wire.VMBid{}
+	}
+	out := a.bidsOf
+	clear(out)
 	for k, b := range a.bids {
 		var rate float64
 		if now.Before(b.end()) {
@@ -658,7 +666,8 @@ func (a *Agent) vmBids(now time.Time) map[string][]wire.VMBid {
 		out[k.vm] = append(out[k.vm], wire.VMBid{Plan: b.Plan, Hold: b.Hold, Rate: rate, Budget: b.Budget, Charged: b.base + b.charged(now), Ends: b.end()})
 	}
 	for _, bs := range out {
-		sort.Slice(bs, func(i, j int) bool { return bs[i].Plan < bs[j].Plan })
+		// A VM has one bid per plan: the order is total.
+		slices.SortFunc(bs, func(x, y wire.VMBid) int { return strings.Compare(x.Plan, y.Plan) })
 	}
 	return out
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"sort"
+	"slices"
 	"sync"
 	"time"
 
@@ -329,13 +329,14 @@ func AllocateTo(alloc map[string]float64, cpus float64, weights, demand map[stri
 		alloc = map[string]float64{}
 	}
 	clear(alloc)
-	active := make([]string, 0, len(demand))
+	var room [16]string // a host's VMs, most often: no slice on the heap
+	active := room[:0]
 	for vm, d := range demand {
 		if d > 0 && weights[vm] > 0 {
 			active = append(active, vm)
 		}
 	}
-	sort.Strings(active)
+	slices.Sort(active)
 	left := cpus
 	for len(active) > 0 && left > 1e-12 {
 		var w float64
