@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -164,6 +165,7 @@ type Agent struct {
 	lastUse  map[string]time.Duration
 	lastIO   map[string]IOUse
 	lastWait map[string]time.Duration      // a WaitMeter's
+	measured measured                      // measure's maps, reused tick to tick
 	caps     map[string]map[string]float64 // a Rebalancer's caps by VM and resource; written and read under mu
 
 	// enforceMu serializes the Enforcer's share I/O; applied is the last
@@ -183,6 +185,10 @@ type Agent struct {
 	// mu guards the book, everything below.
 	mu       sync.Mutex
 	vms      map[string]VM
+	listed   []VM                    // the list vms was made from, to tell a listing that changed nothing
+	ids      []string                // the ids of vms, sorted (vmIDs)
+	rated    map[string]float64      // what rates returned last, reused by its next call
+	bidsOf   map[string][]wire.VMBid // what vmBids returned last, reused likewise
 	bids     map[bidKey]*bid
 	total    map[legKey]money.Micro
 	captured map[legKey]money.Micro
@@ -227,7 +233,7 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.IdleTicks <= 0 {
 		cfg.IdleTicks = 3
 	}
-	a := &Agent{cfg: cfg, vms: map[string]VM{}, bids: map[bidKey]*bid{}, total: map[legKey]money.Micro{},
+	a := &Agent{cfg: cfg, bids: map[bidKey]*bid{}, total: map[legKey]money.Micro{},
 		captured: map[legKey]money.Micro{}, util: map[string]float64{}, quiet: map[string]int{}, quietE: map[string]float64{}, short: map[[2]string]*shortfall{},
 		mandates: &mandate.Cache{Size: mandateCacheSize}, signers: newSignerCache()}
 	if cfg.Shared != nil {
@@ -287,13 +293,20 @@ func (a *Agent) listVMs(ctx context.Context) ([]VM, error) {
 }
 
 // setVMs takes in the VM list under mu; bids on VMs that are gone are
-// settled and dropped.
+// settled and dropped. A list the same as the last (what every tick of a
+// host whose VMs did not change lists) leaves the VMs as they are.
 func (a *Agent) setVMs(list []VM, now time.Time) {
+	if a.vms != nil && slices.Equal(list, a.listed) {
+		// Taken in before (a.vms is nil until the first list), and
+		// the bids on VMs not in it dropped then: none to drop now.
+		return
+	}
 	vms := make(map[string]VM, len(list))
 	for _, vm := range list {
 		vms[vm.ID] = vm
 	}
-	a.vms = vms
+	a.vms, a.listed = vms, slices.Clone(list)
+	a.ids = slices.Sorted(maps.Keys(vms))
 	for k, b := range a.bids {
 		if _, ok := vms[k.vm]; !ok {
 			a.settle(b, now)
@@ -318,7 +331,7 @@ func (a *Agent) SetBids(ctx context.Context, req *wire.BidRequest) (wire.HostSta
 		return wire.HostState{}, err
 	}
 	l := startLaps()
-	defer l.logIfSlow(a.cfg.Logger, "agent: slow bid change", "host", a.cfg.Host, "plan", req.Plan)
+	defer l.logIfSlow(a.cfg.Logger, "agent: slow bid change", func() []any { return []any{"host", a.cfg.Host, "plan", req.Plan} })
 	if a.cfg.Identities != nil {
 		// The book first (an unknown VM is not found whatever its
 		// mandate), then the mandates without mu (whois is I/O), then the
@@ -442,7 +455,7 @@ func (a *Agent) Tick(ctx context.Context, now time.Time) (wire.HostState, error)
 	a.tickMu.Lock()
 	defer a.tickMu.Unlock()
 	l.lap("wait")
-	defer l.logIfSlow(a.cfg.Logger, "agent: slow tick", "host", a.cfg.Host)
+	defer l.logIfSlow(a.cfg.Logger, "agent: slow tick", func() []any { return []any{"host", a.cfg.Host} })
 	var errs []error
 	fail := func(kind string, err error) {
 		a.cfg.Metrics.Error("agent", kind)
@@ -469,7 +482,7 @@ func (a *Agent) Tick(ctx context.Context, now time.Time) (wire.HostState, error)
 	// money exact; an operator comparing the two would not see why). A
 	// capture begun finishes, for at most captureDrain; one not begun when
 	// the stop comes is left to the next start.
-	if ctx.Err() == nil {
+	if ctx.Err() == nil && batch != nil { // (nothing owed: no context, no timer)
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), captureDrain)
 		err := a.capture(cctx, batch)
 		cancel()
@@ -620,9 +633,14 @@ func (a *Agent) takeCaptured(batch *wire.CaptureBatch, rep wire.CaptureReply) {
 }
 
 // rates are each VM's funded rate at now, micro-credits per second: the sum
-// of its plans' bids.
+// of its plans' bids; under mu. The map is the agent's, reused by the next
+// call (a tick makes two): read it, do not keep it.
 func (a *Agent) rates(now time.Time) map[string]float64 {
-	r := make(map[string]float64, len(a.bids))
+	if a.rated == nil {
+		a.rated = make(map[string]float64, len(a.bids))
+	}
+	r := a.rated
+	clear(r)
 	for k, b := range a.bids {
 		if now.Before(b.end()) {
 			r[k.vm] += money.Rate(b.Budget, b.Duration.D())
@@ -631,9 +649,15 @@ func (a *Agent) rates(now time.Time) map[string]float64 {
 	return r
 }
 
-// vmBids are each VM's bids, sorted by plan, as the host's state shows them.
+// vmBids are each VM's bids, sorted by plan, as the host's state shows them;
+// under mu. The map is the agent's, reused by the next call (each tick
+// makes one); the slices are new.
 func (a *Agent) vmBids(now time.Time) map[string][]wire.VMBid {
-	out := map[string][]wire.VMBid{}
+	if a.bidsOf == nil {
+		a.bidsOf = map[string][]wire.VMBid{}
+	}
+	out := a.bidsOf
+	clear(out)
 	for k, b := range a.bids {
 		var rate float64
 		if now.Before(b.end()) {
@@ -642,19 +666,15 @@ func (a *Agent) vmBids(now time.Time) map[string][]wire.VMBid {
 		out[k.vm] = append(out[k.vm], wire.VMBid{Plan: b.Plan, Hold: b.Hold, Rate: rate, Budget: b.Budget, Charged: b.base + b.charged(now), Ends: b.end()})
 	}
 	for _, bs := range out {
-		sort.Slice(bs, func(i, j int) bool { return bs[i].Plan < bs[j].Plan })
+		// A VM has one bid per plan: the order is total.
+		slices.SortFunc(bs, func(x, y wire.VMBid) int { return strings.Compare(x.Plan, y.Plan) })
 	}
 	return out
 }
 
-func (a *Agent) vmIDs() []string {
-	ids := make([]string, 0, len(a.vms))
-	for id := range a.vms {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	return ids
-}
+// vmIDs are the VMs' ids, sorted; under mu. The slice is the agent's
+// (setVMs makes a new one when the VMs change): do not change it.
+func (a *Agent) vmIDs() []string { return a.ids }
 
 // measure turns the CPU time used since the last tick into utilisation,
 // and the I/O done (an IOMeter's) into each VM's busiest use of its
@@ -687,8 +707,8 @@ func (a *Agent) measure(ctx context.Context, now time.Time, l *laps) error {
 	defer a.mu.Unlock()
 	if dt := now.Sub(a.lastTick).Seconds(); dt > 0 {
 		// What each VM took of each resource, for checkDelivery.
-		cpus, entitled, waits := map[string]float64{}, map[string]float64{}, map[string]float64{}
-		moved := map[string]map[string]float64{wire.ResourceDisk: {}, wire.ResourceNet: {}}
+		a.measured.clear()
+		cpus, entitled, waits, moved := a.measured.cpus, a.measured.entitled, a.measured.waits, a.measured.moved
 		total := 0.0
 		for vm, u := range use {
 			total += (u - a.lastUse[vm]).Seconds() / dt / a.cfg.Capacity
@@ -786,7 +806,7 @@ func (a *Agent) measure(ctx context.Context, now time.Time, l *laps) error {
 				delete(a.quietE, vm)
 			}
 		}
-		a.checkDelivery(now, wire.ResourceCPU, cpuTook(a.cfg.Capacity, cpus, entitled, waits))
+		a.checkDelivery(now, wire.ResourceCPU, cpuTook(a.measured.took, a.cfg.Capacity, cpus, entitled, waits))
 		for _, r := range [...]string{wire.ResourceDisk, wire.ResourceNet} {
 			var tick map[string]took // none: not measured, or not governed (no share promised)
 			if io != nil && slices.Contains(governed, r) {
@@ -801,6 +821,30 @@ func (a *Agent) measure(ctx context.Context, now time.Time, l *laps) error {
 	}
 	a.lastTick, a.lastUse, a.lastIO, a.lastWait = now, use, io, wait
 	return waitErr
+}
+
+// measured are the maps measure fills each tick: cleared and filled again
+// rather than made anew, as a simulator's million ticks would; the ticks'
+// own (under tickMu), like lastUse. Nothing keeps them past the tick.
+type measured struct {
+	cpus, entitled, waits map[string]float64            // by VM, for cpuTook
+	moved                 map[string]map[string]float64 // MB/s by resource and VM
+	took                  map[string]took               // cpuTook's
+}
+
+// clear empties the maps, making them the first time.
+func (m *measured) clear() {
+	if m.moved == nil {
+		*m = measured{cpus: map[string]float64{}, entitled: map[string]float64{}, waits: map[string]float64{},
+			moved: map[string]map[string]float64{wire.ResourceDisk: {}, wire.ResourceNet: {}}, took: map[string]took{}}
+	}
+	clear(m.cpus)
+	clear(m.entitled)
+	clear(m.waits)
+	for _, vms := range m.moved {
+		clear(vms)
+	}
+	clear(m.took)
 }
 
 // rebalance re-spreads a throttling Enforcer's caps by the shares in force

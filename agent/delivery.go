@@ -34,12 +34,11 @@ type shortfall struct {
 	reported            bool
 }
 
-// cpuTook is each VM's CPU in a tick: ran is the CPUs it used, entitled
-// its entitlement (CPUs), waited the CPUs' worth its vCPUs waited for a
-// host CPU (negative: unknown). It wanted more when it waited half a CPU
-// or more, as for idleness.
-func cpuTook(capacity float64, ran, entitled, waited map[string]float64) map[string]took {
-	out := make(map[string]took, len(ran))
+// cpuTook is each VM's CPU in a tick, filled into out (empty): ran is the
+// CPUs it used, entitled its entitlement (CPUs), waited the CPUs' worth
+// its vCPUs waited for a host CPU (negative: unknown). It wanted more when
+// it waited half a CPU or more, as for idleness.
+func cpuTook(out map[string]took, capacity float64, ran, entitled, waited map[string]float64) map[string]took {
 	for vm, r := range ran {
 		out[vm] = took{delivered: r / capacity, entitled: entitled[vm] / capacity, wanted: waited[vm] >= starvedWait}
 	}
@@ -181,6 +180,9 @@ func governedIO(e Enforcer) []string {
 // capsOf are the VMs' caps on resource (MB/s): a VM's net cap is its
 // caps into and out of it together, as the meter counts its traffic.
 func (a *Agent) capsOf(resource string) map[string]float64 {
+	if len(a.caps) == 0 {
+		return nil // no throttle: read as no caps, without a map a tick
+	}
 	out := map[string]float64{}
 	for vm, c := range a.caps {
 		switch resource {

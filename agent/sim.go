@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"sort"
+	"slices"
 	"sync"
 	"time"
 
@@ -29,6 +29,11 @@ type SimEnforcer struct {
 	used    map[string]float64 // CPU-seconds
 	waited  map[string]float64 // CPU-seconds wanted and not given
 	last    time.Time
+	// alloc is the allocation allocate gave last, kept until the shares,
+	// the demand or the foreign load change (stale): the simulator sets
+	// every VM's demand at every refresh, mostly to what it was.
+	alloc map[string]float64
+	stale bool
 	// I/O: the host's bandwidth, each VM's current rates and MB so far
 	// (SetIO; see IOMeter).
 	ioCap   IOUse
@@ -50,7 +55,8 @@ func NewSimEnforcer(now func() time.Time, cpus float64, vms ...VM) *SimEnforcer 
 		cpus = 1
 	}
 	s := &SimEnforcer{now: now, cpus: cpus, shares: map[string]float64{}, demand: map[string]float64{},
-		used: map[string]float64{}, waited: map[string]float64{}, last: now(), ioRate: map[string]IOUse{}, ioMoved: map[string]IOUse{}}
+		used: map[string]float64{}, waited: map[string]float64{}, last: now(), ioRate: map[string]IOUse{}, ioMoved: map[string]IOUse{},
+		stale: true}
 	for _, vm := range vms {
 		s.vms = append(s.vms, vm)
 		s.demand[vm.ID] = cpus
@@ -72,6 +78,7 @@ func (s *SimEnforcer) AddVM(vm VM) {
 	s.integrate()
 	s.vms = append(s.vms, vm)
 	s.demand[vm.ID] = s.cpus
+	s.stale = true
 }
 
 // SetDemand sets how many CPUs vm wants from now on (0 = idle).
@@ -79,7 +86,11 @@ func (s *SimEnforcer) SetDemand(vm string, cpus float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.integrate()
-	s.demand[vm] = max(cpus, 0)
+	d := max(cpus, 0)
+	if old, ok := s.demand[vm]; !ok || old != d {
+		s.stale = true
+	}
+	s.demand[vm] = d
 }
 
 // SetForeignLoad makes processes outside the market take cpus of the
@@ -89,6 +100,7 @@ func (s *SimEnforcer) SetForeignLoad(cpus float64) {
 	defer s.mu.Unlock()
 	s.integrate()
 	s.foreign = cpus
+	s.stale = true
 }
 
 // CPUWait is the CPU time each VM wanted and was not given, up to now.
@@ -196,6 +208,7 @@ func (s *SimEnforcer) Apply(_ context.Context, shares map[string]float64) error 
 	for vm, q := range shares {
 		s.shares[vm] = q
 	}
+	s.stale = true
 	return nil
 }
 
@@ -206,6 +219,16 @@ func (s *SimEnforcer) Tamper(vm string, share float64) {
 	defer s.mu.Unlock()
 	s.integrate()
 	s.shares[vm] = share
+	s.stale = true
+}
+
+// InForce is the shares in force, as Applied reads them back but not
+// copied: the simulator reads them at every change of a host's demand.
+// The caller neither changes nor keeps the map.
+func (s *SimEnforcer) InForce() map[string]float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.shares
 }
 
 // Applied reads back the shares in force.
@@ -272,8 +295,11 @@ func (s *SimEnforcer) integrate() {
 }
 
 // allocate is the host's CPU allocation under the applied shares (equal
-// weights before any Apply).
+// weights before any Apply); the caller does not change it.
 func (s *SimEnforcer) allocate() map[string]float64 {
+	if !s.stale {
+		return s.alloc
+	}
 	weights := s.shares
 	if len(weights) == 0 {
 		weights = make(map[string]float64, len(s.vms))
@@ -281,7 +307,8 @@ func (s *SimEnforcer) allocate() map[string]float64 {
 			weights[vm.ID] = 1
 		}
 	}
-	return Allocate(max(s.cpus-s.foreign, 0), weights, s.demand)
+	s.alloc, s.stale = AllocateTo(s.alloc, max(s.cpus-s.foreign, 0), weights, s.demand), false
+	return s.alloc
 }
 
 // Allocate divides cpus among VMs by work-conserving proportional sharing,
@@ -291,21 +318,32 @@ func (s *SimEnforcer) allocate() map[string]float64 {
 // the cluster simulator (hadoopvm/sim) runs. VMs with no weight or no demand
 // get nothing.
 func Allocate(cpus float64, weights, demand map[string]float64) map[string]float64 {
-	alloc := map[string]float64{}
-	active := make([]string, 0, len(demand))
+	return AllocateTo(nil, cpus, weights, demand)
+}
+
+// AllocateTo is Allocate into alloc, emptied first (nil: a new map), for
+// a caller that allocates again and again (the simulator, at every
+// change of a host's demand) and need not keep the last allocation.
+func AllocateTo(alloc map[string]float64, cpus float64, weights, demand map[string]float64) map[string]float64 {
+	if alloc == nil {
+		alloc = map[string]float64{}
+	}
+	clear(alloc)
+	var room [16]string // a host's VMs, most often: no slice on the heap
+	active := room[:0]
 	for vm, d := range demand {
 		if d > 0 && weights[vm] > 0 {
 			active = append(active, vm)
 		}
 	}
-	sort.Strings(active)
+	slices.Sort(active)
 	left := cpus
 	for len(active) > 0 && left > 1e-12 {
 		var w float64
 		for _, vm := range active {
 			w += weights[vm]
 		}
-		var still []string
+		still := active[:0] // filtered in place: each round keeps fewer
 		freed := 0.0
 		for _, vm := range active {
 			if need := demand[vm]; need <= left*weights[vm]/w {
@@ -315,7 +353,7 @@ func Allocate(cpus float64, weights, demand map[string]float64) map[string]float
 				still = append(still, vm)
 			}
 		}
-		if len(still) == len(active) {
+		if len(still) == len(active) { // none satisfied: active is unchanged
 			for _, vm := range active {
 				alloc[vm] = left * weights[vm] / w
 			}

@@ -186,6 +186,33 @@ type host struct {
 	ver     uint64
 	updated time.Time
 	bg      string // background VM id, "" if none
+	scratch refreshMaps
+}
+
+// refreshMaps are the maps refresh fills, kept with the host and emptied
+// at each refresh rather than made anew: a host refreshes at every tick
+// and every start and end of a task's phase on it.
+type refreshMaps struct {
+	shares              map[string]float64 // equal shares, before the agent applied any
+	equal               map[string]float64 // equal weights, for a fair device
+	demand, busy, alloc [nResources]map[string]float64
+}
+
+// empty empties the maps, making them the first time.
+func (m *refreshMaps) empty() {
+	if m.shares == nil {
+		m.shares, m.equal = map[string]float64{}, map[string]float64{}
+		for r := range nResources {
+			m.demand[r], m.busy[r], m.alloc[r] = map[string]float64{}, map[string]float64{}, map[string]float64{}
+		}
+	}
+	clear(m.shares)
+	clear(m.equal)
+	for r := range nResources {
+		clear(m.demand[r])
+		clear(m.busy[r])
+		// alloc[r] is emptied by AllocateTo
+	}
 }
 
 type vm struct {
@@ -642,9 +669,10 @@ func (s *Sim) integrate(h *host) {
 // applied and the VMs' demand, and schedules its tasks' completions.
 func (s *Sim) refresh(h *host) {
 	h.ver++
-	shares, _ := h.sim.Applied(context.Background())
+	h.scratch.empty()
+	shares := h.sim.InForce()
 	if len(shares) == 0 {
-		shares = map[string]float64{}
+		shares = h.scratch.shares
 		for _, m := range h.vms {
 			shares[m.spec.ID] = 1
 		}
@@ -656,12 +684,11 @@ func (s *Sim) refresh(h *host) {
 	// task uses at most a core, a disk or network stream all of the
 	// host's bandwidth.
 	capacity := [nResources]float64{resCPU: h.spec.Cores, resDisk: h.spec.Disk, resNet: h.spec.Net}
-	var demand, busy [nResources]map[string]float64
+	demand, busy := h.scratch.demand, h.scratch.busy
 	for r := range nResources {
 		if capacity[r] <= 0 {
 			capacity[r] = ungoverned
 		}
-		demand[r], busy[r] = make(map[string]float64, len(h.vms)+1), make(map[string]float64, len(h.vms))
 	}
 	for _, m := range h.vms {
 		for _, t := range m.Running {
@@ -682,11 +709,11 @@ func (s *Sim) refresh(h *host) {
 	}
 	fair := [nResources]bool{resDisk: h.spec.DiskFair || h.spec.DiskThrottle, resNet: h.spec.NetFair || h.spec.NetThrottle}
 	throttled := [nResources]bool{resDisk: h.spec.DiskThrottle, resNet: h.spec.NetThrottle}
-	equal := make(map[string]float64, len(shares))
+	equal := h.scratch.equal
 	for vm := range demand[resCPU] {
 		equal[vm] = 1
 	}
-	var alloc [nResources]map[string]float64
+	alloc := h.scratch.alloc
 	for r := range nResources {
 		if throttled[r] {
 			for vm, d := range demand[r] {
@@ -697,10 +724,10 @@ func (s *Sim) refresh(h *host) {
 			}
 		}
 		if fair[r] {
-			alloc[r] = agent.Allocate(capacity[r], equal, demand[r])
+			alloc[r] = agent.AllocateTo(alloc[r], capacity[r], equal, demand[r])
 			continue
 		}
-		alloc[r] = agent.Allocate(capacity[r], shares, demand[r])
+		alloc[r] = agent.AllocateTo(alloc[r], capacity[r], shares, demand[r])
 	}
 	for _, m := range h.vms {
 		m.cpu = alloc[resCPU][m.spec.ID]
