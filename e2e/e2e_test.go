@@ -174,14 +174,9 @@ const unloaded = 0.9
 // market divides what the host gives its guests; on a machine where
 // processes outside it take part of the CPUs, wall time runs faster than
 // this clock, unevenly, and the model's predictions hold on this clock. On
-// a machine that is the guests' alone they agree.
-func (w *world) clock(samples []sample, t0 time.Time, ends map[string]time.Time) func(time.Time) float64 {
-	clock, _ := w.busiestClock(samples, t0, ends)
-	return clock
-}
-
-// busiestClock is clock and the host CPU it is the clock of.
-func (w *world) busiestClock(samples []sample, t0 time.Time, ends map[string]time.Time) (func(time.Time) float64, int) {
+// a machine that is the guests' alone they agree. It returns the clock
+// and the CPU it is the clock of.
+func (w *world) clock(samples []sample, t0 time.Time, ends map[string]time.Time) (func(time.Time) float64, int) {
 	onCPU := func(cpu int, t time.Time) float64 {
 		total := 0.0
 		for u, end := range ends {
@@ -279,7 +274,7 @@ func (w *world) caseShares(t *testing.T) float64 {
 		samples := smp.end()
 		t.Logf("attempt %d timeline:\n%s", n, timeline(samples, w.vms(), ra.Submitted))
 		t.Logf("attempt %d attempts (s from alice's submission):\n%s%s", n, attempts(ra, ra.Submitted), attempts(rb, ra.Submitted))
-		clock, cpu := w.busiestClock(samples, ra.Submitted, map[string]time.Time{"alice": ra.Finished, "bob": rb.Finished})
+		clock, cpu := w.clock(samples, ra.Submitted, map[string]time.Time{"alice": ra.Finished, "bob": rb.Finished})
 		r := w.workerVCPU(samples, "bob", cpu, rb) / w.workerVCPU(samples, "alice", cpu, ra)
 		costs = append(costs, fmt.Sprintf("%.2f", r))
 		ta, tb := took(ra), took(rb)
@@ -375,7 +370,7 @@ func (w *world) caseMore(t *testing.T, aliceCPU float64) {
 		jobs[0].changes, jobs[1].changes = nil, nil
 		return want, finishes(jobs)[1]
 	}
-	clock, cpu := w.busiestClock(samples, ra.Submitted, map[string]time.Time{"alice": ra.Finished, "bob": rb.Finished})
+	clock, cpu := w.clock(samples, ra.Submitted, map[string]time.Time{"alice": ra.Finished, "bob": rb.Finished})
 	at, ca, cb := clock(more), clock(ra.Finished), clock(rb.Finished)
 	want, without := predict(clock, ca)
 	// The model gives both jobs alice's work; what bob's maps cost his
