@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -84,16 +83,14 @@ func (w *world) caseBottleneck(t *testing.T) {
 	// The model's work is the fair run's: a boosted run whose job took the
 	// hot worker's vCPUs a different time for the same maps measured the
 	// machine's speed, not the shares (equalCost), and runs again.
-	cost := func(r hotResult) float64 {
-		return guestVCPU(r.samples, []string{hot}, r.res.Finished) - guestVCPU(r.samples, []string{hot}, r.res.Submitted)
-	}
+	cost := func(r hotResult) float64 { return jobVCPU(r.samples, hot, r.res) }
 	var boosted hotResult
 	var costs []string
 	for n := 1; ; n++ {
 		boosted = w.hotRun(t, fmt.Sprintf("wc-hot-bottleneck-%d", n))
 		r := cost(boosted) / cost(fair)
 		costs = append(costs, fmt.Sprintf("%.2f", r))
-		if math.Abs(r-1) <= equalCost || n == shareAttempts {
+		if judged(r, n) {
 			break
 		}
 		t.Logf("attempt %d: the boosted job's maps took the hot worker's vCPUs %.1f s, %.2f times the fair run's %.1f s: the machine's speed moved, run again",
