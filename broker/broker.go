@@ -289,6 +289,7 @@ func New(cfg Config) (*Broker, error) {
 			return nil, err
 		}
 		s.recreate = recreatePlans(cfg.NC, cfg.Plans, cfg.RecreatePlans)
+		s.nc = cfg.NC
 		b.store = s
 	} else if cfg.Memory != nil {
 		b.store = cfg.Memory.s

@@ -130,5 +130,5 @@ func (b *Broker) nonces(nc *nats.Conn) (service.Nonces, error) {
 	if err != nil {
 		return nil, err
 	}
-	return service.KVNonces{KV: kv}, nil
+	return service.KVNonces{KV: kv, NC: nc}, nil
 }

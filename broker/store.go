@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mrmarket/mrmarket/internal/money"
@@ -260,6 +261,7 @@ type kvStore struct {
 	// found gone (recreate).
 	kvMu     sync.Mutex
 	kv       jetstream.KeyValue
+	nc       *nats.Conn // the connection kv is on, when known
 	watcher  jetstream.KeyWatcher
 	done     chan struct{}
 	recreate func(ctx context.Context) (jetstream.KeyValue, error) // nil: a lost bucket is only reported
@@ -405,12 +407,14 @@ func (s *kvStore) rewatch() {
 }
 
 // bucket is the plan bucket, each read and write bounded by one daemon
-// attempt (natsutil.Bounded): a write lost with its stream's leader is
-// answered unavailable after it, not after the request's whole deadline.
+// attempt, and by the broker's connection (natsutil.Bounded): a write lost
+// with its stream's leader is answered unavailable after it, not after the
+// request's whole deadline, and one lost with the broker's NATS server at
+// once.
 func (s *kvStore) bucket() jetstream.KeyValue {
 	s.kvMu.Lock()
 	defer s.kvMu.Unlock()
-	return natsutil.Bounded(s.kv, rpc.DaemonAttempt)
+	return natsutil.Bounded(s.kv, s.nc, rpc.DaemonAttempt)
 }
 
 func (s *kvStore) apply(key string, value []byte, rev uint64, op jetstream.KeyValueOp) {

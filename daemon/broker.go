@@ -53,7 +53,7 @@ func StartBroker(ctx context.Context, cfg BrokerConfig) (*Broker, error) {
 	signed, identities := cfg.bankClients(nc, cfg.Signer, "broker")
 	b, err := broker.New(broker.Config{NC: nc, Signer: cfg.Signer, AdminKey: cfg.AdminKey, Bank: signed, Identities: identities,
 		Now: cfg.Now, Metrics: cfg.Metrics, Logger: cfg.Logger, Plans: assets.Plans, RecreatePlans: cfg.RecreatePlans,
-		Nonces: service.KVNonces{KV: assets.Nonces}, Tick: cfg.Tick, Settle: cfg.Settle,
+		Nonces: service.KVNonces{KV: assets.Nonces, NC: nc}, Tick: cfg.Tick, Settle: cfg.Settle,
 		DeadlineShare: cfg.DeadlineShare, JobOrder: cfg.JobOrder, Replica: cfg.Replica})
 	if err != nil {
 		return nil, err

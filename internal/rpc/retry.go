@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/mrmarket/mrmarket/internal/natsutil"
 	"github.com/mrmarket/mrmarket/internal/retry"
 	"github.com/mrmarket/mrmarket/internal/wire"
 )
@@ -86,10 +87,11 @@ func NoAnswer(err error) bool {
 		errors.Is(err, wire.ErrUnavailable) && strings.Contains(err.Error(), "nothing answers")
 }
 
-// TimedOut says err is a try whose answer did not come in time: the
-// request or its answer may be lost, and the one it went to may be alive —
-// for a service of one responder, whose absence a new try does not mend.
+// TimedOut says err is a try whose answer did not come in time, or whose
+// connection was lost while it waited (natsutil.ErrLinkLost): the request
+// or its answer may be lost, and the one it went to may be alive — for a
+// service of one responder, whose absence a new try does not mend.
 func TimedOut(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
-		errors.Is(err, wire.ErrUnavailable) && strings.Contains(err.Error(), "in time")
+		errors.Is(err, wire.ErrUnavailable) && (strings.Contains(err.Error(), "in time") || strings.Contains(err.Error(), natsutil.ErrLinkLost.Error()))
 }

@@ -29,6 +29,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/mrmarket/mrmarket/internal/natsutil"
 	"github.com/mrmarket/mrmarket/internal/retry"
 	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
@@ -134,10 +135,17 @@ func Request[Rep any](ctx context.Context, nc *nats.Conn, subject string, req wi
 			}
 			m.Header.Set(wire.HeaderPatience, strconv.FormatInt(time.Until(d).Milliseconds(), 10))
 		}
+		ctx, cancel := natsutil.WhileConnected(ctx, nc)
+		defer cancel()
 		if c.trust != nil {
-			return trusted(ctx, nc, m, c.trust, c.onRefused, res)
+			err = trusted(ctx, nc, m, c.trust, c.onRefused, res)
+		} else {
+			err = plain(ctx, nc, m, res)
 		}
-		return plain(ctx, nc, m, res)
+		if err != nil && natsutil.LinkLost(ctx) {
+			return wire.Errorf(wire.ErrUnavailable, "no answer on %s: %v", subject, natsutil.ErrLinkLost)
+		}
+		return err
 	})
 	return rep, err
 }

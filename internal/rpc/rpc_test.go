@@ -192,3 +192,55 @@ func TestRetriedSignsEachTryAfresh(t *testing.T) {
 		t.Fatalf("result %s", raw)
 	}
 }
+
+// A request whose connection to NATS is lost before its answer comes is
+// answered unavailable at once — the request or its answer may have gone
+// down with the server — as a try that timed out (TimedOut: sent again by
+// Retried), not after the rest of its attempt, so its retry goes out on the
+// next connection. Mutation: Request without natsutil.WhileConnected waits
+// out the 10 s and fails the test.
+func TestRequestEndsWhenItsConnectionIsLost(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		opts []rpc.Option
+	}{
+		{"plain", nil},
+		{"trusted", []rpc.Option{rpc.Trusted(nil, nil)}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ns := natstest.Server(t)
+			got := make(chan struct{}, 1)
+			silent := natstest.Connect(t, ns)
+			if _, err := silent.Subscribe("silent", func(*nats.Msg) { got <- struct{}{} }); err != nil {
+				t.Fatal(err)
+			}
+			if err := silent.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			answered := make(chan error, 1)
+			go func() {
+				_, err := rpc.Request[struct{}](ctx, nc, "silent", &wire.LedgerRequest{}, c.opts...)
+				answered <- err
+			}()
+			<-got
+			lost := time.Now()
+			ns.Shutdown()
+			select {
+			case err := <-answered:
+				if !errors.Is(err, wire.ErrUnavailable) || !rpc.TimedOut(err) {
+					t.Fatalf("answered %v: want unavailable, as a try that timed out", err)
+				}
+				t.Logf("answered %s after the server went: %v", time.Since(lost).Round(time.Millisecond), err)
+			case <-time.After(5 * time.Second):
+				t.Fatal("the request still waits 5 s after its connection was lost")
+			}
+		})
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mrmarket/mrmarket/internal/natsutil"
@@ -26,6 +27,9 @@ import (
 // not passed.
 type KVNonces struct {
 	KV jetstream.KeyValue
+	// NC, when set, is the connection KV is on: a create in flight when it
+	// loses its server is given up at once (natsutil.Bounded).
+	NC *nats.Conn
 }
 
 // NonceKey is the bucket key of c's nonce: a hash of signer and nonce
@@ -39,7 +43,7 @@ func NonceKey(c signing.Caller) string {
 func (n KVNonces) Use(ctx context.Context, c signing.Caller, _ time.Time) error {
 	// One attempt: a create lost with the bucket's leader would otherwise
 	// hold the request until its deadline (natsutil.Bounded).
-	_, err := natsutil.Bounded(n.KV, rpc.DaemonAttempt).Create(ctx, NonceKey(c), []byte(strconv.FormatInt(c.Time.UnixNano(), 10)))
+	_, err := natsutil.Bounded(n.KV, n.NC, rpc.DaemonAttempt).Create(ctx, NonceKey(c), []byte(strconv.FormatInt(c.Time.UnixNano(), 10)))
 	switch {
 	case errors.Is(err, jetstream.ErrKeyExists):
 		return fmt.Errorf("%w (signed %s)", signing.ErrReplay, c.Time.UTC().Format(time.RFC3339Nano))
