@@ -319,6 +319,47 @@ func (c *cluster) waitVMs(t testing.TB, nc *nats.Conn) {
 	})
 }
 
+// logsBetween is what the daemons logged from from to to (slog's text
+// lines, by their time= field), at most max lines, each named by its
+// daemon: a failed row's account of itself, where the logs are not kept.
+func (c *cluster) logsBetween(from, to time.Time, max int) string {
+	type line struct {
+		at   time.Time
+		text string
+	}
+	logs, _ := filepath.Glob(filepath.Join(c.dir, "*.log"))
+	var lines []line
+	for _, l := range logs {
+		b, err := os.ReadFile(l)
+		if err != nil {
+			continue
+		}
+		name := strings.TrimSuffix(filepath.Base(l), ".log")
+		for text := range strings.Lines(string(b)) {
+			rest, ok := strings.CutPrefix(text, "time=")
+			if !ok {
+				continue
+			}
+			stamp, rest, _ := strings.Cut(rest, " ")
+			at, err := time.Parse(time.RFC3339Nano, stamp)
+			if err != nil || at.Before(from) || at.After(to) {
+				continue
+			}
+			lines = append(lines, line{at, at.UTC().Format("15:04:05.000") + " " + name + ": " + strings.TrimSpace(rest)})
+		}
+	}
+	slices.SortStableFunc(lines, func(a, b line) int { return a.at.Compare(b.at) })
+	var b strings.Builder
+	for i, l := range lines {
+		if i == max {
+			fmt.Fprintf(&b, "    … %d more\n", len(lines)-max)
+			break
+		}
+		fmt.Fprintf(&b, "    %s\n", l.text)
+	}
+	return b.String()
+}
+
 // keepLogs copies the daemons' logs in dir to $MRM_FAULTS_LOGS, when set:
 // the test's directory goes with it, and a passing run's slow-request
 // lines are worth reading too.
@@ -342,4 +383,23 @@ func keepLogs(t testing.TB, dir string) {
 		}
 	}
 	t.Logf("daemon logs kept in %s", to)
+}
+
+// A failed row shows what the daemons logged in its window, in time order
+// across the daemons' logs.
+func TestLogsBetween(t *testing.T) {
+	c := &cluster{dir: t.TempDir()}
+	write := func(name, text string) {
+		if err := os.WriteFile(filepath.Join(c.dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("bank-1.log", "=== start bank serve\ntime=2026-11-29T07:25:08.832Z level=WARN msg=\"nats: connection lost\"\ntime=2026-11-29T07:25:10Z level=INFO msg=late\n")
+	write("broker-1.log", "time=2026-11-29T07:25:08.83Z level=INFO msg=first\ntime=2026-11-29T07:25:07Z level=INFO msg=early\n")
+	from, _ := time.Parse(time.RFC3339, "2026-11-29T07:25:08Z")
+	got := c.logsBetween(from, from.Add(time.Second), 10)
+	want := "    07:25:08.830 broker-1: level=INFO msg=first\n    07:25:08.832 bank-1: level=WARN msg=\"nats: connection lost\"\n"
+	if got != want {
+		t.Fatalf("got\n%s\nwant\n%s", got, want)
+	}
 }

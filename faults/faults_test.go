@@ -125,6 +125,9 @@ func TestFaults(tt *testing.T) {
 		name  string
 		gaps  map[string]time.Duration
 		bound time.Duration
+		slow  []string // the workload's operations that waited long after the kill
+		from  time.Time
+		to    time.Time
 	}
 	var rows []row
 	for _, f := range faults {
@@ -142,7 +145,7 @@ func TestFaults(tt *testing.T) {
 			time.Sleep(rest)
 		}
 		w.check(t)
-		r := row{name: f.name, gaps: map[string]time.Duration{}, bound: cmp.Or(f.bound, MaxGap)}
+		r := row{name: f.name, gaps: map[string]time.Duration{}, bound: cmp.Or(f.bound, MaxGap), from: killed, to: time.Now()}
 		for _, k := range kinds {
 			r.gaps[k] = w.log.gap(k, killed, time.Now())
 		}
@@ -153,10 +156,13 @@ func TestFaults(tt *testing.T) {
 		for _, k := range cliKinds {
 			r.gaps[k] = w.log.longestWait(k, killed, time.Now())
 		}
+		for _, o := range w.log.slowOps(killed, time.Now()) {
+			r.slow = append(r.slow, fmt.Sprint(o))
+		}
 		rows = append(rows, r)
 		c.checkLedger(t, nc, f.name)
 		t.Logf("%s killed: longest gaps %v; the workload's longest single operations %v; retried: %v", f.name, r.gaps, waits, w.log.sampleErrors())
-		for _, o := range w.log.slowOps(killed, time.Now()) {
+		for _, o := range r.slow {
 			t.Logf("    slow: %s", o)
 		}
 	}
@@ -193,7 +199,19 @@ func TestFaults(tt *testing.T) {
 	}
 	t.Logf("longest time without an answer after each kill, and the CLI user's longest wait for one command:\n%s", b.String())
 	if failed {
-		t.Errorf("an operation went unanswered, or a CLI user waited, longer than its row's bound after a kill (marked !):\n%s", b.String())
+		// The rows over their bound again with what waited in them, each
+		// try of it, last: CI shows a failed run's end.
+		var over strings.Builder
+		for _, r := range rows {
+			if slices.ContainsFunc(columns, func(k string) bool { return r.gaps[k] > r.bound }) {
+				fmt.Fprintf(&over, "%s killed, the operations that waited longest:\n", r.name)
+				for _, o := range r.slow {
+					fmt.Fprintf(&over, "    %s\n", o)
+				}
+				fmt.Fprintf(&over, "and what the daemons logged meanwhile:\n%s", c.logsBetween(r.from, r.to, 60))
+			}
+		}
+		t.Errorf("an operation went unanswered, or a CLI user waited, longer than its row's bound after a kill (marked !):\n%s%s", b.String(), over.String())
 	}
 }
 
