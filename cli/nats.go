@@ -146,7 +146,7 @@ func natsServeCommand() *ucli.Command {
 			&ucli.DurationFlag{Name: "follow", Usage: "check the registry this often and reload when it changes (0: never)", Value: 5 * time.Second},
 			&ucli.BoolFlag{Name: "quiet", Usage: "no server log on stderr"},
 			&ucli.DurationFlag{Name: "election-timeout", Value: natsutil.FastFailover.MinElection,
-				Usage: "JetStream raft: elect a new leader after this long (to twice it) without the old one's heartbeat; 0: nats-server's 4–9 s"},
+				Usage: "JetStream raft: elect a new leader after this long (to twice it) without the old one's heartbeat, when its routes stay open (a dead process's close, and a survivor campaigns at once); 0: nats-server's 4–9 s"},
 		),
 		Action: natsServe,
 	}

@@ -57,23 +57,37 @@ func TestHelperNode(t *testing.T) {
 }
 
 // TestBucketSurvivesLeaderCrash: three nodes in their own processes; the
-// one leading MRM_HOSTS is SIGKILLed (no goodbye: followers notice by the
-// missing heartbeats and elect after raft's election timeout: 4–9 s by
-// nats-server's default, 1.5–3 s with FastFailover, as `mrmarket nats
-// serve` runs). A client given every URL keeps writing and reading; the
-// test measures the longest time between two successful write+read
-// rounds.
+// one leading MRM_HOSTS is SIGKILLed (no goodbye: the survivors lose their
+// routes to it and one campaigns at once, leaders.go; failing that they
+// notice by the missing heartbeats and elect after raft's election
+// timeout: 4–9 s by nats-server's default, 1.5–3 s with FastFailover, as
+// `mrmarket nats serve` runs). A client given every URL keeps writing and
+// reading; the test measures the longest time between two successful
+// write+read rounds.
 func TestBucketSurvivesLeaderCrash(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		fast  bool
 		bound time.Duration
 	}{{"nats-server timers", false, 15 * time.Second}, {"FastFailover", true, 4500 * time.Millisecond}} {
-		t.Run(c.name, func(t *testing.T) { leaderCrash(t, c.fast, c.bound) })
+		t.Run(c.name, func(t *testing.T) { leaderCrash(t, c.fast, c.bound, 2*time.Second) })
 	}
 }
 
-func leaderCrash(t *testing.T, fast bool, bound time.Duration) {
+// TestCrashedLeaderReplacedAtOnce: a node that dies closes its routes, and
+// the first survivor campaigns at once for the groups it led (leaders.go),
+// so writes resume within a campaign's time (0.1–0.8 s) plus a write's
+// short attempt (300 ms here), even with nats-server's own timers, whose
+// election timeout alone is 4–9 s. Mutation: StartNode without leaderWatch
+// waits for that timeout and fails the 2 s bound.
+func TestCrashedLeaderReplacedAtOnce(t *testing.T) {
+	leaderCrash(t, false, 2*time.Second, 300*time.Millisecond)
+}
+
+// leaderCrash runs the crash with raft's FastFailover timers (fast) or
+// nats-server's, each write+read of the client given op, and fails if the
+// longest time without one exceeds bound.
+func leaderCrash(t *testing.T, fast bool, bound, op time.Duration) {
 	dir := t.TempDir()
 	const n = 3
 	clients, routes := make([]int, n), make([]string, n)
@@ -167,7 +181,7 @@ func leaderCrash(t *testing.T, fast bool, bound time.Duration) {
 				return
 			case <-time.After(20 * time.Millisecond):
 			}
-			opCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			opCtx, cancel := context.WithTimeout(ctx, op)
 			v := fmt.Sprint(i)
 			_, err := a.Hosts.Put(opCtx, "host-1", []byte(v))
 			if err == nil {

@@ -70,6 +70,9 @@ func StartNode(ctx context.Context, o NodeOptions) (*Node, error) {
 	if o.ConnLimits != nil {
 		limitConnections(ns, o.ConnLimits(), o.logf)
 	}
+	if len(so.Routes) > 0 {
+		go leaderWatch(ns, func(format string, args ...any) { o.logf(ns, format, args...) })
+	}
 	return &Node{Server: ns, o: o, last: conf}, nil
 }
 

@@ -24,6 +24,10 @@ import (
 // (the gaps are then 4–9 s longer); nodes with different timers may share
 // a cluster.
 //
+// A node whose process dies closes its routes, and then the survivors do
+// not wait for these timers at all (leaders.go); they decide for a node
+// that goes silent with its sockets open (a machine lost, a partition).
+//
 // The timers are package variables of nats-server (its own tests set them
 // the same way), reached through go:linkname: the module version is pinned
 // in go.mod and TestRaftTimers checks they are still there and still
