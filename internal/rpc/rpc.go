@@ -11,7 +11,10 @@
 // it is. A refusal comes back as a *wire.Error, to match with errors.Is
 // against the wire sentinels; no responder, or no answer in time, is
 // wire.ErrUnavailable, worded so that NoAnswer and TimedOut can tell the
-// two apart.
+// two apart. A try whose connection loses its NATS server before the
+// answer comes ends then, not at its deadline (natsutil.WhileConnected):
+// unavailable, as a try that timed out, so it is sent again at once over
+// the next connection.
 //
 // A trusted call waits for a reply signed by a principal its ReplyTrust
 // believes and ignores any other, so whoever can publish on its inbox
