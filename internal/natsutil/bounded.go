@@ -38,7 +38,7 @@ func (b boundedKV) bound(ctx context.Context) (context.Context, func(error) erro
 	}
 	linked, unlink := WhileConnected(ctx, b.nc)
 	return linked, func(err error) error {
-		if err != nil && LinkLost(linked) && !b.nc.IsClosed() {
+		if err != nil && LinkLost(linked) {
 			err = fmt.Errorf("%w (%v)", ErrLinkLost, err)
 		}
 		unlink()

@@ -13,16 +13,19 @@ var ErrLinkLost = errors.New("the connection to NATS was lost while it waited")
 
 // WhileConnected returns a context that ends with ctx, and also as soon as
 // nc loses the server it is connected to (a reconnect begins, or nc
-// closes). What is in flight on nc then — a request or its answer, a
+// closes: nothing in flight will be answered either way). What is in
+// flight on nc then — a request or its answer, a
 // JetStream write awaiting its acknowledgement — may have gone down with
 // that server, and no answer to it will come: waiting out the attempt only
 // delays the try that goes out on the next connection. A request answered
 // unavailable at once can be sent again at once (it is idempotent by its
 // id, or it would not be retried at all). LinkLost says whether the context
-// ended for that.
+// ended for a reconnect; a close ends it with nats.ErrConnectionClosed (no
+// next connection: a try sent again would fail).
 func WhileConnected(ctx context.Context, nc *nats.Conn) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(linkOf(nc).current(), func() { cancel(ErrLinkLost) })
+	stretch := linkOf(nc).current()
+	stop := context.AfterFunc(stretch, func() { cancel(context.Cause(stretch)) })
 	return ctx, func() {
 		stop()
 		cancel(context.Canceled)
@@ -30,17 +33,18 @@ func WhileConnected(ctx context.Context, nc *nats.Conn) (context.Context, contex
 }
 
 // LinkLost says whether ctx, from WhileConnected, ended because its
-// connection was lost.
+// connection was lost and a reconnect began.
 func LinkLost(ctx context.Context) bool {
 	return errors.Is(context.Cause(ctx), ErrLinkLost)
 }
 
 // link is one connection's current stretch of being connected to one
-// server: its context ends when that stretch does, and a new one begins.
+// server: its context ends when that stretch does, its cause why
+// (ErrLinkLost, or nats.ErrConnectionClosed), and a new one begins.
 type link struct {
 	mu      sync.Mutex
 	stretch context.Context
-	end     context.CancelFunc
+	end     context.CancelCauseFunc
 }
 
 // links is each connection's link, watched from its first request until
@@ -52,16 +56,16 @@ func linkOf(nc *nats.Conn) *link {
 		return v.(*link)
 	}
 	l := &link{}
-	l.stretch, l.end = context.WithCancel(context.Background())
+	l.stretch, l.end = context.WithCancelCause(context.Background())
 	v, loaded := links.LoadOrStore(nc, l)
 	if loaded {
-		l.end()
+		l.end(nil)
 		return v.(*link)
 	}
 	events := nc.StatusChanged(nats.RECONNECTING, nats.DISCONNECTED, nats.CLOSED)
 	if nc.IsClosed() { // closed before the listener was there: nothing in flight can be answered
 		nc.RemoveStatusListener(events)
-		l.end()
+		l.end(nats.ErrConnectionClosed)
 		links.Delete(nc)
 		return l
 	}
@@ -74,9 +78,11 @@ func linkOf(nc *nats.Conn) *link {
 func (l *link) watch(nc *nats.Conn, events chan nats.Status) {
 	for s := range events {
 		l.mu.Lock()
-		l.end()
-		if s != nats.CLOSED {
-			l.stretch, l.end = context.WithCancel(context.Background())
+		if s == nats.RECONNECTING {
+			l.end(ErrLinkLost)
+			l.stretch, l.end = context.WithCancelCause(context.Background())
+		} else {
+			l.end(nats.ErrConnectionClosed) // DISCONNECTED comes only before CLOSED
 		}
 		l.mu.Unlock()
 		if s == nats.CLOSED {

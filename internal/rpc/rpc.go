@@ -145,7 +145,7 @@ func Request[Rep any](ctx context.Context, nc *nats.Conn, subject string, req wi
 		} else {
 			err = plain(ctx, nc, m, res)
 		}
-		if err != nil && natsutil.LinkLost(ctx) && !nc.IsClosed() { // closed: no next connection to try on
+		if err != nil && natsutil.LinkLost(ctx) {
 			return wire.Errorf(wire.ErrUnavailable, "no answer on %s: %v", subject, natsutil.ErrLinkLost)
 		}
 		return err
