@@ -60,7 +60,7 @@ func (b *Broker) snapshot(rec *planRecord, now time.Time, reads strategies.Reads
 		s.Workflows = b.workflows(rec)
 	}
 	if reads&strategies.ReadsBoost != 0 {
-		s.Boost = v.boosts[refOf(&rec.Plan)]
+		s.Boost = countedBoost(&rec.Plan) * v.boostScale
 	}
 	if reads&strategies.ReadsPrices != 0 {
 		s.Prices, s.OwnRates = b.prices(rec, s.VMs, now)

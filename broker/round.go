@@ -44,11 +44,12 @@ type round struct {
 	takenOver map[string]int
 }
 
-// roundView is what a round of one plan needs to know of the others: the
-// bottleneck plans' capped boosts and which admitted jobs run (EDF).
+// roundView is what a round of one plan needs to know of the others: what
+// the bottleneck plans' boosts are scaled by to keep within MaxBoost
+// (boosts.go) and which admitted jobs run (EDF).
 type roundView struct {
-	boosts map[planRef]float64
-	jobs   strategies.EDFRun
+	boostScale float64
+	jobs       strategies.EDFRun
 }
 
 // action is what the planner decided to do with a plan this round.
@@ -95,7 +96,7 @@ func (b *Broker) Tick(ctx context.Context, now time.Time) error {
 	}
 	b.logStaleHosts(now)
 	r := &round{now: now, replica: b.cfg.Replica, tick: b.cfg.Tick, settle: b.cfg.Settle, beats: b.store.heartbeats(),
-		view: roundView{boosts: b.cappedBoosts(), jobs: b.edf(now)}, startingHere: b.startingHere(), takenOver: map[string]int{}}
+		view: roundView{boostScale: b.boostScale(), jobs: b.edf(now)}, startingHere: b.startingHere(), takenOver: map[string]int{}}
 	plans := r.candidates(b.store)
 	errs := make([][]error, len(plans))
 	b.parallel(len(plans), roundWorkers, func(i int) {
@@ -315,33 +316,10 @@ func (b *Broker) view(strategy string) roundView {
 		return v
 	}
 	if st.Reads()&strategies.ReadsBoost != 0 {
-		v.boosts = b.cappedBoosts()
+		v.boostScale = b.boostScale()
 	}
 	if st.Reads()&strategies.ReadsJob != 0 {
 		v.jobs = b.edf(b.cfg.Now())
 	}
 	return v
-}
-
-// cappedBoosts is every running plan's boost whose strategy reads one
-// (bottleneck elimination), scaled so their sum stays within MaxBoost.
-func (b *Broker) cappedBoosts() map[planRef]float64 {
-	var refs []planRef
-	var boosts []float64
-	b.store.each(func(rec *planRecord, _ uint64) {
-		p := &rec.Plan
-		if p.Status != wire.PlanRunning && p.Status != planStarting {
-			return
-		}
-		if st, err := strategies.ByName(p.Strategy); err == nil && st.Reads()&strategies.ReadsBoost != 0 {
-			refs = append(refs, refOf(p))
-			boosts = append(boosts, p.Boost)
-		}
-	})
-	capped := strategies.CapBoosts(boosts, b.cfg.MaxBoost)
-	out := make(map[planRef]float64, len(refs))
-	for i, ref := range refs {
-		out[ref] = capped[i]
-	}
-	return out
 }

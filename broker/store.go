@@ -125,6 +125,8 @@ type planStore interface {
 	each(f func(rec *planRecord, rev uint64))
 	heartbeat(ctx context.Context, replica string, at time.Time) error
 	heartbeats() map[string]time.Time
+	// boostTotal is the sum of the boosts its plans count (countedBoost).
+	boostTotal() float64
 	// repair writes back the plans found deleted or overwritten; Tick
 	// calls it before its round.
 	repair(ctx context.Context) error
@@ -143,6 +145,7 @@ type memStore struct {
 	beats   map[string]time.Time
 	commits map[string]versionedCommit // host → its commitment record
 	rev     uint64
+	boosts  boostSum // over plans, kept by set
 }
 
 // MemoryPlans is a plan store in this process's memory that several
@@ -163,8 +166,25 @@ func (s *memStore) create(_ context.Context, rec *planRecord) (uint64, error) {
 		return 0, errExists
 	}
 	s.rev++
-	s.plans[refOf(&rec.Plan)] = versioned{rec.clone(), s.rev}
+	s.set(versioned{rec.clone(), s.rev})
 	return s.rev, nil
+}
+
+// set stores v under its plan, and its boost in the sum, with mu held.
+func (s *memStore) set(v versioned) {
+	ref := refOf(&v.rec.Plan)
+	var before *planRecord
+	if cur, ok := s.plans[ref]; ok {
+		before = cur.rec
+	}
+	s.boosts.change(before, v.rec)
+	s.plans[ref] = v
+}
+
+func (s *memStore) boostTotal() float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.boosts.total()
 }
 
 func (s *memStore) update(_ context.Context, rec *planRecord, rev uint64) (uint64, error) {
@@ -174,7 +194,7 @@ func (s *memStore) update(_ context.Context, rec *planRecord, rev uint64) (uint6
 		return 0, errStale
 	}
 	s.rev++
-	s.plans[refOf(&rec.Plan)] = versioned{rec.clone(), s.rev}
+	s.set(versioned{rec.clone(), s.rev})
 	return s.rev, nil
 }
 
@@ -469,7 +489,7 @@ func (s *kvStore) put(key string, rec *planRecord, rev uint64) {
 	s.mem.mu.Lock()
 	defer s.mem.mu.Unlock()
 	if cur, ok := s.mem.plans[ref]; !ok || cur.rev < rev {
-		s.mem.plans[ref] = versioned{rec, rev}
+		s.mem.set(versioned{rec, rev})
 		s.keys[ref], s.refs[key] = key, ref
 	}
 }
@@ -588,6 +608,7 @@ func (s *kvStore) fetch(ctx context.Context, ref planRef, fresh bool) (versioned
 
 func (s *kvStore) list() []versioned                { return s.mem.list() }
 func (s *kvStore) each(f func(*planRecord, uint64)) { s.mem.each(f) }
+func (s *kvStore) boostTotal() float64              { return s.mem.boostTotal() }
 func (s *kvStore) heartbeats() map[string]time.Time {
 	return s.mem.heartbeats()
 }
@@ -672,7 +693,7 @@ func (s *kvStore) recover(ctx context.Context) error {
 			var rev uint64
 			if rev, err = kv.Put(ctx, key, data); err == nil {
 				s.mem.mu.Lock()
-				s.mem.plans[ref] = versioned{v.rec, rev} // the new bucket's revisions
+				s.mem.set(versioned{v.rec, rev}) // the new bucket's revisions
 				delete(s.refs, s.keys[ref])
 				s.keys[ref], s.refs[key] = key, ref
 				s.mem.mu.Unlock()

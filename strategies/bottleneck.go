@@ -125,13 +125,20 @@ func CapBoosts(boosts []float64, limit float64) []float64 {
 	for _, f := range boosts {
 		sum += f
 	}
+	scale := BoostScale(sum, limit)
 	out := make([]float64, len(boosts))
-	scale := 1.0
-	if sum > limit && sum > 0 {
-		scale = limit / sum
-	}
 	for i, f := range boosts {
 		out[i] = f * scale
 	}
 	return out
+}
+
+// BoostScale is what CapBoosts multiplies every boost by when they sum to
+// sum: 1 within limit, else limit/sum. A caller that keeps the sum as the
+// plans change scales one plan's boost without reading the others'.
+func BoostScale(sum, limit float64) float64 {
+	if sum > limit && sum > 0 {
+		return limit / sum
+	}
+	return 1
 }
