@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -277,6 +278,12 @@ type kvStore struct {
 	keys map[planRef]string
 	refs map[string]planRef
 
+	// writing holds, by key, the values this replica is writing (guarded
+	// by mem.mu): the watch may deliver a write before the write's own
+	// acknowledgement, and a value that is one of them is mirrored as the
+	// record it was encoded from, not opened and decoded again.
+	writing map[string][]ownWrite
+
 	// kvMu guards the bucket and its watch, replaced when the bucket is
 	// found gone (recreate).
 	kvMu     sync.Mutex
@@ -337,7 +344,7 @@ func planKeyOf(key string) (user, id string, ok bool) {
 
 func newKVStore(ctx context.Context, kv jetstream.KeyValue, seal *sealing) (*kvStore, error) {
 	seal.damaged = map[planRef]string{}
-	s := &kvStore{mem: newMemStore(), sealing: seal, keys: map[planRef]string{}, refs: map[string]planRef{}}
+	s := &kvStore{mem: newMemStore(), sealing: seal, keys: map[planRef]string{}, refs: map[string]planRef{}, writing: map[string][]ownWrite{}}
 	if err := s.watch(ctx, kv); err != nil {
 		return nil, err
 	}
@@ -459,6 +466,10 @@ func (s *kvStore) apply(key string, value []byte, rev uint64, op jetstream.KeyVa
 	if known && s.seen(ref, rev) {
 		return // our own write, mirrored already: no need to open it again
 	}
+	if rec := s.ownWrite(key, value); rec != nil {
+		s.put(key, rec, rev) // our own write, not acknowledged yet
+		return
+	}
 	rec, err := s.open(user, id, value)
 	if err != nil {
 		s.refuse(ref, err, known && s.has(ref, rev))
@@ -505,6 +516,46 @@ func (s *kvStore) keyOf(ref planRef) string {
 	return PlanKey(ref.user, ref.id)
 }
 
+// ownWrite is a value this replica is writing under a key, and the record
+// it encodes.
+type ownWrite struct {
+	data []byte
+	rec  *planRecord
+}
+
+// write notes that data, rec's encoding, is being written under key, until
+// the returned func is called (once the write is answered and mirrored).
+func (s *kvStore) write(key string, data []byte, rec *planRecord) (done func()) {
+	w := ownWrite{data, rec} // rec is not changed while its write is on
+	s.mem.mu.Lock()
+	s.writing[key] = append(s.writing[key], w)
+	s.mem.mu.Unlock()
+	return func() {
+		s.mem.mu.Lock()
+		defer s.mem.mu.Unlock()
+		ws := slices.DeleteFunc(s.writing[key], func(o ownWrite) bool { return &o.data[0] == &w.data[0] })
+		if len(ws) == 0 {
+			delete(s.writing, key)
+		} else {
+			s.writing[key] = ws
+		}
+	}
+}
+
+// ownWrite is the record of value if this replica is writing exactly value
+// under key now, else nil. The value is the seal this replica made: there
+// is nothing to check in it.
+func (s *kvStore) ownWrite(key string, value []byte) *planRecord {
+	s.mem.mu.Lock()
+	defer s.mem.mu.Unlock()
+	for _, w := range s.writing[key] {
+		if bytes.Equal(w.data, value) {
+			return w.rec.clone()
+		}
+	}
+	return nil
+}
+
 // seen reports whether the mirror has plan ref at revision rev or later.
 func (s *kvStore) seen(ref planRef, rev uint64) bool {
 	s.mem.mu.Lock()
@@ -532,6 +583,7 @@ func (s *kvStore) create(ctx context.Context, rec *planRecord) (uint64, error) {
 		return 0, errExists // perhaps under the key of a plan from before plan ids were each user's
 	}
 	key := s.keyOf(ref)
+	defer s.write(key, data, rec)()
 	rev, err := s.bucket().Create(ctx, key, data)
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		return 0, errExists
@@ -549,6 +601,7 @@ func (s *kvStore) update(ctx context.Context, rec *planRecord, rev uint64) (uint
 		return 0, err
 	}
 	key := s.keyOf(refOf(&rec.Plan))
+	defer s.write(key, data, rec)()
 	nrev, err := s.bucket().Update(ctx, key, data, rev)
 	if err != nil {
 		if natsutil.WrongLastSequence(err) {
