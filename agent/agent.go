@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -188,6 +189,7 @@ type Agent struct {
 	listed   []VM                    // the list vms was made from, to tell a listing that changed nothing
 	ids      []string                // the ids of vms, sorted (vmIDs)
 	rated    map[string]float64      // what rates returned last, reused by its next call
+	rateKeys []bidKey                // rates' bids in order, reused
 	bidsOf   map[string][]wire.VMBid // what vmBids returned last, reused likewise
 	bids     map[bidKey]*bid
 	total    map[legKey]money.Micro
@@ -641,11 +643,20 @@ func (a *Agent) rates(now time.Time) map[string]float64 {
 	}
 	r := a.rated
 	clear(r)
+	// A VM's bids are added in the order of their plans, not the map's
+	// (see sumInOrder).
+	keys := a.rateKeys[:0]
 	for k, b := range a.bids {
 		if now.Before(b.end()) {
-			r[k.vm] += money.Rate(b.Budget, b.Duration.D())
+			keys = append(keys, k)
 		}
 	}
+	slices.SortFunc(keys, func(x, y bidKey) int { return cmp.Or(strings.Compare(x.vm, y.vm), strings.Compare(x.plan, y.plan)) })
+	for _, k := range keys {
+		b := a.bids[k]
+		r[k.vm] += money.Rate(b.Budget, b.Duration.D())
+	}
+	a.rateKeys = keys
 	return r
 }
 
@@ -709,10 +720,9 @@ func (a *Agent) measure(ctx context.Context, now time.Time, l *laps) error {
 		// What each VM took of each resource, for checkDelivery.
 		a.measured.clear()
 		cpus, entitled, waits, moved := a.measured.cpus, a.measured.entitled, a.measured.waits, a.measured.moved
-		total := 0.0
-		for vm, u := range use {
-			total += (u - a.lastUse[vm]).Seconds() / dt / a.cfg.Capacity
-		}
+		total := sumInOrder(use, func(vm string, u time.Duration) float64 {
+			return (u - a.lastUse[vm]).Seconds() / dt / a.cfg.Capacity
+		})
 		for vm, u := range use {
 			used := (u - a.lastUse[vm]).Seconds() / dt // CPUs
 			a.util[vm] = used / a.cfg.Capacity

@@ -55,17 +55,17 @@ func cpuTook(out map[string]took, capacity float64, ran, entitled, waited map[st
 // alike are held by something else, their CPUs: they want no more of the
 // device.) A lone VM has the device to itself: nothing to compare.
 func ioTook(shares, moved, caps map[string]float64, capacity float64) map[string]took {
-	total := 0.0
-	for _, m := range moved {
-		total += max(m, 0)
-	}
+	total := sumInOrder(moved, func(_ string, m float64) float64 { return max(m, 0) })
 	var movers []string
-	qsum := 0.0
 	for vm, m := range moved {
 		if total > 0 && m > idleAt*total {
 			movers = append(movers, vm)
-			qsum += shares[vm]
 		}
+	}
+	slices.Sort(movers)
+	qsum := 0.0
+	for _, vm := range movers {
+		qsum += shares[vm]
 	}
 	if len(movers) < 2 || qsum <= 0 {
 		return nil

@@ -1,5 +1,7 @@
 package agent
 
+import "slices"
+
 // FloorShare is the share of the host a VM without a funded bid keeps, so
 // that it can still boot and answer; all floors together never exceed
 // maxFloorTotal of the host.
@@ -45,4 +47,23 @@ func Shares(vms []string, rates map[string]float64) map[string]float64 {
 		}
 	}
 	return shares
+}
+
+// sumInOrder sums f over m in its keys' order. Float addition is not
+// associative and Go's map order changes from run to run: summed in it,
+// the same inputs gave sums an ulp or so apart, which a simulation then
+// carried into its results, so that one seed did not always give the same
+// numbers. f returns 0 for what it leaves out.
+func sumInOrder[V any](m map[string]V, f func(k string, v V) float64) float64 {
+	var room [16]string // a host's VMs, most often: no slice on the heap
+	keys := room[:0]
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var sum float64
+	for _, k := range keys {
+		sum += f(k, m[k])
+	}
+	return sum
 }

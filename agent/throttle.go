@@ -179,18 +179,18 @@ const (
 // paying more would otherwise be capped below one paying less
 // (noInversion).
 func (t *Throttle) Plan(shares, moved map[string]float64, pressed map[string]bool) map[string]float64 {
-	var total float64
-	for _, m := range moved {
+	total := sumInOrder(moved, func(_ string, m float64) float64 {
 		if m > 0 && !math.IsInf(m, 0) {
-			total += m
+			return m
 		}
-	}
-	var qsum float64
-	for _, q := range shares {
+		return 0
+	})
+	qsum := sumInOrder(shares, func(_ string, q float64) float64 {
 		if q > 0 {
-			qsum += q
+			return q
 		}
-	}
+		return 0
+	})
 	if t.Ceiling > 0 {
 		t.Capacity = t.Ceiling
 	} else if t.Capacity <= 0 {
@@ -289,10 +289,7 @@ func (t *Throttle) Plan(shares, moved map[string]float64, pressed map[string]boo
 	t.caps, t.want, t.idle = fill(t.Capacity, shares, qsum, demand), want, idle
 	// What the device was asked for is what fill divided; what
 	// noInversion adds is lent, and if the VMs use it they fill their caps.
-	t.allowed = 0
-	for _, c := range t.caps {
-		t.allowed += c
-	}
+	t.allowed = sumInOrder(t.caps, func(_ string, c float64) float64 { return c })
 	noInversion(t.caps, shares)
 	return t.caps
 }
@@ -352,13 +349,19 @@ func uses(q, m, qsum, capacity float64) bool {
 // turns, above the caps' sum) shows as one behind and one ahead; VMs held
 // back by something the shares also divide (their CPUs) do not.
 func follows(shares, moved map[string]float64, qsum, capacity float64) bool {
-	var q, m float64
-	for vm, s := range shares {
-		if uses(s, moved[vm], qsum, capacity) {
-			q += s
-			m += moved[vm]
+	using := func(vm string, s float64) bool { return uses(s, moved[vm], qsum, capacity) }
+	q := sumInOrder(shares, func(vm string, s float64) float64 {
+		if using(vm, s) {
+			return s
 		}
-	}
+		return 0
+	})
+	m := sumInOrder(shares, func(vm string, s float64) float64 {
+		if using(vm, s) {
+			return moved[vm]
+		}
+		return 0
+	})
 	if q <= 0 || m <= 0 {
 		return true
 	}
