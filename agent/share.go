@@ -56,14 +56,18 @@ func Shares(vms []string, rates map[string]float64) map[string]float64 {
 // numbers. f returns 0 for what it leaves out.
 func sumInOrder[V any](m map[string]V, f func(k string, v V) float64) float64 {
 	var room [16]string // a host's VMs, most often: no slice on the heap
-	keys := room[:0]
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
 	var sum float64
-	for _, k := range keys {
+	for _, k := range sortedKeys(m, room[:0]) {
 		sum += f(k, m[k])
 	}
 	return sum
+}
+
+// sortedKeys appends m's keys to buf, sorted.
+func sortedKeys[V any](m map[string]V, buf []string) []string {
+	for k := range m {
+		buf = append(buf, k)
+	}
+	slices.Sort(buf)
+	return buf
 }

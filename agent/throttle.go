@@ -349,19 +349,14 @@ func uses(q, m, qsum, capacity float64) bool {
 // turns, above the caps' sum) shows as one behind and one ahead; VMs held
 // back by something the shares also divide (their CPUs) do not.
 func follows(shares, moved map[string]float64, qsum, capacity float64) bool {
-	using := func(vm string, s float64) bool { return uses(s, moved[vm], qsum, capacity) }
-	q := sumInOrder(shares, func(vm string, s float64) float64 {
-		if using(vm, s) {
-			return s
+	var q, m float64
+	var room [16]string
+	for _, vm := range sortedKeys(shares, room[:0]) { // see sumInOrder
+		if s := shares[vm]; uses(s, moved[vm], qsum, capacity) {
+			q += s
+			m += moved[vm]
 		}
-		return 0
-	})
-	m := sumInOrder(shares, func(vm string, s float64) float64 {
-		if using(vm, s) {
-			return moved[vm]
-		}
-		return 0
-	})
+	}
 	if q <= 0 || m <= 0 {
 		return true
 	}
