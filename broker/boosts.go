@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"math"
 	"math/big"
 
 	"github.com/mrmarket/mrmarket/internal/wire"
@@ -25,7 +24,7 @@ func countedBoost(p *wire.Plan) float64 {
 	if st, err := strategies.ByName(p.Strategy); err != nil || st.Reads()&strategies.ReadsBoost == 0 {
 		return 0
 	}
-	if !(p.Boost >= 0 && p.Boost < 1) || math.IsNaN(p.Boost) {
+	if !(p.Boost >= 0 && p.Boost < 1) { // NaN too
 		return 0
 	}
 	return p.Boost

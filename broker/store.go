@@ -466,7 +466,7 @@ func (s *kvStore) apply(key string, value []byte, rev uint64, op jetstream.KeyVa
 	if known && s.seen(ref, rev) {
 		return // our own write, mirrored already: no need to open it again
 	}
-	if rec := s.ownWrite(key, value); rec != nil {
+	if rec := s.ownRecord(key, value); rec != nil {
 		s.put(key, rec, rev) // our own write, not acknowledged yet
 		return
 	}
@@ -542,10 +542,10 @@ func (s *kvStore) write(key string, data []byte, rec *planRecord) (done func()) 
 	}
 }
 
-// ownWrite is the record of value if this replica is writing exactly value
-// under key now, else nil. The value is the seal this replica made: there
-// is nothing to check in it.
-func (s *kvStore) ownWrite(key string, value []byte) *planRecord {
+// ownRecord is the record of value if this replica is writing exactly
+// value under key now, else nil. The value is the seal this replica made:
+// there is nothing to check in it.
+func (s *kvStore) ownRecord(key string, value []byte) *planRecord {
 	s.mem.mu.Lock()
 	defer s.mem.mu.Unlock()
 	for _, w := range s.writing[key] {
