@@ -110,6 +110,61 @@ func (r *BidRequest) Validate() error {
 	return nil
 }
 
+// BidBatch is bid changes for one host, each a plan's (a BidRequest),
+// in one signed message: a broker's round sends one per host however many
+// of its plans change bids there, so a host costs a round one signature,
+// one check and one answer rather than one per plan. Each change is taken
+// or refused on its own, as it would be alone; BidResults answers each.
+type BidBatch struct {
+	Versioned
+	Changes []BidRequest `json:"changes"`
+}
+
+// MaxBidBatch bounds the changes in one batch: a host's plans in a round.
+const MaxBidBatch = 10000
+
+// Validate checks the batch's shape; each change is checked on its own
+// where it is applied, so one bad change refuses only itself.
+func (b *BidBatch) Validate() error {
+	switch {
+	case len(b.Changes) == 0:
+		return Errorf(ErrBadRequest, "bid batch carries no change")
+	case len(b.Changes) > MaxBidBatch:
+		return Errorf(ErrBadRequest, "a bid batch carries at most %d changes, got %d", MaxBidBatch, len(b.Changes))
+	}
+	for i := range b.Changes {
+		if b.Changes[i].V != b.V {
+			return Errorf(ErrBadRequest, "change %d is of version %d, its batch of %d", i, b.Changes[i].V, b.V)
+		}
+	}
+	return nil
+}
+
+// OneBid is a batch of req alone, as a client sends a single change.
+func OneBid(req *BidRequest) *BidBatch {
+	c := *req
+	c.V = Version
+	return &BidBatch{Changes: []BidRequest{c}}
+}
+
+// BidResults answers a BidBatch: Errors[i] is why change i was refused,
+// nil where it was taken.
+type BidResults struct {
+	Errors []*Error `json:"errors"`
+}
+
+// Err is change i's refusal, nil if it was taken (or the answer has no
+// entry for it: a malformed answer refuses every change).
+func (r *BidResults) Err(i int) error {
+	if i >= len(r.Errors) {
+		return Errorf(ErrInternal, "the answer has %d results, change %d has none", len(r.Errors), i)
+	}
+	if e := r.Errors[i]; e != nil {
+		return e
+	}
+	return nil
+}
+
 // StateRequest asks an agent for its current state.
 type StateRequest struct {
 	Versioned

@@ -209,6 +209,11 @@ var messages = []message{
 		"cancel without a plan": with(bids, "plan", absent),
 		"an invalid bid":        with(bids, "set", []wire.Bid{{VM: "a1"}}),
 	}},
+	{"agent", vs(batch), map[string]string{
+		"no change":                with(batch, "changes", []wire.BidRequest{}),
+		"a change of another v":    with(batch, "changes", []wire.BidRequest{{Versioned: wire.Versioned{V: 2}, Set: []wire.Bid{bid}}}),
+		"a change's unknown field": `{"v":1,"changes":[{"v":1,"sets":[]}]}`,
+	}},
 	{"agent", vs(&wire.StateRequest{}), nil},
 	{"agent", vs(hostState), map[string]string{
 		"no host":   with(hostState, "host", absent),
@@ -277,6 +282,7 @@ var (
 			{Name: "map", Weight: 1, VMs: []string{"a1"}}, {Name: "reduce", Weight: 2, VMs: []string{"a1", "a2"}}}}}}
 	bid       = wire.Bid{VM: "a1", Owner: "alice", Plan: "p-1", Hold: "h-1", Budget: 100, Duration: wire.Duration(time.Hour), Mandate: signedSpend}
 	bids      = &wire.BidRequest{Set: []wire.Bid{bid}, Cancel: []string{"a2"}, Plan: "p-1"}
+	batch     = &wire.BidBatch{Changes: []wire.BidRequest{{Versioned: wire.Versioned{V: wire.Version}, Set: []wire.Bid{bid}}, {Versioned: wire.Versioned{V: wire.Version}, Cancel: []string{"a2"}, Plan: "p-2"}}}
 	hostState = &wire.HostState{Host: "host-1", Time: t0, Tick: 4, Price: 12.5,
 		VMs: []wire.VMState{{VM: "a1", Owner: "alice", Rate: 1.5, Share: 0.5, Util: 0.25, Idle: true,
 			Bids: []wire.VMBid{{Plan: "p-1", Hold: "h-1", Rate: 1.5, Budget: 100, Charged: 3, Ends: t0}}, Caps: map[string]float64{wire.ResourceDisk: 10}}},

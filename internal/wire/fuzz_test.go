@@ -75,6 +75,18 @@ func FuzzDecode(f *testing.F) {
 				amounts(b.Budget)
 			}
 		}
+		if r := new(wire.BidBatch); wire.Decode(data, r) == nil {
+			if len(r.Changes) == 0 || len(r.Changes) > wire.MaxBidBatch {
+				t.Fatalf("accepted a batch of %d changes", len(r.Changes))
+			}
+			for i := range r.Changes {
+				if r.Changes[i].Validate() == nil {
+					for _, b := range r.Changes[i].Set {
+						amounts(b.Budget)
+					}
+				}
+			}
+		}
 		for _, r := range []wire.Validator{new(wire.ReleaseRequest), new(wire.BalanceRequest), new(wire.StatementRequest),
 			new(wire.PrincipalRequest), new(wire.WhoisRequest), new(wire.CancelRequest), new(wire.PriceRequest), new(wire.VMsRequest)} {
 			_ = wire.Decode(data, r) // must not panic
