@@ -325,39 +325,82 @@ func (a *Agent) settle(b *bid, now time.Time) {
 
 // SetBids applies a bid change: all of it or, if any part is invalid, none.
 // Replaced and cancelled bids are settled and captured at once; the new
-// shares are enforced before it returns. The book changes under mu; the
-// capture, the state file and the Enforcer are written without it, so a
-// tick waiting on a slow bank does not hold a bid change up.
+// shares are enforced before it returns. It is a batch of one (Bids).
 func (a *Agent) SetBids(ctx context.Context, req *wire.BidRequest) (wire.HostState, error) {
-	if err := req.Validate(); err != nil {
-		return wire.HostState{}, err
+	st, errs := a.change(ctx, []*wire.BidRequest{req})
+	if errs[0] != nil {
+		return wire.HostState{}, errs[0]
+	}
+	return st, nil
+}
+
+// Bids applies a batch of bid changes, each as SetBids would apply it
+// alone — all of a change or, if any part of it is invalid, none of it —
+// and answers each. What the taken changes settled goes to the bank in
+// one capture, and the state file and the shares are written once.
+func (a *Agent) Bids(ctx context.Context, b *wire.BidBatch) (wire.BidResults, error) {
+	reqs := make([]*wire.BidRequest, len(b.Changes))
+	for i := range b.Changes {
+		reqs[i] = &b.Changes[i]
+	}
+	_, errs := a.change(ctx, reqs)
+	res := wire.BidResults{Errors: make([]*wire.Error, len(errs))}
+	for i, err := range errs {
+		if err != nil {
+			res.Errors[i] = wire.ToError(err)
+		}
+	}
+	return res, nil
+}
+
+// change applies each of reqs that is valid on its own and gives each
+// one's error. The book changes under mu; the capture, the state file and
+// the Enforcer are written without it, so a tick waiting on a slow bank
+// does not hold a bid change up.
+func (a *Agent) change(ctx context.Context, reqs []*wire.BidRequest) (wire.HostState, []error) {
+	errs := make([]error, len(reqs))
+	for i, req := range reqs {
+		errs[i] = req.Validate()
+	}
+	taken := func() bool { return slices.ContainsFunc(errs, func(err error) bool { return err == nil }) }
+	if !taken() {
+		return wire.HostState{}, errs
 	}
 	l := startLaps()
-	defer l.logIfSlow(a.cfg.Logger, "agent: slow bid change", func() []any { return []any{"host", a.cfg.Host, "plan", req.Plan} })
+	defer l.logIfSlow(a.cfg.Logger, "agent: slow bid change", func() []any { return []any{"host", a.cfg.Host, "changes", len(reqs), "plan", reqs[0].Plan} })
+	check := func(f func(*wire.BidRequest) error) {
+		for i, req := range reqs {
+			if errs[i] == nil {
+				errs[i] = f(req)
+			}
+		}
+	}
 	if a.cfg.Identities != nil {
 		// The book first (an unknown VM is not found whatever its
 		// mandate), then the mandates without mu (whois is I/O), then the
 		// book again under mu as the change applies.
 		a.mu.Lock()
-		err := a.checkBids(req)
+		check(a.checkBids)
 		a.mu.Unlock()
-		if err == nil {
-			err = a.checkMandates(ctx, req)
-		}
-		if err != nil {
-			return wire.HostState{}, err
-		}
+		check(func(req *wire.BidRequest) error { return a.checkMandates(ctx, req) })
 		l.lap("mandates")
 	}
 	a.mu.Lock()
-	if err := a.checkBids(req); err != nil {
+	check(a.checkBids)
+	if !taken() {
 		a.mu.Unlock()
-		return wire.HostState{}, err
+		return wire.HostState{}, errs
 	}
 	now := a.cfg.Now()
 	// Only what this change settled: the rest is the tick's to capture, and
 	// a bid that settles nothing (a plan's first) does not wait on the bank.
-	batch := a.captureBatch(now, a.changeBids(req, now))
+	settled := map[legKey]bool{}
+	for i, req := range reqs {
+		if errs[i] == nil {
+			maps.Copy(settled, a.changeBids(req, now))
+		}
+	}
+	batch := a.captureBatch(now, settled)
 	a.mu.Unlock()
 	l.lap("book")
 	// Settled charges go to the bank now, so a plan's hold can be released
@@ -386,7 +429,7 @@ func (a *Agent) SetBids(ctx context.Context, req *wire.BidRequest) (wire.HostSta
 	if err := a.enforce(ctx, false, l); err != nil {
 		a.failed("apply", err) // the next tick's reconcile retries
 	}
-	return st, nil
+	return st, errs
 }
 
 // failed counts and logs a failure SetBids does not return: the change is

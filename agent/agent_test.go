@@ -758,3 +758,64 @@ func TestAnUnreadTickIsNotABurst(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchTakesEachChangeOnItsOwn: a batch's changes are each taken or
+// refused as they would be alone — a refused one (unknown VM, malformed,
+// another's VM) changes nothing and stops none of the others, two plans
+// may bid on one VM — and what the taken changes settle goes to the bank
+// in one capture. Mutation: making the batch all-or-nothing (returning at
+// the first refusal) fails the first check; capturing per change fails the
+// capture count.
+func TestBatchTakesEachChangeOnItsOwn(t *testing.T) {
+	ctx := context.Background()
+	h := newHost(t, agent.VM{ID: "a", Owner: "alice"}, agent.VM{ID: "b", Owner: "bob"})
+	h.fund(t, "alice", "ha", 10_000)
+	h.fund(t, "alice", "ha2", 10_000)
+	h.fund(t, "bob", "hb", 10_000)
+	hour := wire.Duration(time.Hour)
+	alice := wire.Bid{VM: "a", Owner: "alice", Plan: "pa", Hold: "ha", Budget: 3600, Duration: hour}
+	bob := wire.Bid{VM: "b", Owner: "bob", Plan: "pb", Hold: "hb", Budget: 3600, Duration: hour}
+	if _, err := h.a.Bids(ctx, &wire.BidBatch{Changes: []wire.BidRequest{*bidReq(alice), *bidReq(bob)}}); err != nil {
+		t.Fatal(err)
+	}
+	*h.clock = t0.Add(10 * time.Minute)
+	captures := h.bank.batches
+	second := wire.Bid{VM: "a", Owner: "alice", Plan: "pa2", Hold: "ha2", Budget: 7200, Duration: hour}
+	batch := &wire.BidBatch{Changes: []wire.BidRequest{
+		{Cancel: []string{"b"}, Plan: "pb"}, // settles bob's 600
+		*bidReq(wire.Bid{VM: "zz", Owner: "alice", Plan: "pz", Hold: "ha", Budget: 1, Duration: hour}), // unknown VM
+		*bidReq(second),         // a second plan on a
+		{Cancel: []string{"a"}}, // no plan
+		*bidReq(wire.Bid{VM: "b", Owner: "alice", Plan: "px", Hold: "ha", Budget: 1, Duration: hour}),    // bob's VM
+		*bidReq(wire.Bid{VM: "a", Owner: "alice", Plan: "pa", Hold: "ha", Budget: 7200, Duration: hour}), // replaces alice's: settles 600
+	}}
+	res, err := h.a.Bids(ctx, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []error{nil, wire.ErrNotFound, nil, wire.ErrBadRequest, wire.ErrForbidden, nil}
+	for i, w := range want {
+		got := res.Err(i)
+		if w == nil && got != nil || w != nil && !errors.Is(got, w) {
+			t.Errorf("change %d: %v, want %v", i, got, w)
+		}
+	}
+	if h.bank.batches != captures+1 {
+		t.Errorf("the batch's settlements took %d captures, want 1", h.bank.batches-captures)
+	}
+	bal, _ := h.bank.Balance(ctx, &wire.BalanceRequest{User: "bob"})
+	if bal.Spent != 600 {
+		t.Errorf("bob's cancelled bid captured %s, want 600 micro", bal.Spent)
+	}
+	bal, _ = h.bank.Balance(ctx, &wire.BalanceRequest{User: "alice"})
+	if bal.Spent != 600 {
+		t.Errorf("alice's replaced bid captured %s, want 600 micro", bal.Spent)
+	}
+	plans := map[string]float64{}
+	for _, b := range vmIn(t, h.a.State(), "a").Bids {
+		plans[b.Plan] = b.Rate
+	}
+	if len(plans) != 2 || plans["pa"] != 2 || plans["pa2"] != 2 || len(vmIn(t, h.a.State(), "b").Bids) != 0 {
+		t.Errorf("a's bids by plan %v (want pa and pa2 at 2 µ/s), b's %v (want none)", plans, vmIn(t, h.a.State(), "b").Bids)
+	}
+}

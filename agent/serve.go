@@ -36,8 +36,8 @@ func Endpoints(a *Agent) service.Table {
 		host = a.Host()
 	}
 	return service.Table{
-		service.Op(service.Endpoint{Name: "bid", Subject: wire.AgentBidSubject(host), Signed: true, What: "place bids",
-			Allow: []service.Allow{service.Role(wire.RoleBroker), service.Role(wire.RoleAdmin)}}, nil, a.SetBids),
+		service.Op(service.Endpoint{Name: "bid", Subject: wire.AgentBidSubject(host), Signed: true, What: "place and cancel bids, several plans' changes in one batch",
+			Allow: []service.Allow{service.Role(wire.RoleBroker), service.Role(wire.RoleAdmin)}}, nil, a.Bids),
 		service.Op(service.Endpoint{Name: "state", Subject: wire.AgentStateSubject(host), Signed: true, Replayable: true, What: "read host states",
 			Allow: []service.Allow{service.Role(wire.RoleAdmin), service.Role(wire.RoleBroker)}}, nil,
 			func(context.Context, *wire.StateRequest) (wire.HostState, error) { return a.State(), nil }),

@@ -407,6 +407,16 @@ func call(ctx context.Context, c *conn, s *signing.Signer, subject string, req w
 	}
 }
 
+// callBid sends host's agent one bid change signed by s (call), and gives
+// the request's error or the change's.
+func callBid(ctx context.Context, c *conn, s *signing.Signer, host string, req *wire.BidRequest) error {
+	var res wire.BidResults
+	if err := call(ctx, c, s, wire.AgentBidSubject(host), wire.OneBid(req), &res); err != nil {
+		return err
+	}
+	return res.Err(0)
+}
+
 // jsRefused sends a JetStream API or KV request from c; nil when it is
 // refused (a permissions violation, no answer, or an error answer), an
 // error saying what JetStream did when it was carried out.

@@ -176,7 +176,7 @@ func stolenBrokerKeyClass() class {
 			defer e.unchanged(t, before)
 			m := e.aliceMandate(t)
 			b := wire.Bid{VM: "a1", Owner: "alice", Plan: e.alicePlan.ID, Hold: e.alicePlan.Hold, Budget: credits(3), Duration: wire.Duration(tick), Mandate: &m}
-			err := call(e.ctx, nc, e.broker, wire.AgentBidSubject("host-1"), &wire.BidRequest{Versioned: wire.Versioned{V: wire.Version}, Set: []wire.Bid{b}}, nil)
+			err := callBid(e.ctx, nc, e.broker, "host-1", &wire.BidRequest{Set: []wire.Bid{b}})
 			if !errors.Is(err, wire.ErrForbidden) || !strings.Contains(err.Error(), "µ/s") {
 				t.Fatalf("agent: a bid of 3 credits in 5 s on alice's 10-minute plan: %v, want forbidden", err)
 			}

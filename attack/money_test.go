@@ -189,7 +189,7 @@ func foreignHoldClass() class {
 		if s == e.broker {
 			nc = e.dial(e.broker, "broker-compromised")
 		}
-		return call(e.ctx, nc, s, wire.AgentBidSubject("host-1"), &wire.BidRequest{Versioned: wire.Versioned{V: wire.Version}, Set: []wire.Bid{b}}, nil)
+		return callBid(e.ctx, nc, s, "host-1", &wire.BidRequest{Set: []wire.Bid{b}})
 	}
 	isRefused := func(do func(e *env) error) func(t *testing.T, e *env) {
 		return func(t *testing.T, e *env) {

@@ -1,10 +1,12 @@
 package broker_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"runtime"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -57,11 +59,27 @@ func benchRound(b *testing.B, hosts, perHost, plans int) {
 	clock := t0
 	now := func() time.Time { return clock }
 	ns, agentsNC := natstest.Start(b)
-	ok := wire.EncodeReply(struct{}{}, nil)
-	var bidsSeen atomic.Int64
-	// The hosts' agents answer in parallel; here 8 responders share the load.
+	var bidsSeen, requestsSeen atomic.Int64
+	// The hosts' agents answer in parallel; here 8 responders share the
+	// load, each taking every change of a batch (counted by its version
+	// field: one per change beside the batch's own, the bids carrying no
+	// mandate) without decoding it.
+	var mu sync.Mutex
+	taken := map[int][]byte{}
 	for range 8 {
-		if _, err := agentsNC.QueueSubscribe("mrm.v1.agent.*.bid", "agents", func(m *nats.Msg) { bidsSeen.Add(1); _ = m.Respond(ok) }); err != nil {
+		if _, err := agentsNC.QueueSubscribe("mrm.v1.agent.*.bid", "agents", func(m *nats.Msg) {
+			n := bytes.Count(m.Data, []byte(`{"v":1,`)) - 1
+			requestsSeen.Add(1)
+			bidsSeen.Add(int64(n))
+			mu.Lock()
+			ok, done := taken[n]
+			if !done {
+				ok = wire.EncodeReply(wire.BidResults{Errors: make([]*wire.Error, n)}, nil)
+				taken[n] = ok
+			}
+			mu.Unlock()
+			_ = m.Respond(ok)
+		}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -141,7 +159,7 @@ func benchRound(b *testing.B, hosts, perHost, plans int) {
 	})
 	b.Run("churn", func(b *testing.B) {
 		var elapsed, cpu time.Duration
-		sent0 := bidsSeen.Load()
+		sent0, requests0 := bidsSeen.Load(), requestsSeen.Load()
 		for b.Loop() {
 			b.StopTimer()
 			churn()
@@ -154,5 +172,6 @@ func benchRound(b *testing.B, hosts, perHost, plans int) {
 		b.ReportMetric(cpu.Seconds()*1000/float64(b.N), "cpu-ms/round")
 		b.ReportMetric(float64(bidsSeen.Load()-sent0)/elapsed.Seconds(), "bids/s")
 		b.ReportMetric(float64(bidsSeen.Load()-sent0)/float64(b.N), "bids/round")
+		b.ReportMetric(float64(requestsSeen.Load()-requests0)/float64(b.N), "requests/round")
 	})
 }

@@ -30,7 +30,13 @@ func (b *Broker) replan(ctx context.Context, rec *planRecord, now time.Time, v r
 // rec the stages and what the hosts took. It reports whether rec changed,
 // and the errors of the hosts that did not take their change.
 func (b *Broker) apply(ctx context.Context, rec *planRecord, now time.Time, stage []int, held []bool, changes []bidChange) (changed bool, errs []error) {
-	results := b.send(ctx, changes)
+	return b.took(rec, now, stage, held, changes, b.send(ctx, changes))
+}
+
+// took applies to rec the stages and what the hosts took of its changes
+// (results, each change's error): apply's second half, which a round runs
+// once every plan's changes have been sent together.
+func (b *Broker) took(rec *planRecord, now time.Time, stage []int, held []bool, changes []bidChange, results []error) (changed bool, errs []error) {
 	for i, err := range results {
 		if err != nil {
 			b.cfg.Metrics.Error("broker", "bids")
@@ -95,19 +101,73 @@ func bidChanges(rec *planRecord, want []strategies.Allocation, now time.Time) []
 	return out
 }
 
-// send sends each change to its host and gives each one's error: many
-// requests in flight (at most maxInFlight), since a round over thousands
-// of hosts must not wait for each agent in turn.
+// send sends the changes, one batch per host (changes of several plans to
+// one host travel together, in the order given; batches), and gives each
+// change's error: many batches in flight (at most maxInFlight), since a
+// round over thousands of hosts must not wait for each agent in turn.
 func (b *Broker) send(ctx context.Context, changes []bidChange) []error {
 	results := make([]error, len(changes))
 	answered, _ := ctx.Value(answeredKey{}).(*atomic.Int64)
-	b.parallel(len(changes), maxInFlight, func(i int) {
-		results[i] = b.cfg.Agents.Bid(ctx, changes[i].host, changes[i].req)
+	all := batches(changes)
+	b.parallel(len(all), maxInFlight, func(k int) {
+		at := all[k]
+		reqs := make([]*wire.BidRequest, len(at))
+		for j, i := range at {
+			reqs[j] = changes[i].req
+		}
+		for j, err := range b.cfg.Agents.Bid(ctx, changes[at[0]].host, reqs) {
+			results[at[j]] = err
+		}
 		if answered != nil {
 			answered.Add(1)
 		}
 	})
 	return results
+}
+
+// maxBatchBytes bounds a batch's size, as far as it can be told before
+// encoding (approxBytes): a host whose VMs serve many plans of huge
+// mandates (a spend over 100,000 VMs signs 2 MB) gets them in several
+// batches rather than one past NATS's largest message. A change is never
+// split.
+const maxBatchBytes = 4 << 20
+
+// batches groups changes (by their index) into the batches send sends:
+// by host, in the order the hosts first appear, each within maxBatchBytes
+// and wire.MaxBidBatch.
+func batches(changes []bidChange) [][]int {
+	var out [][]int
+	open := map[string]int{} // host → its batch being filled in out
+	size := map[string]int{}
+	for i, c := range changes {
+		n := approxBytes(c.req)
+		k, ok := open[c.host]
+		if !ok || size[c.host]+n > maxBatchBytes || len(out[k]) == wire.MaxBidBatch {
+			k = len(out)
+			out = append(out, nil)
+			open[c.host], size[c.host] = k, 0
+		}
+		out[k] = append(out[k], i)
+		size[c.host] += n
+	}
+	return out
+}
+
+// approxBytes is about how many bytes req takes encoded: its bids and
+// cancels, and the signed requests its bids carry (base64, a third more).
+func approxBytes(req *wire.BidRequest) int {
+	n := 64 + 32*len(req.Cancel)
+	for i := range req.Set {
+		b := &req.Set[i]
+		n += 256
+		if b.Mandate != nil {
+			n += 256 + len(b.Mandate.Body)*4/3
+		}
+		for j := range b.More {
+			n += 256 + len(b.More[j].Body)*4/3
+		}
+	}
+	return n
 }
 
 // answeredKey is the context value send counts its hosts' answers in (a

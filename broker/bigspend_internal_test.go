@@ -22,17 +22,21 @@ type gatedAgents struct {
 	hosts   map[string]bool // hosts that took a request
 }
 
-func (a *gatedAgents) Bid(ctx context.Context, host string, _ *wire.BidRequest) error {
+func (a *gatedAgents) Bid(ctx context.Context, host string, changes []*wire.BidRequest) []error {
+	errs := make([]error, len(changes))
 	a.waiting.Add(1)
 	select {
 	case <-a.gate:
 	case <-ctx.Done():
-		return ctx.Err()
+		for i := range errs {
+			errs[i] = ctx.Err()
+		}
+		return errs
 	}
 	a.mu.Lock()
 	a.hosts[host] = true
 	a.mu.Unlock()
-	return nil
+	return errs
 }
 
 // TestSpendOverManyHostsOutlivesItsRequest: a spend over more hosts than

@@ -58,7 +58,10 @@ type Identities = service.Identities
 // Agents is how the broker reaches the hosts' agents: over NATS (the
 // default, signed by Config.Signer), or in-process in the simulator.
 type Agents interface {
-	Bid(ctx context.Context, host string, req *wire.BidRequest) error
+	// Bid sends host's agent the changes (each a plan's, at most one of a
+	// plan) as one batch and gives each change's error, nil where it was
+	// taken.
+	Bid(ctx context.Context, host string, changes []*wire.BidRequest) []error
 }
 
 // natsAgents sends bid requests on the agents' NATS subjects.
@@ -78,20 +81,41 @@ type natsAgents struct {
 // rpc.DaemonAttempt.
 const bidAttempt = 2 * rpc.DaemonAttempt
 
-// Bid sends req to host's agent, in order with the plan's other bid
-// requests only (wire.HeaderOrder): a cancel does not wait at the agent
-// behind the bids of every other plan this broker is placing. A try that
-// gets no answer within bidAttempt — lost with a dead NATS node — is sent
-// again, signed afresh (rpc.Retried): a bid request sets the plan's bids on
-// the host, so applying it twice is applying it once. No agent there is
+// Bid sends the changes to host's agent in one signed batch (wire.BidBatch).
+// A batch of one plan's change stays in order with that plan's other bid
+// requests only (wire.HeaderOrder: a cancel does not wait at the agent
+// behind the bids of every other plan this broker is placing); a round's
+// batch of several plans is in order with the broker's other rounds. A try
+// that gets no answer within bidAttempt — lost with a dead NATS node — is
+// sent again, signed afresh (rpc.Retried): a change sets the plan's bids
+// on the host, so applying it twice is applying it once. No agent there is
 // answered at once: the host is down, its bids come with a later round.
-func (a natsAgents) Bid(ctx context.Context, host string, req *wire.BidRequest) error {
-	opts := []rpc.Option{rpc.SignedBy(a.signer), rpc.Header(wire.HeaderOrder, req.Plan), rpc.Retried(bidAttempt, rpc.TimedOut)}
+func (a natsAgents) Bid(ctx context.Context, host string, changes []*wire.BidRequest) []error {
+	batch := &wire.BidBatch{Changes: make([]wire.BidRequest, len(changes))}
+	order := ""
+	for i, c := range changes {
+		batch.Changes[i] = *c
+		batch.Changes[i].V = wire.Version
+	}
+	if len(changes) == 1 {
+		order = changes[0].Plan
+	}
+	opts := []rpc.Option{rpc.SignedBy(a.signer), rpc.Header(wire.HeaderOrder, order), rpc.Retried(bidAttempt, rpc.TimedOut)}
 	if a.adminKey != "" {
 		opts = append(opts, rpc.Trusted(signing.TrustPrincipal(a.adminKey, wire.RoleAgent, host), a.onRefused))
 	}
-	_, err := rpc.Request[struct{}](ctx, a.nc, wire.AgentBidSubject(host), req, opts...)
-	return err
+	res, err := rpc.Request[wire.BidResults](ctx, a.nc, wire.AgentBidSubject(host), batch, opts...)
+	errs := make([]error, len(changes))
+	for i := range errs {
+		if err != nil {
+			errs[i] = err
+		} else if len(res.Errors) != len(changes) {
+			errs[i] = wire.Errorf(wire.ErrInternal, "%s answered %d results to %d bid changes", host, len(res.Errors), len(changes))
+		} else {
+			errs[i] = res.Err(i)
+		}
+	}
+	return errs
 }
 
 // Config configures a broker.

@@ -71,13 +71,17 @@
 // replica, carry on a plan left half-started (fail it after
 // startingTimeout), settle and
 // release it Settle after its end, or the new stages and the bid changes
-// the strategy's allocations make (bidChanges: one request per host).
+// the strategy's allocations make (bidChanges: one change per host).
 // The executor does the compare-and-set writes, bank releases and bid
 // requests, then applies what the hosts took to the record (settleRound,
-// a pure function). Plans run side by side (errgroup, at most
-// roundWorkers) and so do a plan's requests (at most maxInFlight); with
-// Serial both run one at a time in a fixed order, as a deterministic
-// simulation needs. Bids are a budget over a duration from now, so the
+// a pure function). A round sends its plans' bid changes together: every
+// change for a host in one signed batch (wire.BidBatch; split only past
+// maxBatchBytes), whose changes the agent takes or refuses each on its
+// own, so a churn round costs a host one signature, one check and one
+// answer however many of its plans moved. Plans are decided and recorded
+// side by side (errgroup, at most roundWorkers) and batches are in flight
+// side by side (at most maxInFlight); with Serial all run one at a time in
+// a fixed order, as a deterministic simulation needs. Bids are a budget over a duration from now, so the
 // budgets a round sends never add up to more than the plan has left, and
 // the bank's hold caps it all. Only bids whose rate moves by more than 1%
 // are sent.

@@ -20,7 +20,11 @@ type slowAgents struct {
 	stuck bool
 }
 
-func (a *slowAgents) Bid(ctx context.Context, _ string, _ *wire.BidRequest) error {
+func (a *slowAgents) Bid(ctx context.Context, host string, reqs []*wire.BidRequest) []error {
+	return eachChange(ctx, host, reqs, a.bid)
+}
+
+func (a *slowAgents) bid(ctx context.Context, _ string, _ *wire.BidRequest) error {
 	a.mu.Lock()
 	stuck := a.stuck
 	a.mu.Unlock()

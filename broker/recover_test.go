@@ -48,4 +48,6 @@ func TestPlansLostByTheStoreAreRecoveredFromTheBank(t *testing.T) {
 
 type noBids struct{}
 
-func (noBids) Bid(context.Context, string, *wire.BidRequest) error { return nil }
+func (noBids) Bid(_ context.Context, _ string, reqs []*wire.BidRequest) []error {
+	return make([]error, len(reqs))
+}

@@ -76,12 +76,15 @@ type retiredAgents struct {
 	b *Broker
 }
 
-func (r retiredAgents) Bid(ctx context.Context, host string, req *wire.BidRequest) error {
+func (r retiredAgents) Bid(ctx context.Context, host string, changes []*wire.BidRequest) []error {
 	if !r.b.isRetired(host) {
-		return r.Agents.Bid(ctx, host, req)
+		return r.Agents.Bid(ctx, host, changes)
 	}
-	if len(req.Set) > 0 {
-		return wire.Errorf(wire.ErrUnavailable, "host %s is retired: its agent's key was revoked", host)
+	errs := make([]error, len(changes))
+	for i, c := range changes {
+		if len(c.Set) > 0 {
+			errs[i] = wire.Errorf(wire.ErrUnavailable, "host %s is retired: its agent's key was revoked", host)
+		}
 	}
-	return nil
+	return errs
 }

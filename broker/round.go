@@ -23,7 +23,7 @@ const startingTimeout = 2 * time.Minute
 // roundWorkers is how many plans a round runs at once.
 const roundWorkers = 16
 
-// maxInFlight bounds the bid requests one plan's round has waiting for
+// maxInFlight bounds the bid batches a round (or a spend) has waiting for
 // agents.
 const maxInFlight = 256
 
@@ -99,11 +99,37 @@ func (b *Broker) Tick(ctx context.Context, now time.Time) error {
 		view: roundView{boostScale: b.boostScale(), jobs: b.edf(now)}, startingHere: b.startingHere(), takenOver: map[string]int{}}
 	plans := r.candidates(b.store)
 	errs := make([][]error, len(plans))
+	// Decide every plan and carry out all but the bid changes; then send
+	// the round's bid changes together, one batch per host whatever the
+	// plans there; then record in each plan what its hosts took.
+	rebids := make([]*execution, len(plans))
 	b.parallel(len(plans), roundWorkers, func(i int) {
 		v := plans[i]
 		want := func() strategies.Decision { return b.allocate(v.rec, now, r.view) }
-		if st := r.decide(v, want); st.action != actNone {
-			errs[i] = b.execute(ctx, r, st)
+		st := r.decide(v, want)
+		if st.action == actNone {
+			return
+		}
+		x, ok := b.own(ctx, r, st)
+		switch {
+		case !ok:
+		case st.action == actRebid:
+			rebids[i] = x
+		default:
+			errs[i] = b.execute(ctx, r, x)
+		}
+	})
+	var changes []bidChange
+	for _, x := range rebids {
+		if x != nil {
+			x.from = len(changes)
+			changes = append(changes, x.step.changes...)
+		}
+	}
+	results := b.send(ctx, changes)
+	b.parallel(len(plans), roundWorkers, func(i int) {
+		if x := rebids[i]; x != nil {
+			errs[i] = b.record(ctx, r, x, results[x.from:x.from+len(x.step.changes)])
 		}
 	})
 	b.countRunning()
@@ -196,37 +222,63 @@ func (r *round) decide(v versioned, want func() strategies.Decision) step {
 	return st
 }
 
-// execute is the executor: it carries out a plan's step on a copy of the
-// plan and writes it back by compare-and-set, and returns what failed.
-func (b *Broker) execute(ctx context.Context, r *round, st step) []error {
-	rec, rev := st.plan.rec.clone(), st.plan.rev
-	if st.takeOver {
-		from := rec.Plan.Owner
-		rec.Plan.Owner = b.cfg.Replica
-		nrev, err := b.store.update(ctx, rec, rev)
-		if err != nil {
-			return nil // another replica won it, or it changed
-		}
-		rev = nrev
-		r.mu.Lock()
-		r.takenOver[from]++
-		r.mu.Unlock()
+// execution is a plan's step being carried out: a copy of the plan, its
+// revision (after a take-over), and where its bid changes start among the
+// round's.
+type execution struct {
+	step step
+	rec  *planRecord
+	rev  uint64
+	from int
+}
+
+// own readies st to be carried out on a copy of its plan, first taking the
+// plan over from its silent owner (compare-and-set) if st says so; false
+// if another replica won it, or it changed.
+func (b *Broker) own(ctx context.Context, r *round, st step) (*execution, bool) {
+	x := &execution{step: st, rec: st.plan.rec.clone(), rev: st.plan.rev}
+	if !st.takeOver {
+		return x, true
 	}
-	switch st.action {
+	from := x.rec.Plan.Owner
+	x.rec.Plan.Owner = b.cfg.Replica
+	nrev, err := b.store.update(ctx, x.rec, x.rev)
+	if err != nil {
+		return nil, false
+	}
+	x.rev = nrev
+	r.mu.Lock()
+	r.takenOver[from]++
+	r.mu.Unlock()
+	return x, true
+}
+
+// execute is the executor of the steps other than a rebid: it fails,
+// starts or settles the plan and returns what failed.
+func (b *Broker) execute(ctx context.Context, r *round, x *execution) []error {
+	switch x.step.action {
 	case actFail:
-		return b.failStarted(ctx, rec, rev, r.now)
+		return b.failStarted(ctx, x.rec, x.rev, r.now)
 	case actStart:
-		if _, err := b.start(ctx, rec, rev, r.now, false); err != nil {
-			return []error{fmt.Errorf("starting plan %s: %w", rec.Plan.ID, err)}
+		if _, err := b.start(ctx, x.rec, x.rev, r.now, false); err != nil {
+			return []error{fmt.Errorf("starting plan %s: %w", x.rec.Plan.ID, err)}
 		}
 		return nil
 	case actSettle:
-		return b.settle(ctx, rec, rev, r.now)
+		return b.settle(ctx, x.rec, x.rev, r.now)
 	}
-	changed, errs := b.apply(ctx, rec, r.now, st.stage, st.held, st.changes)
+	return nil
+}
+
+// record finishes a rebid once the round's bids were sent: it applies to
+// the plan what its hosts took (results, one per change) and writes it
+// back by compare-and-set, and returns what failed.
+func (b *Broker) record(ctx context.Context, r *round, x *execution, results []error) []error {
+	st := x.step
+	changed, errs := b.took(x.rec, r.now, st.stage, st.held, st.changes, results)
 	if changed {
-		if _, err := b.store.update(ctx, rec, rev); errors.Is(err, errStale) {
-			b.withdrawIfEnded(ctx, refOf(&rec.Plan), st.changes)
+		if _, err := b.store.update(ctx, x.rec, x.rev); errors.Is(err, errStale) {
+			b.withdrawIfEnded(ctx, refOf(&x.rec.Plan), st.changes)
 		} else if err != nil {
 			errs = append(errs, err)
 		}

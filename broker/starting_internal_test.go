@@ -47,7 +47,9 @@ func (k *recBank) Release(_ context.Context, req *wire.ReleaseRequest) (wire.Rel
 
 type noAgents struct{}
 
-func (noAgents) Bid(context.Context, string, *wire.BidRequest) error { return nil }
+func (noAgents) Bid(_ context.Context, _ string, reqs []*wire.BidRequest) []error {
+	return make([]error, len(reqs))
+}
 
 // TestHalfStartedSpend: a spend whose record was written but that never got
 // further (its replica restarted, or the bank or an agent did not answer
@@ -127,6 +129,15 @@ func TestHalfStartedSpend(t *testing.T) {
 	}
 }
 
+// eachChange answers a batch of bid changes one change at a time with bid.
+func eachChange(ctx context.Context, host string, reqs []*wire.BidRequest, bid func(context.Context, string, *wire.BidRequest) error) []error {
+	errs := make([]error, len(reqs))
+	for i, req := range reqs {
+		errs[i] = bid(ctx, host, req)
+	}
+	return errs
+}
+
 // raceAgents is a book of bids by host and (VM, plan), like an agent's;
 // once armed, the first bid set lands only after onSet ran (a cancel that
 // overtakes a round's bids on their way).
@@ -136,7 +147,11 @@ type raceAgents struct {
 	onSet func()
 }
 
-func (a *raceAgents) Bid(_ context.Context, host string, req *wire.BidRequest) error {
+func (a *raceAgents) Bid(ctx context.Context, host string, reqs []*wire.BidRequest) []error {
+	return eachChange(ctx, host, reqs, a.bid)
+}
+
+func (a *raceAgents) bid(_ context.Context, host string, req *wire.BidRequest) error {
 	a.mu.Lock()
 	hook := a.onSet
 	if len(req.Set) > 0 {

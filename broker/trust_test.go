@@ -285,7 +285,9 @@ func TestAVMStaysWithItsHost(t *testing.T) {
 
 type noAgents struct{}
 
-func (noAgents) Bid(context.Context, string, *wire.BidRequest) error { return nil }
+func (noAgents) Bid(_ context.Context, _ string, reqs []*wire.BidRequest) []error {
+	return make([]error, len(reqs))
+}
 
 // TestForgedBrokerRepliesIgnored: a client that knows the anchor ignores a
 // forger's answer (here, a plan list with a plan that does not exist) and

@@ -78,9 +78,12 @@ func TestBidsNeedTheirMandate(t *testing.T) {
 	bobB1 := signMandate(t, bob, wire.BrokerSpend, spend("bob", "pb", "b1"))
 	aliceForBob := signMandate(t, alice, wire.BrokerSpend, spend("bob", "px", "a1"))
 	bid := func(b wire.Bid) error {
-		_, err := rpc.Request[struct{}](ctx, nc, wire.AgentBidSubject("host-1"), &wire.BidRequest{Versioned: wire.Versioned{V: wire.Version}, Set: []wire.Bid{b}},
+		res, err := rpc.Request[wire.BidResults](ctx, nc, wire.AgentBidSubject("host-1"), wire.OneBid(&wire.BidRequest{Set: []wire.Bid{b}}),
 			rpc.SignedBy(brokerKey))
-		return err
+		if err != nil {
+			return err
+		}
+		return res.Err(0)
 	}
 	hour := wire.Duration(time.Hour)
 	l0 := checkLedger(t, bc)
@@ -489,9 +492,12 @@ func TestBidsNoFasterThanSigned(t *testing.T) {
 	bid := func(budget money.Micro, d time.Duration, adds ...wire.SignedRequest) error {
 		b := wire.Bid{VM: "a1", Owner: "alice", Plan: "pa", Hold: mandate.HoldIDFor("alice", "pa"), Budget: budget, Duration: wire.Duration(d),
 			Mandate: signed, More: adds}
-		_, err := rpc.Request[struct{}](ctx, nc, wire.AgentBidSubject("host-1"), &wire.BidRequest{Versioned: wire.Versioned{V: wire.Version}, Set: []wire.Bid{b}},
+		res, err := rpc.Request[wire.BidResults](ctx, nc, wire.AgentBidSubject("host-1"), wire.OneBid(&wire.BidRequest{Set: []wire.Bid{b}}),
 			rpc.SignedBy(brokerKey))
-		return err
+		if err != nil {
+			return err
+		}
+		return res.Err(0)
 	}
 	if err := bid(credits(t, "3"), 5*time.Second); !errors.Is(err, wire.ErrForbidden) {
 		t.Fatalf("3 credits in 5 s on a 10-minute budget of 3: %v, want forbidden", err)

@@ -248,8 +248,11 @@ func TestBadInputChangesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	bid := func(signer *signing.Signer, b wire.Bid) error {
-		_, err := rpc.Request[struct{}](ctx, nc, wire.AgentBidSubject("host-1"), &wire.BidRequest{Versioned: wire.Versioned{V: 1}, Set: []wire.Bid{b}}, rpc.SignedBy(signer))
-		return err
+		res, err := rpc.Request[wire.BidResults](ctx, nc, wire.AgentBidSubject("host-1"), wire.OneBid(&wire.BidRequest{Set: []wire.Bid{b}}), rpc.SignedBy(signer))
+		if err != nil {
+			return err
+		}
+		return res.Err(0)
 	}
 
 	cases := []struct {

@@ -86,12 +86,16 @@ func BenchmarkBidToLibvirt(b *testing.B) {
 				b.Fatal(err)
 			}
 			bid := func(host string, set []wire.Bid) {
-				req := &wire.BidRequest{Versioned: wire.Versioned{V: 1}, Set: set}
+				req := &wire.BidRequest{Set: set}
 				req.Set[0].Mandate = signed
 				// The old path on many domains of a loaded host outlasts a request's default deadline.
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				defer cancel()
-				if _, err := rpc.Request[struct{}](ctx, nc, wire.AgentBidSubject(host), req, rpc.SignedBy(brokerKey)); err != nil {
+				res, err := rpc.Request[wire.BidResults](ctx, nc, wire.AgentBidSubject(host), wire.OneBid(req), rpc.SignedBy(brokerKey))
+				if err == nil {
+					err = res.Err(0)
+				}
+				if err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -10,25 +10,42 @@ import (
 )
 
 // agents is one replica's way to the harness's hosts (broker.Agents): it
-// logs every bid request, applies it as an agent would (all of it or
-// nothing), and refuses it while the host is down.
+// logs every bid change of a batch (a batch of several, a round's, on lines
+// marked "+" after its first), applies each as an agent would (all of it
+// or nothing), and refuses them while the host is down.
 type agents struct {
 	h *Harness
 	r *replica
 }
 
-func (a agents) Bid(_ context.Context, hostName string, req *wire.BidRequest) error {
+func (a agents) Bid(_ context.Context, hostName string, reqs []*wire.BidRequest) []error {
 	h := a.h
+	errs := make([]error, len(reqs))
 	h.mu.Lock()
 	if a.r.dieAtBid {
 		h.mu.Unlock()
 		a.r.once.Do(func() { close(a.r.died) })
 		<-h.stop // never, while the script runs
-		return fmt.Errorf("%w: replica %s is gone", wire.ErrUnavailable, a.r.name)
+		for i := range errs {
+			errs[i] = fmt.Errorf("%w: replica %s is gone", wire.ErrUnavailable, a.r.name)
+		}
+		return errs
 	}
 	defer h.mu.Unlock()
+	for i, req := range reqs {
+		arrow := "→"
+		if i > 0 {
+			arrow = "+"
+		}
+		errs[i] = h.bid(a.r, hostName, arrow, req)
+	}
+	return errs
+}
+
+// bid logs one change sent to hostName and applies it; h.mu must be held.
+func (h *Harness) bid(r *replica, hostName, arrow string, req *wire.BidRequest) error {
 	h.sent[hostName] = append(h.sent[hostName], *req)
-	line := fmt.Sprintf("%s → %s: %s", a.r.name, hostName, formatRequest(req))
+	line := fmt.Sprintf("%s %s %s: %s", r.name, arrow, hostName, formatRequest(req))
 	var ho *host
 	for _, x := range h.hosts {
 		if x.name == hostName {

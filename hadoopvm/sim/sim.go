@@ -307,16 +307,27 @@ func (s *Sim) Agents() *Agents { return &Agents{s: s} }
 // in-process (broker.Agents).
 type Agents struct{ s *Sim }
 
-// Bid applies a bid request on host's agent.
-func (a *Agents) Bid(ctx context.Context, host string, req *wire.BidRequest) error {
+// Bid applies a batch of bid changes on host's agent.
+func (a *Agents) Bid(ctx context.Context, host string, changes []*wire.BidRequest) []error {
+	errs := make([]error, len(changes))
 	h, ok := a.s.hosts[host]
 	if !ok {
-		return fmt.Errorf("%w: unknown host %s", wire.ErrUnavailable, host)
+		for i := range errs {
+			errs[i] = fmt.Errorf("%w: unknown host %s", wire.ErrUnavailable, host)
+		}
+		return errs
 	}
 	a.s.integrate(h)
-	_, err := h.agent.SetBids(ctx, req)
+	batch := &wire.BidBatch{Changes: make([]wire.BidRequest, len(changes))}
+	for i, c := range changes {
+		batch.Changes[i] = *c
+	}
+	res, _ := h.agent.Bids(ctx, batch)
 	a.s.refresh(h)
-	return err
+	for i := range errs {
+		errs[i] = res.Err(i)
+	}
+	return errs
 }
 
 // New builds a simulation of hosts and VMs.
