@@ -137,8 +137,10 @@
 // take the bank's answer in (captured totals; exhausted or refused holds
 // drop their bids), drop finished bids and derive the desired shares; then
 // write the state file, reconcile the shares, read the CPU usage (and take
-// it in under the lock) and publish (I/O). SetBids changes the book under
-// the lock and captures, saves and enforces without it.
+// it in under the lock) and publish (I/O). A bid change (Bids: a batch of
+// plans' changes, each taken or refused on its own; SetBids, a batch of
+// one) changes the book under the lock and captures what it settled, saves
+// and enforces without it, once for the whole batch.
 //
 // Overlapping I/O stays correct: capture legs carry cumulative totals, so
 // batches in flight together move each micro-credit once, whatever order
