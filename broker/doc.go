@@ -78,13 +78,16 @@
 // change for a host in one signed batch (wire.BidBatch; split only past
 // maxBatchBytes), whose changes the agent takes or refuses each on its
 // own, so a churn round costs a host one signature, one check and one
-// answer however many of its plans moved. Plans are decided and recorded
-// side by side (errgroup, at most roundWorkers) and batches are in flight
-// side by side (at most maxInFlight); with Serial all run one at a time in
-// a fixed order, as a deterministic simulation needs. Bids are a budget over a duration from now, so the
-// budgets a round sends never add up to more than the plan has left, and
-// the bank's hold caps it all. Only bids whose rate moves by more than 1%
-// are sent.
+// answer however many of its plans moved. (An agent older than the batch
+// refuses it as malformed: its bids fail, nothing is charged,
+// and each round tries again; brokers and agents are upgraded together.)
+// Plans are decided and recorded side by side (errgroup, at most
+// roundWorkers) and batches are in flight side by side (at most
+// maxInFlight); with Serial all run one at a time in a fixed order, as a
+// deterministic simulation needs. Bids are a budget over a duration from
+// now, so the budgets a round sends never add up to more than the plan has
+// left, and the bank's hold caps it all. Only bids whose rate moves by more
+// than 1% are sent.
 //
 // # Deadlines
 //
