@@ -260,14 +260,18 @@ func (w *e2e) bid(rates map[string]int64) time.Time {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	req := &wire.BidRequest{Versioned: wire.Versioned{V: 1}}
+	req := &wire.BidRequest{}
 	for g, r := range rates {
 		req.Set = append(req.Set, wire.Bid{VM: w.prefix + g, Owner: "alice", Plan: "p", Hold: w.hold, Budget: money.Micro(r), Duration: wire.Duration(time.Hour)})
 	}
 	if len(req.Set) > 0 {
 		req.Set[0].Mandate = w.mandate
 	}
-	if _, err := rpc.Request[struct{}](context.Background(), w.nc, wire.AgentBidSubject("host-1"), req, rpc.SignedBy(brokerKey)); err != nil {
+	res, err := rpc.Request[wire.BidResults](context.Background(), w.nc, wire.AgentBidSubject("host-1"), wire.OneBid(req), rpc.SignedBy(brokerKey))
+	if err == nil {
+		err = res.Err(0)
+	}
+	if err != nil {
 		w.t.Fatalf("bids %v: %v", rates, err)
 	}
 	return time.Now()
