@@ -348,9 +348,28 @@ func (a *Agent) Bids(ctx context.Context, b *wire.BidBatch) (wire.BidResults, er
 	for i, err := range errs {
 		if err != nil {
 			res.Errors[i] = wire.ToError(err)
+			a.refused(reqs[i], res.Errors[i])
 		}
 	}
 	return res, nil
+}
+
+// refused counts and logs a change of a batch the agent refused, as the
+// service logs a request it refuses (the batch itself is answered ok): a
+// refusal the change earned (forbidden, not found, …) is information, one
+// the agent could not help (internal, unavailable) a warning.
+func (a *Agent) refused(req *wire.BidRequest, e *wire.Error) {
+	a.cfg.Metrics.Error("agent", "bid_refused")
+	plan, owner := req.Plan, ""
+	if len(req.Set) > 0 {
+		plan, owner = req.Set[0].Plan, req.Set[0].Owner
+	}
+	level := slog.LevelInfo
+	if e.Code == wire.CodeInternal || e.Code == wire.CodeUnavailable {
+		level = slog.LevelWarn
+	}
+	a.cfg.Logger.Log(context.Background(), level, "agent: bid change refused", "host", a.cfg.Host, "plan", plan, "owner", owner,
+		"code", e.Code, "err", e.Message)
 }
 
 // change applies each of reqs that is valid on its own and gives each

@@ -253,3 +253,44 @@ func TestForgedCaptureReplyKeepsTheBid(t *testing.T) {
 		t.Fatalf("the bid is gone after the bank's answer: %+v", st.VMs[0])
 	}
 }
+
+// TestRefusedChangesAreCountedAndLogged: a batch is answered ok whatever
+// its changes' fate, so the agent counts and logs each change it refuses,
+// as the service does a request it refuses — an operator still sees at the
+// agent the bids it would not take. Mutation: not calling refused leaves
+// the count at 0.
+func TestRefusedChangesAreCountedAndLogged(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	records := make(chan slog.Record, 64)
+	sim := agent.NewSimEnforcer(time.Now, 1, agent.VM{ID: "vm1", Owner: "alice"})
+	a, err := agent.New(agent.Config{Host: "host-1", Enforcer: sim, Capturer: ackCapturer{}, Metrics: obs.NewMetrics(reg),
+		Logger: slog.New(recordHandler{records})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := wire.Bid{VM: "vm1", Owner: "alice", Plan: "p", Hold: "h", Budget: 1000, Duration: wire.Duration(time.Hour)}
+	stray := wire.Bid{VM: "vm9", Owner: "bob", Plan: "q", Hold: "h2", Budget: 1000, Duration: wire.Duration(time.Hour)}
+	res, err := a.Bids(context.Background(), &wire.BidBatch{Changes: []wire.BidRequest{*bidReq(ok), *bidReq(stray)}})
+	if err != nil || res.Err(0) != nil || !errors.Is(res.Err(1), wire.ErrNotFound) {
+		t.Fatalf("batch: %v, results %v, %v", err, res.Err(0), res.Err(1))
+	}
+	if got := errorsCounted(t, reg, "agent", "bid_refused"); got != 1 {
+		t.Errorf("refused changes counted: %v, want 1", got)
+	}
+	for {
+		select {
+		case r := <-records:
+			if r.Message != "agent: bid change refused" {
+				continue
+			}
+			attrs := map[string]string{}
+			r.Attrs(func(at slog.Attr) bool { attrs[at.Key] = at.Value.String(); return true })
+			if attrs["plan"] != "q" || attrs["owner"] != "bob" || attrs["code"] != wire.CodeNotFound || r.Level != slog.LevelInfo {
+				t.Errorf("the refusal's line: %v %v", r.Level, attrs)
+			}
+			return
+		default:
+			t.Fatal("no line for the refused change")
+		}
+	}
+}
