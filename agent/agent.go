@@ -325,9 +325,9 @@ func (a *Agent) settle(b *bid, now time.Time) {
 
 // SetBids applies a bid change: all of it or, if any part is invalid, none.
 // Replaced and cancelled bids are settled and captured at once; the new
-// shares are enforced before it returns. It is a batch of one (Bids).
+// shares are enforced before it returns. It is a batch of one (SetBatch).
 func (a *Agent) SetBids(ctx context.Context, req *wire.BidRequest) (wire.HostState, error) {
-	st, errs := a.change(ctx, []*wire.BidRequest{req})
+	st, errs := a.SetBatch(ctx, []*wire.BidRequest{req})
 	if errs[0] != nil {
 		return wire.HostState{}, errs[0]
 	}
@@ -343,7 +343,7 @@ func (a *Agent) Bids(ctx context.Context, b *wire.BidBatch) (wire.BidResults, er
 	for i := range b.Changes {
 		reqs[i] = &b.Changes[i]
 	}
-	_, errs := a.change(ctx, reqs)
+	_, errs := a.SetBatch(ctx, reqs)
 	res := wire.BidResults{Errors: make([]*wire.Error, len(errs))}
 	for i, err := range errs {
 		if err != nil {
@@ -372,11 +372,12 @@ func (a *Agent) refused(req *wire.BidRequest, e *wire.Error) {
 		"code", e.Code, "err", e.Message)
 }
 
-// change applies each of reqs that is valid on its own and gives each
-// one's error. The book changes under mu; the capture, the state file and
+// SetBatch applies each of reqs that is valid on its own and gives each
+// one's error: Bids without the wire (the simulator's transport calls it).
+// The book changes under mu; the capture, the state file and
 // the Enforcer are written without it, so a tick waiting on a slow bank
 // does not hold a bid change up.
-func (a *Agent) change(ctx context.Context, reqs []*wire.BidRequest) (wire.HostState, []error) {
+func (a *Agent) SetBatch(ctx context.Context, reqs []*wire.BidRequest) (wire.HostState, []error) {
 	errs := make([]error, len(reqs))
 	for i, req := range reqs {
 		errs[i] = req.Validate()

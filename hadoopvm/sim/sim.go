@@ -309,24 +309,17 @@ type Agents struct{ s *Sim }
 
 // Bid applies a batch of bid changes on host's agent.
 func (a *Agents) Bid(ctx context.Context, host string, changes []*wire.BidRequest) []error {
-	errs := make([]error, len(changes))
 	h, ok := a.s.hosts[host]
 	if !ok {
+		errs := make([]error, len(changes))
 		for i := range errs {
 			errs[i] = fmt.Errorf("%w: unknown host %s", wire.ErrUnavailable, host)
 		}
 		return errs
 	}
 	a.s.integrate(h)
-	batch := &wire.BidBatch{Changes: make([]wire.BidRequest, len(changes))}
-	for i, c := range changes {
-		batch.Changes[i] = *c
-	}
-	res, _ := h.agent.Bids(ctx, batch)
+	_, errs := h.agent.SetBatch(ctx, changes)
 	a.s.refresh(h)
-	for i := range errs {
-		errs[i] = res.Err(i)
-	}
 	return errs
 }
 
