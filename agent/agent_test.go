@@ -772,22 +772,20 @@ func TestBatchTakesEachChangeOnItsOwn(t *testing.T) {
 	h.fund(t, "alice", "ha", 10_000)
 	h.fund(t, "alice", "ha2", 10_000)
 	h.fund(t, "bob", "hb", 10_000)
-	hour := wire.Duration(time.Hour)
-	alice := wire.Bid{VM: "a", Owner: "alice", Plan: "pa", Hold: "ha", Budget: 3600, Duration: hour}
-	bob := wire.Bid{VM: "b", Owner: "bob", Plan: "pb", Hold: "hb", Budget: 3600, Duration: hour}
+	alice, bob := hourBid("a", "alice", "pa", "ha", 3600), hourBid("b", "bob", "pb", "hb", 3600)
 	if _, err := h.a.Bids(ctx, &wire.BidBatch{Changes: []wire.BidRequest{*bidReq(alice), *bidReq(bob)}}); err != nil {
 		t.Fatal(err)
 	}
 	*h.clock = t0.Add(10 * time.Minute)
 	captures := h.bank.batches
-	second := wire.Bid{VM: "a", Owner: "alice", Plan: "pa2", Hold: "ha2", Budget: 7200, Duration: hour}
+	second := hourBid("a", "alice", "pa2", "ha2", 7200)
 	batch := &wire.BidBatch{Changes: []wire.BidRequest{
-		{Cancel: []string{"b"}, Plan: "pb"}, // settles bob's 600
-		*bidReq(wire.Bid{VM: "zz", Owner: "alice", Plan: "pz", Hold: "ha", Budget: 1, Duration: hour}), // unknown VM
-		*bidReq(second),         // a second plan on a
-		{Cancel: []string{"a"}}, // no plan
-		*bidReq(wire.Bid{VM: "b", Owner: "alice", Plan: "px", Hold: "ha", Budget: 1, Duration: hour}),    // bob's VM
-		*bidReq(wire.Bid{VM: "a", Owner: "alice", Plan: "pa", Hold: "ha", Budget: 7200, Duration: hour}), // replaces alice's: settles 600
+		{Cancel: []string{"b"}, Plan: "pb"},            // settles bob's 600
+		*bidReq(hourBid("zz", "alice", "pz", "ha", 1)), // unknown VM
+		*bidReq(second),                                  // a second plan on a
+		{Cancel: []string{"a"}},                          // no plan
+		*bidReq(hourBid("b", "alice", "px", "ha", 1)),    // bob's VM
+		*bidReq(hourBid("a", "alice", "pa", "ha", 7200)), // replaces alice's: settles 600
 	}}
 	res, err := h.a.Bids(ctx, batch)
 	if err != nil {

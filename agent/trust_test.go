@@ -105,7 +105,7 @@ func TestForgedWhoisAnswerRefusedByTheAgent(t *testing.T) {
 	bid := bidReq(wire.Bid{VM: "vm1", Owner: "alice", Plan: "p", Hold: "h", Budget: 1000, Duration: wire.Duration(time.Hour)})
 	bid.V = wire.Version
 	for i, s := range []*signing.Signer{mallory, newSigner(t)} {
-		_, err := rpc.Request[wire.BidResults](context.Background(), nc, wire.AgentBidSubject("host-1"), wire.OneBid(bid), rpc.SignedBy(s))
+		err := natstest.Bid(context.Background(), nc, "host-1", bid, rpc.SignedBy(s))
 		if !errors.Is(err, wire.ErrForbidden) {
 			t.Fatalf("a bid signed by a key the forged answer made an admin: %v", err)
 		}

@@ -60,7 +60,7 @@ func forgedRegistryClass() class {
 			mallory := newKey(t)
 			bid := &wire.BidRequest{Versioned: wire.Versioned{V: wire.Version}, Set: []wire.Bid{{VM: "a1", Owner: "alice",
 				Plan: e.alicePlan.ID, Hold: e.alicePlan.Hold, Budget: credits(15), Duration: wire.Duration(time.Minute)}}}
-			_, err = rpc.Request[wire.BidResults](e.ctx, open, wire.AgentBidSubject("host-1"), wire.OneBid(bid), rpc.SignedBy(mallory))
+			err = natstest.Bid(e.ctx, open, "host-1", bid, rpc.SignedBy(mallory))
 			if !errors.Is(err, wire.ErrForbidden) {
 				t.Errorf("a bid signed by an unregistered key the registry calls an admin: got %v, want forbidden", err)
 			} else {

@@ -14,6 +14,7 @@ import (
 	"github.com/mrmarket/mrmarket/broker"
 	"github.com/mrmarket/mrmarket/internal/mandate"
 	"github.com/mrmarket/mrmarket/internal/money"
+	"github.com/mrmarket/mrmarket/internal/natstest"
 	"github.com/mrmarket/mrmarket/internal/rpc"
 	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/testpoll"
@@ -78,12 +79,7 @@ func TestBidsNeedTheirMandate(t *testing.T) {
 	bobB1 := signMandate(t, bob, wire.BrokerSpend, spend("bob", "pb", "b1"))
 	aliceForBob := signMandate(t, alice, wire.BrokerSpend, spend("bob", "px", "a1"))
 	bid := func(b wire.Bid) error {
-		res, err := rpc.Request[wire.BidResults](ctx, nc, wire.AgentBidSubject("host-1"), wire.OneBid(&wire.BidRequest{Set: []wire.Bid{b}}),
-			rpc.SignedBy(brokerKey))
-		if err != nil {
-			return err
-		}
-		return res.Err(0)
+		return natstest.Bid(ctx, nc, "host-1", &wire.BidRequest{Set: []wire.Bid{b}}, rpc.SignedBy(brokerKey))
 	}
 	hour := wire.Duration(time.Hour)
 	l0 := checkLedger(t, bc)
@@ -492,12 +488,7 @@ func TestBidsNoFasterThanSigned(t *testing.T) {
 	bid := func(budget money.Micro, d time.Duration, adds ...wire.SignedRequest) error {
 		b := wire.Bid{VM: "a1", Owner: "alice", Plan: "pa", Hold: mandate.HoldIDFor("alice", "pa"), Budget: budget, Duration: wire.Duration(d),
 			Mandate: signed, More: adds}
-		res, err := rpc.Request[wire.BidResults](ctx, nc, wire.AgentBidSubject("host-1"), wire.OneBid(&wire.BidRequest{Set: []wire.Bid{b}}),
-			rpc.SignedBy(brokerKey))
-		if err != nil {
-			return err
-		}
-		return res.Err(0)
+		return natstest.Bid(ctx, nc, "host-1", &wire.BidRequest{Set: []wire.Bid{b}}, rpc.SignedBy(brokerKey))
 	}
 	if err := bid(credits(t, "3"), 5*time.Second); !errors.Is(err, wire.ErrForbidden) {
 		t.Fatalf("3 credits in 5 s on a 10-minute budget of 3: %v, want forbidden", err)

@@ -15,6 +15,7 @@ import (
 	"github.com/mrmarket/mrmarket/bank"
 	"github.com/mrmarket/mrmarket/broker"
 	"github.com/mrmarket/mrmarket/internal/money"
+	"github.com/mrmarket/mrmarket/internal/natstest"
 	"github.com/mrmarket/mrmarket/internal/rpc"
 	"github.com/mrmarket/mrmarket/internal/signing"
 	"github.com/mrmarket/mrmarket/internal/wire"
@@ -248,11 +249,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	bid := func(signer *signing.Signer, b wire.Bid) error {
-		res, err := rpc.Request[wire.BidResults](ctx, nc, wire.AgentBidSubject("host-1"), wire.OneBid(&wire.BidRequest{Set: []wire.Bid{b}}), rpc.SignedBy(signer))
-		if err != nil {
-			return err
-		}
-		return res.Err(0)
+		return natstest.Bid(ctx, nc, "host-1", &wire.BidRequest{Set: []wire.Bid{b}}, rpc.SignedBy(signer))
 	}
 
 	cases := []struct {

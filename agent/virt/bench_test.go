@@ -91,11 +91,7 @@ func BenchmarkBidToLibvirt(b *testing.B) {
 				// The old path on many domains of a loaded host outlasts a request's default deadline.
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				defer cancel()
-				res, err := rpc.Request[wire.BidResults](ctx, nc, wire.AgentBidSubject(host), wire.OneBid(req), rpc.SignedBy(brokerKey))
-				if err == nil {
-					err = res.Err(0)
-				}
-				if err != nil {
+				if err := natstest.Bid(ctx, nc, host, req, rpc.SignedBy(brokerKey)); err != nil {
 					b.Fatal(err)
 				}
 			}

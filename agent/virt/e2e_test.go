@@ -267,11 +267,7 @@ func (w *e2e) bid(rates map[string]int64) time.Time {
 	if len(req.Set) > 0 {
 		req.Set[0].Mandate = w.mandate
 	}
-	res, err := rpc.Request[wire.BidResults](context.Background(), w.nc, wire.AgentBidSubject("host-1"), wire.OneBid(req), rpc.SignedBy(brokerKey))
-	if err == nil {
-		err = res.Err(0)
-	}
-	if err != nil {
+	if err := natstest.Bid(context.Background(), w.nc, "host-1", req, rpc.SignedBy(brokerKey)); err != nil {
 		w.t.Fatalf("bids %v: %v", rates, err)
 	}
 	return time.Now()

@@ -11,6 +11,8 @@
 // permissions package natsauth generates), for tests of the transport's
 // security and attack tests.
 //
+// Bid sends an agent one bid change as a broker does.
+//
 // Waiting for something to happen over NATS is package testpoll's.
 package natstest
 
